@@ -1,0 +1,25 @@
+# Recipes; `./dev RECIPE` installs what they need first.
+
+# Build (release) and run the daemon; extra arguments go to `wallscope serve`.
+run *ARGS:
+    scripts/deps.sh
+    cargo build --release
+    ./target/release/wallscope serve {{ARGS}}
+
+# Formatting, lints and every test. eBPF tests need root; with CI=true they
+# fail instead of skipping without it.
+test:
+    scripts/deps.sh
+    cargo fmt --check
+    cargo clippy --all-targets --quiet -- -D warnings
+    cargo test
+
+# Overhead benchmarks against the reference tools; results in bench/results/.
+bench:
+    scripts/deps.sh bench
+    cargo build --release
+    cargo bench --bench oncpu
+
+# Rewrite golden files after an intended output change.
+bless:
+    BLESS=1 cargo test --lib render

@@ -1,0 +1,196 @@
+//! Rust mirror of `bpf/wallscope.h`, the BPF <-> user-space contract.
+//! Keep the two in step: sizes are pinned here and in the header, and the
+//! tests below check every field offset.
+
+use std::mem::size_of;
+
+/// Length of a kernel task name (`TASK_COMM_LEN`).
+pub const COMM_LEN: usize = 16;
+/// Frames kept per stack.
+pub const MAX_STACK_DEPTH: usize = 127;
+/// Stack id stored when a stack could not be captured.
+pub const NO_STACK: i32 = -1;
+
+/// Where a thread's time went (`enum ws_state`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+#[repr(u32)]
+pub enum State {
+    Cpu = 0,
+    Runqueue = 1,
+    Futex = 2,
+    Io = 3,
+    Sleep = 4,
+}
+
+impl State {
+    /// Every state, in enum order.
+    pub const ALL: [State; 5] = [
+        State::Cpu,
+        State::Runqueue,
+        State::Futex,
+        State::Io,
+        State::Sleep,
+    ];
+
+    /// Decodes the raw value stored by BPF.
+    pub fn from_raw(raw: u32) -> Option<State> {
+        State::ALL.get(raw as usize).copied()
+    }
+
+    /// Lower-case name as used in the API.
+    pub fn name(self) -> &'static str {
+        match self {
+            State::Cpu => "cpu",
+            State::Runqueue => "runqueue",
+            State::Futex => "futex",
+            State::Io => "io",
+            State::Sleep => "sleep",
+        }
+    }
+}
+
+/// Key of the aggregation maps (`struct ws_stack_key`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(C)]
+pub struct StackKey {
+    pub pid: u32,
+    pub tid: u32,
+    pub user_stack_id: i32,
+    pub kernel_stack_id: i32,
+    pub state: u32,
+    pub _pad: u32,
+    pub comm: [u8; COMM_LEN],
+}
+
+/// Value of the aggregation maps (`struct ws_stack_value`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct StackValue {
+    pub ns: u64,
+    pub count: u64,
+}
+
+// SAFETY: plain-old-data, `repr(C)`, no padding the kernel does not also see.
+unsafe impl aya::Pod for StackKey {}
+// SAFETY: as above.
+unsafe impl aya::Pod for StackValue {}
+
+const _: () = assert!(size_of::<StackKey>() == 40);
+const _: () = assert!(size_of::<StackValue>() == 16);
+
+/// Indexes of the per-CPU `stats` array (`enum ws_stat`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum Stat {
+    Samples = 0,
+    CountsFull = 1,
+    UserStackCollision = 2,
+    UserStackFailed = 3,
+    KernelStackCollision = 4,
+    KernelStackFailed = 5,
+}
+
+impl Stat {
+    /// Number of counters (`WS_STAT_COUNT`).
+    pub const COUNT: usize = 6;
+    /// Every counter, in enum order.
+    pub const ALL: [Stat; Stat::COUNT] = [
+        Stat::Samples,
+        Stat::CountsFull,
+        Stat::UserStackCollision,
+        Stat::UserStackFailed,
+        Stat::KernelStackCollision,
+        Stat::KernelStackFailed,
+    ];
+
+    /// snake_case name used in `/healthz` and metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            Stat::Samples => "samples",
+            Stat::CountsFull => "counts_map_full",
+            Stat::UserStackCollision => "user_stack_collision",
+            Stat::UserStackFailed => "user_stack_failed",
+            Stat::KernelStackCollision => "kernel_stack_collision",
+            Stat::KernelStackFailed => "kernel_stack_failed",
+        }
+    }
+}
+
+/// Names of the maps and programs in the BPF objects.
+pub mod names {
+    pub const COUNTS: [&str; 2] = ["counts_0", "counts_1"];
+    pub const STACKS: [&str; 2] = ["stacks_0", "stacks_1"];
+    pub const BUFFER_INDEX: &str = "buffer_index";
+    pub const STATS: &str = "stats";
+    pub const ON_CPU_PROGRAM: &str = "on_cpu_sample";
+    pub const INCLUDE_IDLE: &str = "include_idle";
+}
+
+/// Reads a NUL-padded kernel name.
+pub fn comm_str(comm: &[u8; COMM_LEN]) -> String {
+    let end = comm.iter().position(|&b| b == 0).unwrap_or(COMM_LEN);
+    String::from_utf8_lossy(&comm[..end]).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::mem::offset_of;
+
+    use super::*;
+
+    /// Offsets as laid out by `struct ws_stack_key` in bpf/wallscope.h.
+    #[test]
+    fn stack_key_offsets_match_header() {
+        assert_eq!(offset_of!(StackKey, pid), 0);
+        assert_eq!(offset_of!(StackKey, tid), 4);
+        assert_eq!(offset_of!(StackKey, user_stack_id), 8);
+        assert_eq!(offset_of!(StackKey, kernel_stack_id), 12);
+        assert_eq!(offset_of!(StackKey, state), 16);
+        assert_eq!(offset_of!(StackKey, comm), 24);
+        assert_eq!(offset_of!(StackValue, ns), 0);
+        assert_eq!(offset_of!(StackValue, count), 8);
+    }
+
+    /// The header's enums and constants, read from the header text itself so
+    /// that an edit on one side only fails here.
+    #[test]
+    fn constants_match_header() {
+        let header = include_str!("../../bpf/wallscope.h");
+        let value_of = |name: &str| -> i64 {
+            let line = header
+                .lines()
+                .find(|l| {
+                    let t = l.trim_start();
+                    t.starts_with(&format!("{name} ")) || t.starts_with(&format!("#define {name} "))
+                })
+                .unwrap_or_else(|| panic!("{name} not in header"));
+            let rhs = line
+                .split(['=', ' ', '\t', ',', '(', ')'])
+                .filter(|s| !s.is_empty());
+            rhs.filter_map(|s| s.parse::<i64>().ok())
+                .next()
+                .unwrap_or_else(|| panic!("{line}"))
+        };
+        assert_eq!(value_of("WS_COMM_LEN"), COMM_LEN as i64);
+        assert_eq!(value_of("WS_MAX_STACK_DEPTH"), MAX_STACK_DEPTH as i64);
+        assert_eq!(value_of("WS_NO_STACK"), NO_STACK as i64);
+        for s in State::ALL {
+            let name = format!("WS_STATE_{}", s.name().to_uppercase());
+            assert_eq!(value_of(&name), s as i64, "{name}");
+        }
+        assert_eq!(value_of("WS_STATE_COUNT"), State::ALL.len() as i64);
+        assert_eq!(value_of("WS_STAT_COUNT"), Stat::COUNT as i64);
+        let stat_names = [
+            "WS_STAT_SAMPLES",
+            "WS_STAT_COUNTS_FULL",
+            "WS_STAT_USTACK_COLLISION",
+            "WS_STAT_USTACK_FAILED",
+            "WS_STAT_KSTACK_COLLISION",
+            "WS_STAT_KSTACK_FAILED",
+        ];
+        for (stat, name) in Stat::ALL.iter().zip(stat_names) {
+            assert_eq!(value_of(name), *stat as i64, "{name}");
+        }
+    }
+}

@@ -1,0 +1,178 @@
+//! Loading and attaching the BPF programs with aya.
+
+pub mod abi;
+
+use std::path::Path;
+
+use aya::{
+    maps::{Array, HashMap, MapData, PerCpuArray, StackTraceMap},
+    programs::{
+        perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
+        PerfEvent,
+    },
+    Ebpf, EbpfLoader,
+};
+use thiserror::Error;
+
+use abi::{names, StackKey, StackValue};
+
+/// The compiled on-CPU object, built from `bpf/oncpu.bpf.c` by build.rs.
+static ONCPU_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/oncpu.bpf.o"));
+
+/// Why the programs could not be loaded or attached.
+#[derive(Debug, Error)]
+pub enum LoadError {
+    #[error("wallscope needs root (or CAP_BPF + CAP_PERFMON) to load eBPF programs")]
+    NotRoot,
+    #[error(
+        "kernel BTF not found at /sys/kernel/btf/vmlinux: the kernel needs CONFIG_DEBUG_INFO_BTF=y"
+    )]
+    NoBtf,
+    #[error("loading the BPF object: {0}")]
+    Load(#[source] aya::EbpfError),
+    #[error("BPF program `{name}` is missing from the object")]
+    MissingProgram { name: &'static str },
+    #[error("BPF map `{name}` is missing from the object")]
+    MissingMap { name: &'static str },
+    #[error("BPF program `{name}`: {source}")]
+    Program {
+        name: &'static str,
+        #[source]
+        source: aya::programs::ProgramError,
+    },
+    #[error("BPF map `{name}`: {source}")]
+    Map {
+        name: &'static str,
+        #[source]
+        source: aya::maps::MapError,
+    },
+    #[error("listing online CPUs: {0}")]
+    Cpus(#[source] std::io::Error),
+}
+
+/// Options that shape what the programs record.
+#[derive(Debug, Clone)]
+pub struct ProbeOptions {
+    /// On-CPU sampling frequency per CPU.
+    pub frequency_hz: u64,
+    /// Record samples of the idle task (pid 0).
+    pub include_idle: bool,
+}
+
+/// One of the two aggregation buffers.
+pub struct Buffer {
+    pub counts: HashMap<MapData, StackKey, StackValue>,
+    pub stacks: StackTraceMap<MapData>,
+}
+
+/// The maps user space reads, taken out of the loaded object.
+pub struct ProbeMaps {
+    pub buffers: [Buffer; 2],
+    pub buffer_index: Array<MapData, u32>,
+    pub stats: PerCpuArray<MapData, u64>,
+}
+
+/// Loaded and attached programs. Dropping it detaches everything.
+pub struct Probes {
+    /// Kept alive so the links stay attached.
+    _ebpf: Ebpf,
+    /// Names of the attached programs, with how many links each.
+    pub attached: Vec<(String, usize)>,
+}
+
+/// Loads the on-CPU sampler and attaches it to every online CPU.
+pub fn load(opts: &ProbeOptions) -> Result<(Probes, ProbeMaps), LoadError> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err(LoadError::NotRoot);
+    }
+    if !Path::new("/sys/kernel/btf/vmlinux").exists() {
+        return Err(LoadError::NoBtf);
+    }
+    raise_memlock_limit();
+
+    let include_idle = u8::from(opts.include_idle);
+    let mut ebpf = EbpfLoader::new()
+        .override_global(names::INCLUDE_IDLE, &include_idle, true)
+        .load(ONCPU_OBJECT)
+        .map_err(LoadError::Load)?;
+
+    let program: &mut PerfEvent = ebpf
+        .program_mut(names::ON_CPU_PROGRAM)
+        .ok_or(LoadError::MissingProgram {
+            name: names::ON_CPU_PROGRAM,
+        })?
+        .try_into()
+        .map_err(|source| LoadError::Program {
+            name: names::ON_CPU_PROGRAM,
+            source,
+        })?;
+    program.load().map_err(|source| LoadError::Program {
+        name: names::ON_CPU_PROGRAM,
+        source,
+    })?;
+    let cpus = aya::util::online_cpus().map_err(|(_, e)| LoadError::Cpus(e))?;
+    // cpu-clock counts nanoseconds: a fixed period gives exactly `hz`
+    // samples per second of CPU time, so samples x period is CPU time.
+    let period_ns = 1_000_000_000 / opts.frequency_hz.max(1);
+    for &cpu in &cpus {
+        program
+            .attach(
+                PerfEventConfig::Software(SoftwareEvent::CpuClock),
+                PerfEventScope::AllProcessesOneCpu { cpu },
+                SamplePolicy::Period(period_ns),
+                true,
+            )
+            .map_err(|source| LoadError::Program {
+                name: names::ON_CPU_PROGRAM,
+                source,
+            })?;
+    }
+    let attached = vec![(names::ON_CPU_PROGRAM.to_string(), cpus.len())];
+
+    let maps = take_maps(&mut ebpf)?;
+    Ok((
+        Probes {
+            _ebpf: ebpf,
+            attached,
+        },
+        maps,
+    ))
+}
+
+fn take_maps(ebpf: &mut Ebpf) -> Result<ProbeMaps, LoadError> {
+    fn take<T>(ebpf: &mut Ebpf, name: &'static str) -> Result<T, LoadError>
+    where
+        T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>,
+    {
+        let map = ebpf.take_map(name).ok_or(LoadError::MissingMap { name })?;
+        T::try_from(map).map_err(|source| LoadError::Map { name, source })
+    }
+    let buffer = |ebpf: &mut Ebpf, i: usize| -> Result<Buffer, LoadError> {
+        Ok(Buffer {
+            counts: take(ebpf, names::COUNTS[i])?,
+            stacks: take(ebpf, names::STACKS[i])?,
+        })
+    };
+    Ok(ProbeMaps {
+        buffers: [buffer(ebpf, 0)?, buffer(ebpf, 1)?],
+        buffer_index: take(ebpf, names::BUFFER_INDEX)?,
+        stats: take(ebpf, names::STATS)?,
+    })
+}
+
+/// Older kernels charge BPF memory to RLIMIT_MEMLOCK; newer ones to the
+/// memory cgroup, where raising the limit may be refused. Only warn.
+fn raise_memlock_limit() {
+    let rlim = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: passing a valid pointer to a stack value.
+    if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &rlim) } != 0 {
+        tracing::warn!(
+            "could not raise RLIMIT_MEMLOCK ({}); fine on kernels that charge BPF memory to the memory cgroup",
+            std::io::Error::last_os_error()
+        );
+    }
+}

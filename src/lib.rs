@@ -1,0 +1,13 @@
+//! wallscope: where does each thread's wall-clock time go?
+//!
+//! Stages, each a module with one job: [`bpf`] loads the programs,
+//! [`collect`] drains their maps, [`symbolize`] names the frames,
+//! [`profile`] stores, queries and renders, [`api`] serves it over HTTP;
+//! [`pipeline`] wires them together.
+
+pub mod api;
+pub mod bpf;
+pub mod collect;
+pub mod pipeline;
+pub mod profile;
+pub mod symbolize;

@@ -1,0 +1,205 @@
+//! The `wallscope` command: `serve` runs the daemon, `record` profiles one
+//! process once and writes a file.
+
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    process::ExitCode,
+    time::{Duration, Instant, SystemTime},
+};
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use wallscope::{
+    api,
+    bpf::{abi::State, ProbeOptions},
+    pipeline::{Pipeline, PipelineOptions},
+    profile::{
+        query::{self, Filter},
+        render::{self, GraphLabels},
+    },
+};
+
+#[derive(Parser)]
+#[command(
+    version,
+    about = "Where does each thread's wall-clock time go? An eBPF profiler daemon."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(clap::Args, Clone)]
+struct Sampling {
+    /// On-CPU samples per second per CPU.
+    #[arg(long, default_value_t = 99, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    frequency: u64,
+    /// Also sample the idle task (pid 0).
+    #[arg(long)]
+    include_idle: bool,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the profiler daemon and serve its HTTP API.
+    Serve {
+        /// Address to listen on. The API has no authentication: keep it on
+        /// loopback unless something else guards it.
+        #[arg(long, default_value = "127.0.0.1:7070")]
+        listen: SocketAddr,
+        /// Minutes of history kept in memory.
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=1440))]
+        retention: u64,
+        #[command(flatten)]
+        sampling: Sampling,
+    },
+    /// Profile one process for a while and write a flame graph or folded stacks.
+    Record {
+        /// Process to profile.
+        #[arg(long)]
+        pid: u32,
+        /// How long to record, e.g. `10s`, `1m` (stops early if the process exits).
+        #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+        duration: Duration,
+        /// Output file; `.svg` writes a flame graph, `.folded` (or `.txt`) folded stacks.
+        #[arg(short, long)]
+        output: PathBuf,
+        #[command(flatten)]
+        sampling: Sampling,
+    },
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve {
+            listen,
+            retention,
+            sampling,
+        } => serve(listen, retention, &sampling),
+        Command::Record {
+            pid,
+            duration,
+            output,
+            sampling,
+        } => record(pid, duration, &output, &sampling),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("wallscope: {err:#}");
+            ExitCode::from(err.downcast_ref::<Usage>().map_or(1, |_| 2))
+        }
+    }
+}
+
+/// A mistake in how the command was called: exit code 2.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct Usage(String);
+
+fn pipeline_options(sampling: &Sampling, retention: Duration) -> PipelineOptions {
+    PipelineOptions {
+        probes: ProbeOptions {
+            frequency_hz: sampling.frequency,
+            include_idle: sampling.include_idle,
+        },
+        drain_interval: Duration::from_secs(1),
+        retention,
+    }
+}
+
+fn serve(listen: SocketAddr, retention_min: u64, sampling: &Sampling) -> Result<()> {
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    // Bind first: a taken port should fail before anything is loaded.
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind(listen))
+        .map_err(|e| {
+            let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
+                " (is another wallscope running? pick another with --listen)"
+            } else {
+                ""
+            };
+            anyhow::anyhow!("cannot listen on {listen}: {e}{hint}")
+        })?;
+    let pipeline = Pipeline::start(&pipeline_options(
+        sampling,
+        Duration::from_secs(retention_min * 60),
+    ))?;
+    tracing::info!(%listen, frequency = sampling.frequency, "wallscope serving on http://{listen}/");
+    let served = runtime.block_on(api::serve(listener, pipeline.shared()));
+    pipeline.stop();
+    served.context("serving HTTP")
+}
+
+fn record(pid: u32, duration: Duration, output: &Path, sampling: &Sampling) -> Result<()> {
+    let svg = match output.extension().and_then(|e| e.to_str()) {
+        Some("svg") => true,
+        Some("folded" | "txt") => false,
+        _ => bail!(Usage(format!(
+            "cannot tell the output type of {}: use a .svg or .folded file name",
+            output.display()
+        ))),
+    };
+    if !Path::new(&format!("/proc/{pid}")).exists() {
+        bail!(Usage(format!("no process with pid {pid}")));
+    }
+    let retention = duration + Duration::from_secs(60);
+    let pipeline = Pipeline::start(&pipeline_options(sampling, retention))?;
+    let started = Instant::now();
+    while started.elapsed() < duration && Path::new(&format!("/proc/{pid}")).exists() {
+        std::thread::sleep(
+            Duration::from_millis(100).min(duration.saturating_sub(started.elapsed())),
+        );
+    }
+    let shared = pipeline.shared();
+    pipeline.stop();
+
+    let filter = Filter {
+        pid: Some(pid),
+        tid: None,
+        state: State::Cpu,
+        seconds: retention.as_secs(),
+    };
+    let folded = {
+        let store = shared.store.read().unwrap_or_else(|e| e.into_inner());
+        query::folded(&store, &filter, SystemTime::now())
+    };
+    if folded.stacks.is_empty() {
+        bail!(
+            "no CPU samples for pid {pid} in {:.1} s (was it idle?)",
+            started.elapsed().as_secs_f64()
+        );
+    }
+    let bytes = if svg {
+        let name = folded
+            .processes
+            .get(&pid)
+            .map(|n| n.to_string())
+            .unwrap_or_default();
+        let labels = GraphLabels {
+            subject: format!("{name} (pid {pid})"),
+            what: "CPU".into(),
+            seconds: started.elapsed().as_secs().max(1),
+        };
+        render::flamegraph_svg(&folded, &labels, false)?
+    } else {
+        render::folded_text(&folded).into_bytes()
+    };
+    std::fs::write(output, bytes).with_context(|| format!("writing {}", output.display()))?;
+    eprintln!(
+        "wallscope: wrote {} ({} stacks, {:.1} ms of CPU)",
+        output.display(),
+        folded.stacks.len(),
+        folded.total_ns as f64 / 1e6
+    );
+    Ok(())
+}

@@ -1,0 +1,47 @@
+//! The profile model: symbolized stacks with their time, in time slices.
+
+pub mod query;
+pub mod render;
+pub mod store;
+
+use std::{collections::HashMap, sync::Arc, time::SystemTime};
+
+use crate::{bpf::abi::State, collect::StatDeltas};
+
+/// A frame name, interned: equal names share one allocation.
+pub type Frame = Arc<str>;
+
+/// Symbolized frames, outermost (e.g. `main`) first, kernel frames after
+/// user frames. The process and thread are not part of it.
+pub type Stack = Arc<[Frame]>;
+
+/// Time one thread spent in one state with one stack.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    pub pid: u32,
+    pub tid: u32,
+    pub state: State,
+    pub stack: Stack,
+    pub ns: u64,
+    pub count: u64,
+}
+
+/// Names known for a thread during a slice.
+#[derive(Debug, Clone)]
+pub struct ThreadInfo {
+    pub pid: u32,
+    pub name: Arc<str>,
+}
+
+/// Everything recorded during one drain interval.
+#[derive(Debug, Clone)]
+pub struct Slice {
+    pub start: SystemTime,
+    pub end: SystemTime,
+    pub samples: Vec<Sample>,
+    pub threads: HashMap<u32, ThreadInfo>,
+    /// Process names by pid.
+    pub processes: HashMap<u32, Arc<str>>,
+    /// BPF loss counters for this interval.
+    pub stats: StatDeltas,
+}

@@ -1,0 +1,172 @@
+//! Snapshots of `/proc/PID/maps`.
+//!
+//! blazesym can cache a process's mappings itself, but never refreshes them
+//! and cannot tell us which module an unresolved address belongs to; we need
+//! both (refresh after dlopen, `module+0xOFF` for misses, anonymous
+//! executable regions for JIT code), so we keep our own small table.
+
+use std::{fs, io, path::PathBuf};
+
+/// What backs a mapping.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Backing {
+    /// A file, identified by device and inode so one table serves all
+    /// processes that map it.
+    File { path: PathBuf, dev: u64, inode: u64 },
+    /// The vDSO.
+    Vdso,
+    /// Anonymous memory or a pseudo-file such as `[heap]` (JIT code lives here).
+    Anon { name: String },
+}
+
+/// One executable mapping.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mapping {
+    pub start: u64,
+    pub end: u64,
+    /// File offset of `start`.
+    pub offset: u64,
+    pub backing: Backing,
+}
+
+impl Mapping {
+    /// File offset of an address inside this mapping.
+    pub fn file_offset(&self, addr: u64) -> u64 {
+        addr - self.start + self.offset
+    }
+}
+
+/// The executable mappings of one process, sorted by start address.
+#[derive(Debug, Clone, Default)]
+pub struct ProcMaps {
+    mappings: Vec<Mapping>,
+}
+
+impl ProcMaps {
+    /// Reads `/proc/PID/maps`.
+    pub fn read(pid: u32) -> io::Result<ProcMaps> {
+        Ok(ProcMaps::parse(&fs::read_to_string(format!(
+            "/proc/{pid}/maps"
+        ))?))
+    }
+
+    /// Parses the text of a maps file, keeping executable mappings only;
+    /// malformed lines are skipped.
+    pub fn parse(text: &str) -> ProcMaps {
+        let mut mappings: Vec<Mapping> = text.lines().filter_map(parse_line).collect();
+        mappings.sort_by_key(|m| m.start);
+        ProcMaps { mappings }
+    }
+
+    /// The mapping that holds `addr`.
+    pub fn find(&self, addr: u64) -> Option<&Mapping> {
+        let i = self.mappings.partition_point(|m| m.start <= addr);
+        let m = self.mappings.get(i.checked_sub(1)?)?;
+        (addr < m.end).then_some(m)
+    }
+
+    /// The mappings, by start address.
+    pub fn iter(&self) -> impl Iterator<Item = &Mapping> {
+        self.mappings.iter()
+    }
+
+    /// Number of executable mappings.
+    pub fn len(&self) -> usize {
+        self.mappings.len()
+    }
+
+    /// True when no executable mapping was found.
+    pub fn is_empty(&self) -> bool {
+        self.mappings.is_empty()
+    }
+}
+
+fn parse_line(line: &str) -> Option<Mapping> {
+    // address perms offset dev inode [pathname]
+    let mut fields = line.splitn(6, ' ');
+    let (range, perms, offset, dev, inode) = (
+        fields.next()?,
+        fields.next()?,
+        fields.next()?,
+        fields.next()?,
+        fields.next()?,
+    );
+    let name = fields.next().unwrap_or("").trim_start();
+    if perms.as_bytes().get(2) != Some(&b'x') {
+        return None;
+    }
+    let (start, end) = range.split_once('-')?;
+    let (start, end) = (
+        u64::from_str_radix(start, 16).ok()?,
+        u64::from_str_radix(end, 16).ok()?,
+    );
+    let offset = u64::from_str_radix(offset, 16).ok()?;
+    let inode: u64 = inode.parse().ok()?;
+    let backing = if name == "[vdso]" {
+        Backing::Vdso
+    } else if inode != 0 && name.starts_with('/') {
+        let (major, minor) = dev.split_once(':')?;
+        let dev = libc::makedev(
+            u32::from_str_radix(major, 16).ok()?,
+            u32::from_str_radix(minor, 16).ok()?,
+        );
+        Backing::File {
+            path: PathBuf::from(name),
+            dev,
+            inode,
+        }
+    } else {
+        Backing::Anon {
+            name: name.to_string(),
+        }
+    };
+    (start < end).then_some(Mapping {
+        start,
+        end,
+        offset,
+        backing,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SAMPLE: &str = "\
+55d0c8a00000-55d0c8a01000 r--p 00000000 fe:01 1234 /usr/bin/work
+55d0c8a01000-55d0c8a02000 r-xp 00001000 fe:01 1234 /usr/bin/work
+7f0000000000-7f0000100000 rwxp 00000000 00:00 0 
+7f1000000000-7f1000020000 r-xp 00028000 08:02 99 /usr/lib/x86_64-linux-gnu/libc.so.6
+7ffd00000000-7ffd00002000 r-xp 00000000 00:00 0                          [vdso]
+garbage line
+";
+
+    #[test]
+    fn keeps_executable_mappings_and_finds_addresses() {
+        let maps = ProcMaps::parse(SAMPLE);
+        assert_eq!(maps.len(), 4);
+        let m = maps.find(0x55d0c8a01010).unwrap();
+        assert_eq!(m.file_offset(0x55d0c8a01010), 0x1010);
+        assert!(
+            matches!(&m.backing, Backing::File { path, inode: 1234, .. } if path.ends_with("work"))
+        );
+        assert!(matches!(
+            maps.find(0x7f0000000010).unwrap().backing,
+            Backing::Anon { .. }
+        ));
+        assert_eq!(maps.find(0x7ffd00000001).unwrap().backing, Backing::Vdso);
+        let libc = maps.find(0x7f1000000100).unwrap();
+        assert_eq!(libc.file_offset(0x7f1000000100), 0x28100);
+        assert!(maps.find(0x55d0c8a00010).is_none(), "not executable");
+        assert!(maps.find(0x7f1000020000).is_none(), "end is exclusive");
+        assert!(maps.find(1).is_none());
+    }
+
+    #[test]
+    fn path_with_spaces_survives() {
+        let maps = ProcMaps::parse("1000-2000 r-xp 0 fe:01 7 /opt/my app/bin\n");
+        assert!(
+            matches!(&maps.find(0x1000).unwrap().backing, Backing::File { path, .. } if path.to_str() == Some("/opt/my app/bin"))
+        );
+    }
+}

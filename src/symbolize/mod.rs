@@ -1,0 +1,278 @@
+//! Turning raw instruction pointers into frame names.
+//!
+//! Runs at drain time, while the sampled processes are most likely alive;
+//! the store only ever holds names. Kernel frames come from kallsyms, native
+//! frames from ELF symbol tables (and separate debug files), both through
+//! blazesym; results are cached per file and offset, so a library mapped by
+//! many processes is looked up once and repeated queries read no ELF file.
+
+pub mod maps;
+mod procs;
+
+use std::{
+    collections::{HashMap, HashSet},
+    path::PathBuf,
+    sync::Arc,
+    time::SystemTime,
+};
+
+use blazesym::symbolize::{
+    source::{Elf, Kernel, Source},
+    Input, Symbolized, Symbolizer as Blaze,
+};
+
+use crate::{
+    collect::{RawBatch, RawRecord},
+    profile::{Frame, Sample, Slice, Stack, ThreadInfo},
+};
+use procs::{FileKey, Found, Procs};
+
+/// Caches grow with the code that runs; past this many entries they start over.
+const CACHE_LIMIT: usize = 1 << 20;
+
+/// Where one user address points, before symbolization.
+#[derive(Debug, Clone)]
+enum Location {
+    File { file: FileKey, offset: u64 },
+    Vdso,
+    Unknown,
+}
+
+/// Symbolizes [`RawBatch`]es into [`Slice`]s. Not `Send` (blazesym's
+/// symbolizer is not): it lives on the thread that created it.
+pub struct Symbolizer {
+    blaze: Blaze,
+    procs: Procs,
+    user_cache: HashMap<(FileKey, u64), Frame>,
+    kernel_cache: HashMap<u64, Frame>,
+    interner: HashSet<Frame>,
+}
+
+impl Default for Symbolizer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Symbolizer {
+    /// A symbolizer with empty caches.
+    pub fn new() -> Self {
+        let blaze = Blaze::builder()
+            .enable_code_info(false)
+            .enable_inlined_fns(false)
+            .build();
+        Symbolizer {
+            blaze,
+            procs: Procs::default(),
+            user_cache: HashMap::new(),
+            kernel_cache: HashMap::new(),
+            interner: HashSet::new(),
+        }
+    }
+
+    /// Symbolizes one drained batch.
+    pub fn symbolize(&mut self, batch: RawBatch) -> Slice {
+        if self.user_cache.len() > CACHE_LIMIT {
+            self.user_cache.clear();
+        }
+        if self.kernel_cache.len() > CACHE_LIMIT {
+            self.kernel_cache.clear();
+        }
+        self.procs.begin_batch();
+
+        let locations: Vec<Vec<Location>> =
+            batch.records.iter().map(|r| self.locate_user(r)).collect();
+        self.resolve_user(&locations);
+        self.resolve_kernel(&batch.records);
+
+        let mut threads = HashMap::new();
+        let mut processes = HashMap::new();
+        let mut samples = Vec::with_capacity(batch.records.len());
+        for (record, locs) in batch.records.into_iter().zip(locations) {
+            let stack = self.stack(&record, &locs);
+            threads.entry(record.tid).or_insert_with(|| ThreadInfo {
+                pid: record.pid,
+                name: self.intern(&record.comm),
+            });
+            if let std::collections::hash_map::Entry::Vacant(slot) = processes.entry(record.pid) {
+                let name = self
+                    .procs
+                    .name(record.pid)
+                    .unwrap_or(&record.comm)
+                    .to_string();
+                slot.insert(self.intern(&name));
+            }
+            samples.push(Sample {
+                pid: record.pid,
+                tid: record.tid,
+                state: record.state,
+                stack,
+                ns: record.ns,
+                count: record.count,
+            });
+        }
+        self.procs.end_batch();
+        let start = batch
+            .end
+            .checked_sub(batch.interval)
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        Slice {
+            start,
+            end: batch.end,
+            samples,
+            threads,
+            processes,
+            stats: batch.stats,
+        }
+    }
+
+    fn intern(&mut self, name: &str) -> Frame {
+        if let Some(f) = self.interner.get(name) {
+            return f.clone();
+        }
+        let f: Frame = Arc::from(name);
+        self.interner.insert(f.clone());
+        f
+    }
+
+    fn locate_user(&mut self, record: &RawRecord) -> Vec<Location> {
+        let Some(ips) = &record.user_stack else {
+            return Vec::new();
+        };
+        ips.iter()
+            .enumerate()
+            .map(|(i, &ip)| {
+                // Callers' frames hold return addresses, which may already
+                // belong to the next line or function: look up the call.
+                let addr = if i == 0 { ip } else { ip.saturating_sub(1) };
+                match self.procs.find(record.pid, addr) {
+                    Some(Found::File { file, offset }) => Location::File { file, offset },
+                    Some(Found::Vdso) => Location::Vdso,
+                    Some(Found::Anon) | None => Location::Unknown,
+                }
+            })
+            .collect()
+    }
+
+    fn resolve_user(&mut self, locations: &[Vec<Location>]) {
+        let mut wanted: HashMap<FileKey, Vec<u64>> = HashMap::new();
+        for loc in locations.iter().flatten() {
+            if let Location::File { file, offset } = loc {
+                if !self.user_cache.contains_key(&(*file, *offset)) {
+                    wanted.entry(*file).or_default().push(*offset);
+                }
+            }
+        }
+        for (file, mut offsets) in wanted {
+            offsets.sort_unstable();
+            offsets.dedup();
+            let Some(path) = self.procs.open_path(file).map(PathBuf::from) else {
+                continue;
+            };
+            let module = self
+                .procs
+                .display_name(file)
+                .unwrap_or("[unknown]")
+                .to_string();
+            let mut elf = Elf::new(path);
+            elf.debug_syms = true;
+            let src = Source::Elf(elf);
+            let names: Vec<Option<String>> =
+                match self.blaze.symbolize(&src, Input::FileOffset(&offsets)) {
+                    Ok(syms) => syms.into_iter().map(sym_name).collect(),
+                    Err(err) => {
+                        tracing::debug!(%module, "ELF symbolization failed: {err}");
+                        vec![None; offsets.len()]
+                    }
+                };
+            for (offset, name) in offsets.into_iter().zip(names) {
+                let text = name.unwrap_or_else(|| format!("{module}+{offset:#x}"));
+                let frame = self.intern(&sanitize(&text));
+                self.user_cache.insert((file, offset), frame);
+            }
+        }
+    }
+
+    fn resolve_kernel(&mut self, records: &[RawRecord]) {
+        let mut addrs: Vec<u64> = records
+            .iter()
+            .filter_map(|r| r.kernel_stack.as_ref())
+            .flat_map(|s| {
+                s.iter()
+                    .enumerate()
+                    .map(|(i, &ip)| kernel_lookup_addr(i, ip))
+            })
+            .filter(|a| !self.kernel_cache.contains_key(a))
+            .collect();
+        if addrs.is_empty() {
+            return;
+        }
+        addrs.sort_unstable();
+        addrs.dedup();
+        let kernel = Kernel {
+            vmlinux: blazesym::MaybeDefault::None,
+            ..Kernel::default()
+        };
+        let names: Vec<Option<String>> = match self
+            .blaze
+            .symbolize(&Source::Kernel(kernel), Input::AbsAddr(&addrs))
+        {
+            Ok(syms) => syms.into_iter().map(sym_name).collect(),
+            Err(err) => {
+                tracing::warn!("kernel symbolization failed: {err}");
+                vec![None; addrs.len()]
+            }
+        };
+        for (addr, name) in addrs.into_iter().zip(names) {
+            let text = format!("{}_[k]", sanitize(name.as_deref().unwrap_or("[unknown]")));
+            let frame = self.intern(&text);
+            self.kernel_cache.insert(addr, frame);
+        }
+    }
+
+    fn stack(&mut self, record: &RawRecord, locations: &[Location]) -> Stack {
+        let unknown = self.intern("[unknown]");
+        let vdso = self.intern("[vdso]");
+        let mut frames: Vec<Frame> = locations
+            .iter()
+            .rev()
+            .map(|loc| match loc {
+                Location::File { file, offset } => self
+                    .user_cache
+                    .get(&(*file, *offset))
+                    .cloned()
+                    .unwrap_or_else(|| unknown.clone()),
+                Location::Vdso => vdso.clone(),
+                Location::Unknown => unknown.clone(),
+            })
+            .collect();
+        if let Some(ips) = &record.kernel_stack {
+            for (i, &ip) in ips.iter().enumerate().rev() {
+                let frame = self.kernel_cache.get(&kernel_lookup_addr(i, ip)).cloned();
+                frames.push(frame.unwrap_or_else(|| self.intern("[unknown]_[k]")));
+            }
+        }
+        if frames.is_empty() {
+            frames.push(unknown);
+        }
+        frames.into()
+    }
+}
+
+fn kernel_lookup_addr(i: usize, ip: u64) -> u64 {
+    if i == 0 {
+        ip
+    } else {
+        ip.saturating_sub(1)
+    }
+}
+
+fn sym_name(sym: Symbolized<'_>) -> Option<String> {
+    sym.into_sym().map(|s| s.name.into_owned())
+}
+
+/// Folded stacks use `;` between frames and end with ` count`: keep frame
+/// names from breaking that.
+fn sanitize(name: &str) -> String {
+    name.replace(';', ":").replace(['\n', '\r'], " ")
+}

@@ -1,0 +1,181 @@
+//! End-to-end tests with the real BPF programs: they need root, and under
+//! CI=true they fail rather than skip without it. Each runs a real workload
+//! and asserts on what the daemon reports over HTTP.
+
+mod support;
+
+use std::{thread, time::Duration};
+
+use support::*;
+
+/// Time for the last drain (1 s) and its symbolization to reach the store.
+const SETTLE: Duration = Duration::from_millis(2500);
+
+#[test]
+fn cpu_shares_match_the_workload_and_stacks_reach_main() {
+    if !ebpf_available() {
+        return;
+    }
+    let url = daemon();
+    let w = Workload::start(&workload("cpu_shares"), &["6"]);
+    let pid = w.pid;
+    w.wait();
+    thread::sleep(SETTLE);
+
+    let (status, body) = get(&format!("{url}/folded?pid={pid}&seconds=60"));
+    assert_eq!(status, 200, "{body}");
+    let rows = parse_folded(&body);
+    let total_us: u64 = rows.iter().map(|r| r.1).sum();
+    assert!(
+        total_us > 3_000_000,
+        "expected ~6 s of CPU, got {total_us} us"
+    );
+    for (stack, _) in &rows {
+        assert_eq!(
+            stack[0], "cpu_shares",
+            "root frame is the process name: {stack:?}"
+        );
+    }
+    for (frame, expected) in [("heavy", 0.6), ("medium", 0.3), ("light", 0.1)] {
+        let share = share_of(&rows, frame);
+        assert!(
+            (share - expected).abs() <= 0.08,
+            "{frame}: share {share:.3}, expected {expected} ± 0.08\n{body}"
+        );
+        // Stacks run from main down to the leaf function.
+        let complete = rows
+            .iter()
+            .filter(|(s, _)| s.last().map(String::as_str) == Some(frame))
+            .any(|(s, _)| s.windows(3).any(|w| w == ["main", "run", frame]));
+        assert!(complete, "no stack main;run;{frame} in\n{body}");
+    }
+}
+
+#[test]
+fn syscall_heavy_workload_shows_kernel_frames_on_user_frames() {
+    if !ebpf_available() {
+        return;
+    }
+    let url = daemon();
+    let w = Workload::start(&workload("syscalls"), &["4"]);
+    let pid = w.pid;
+    w.wait();
+    thread::sleep(SETTLE);
+
+    let (status, body) = get(&format!("{url}/folded?pid={pid}&seconds=60"));
+    assert_eq!(status, 200, "{body}");
+    let rows = parse_folded(&body);
+    let mixed: Vec<_> = rows
+        .iter()
+        .filter(|(s, _)| {
+            // Not `read_zeroes`: glibc's read has no frame pointer, so the
+            // walk skips its caller's frame (issue 5 brings table unwinding).
+            let user = s.iter().position(|f| f == "copy_loop");
+            let kernel = s.iter().position(|f| f.ends_with("_[k]"));
+            matches!((user, kernel), (Some(u), Some(k)) if u < k)
+                && s.iter()
+                    .skip_while(|f| !f.ends_with("_[k]"))
+                    .all(|f| f.ends_with("_[k]"))
+        })
+        .collect();
+    assert!(
+        !mixed.is_empty(),
+        "no stack with kernel frames above copy_loop:\n{body}"
+    );
+    assert!(
+        share_of(&rows, "copy_loop") > 0.8,
+        "user frames under most samples:\n{body}"
+    );
+}
+
+#[test]
+fn exited_process_still_symbolizes() {
+    if !ebpf_available() {
+        return;
+    }
+    let url = daemon();
+    let w = Workload::start(&workload("cpu_shares"), &["3"]);
+    let pid = w.pid;
+    w.wait();
+    thread::sleep(Duration::from_secs(5));
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "workload should be gone"
+    );
+
+    let (status, body) = get(&format!("{url}/folded?pid={pid}&seconds=60"));
+    assert_eq!(status, 200, "{body}");
+    let rows = parse_folded(&body);
+    assert!(
+        share_of(&rows, "heavy") > 0.4,
+        "frames of the exited process are named:\n{body}"
+    );
+    assert!(
+        body.contains("cpu_shares;") && body.contains(";main;run;heavy "),
+        "{body}"
+    );
+    let (status, svg) = get(&format!("{url}/flamegraph?pid={pid}&seconds=60"));
+    assert_eq!(status, 200);
+    assert!(
+        svg.contains("cpu_shares (pid ") && svg.contains("heavy"),
+        "title names the process"
+    );
+}
+
+#[test]
+fn healthz_reports_attached_programs_and_samples() {
+    if !ebpf_available() {
+        return;
+    }
+    let url = daemon();
+    thread::sleep(Duration::from_secs(2));
+    let (status, body) = get(&format!("{url}/healthz"));
+    assert_eq!(status, 200);
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let cpus = std::thread::available_parallelism().unwrap().get() as u64;
+    assert_eq!(v["programs"][0]["name"], "on_cpu_sample");
+    assert_eq!(v["programs"][0]["links"].as_u64(), Some(cpus), "{body}");
+    assert!(v["pipeline"]["drains"].as_u64().unwrap() >= 1, "{body}");
+    assert!(v["lost"]["counts_map_full"].is_u64(), "{body}");
+}
+
+#[test]
+fn record_writes_svg_and_folded_files() {
+    if !ebpf_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let w = Workload::start(&workload("cpu_shares"), &["8"]);
+    for name in ["out.svg", "out.folded"] {
+        let path = dir.path().join(name);
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_wallscope"))
+            .args([
+                "record",
+                "--pid",
+                &w.pid.to_string(),
+                "--duration",
+                "2s",
+                "-o",
+            ])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "record failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = std::fs::read_to_string(&path).unwrap();
+        if name.ends_with(".svg") {
+            assert!(
+                text.starts_with("<?xml") && text.trim_end().ends_with("</svg>"),
+                "not an SVG"
+            );
+            assert!(text.contains("heavy") && text.contains(&format!("pid {}", w.pid)));
+        } else {
+            let rows = parse_folded(&text);
+            assert!(rows.iter().all(|(s, _)| s[0] == "cpu_shares"));
+            assert!(share_of(&rows, "heavy") > 0.4, "{text}");
+        }
+    }
+}

@@ -1,0 +1,187 @@
+//! Shared by the integration tests: building workloads, gating on root/eBPF,
+//! running the daemon, plain HTTP.
+#![allow(dead_code)]
+
+use std::{
+    io::{BufRead, BufReader},
+    net::TcpListener,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::{mpsc, Mutex, OnceLock},
+    thread,
+    time::{Duration, Instant},
+};
+
+/// True when eBPF tests can run. Without root they are skipped, except
+/// under `CI=true`, where that is a failure.
+pub fn ebpf_available() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if root {
+        return true;
+    }
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("CI=true but not root: the eBPF tests must run, not skip");
+    }
+    eprintln!("skipping: eBPF tests need root");
+    false
+}
+
+/// Compiles `tests/workloads/NAME.c` with frame pointers, once per test
+/// binary (tests run in parallel and share the binary).
+pub fn workload(name: &str) -> PathBuf {
+    static BUILT: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/workloads/{name}.c"));
+    let dir =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("workloads-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join(name);
+    if built.iter().any(|b| b == name) {
+        return out;
+    }
+    let status = Command::new("clang")
+        .args(["-O1", "-g", "-fno-inline", "-pthread"])
+        // Frame pointers everywhere, leaf functions included, and no tail
+        // calls: the stacks the tests expect are then exact.
+        .args([
+            "-fno-omit-frame-pointer",
+            "-mno-omit-leaf-frame-pointer",
+            "-fno-optimize-sibling-calls",
+        ])
+        .arg("-o")
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .expect("running cc");
+    assert!(status.success(), "compiling {}", src.display());
+    built.push(name.to_string());
+    out
+}
+
+/// A started workload that printed `ready <pid>`.
+pub struct Workload {
+    pub child: Child,
+    pub pid: u32,
+}
+
+impl Workload {
+    /// Starts `bin args...` and waits for its `ready <pid>` line.
+    pub fn start(bin: &Path, args: &[&str]) -> Workload {
+        let mut child = Command::new(bin)
+            .args(args)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display()));
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let pid = line
+            .trim()
+            .strip_prefix("ready ")
+            .and_then(|p| p.parse().ok());
+        let pid = pid.unwrap_or_else(|| panic!("expected `ready <pid>`, got {line:?}"));
+        Workload { child, pid }
+    }
+
+    /// Waits for the workload to finish successfully.
+    pub fn wait(mut self) {
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "workload failed: {status}");
+    }
+}
+
+impl Drop for Workload {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A loopback port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Base URL of one daemon shared by all tests of this binary, started on
+/// first use. It is spawned from a thread that lives as long as the test
+/// process, with PR_SET_PDEATHSIG, so it dies with the tests.
+pub fn daemon() -> &'static str {
+    static URL: OnceLock<String> = OnceLock::new();
+    URL.get_or_init(|| {
+        let port = free_port();
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || {
+            let mut cmd = Command::new(env!("CARGO_BIN_EXE_wallscope"));
+            cmd.args(["serve", "--listen", &format!("127.0.0.1:{port}")]);
+            use std::os::unix::process::CommandExt;
+            // SAFETY: prctl is async-signal-safe.
+            unsafe {
+                cmd.pre_exec(|| {
+                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                    Ok(())
+                });
+            }
+            let child = cmd.spawn();
+            let ok = child.is_ok();
+            tx.send(child.map(|_| ()).map_err(|e| e.to_string()))
+                .unwrap();
+            if ok {
+                loop {
+                    thread::park();
+                }
+            }
+        });
+        rx.recv().unwrap().expect("starting wallscope serve");
+        let url = format!("http://127.0.0.1:{port}");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while get(&format!("{url}/healthz")).0 != 200 {
+            assert!(
+                Instant::now() < deadline,
+                "wallscope serve did not answer /healthz within 30 s"
+            );
+            thread::sleep(Duration::from_millis(200));
+        }
+        url
+    })
+}
+
+/// GET returning status and body (any status).
+pub fn get(url: &str) -> (u16, String) {
+    match ureq::get(url).timeout(Duration::from_secs(30)).call() {
+        Ok(r) => (r.status(), r.into_string().unwrap()),
+        Err(ureq::Error::Status(code, r)) => (code, r.into_string().unwrap_or_default()),
+        Err(e) => (0, e.to_string()),
+    }
+}
+
+/// Parses folded text into (stack, value) rows, checking the format.
+pub fn parse_folded(text: &str) -> Vec<(Vec<String>, u64)> {
+    text.lines()
+        .map(|line| {
+            let (stack, value) = line
+                .rsplit_once(' ')
+                .unwrap_or_else(|| panic!("bad line {line:?}"));
+            let value = value
+                .parse()
+                .unwrap_or_else(|_| panic!("bad value in {line:?}"));
+            (stack.split(';').map(str::to_string).collect(), value)
+        })
+        .collect()
+}
+
+/// Share (0..1) of the total value of stacks containing `frame`.
+pub fn share_of(rows: &[(Vec<String>, u64)], frame: &str) -> f64 {
+    let total: u64 = rows.iter().map(|r| r.1).sum();
+    let with: u64 = rows
+        .iter()
+        .filter(|r| r.0.iter().any(|f| f == frame))
+        .map(|r| r.1)
+        .sum();
+    with as f64 / total.max(1) as f64
+}
