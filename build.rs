@@ -5,7 +5,7 @@ use std::{env, path::PathBuf, process::Command};
 
 use anyhow::{bail, Context, Result};
 
-const PROGRAMS: &[&str] = &["oncpu"];
+const PROGRAMS: &[&str] = &["wallscope"];
 
 fn main() -> Result<()> {
     let out = PathBuf::from(env::var("OUT_DIR")?);

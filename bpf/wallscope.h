@@ -10,6 +10,10 @@
 #define WS_COMM_LEN 16
 /* Frames kept per stack (the kernel's perf default). */
 #define WS_MAX_STACK_DEPTH 127
+/* Stack maps rotate through this many generations (see aggregate.bpf.h). */
+#define WS_STACK_GENERATIONS 3
+/* log2 microsecond buckets of the runqueue histograms (1 us .. ~36 min). */
+#define WS_HIST_SLOTS 32
 
 /* Where a thread's time went. CPU is sampled; the rest are off-CPU intervals. */
 enum ws_state {
@@ -19,18 +23,31 @@ enum ws_state {
 	WS_STATE_IO = 3,
 	WS_STATE_SLEEP = 4,
 	WS_STATE_COUNT = 5,
+	/* Not a state of the thread: a wakeup it sent (peer = the wakee). */
+	WS_STATE_WAKEUP = 5,
 };
 
 /* Stack id used when a stack could not be captured (see ws_stat). */
 #define WS_NO_STACK (-1)
 
+/* Indexes of the `control` array, written by user space. */
+enum ws_control {
+	WS_CONTROL_BUFFER = 0,    /* aggregation buffer programs write to (0/1) */
+	WS_CONTROL_GENERATION = 1, /* current stack-map generation */
+	WS_CONTROL_COUNT = 2,
+};
+
 /* Key of the aggregation maps (counts_0 / counts_1). */
 struct ws_stack_key {
 	__u32 pid; /* tgid, in the initial pid namespace */
 	__u32 tid;
-	__s32 user_stack_id;   /* id in stacks_N, or WS_NO_STACK */
-	__s32 kernel_stack_id; /* id in stacks_N, or WS_NO_STACK */
+	__s32 user_stack_id;   /* id in stacks_{stack_gen % 3}, or WS_NO_STACK */
+	__s32 kernel_stack_id; /* id in stacks_{stack_gen % 3}, or WS_NO_STACK */
 	__u32 state;           /* enum ws_state */
+	__u32 stack_gen;       /* generation the stack ids belong to */
+	__u32 peer_pid;        /* WS_STATE_WAKEUP: the woken process, else 0 */
+	__u32 peer_tid;        /* WS_STATE_WAKEUP: the woken thread, else 0 */
+	__u32 syscall;         /* off-CPU: syscall nr at switch-out + 1, 0 if none */
 	__u32 _pad;
 	char comm[WS_COMM_LEN]; /* thread name at the time of the event */
 };
@@ -41,6 +58,35 @@ struct ws_stack_value {
 	__u64 count;
 };
 
+/* Per-thread totals (threads_0 / threads_1), keyed by tid. Nothing here is
+ * subject to the off-CPU threshold: every nanosecond is counted. */
+struct ws_thread_totals {
+	__u32 pid;
+	__u32 _pad;
+	char comm[WS_COMM_LEN];
+	__u64 ns[WS_STATE_COUNT];     /* by enum ws_state; CPU measured exactly */
+	__u64 switches_voluntary;
+	__u64 switches_involuntary;
+	__u64 wakeups_sent;
+	__u64 wakeups_received;
+};
+
+/* Key of the runqueue histograms (runq_hist_0 / runq_hist_1). */
+struct ws_hist_key {
+	__u64 id;   /* pid or cgroup id */
+	__u32 kind; /* enum ws_hist_kind */
+	__u32 _pad;
+};
+
+enum ws_hist_kind {
+	WS_HIST_PROCESS = 0,
+	WS_HIST_CGROUP = 1,
+};
+
+struct ws_hist {
+	__u64 slots[WS_HIST_SLOTS];
+};
+
 /* Indexes of the per-CPU `stats` array: every way an event can be degraded. */
 enum ws_stat {
 	WS_STAT_SAMPLES = 0,           /* on-CPU samples seen */
@@ -49,12 +95,22 @@ enum ws_stat {
 	WS_STAT_USTACK_FAILED = 3,     /* user stack walk failed (not a kernel thread) */
 	WS_STAT_KSTACK_COLLISION = 4,  /* kernel stack dropped: stack map bucket taken */
 	WS_STAT_KSTACK_FAILED = 5,     /* kernel stack walk failed */
-	WS_STAT_COUNT = 6,
+	WS_STAT_SWITCHES = 6,          /* sched_switch events seen */
+	WS_STAT_WAKEUPS = 7,           /* wakeups seen */
+	WS_STAT_STACK_EXPIRED = 8,     /* interval outlived its stack generation */
+	WS_STAT_TASK_STORAGE_FAILED = 9, /* no per-thread storage: interval lost */
+	WS_STAT_THREADS_FULL = 10,     /* per-thread totals map full */
+	WS_STAT_HIST_FULL = 11,        /* histogram map full */
+	WS_STAT_BELOW_THRESHOLD = 12,  /* intervals under --offcpu-min-us (totals only) */
+	WS_STAT_COUNT = 13,
 };
 
 #ifdef __BPF__
-_Static_assert(sizeof(struct ws_stack_key) == 40, "ws_stack_key size");
+_Static_assert(sizeof(struct ws_stack_key) == 56, "ws_stack_key size");
 _Static_assert(sizeof(struct ws_stack_value) == 16, "ws_stack_value size");
+_Static_assert(sizeof(struct ws_thread_totals) == 96, "ws_thread_totals size");
+_Static_assert(sizeof(struct ws_hist_key) == 16, "ws_hist_key size");
+_Static_assert(sizeof(struct ws_hist) == 8 * WS_HIST_SLOTS, "ws_hist size");
 #endif
 
 #endif /* WALLSCOPE_H */

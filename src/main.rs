@@ -12,7 +12,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use wallscope::{
     api,
-    bpf::{abi::State, ProbeOptions},
+    bpf::ProbeOptions,
     pipeline::{Pipeline, PipelineOptions},
     profile::{
         query::{self, Filter},
@@ -38,6 +38,11 @@ struct Sampling {
     /// Also sample the idle task (pid 0).
     #[arg(long)]
     include_idle: bool,
+    /// Off-CPU intervals shorter than this many microseconds get no stack in
+    /// off-CPU flame graphs (fewer map rows); per-thread totals
+    /// (`/threads`) still count every nanosecond.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=60_000_000))]
+    offcpu_min_us: u64,
 }
 
 #[derive(Subcommand)]
@@ -111,6 +116,7 @@ fn pipeline_options(sampling: &Sampling, retention: Duration) -> PipelineOptions
         probes: ProbeOptions {
             frequency_hz: sampling.frequency,
             include_idle: sampling.include_idle,
+            offcpu_min_ns: sampling.offcpu_min_us * 1000,
         },
         drain_interval: Duration::from_secs(1),
         retention,
@@ -163,12 +169,7 @@ fn record(pid: u32, duration: Duration, output: &Path, sampling: &Sampling) -> R
     let shared = pipeline.shared();
     pipeline.stop();
 
-    let filter = Filter {
-        pid: Some(pid),
-        tid: None,
-        state: State::Cpu,
-        seconds: retention.as_secs(),
-    };
+    let filter = Filter::cpu(Some(pid), None, retention.as_secs());
     let folded = {
         let store = shared.store.read().unwrap_or_else(|e| e.into_inner());
         query::folded(&store, &filter, SystemTime::now())

@@ -2,6 +2,7 @@
 //! and the web UI at `/`.
 
 pub mod error;
+mod metrics;
 pub mod params;
 
 use std::{path::Path, sync::Arc, time::SystemTime};
@@ -19,12 +20,18 @@ use crate::{
     bpf::abi::{self, Stat},
     pipeline::Shared,
     profile::{
+        kind::{Group, Kind},
         query::{self, Filter, Folded},
         render::{self, GraphLabels},
+        runqueue::{self, OwnerError},
+        threads,
     },
 };
 use error::ApiError;
 use params::Params;
+
+/// Parameters of `/folded` (and, with `format`, `/flamegraph`).
+const PROFILE_PARAMS: [&str; 5] = ["pid", "tid", "seconds", "kind", "group"];
 
 /// Window used when a query gives no `seconds`.
 pub const DEFAULT_SECONDS: u64 = 30;
@@ -38,7 +45,10 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/folded", get(folded))
         .route("/flamegraph", get(flamegraph))
         .route("/processes", get(processes))
+        .route("/threads", get(threads))
         .route("/healthz", get(healthz))
+        .route("/runqueue", get(runqueue))
+        .route("/metrics", get(metrics))
         .with_state(shared)
 }
 
@@ -68,16 +78,26 @@ fn seconds(p: &Params, shared: &Shared) -> Result<u64, ApiError> {
 }
 
 fn profile(shared: &Shared, p: &Params) -> Result<ProfileRequest, ApiError> {
+    let kind = p
+        .choice("kind", &Kind::NAMES)?
+        .and_then(Kind::parse)
+        .unwrap_or(Kind::State(abi::State::Cpu));
+    let group = p
+        .choice("group", &Group::NAMES)?
+        .and_then(Group::parse)
+        .unwrap_or(Group::Process);
     let filter = Filter {
         pid: p.id("pid")?,
         tid: p.id("tid")?,
-        state: abi::State::Cpu,
+        kind,
+        group,
         seconds: seconds(p, shared)?,
     };
     let store = shared.store.read().unwrap_or_else(|e| e.into_inner());
     let folded = query::folded(&store, &filter, SystemTime::now());
     if folded.stacks.is_empty() {
         let window = format!("in the last {} s", filter.seconds);
+        let what = format!("no {} samples", filter.kind.describe());
         let retention = format!("in the last {} min", store.retention().as_secs() / 60);
         let message = match (filter.pid, filter.tid) {
             (Some(pid), _)
@@ -96,12 +116,12 @@ fn profile(shared: &Shared, p: &Params) -> Result<ProfileRequest, ApiError> {
                     "unknown tid {tid}: no such thread, and nothing recorded for it {retention}"
                 )
             }
-            (Some(pid), None) => format!("no CPU samples for pid {pid} {window}"),
+            (Some(pid), None) => format!("{what} for pid {pid} {window}"),
             (pid, Some(tid)) => {
                 let of_pid = pid.map(|p| format!(" of pid {p}")).unwrap_or_default();
-                format!("no CPU samples for tid {tid}{of_pid} {window}")
+                format!("{what} for tid {tid}{of_pid} {window}")
             }
-            (None, None) => format!("no CPU samples {window}"),
+            (None, None) => format!("{what} {window}"),
         };
         return Err(ApiError::NotFound(message));
     }
@@ -112,7 +132,7 @@ async fn folded(
     State(shared): State<Arc<Shared>>,
     RawQuery(q): RawQuery,
 ) -> Result<Response, ApiError> {
-    let p = Params::parse(q.as_deref(), &["pid", "tid", "seconds"])?;
+    let p = Params::parse(q.as_deref(), &PROFILE_PARAMS)?;
     let req = profile(&shared, &p)?;
     Ok(folded_response(&req.folded))
 }
@@ -129,7 +149,7 @@ async fn flamegraph(
     State(shared): State<Arc<Shared>>,
     RawQuery(q): RawQuery,
 ) -> Result<Response, ApiError> {
-    let p = Params::parse(q.as_deref(), &["pid", "tid", "seconds", "format"])?;
+    let p = Params::parse(q.as_deref(), &[&PROFILE_PARAMS[..], &["format"]].concat())?;
     let format = p.choice("format", &["svg", "folded"])?.unwrap_or("svg");
     let req = profile(&shared, &p)?;
     if format == "folded" {
@@ -178,6 +198,87 @@ async fn processes(
     Ok(Json(query::processes(&store, seconds, SystemTime::now())).into_response())
 }
 
+async fn threads(
+    State(shared): State<Arc<Shared>>,
+    RawQuery(q): RawQuery,
+) -> Result<Response, ApiError> {
+    let p = Params::parse(q.as_deref(), &["pid", "seconds", "format"])?;
+    let pid = p
+        .id("pid")?
+        .ok_or_else(|| ApiError::bad("pid", "required"))?;
+    let seconds = seconds(&p, &shared)?;
+    let text = p.choice("format", &["json", "text"])? == Some("text");
+    let report = {
+        let store = shared.store.read().unwrap_or_else(|e| e.into_inner());
+        threads::report(&store, pid, seconds, SystemTime::now())
+    };
+    let Some(report) = report else {
+        return Err(ApiError::NotFound(
+            if Path::new(&format!("/proc/{pid}")).exists() {
+                format!("no thread activity for pid {pid} in the last {seconds} s")
+            } else {
+                format!("unknown pid {pid}: no such process, and nothing recorded for it in the last {seconds} s")
+            },
+        ));
+    };
+    Ok(if text {
+        (
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            threads::render_text(&report),
+        )
+            .into_response()
+    } else {
+        Json(report).into_response()
+    })
+}
+
+async fn runqueue(
+    State(shared): State<Arc<Shared>>,
+    RawQuery(q): RawQuery,
+) -> Result<Response, ApiError> {
+    let p = Params::parse(q.as_deref(), &["pid", "cgroup", "seconds", "format"])?;
+    let seconds = seconds(&p, &shared)?;
+    let text = p.choice("format", &["json", "text"])? == Some("text");
+    // Params has no string getter; the query already parsed, so this cannot fail.
+    let pairs: Vec<(String, String)> =
+        serde_urlencoded::from_str(q.as_deref().unwrap_or("")).unwrap_or_default();
+    let cgroup = pairs
+        .iter()
+        .find(|(k, _)| k == "cgroup")
+        .map(|(_, v)| v.as_str());
+    let owner = runqueue::owner(p.id("pid")?, cgroup).map_err(|e| match e {
+        OwnerError::Param(param, message) => ApiError::bad(param, message),
+        OwnerError::NoSuchCgroup(message) => ApiError::NotFound(message),
+    })?;
+    let report = {
+        let store = shared.store.read().unwrap_or_else(|e| e.into_inner());
+        runqueue::report(&store, owner, seconds, SystemTime::now())
+    };
+    let report = report.ok_or_else(|| {
+        let who = runqueue::Owner::resolve(owner).describe();
+        ApiError::NotFound(format!(
+            "no runqueue latency recorded for {who} in the last {seconds} s"
+        ))
+    })?;
+    Ok(if text {
+        (
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            runqueue::render_text(&report),
+        )
+            .into_response()
+    } else {
+        Json(report).into_response()
+    })
+}
+
+async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
+    (
+        [(header::CONTENT_TYPE, metrics::CONTENT_TYPE)],
+        metrics::render(&shared, SystemTime::now()),
+    )
+        .into_response()
+}
+
 async fn healthz(State(shared): State<Arc<Shared>>) -> Json<serde_json::Value> {
     let (totals, retention, stacks, slices) = {
         let store = shared.store.read().unwrap_or_else(|e| e.into_inner());
@@ -193,11 +294,13 @@ async fn healthz(State(shared): State<Arc<Shared>>) -> Json<serde_json::Value> {
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .clone();
-    let lost: serde_json::Map<String, serde_json::Value> = Stat::ALL
-        .iter()
-        .filter(|s| **s != Stat::Samples)
-        .map(|s| (s.name().to_string(), json!(totals[*s as usize])))
-        .collect();
+    let counters = |loss: bool| -> serde_json::Map<String, serde_json::Value> {
+        Stat::ALL
+            .iter()
+            .filter(|s| s.is_loss() == loss)
+            .map(|s| (s.name().to_string(), json!(totals[*s as usize])))
+            .collect()
+    };
     let lost_samples = totals[Stat::CountsFull as usize];
     Json(json!({
         "status": "ok",
@@ -205,7 +308,8 @@ async fn healthz(State(shared): State<Arc<Shared>>) -> Json<serde_json::Value> {
         "programs": shared.attached.iter().map(|(name, links)| json!({"name": name, "links": links})).collect::<Vec<_>>(),
         "samples": totals[Stat::Samples as usize],
         "samples_lost": lost_samples,
-        "lost": lost,
+        "lost": counters(true),
+        "events": counters(false),
         "pipeline": health,
         "retention_s": retention.as_secs(),
         "slices": slices,

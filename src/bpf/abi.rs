@@ -10,6 +10,12 @@ pub const COMM_LEN: usize = 16;
 pub const MAX_STACK_DEPTH: usize = 127;
 /// Stack id stored when a stack could not be captured.
 pub const NO_STACK: i32 = -1;
+/// Stack maps rotate through this many generations.
+pub const STACK_GENERATIONS: u32 = 3;
+/// log2 microsecond buckets of the runqueue histograms.
+pub const HIST_SLOTS: usize = 32;
+/// `state` of a key that records a wakeup sent, not a thread state.
+pub const WAKEUP_STATE: u32 = 5;
 
 /// Where a thread's time went (`enum ws_state`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
@@ -50,6 +56,14 @@ impl State {
     }
 }
 
+/// Indexes of the `control` array (`enum ws_control`).
+#[derive(Debug, Clone, Copy)]
+#[repr(u32)]
+pub enum Control {
+    Buffer = 0,
+    Generation = 1,
+}
+
 /// Key of the aggregation maps (`struct ws_stack_key`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(C)]
@@ -59,8 +73,48 @@ pub struct StackKey {
     pub user_stack_id: i32,
     pub kernel_stack_id: i32,
     pub state: u32,
+    pub stack_gen: u32,
+    pub peer_pid: u32,
+    pub peer_tid: u32,
+    pub syscall: u32,
     pub _pad: u32,
     pub comm: [u8; COMM_LEN],
+}
+
+/// Per-thread totals (`struct ws_thread_totals`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C)]
+pub struct ThreadTotals {
+    pub pid: u32,
+    pub _pad: u32,
+    pub comm: [u8; COMM_LEN],
+    pub ns: [u64; 5],
+    pub switches_voluntary: u64,
+    pub switches_involuntary: u64,
+    pub wakeups_sent: u64,
+    pub wakeups_received: u64,
+}
+
+/// Key of the runqueue histograms (`struct ws_hist_key`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(C)]
+pub struct HistKey {
+    pub id: u64,
+    pub kind: u32,
+    pub _pad: u32,
+}
+
+/// `enum ws_hist_kind`.
+pub const HIST_PROCESS: u32 = 0;
+/// `enum ws_hist_kind`.
+pub const HIST_CGROUP: u32 = 1;
+
+/// A runqueue histogram (`struct ws_hist`): slot 0 under 1 us, slot i
+/// (i > 0) [2^(i-1), 2^i) us.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C)]
+pub struct Hist {
+    pub slots: [u64; HIST_SLOTS],
 }
 
 /// Value of the aggregation maps (`struct ws_stack_value`).
@@ -75,9 +129,18 @@ pub struct StackValue {
 unsafe impl aya::Pod for StackKey {}
 // SAFETY: as above.
 unsafe impl aya::Pod for StackValue {}
+// SAFETY: as above.
+unsafe impl aya::Pod for ThreadTotals {}
+// SAFETY: as above.
+unsafe impl aya::Pod for HistKey {}
+// SAFETY: as above.
+unsafe impl aya::Pod for Hist {}
 
-const _: () = assert!(size_of::<StackKey>() == 40);
+const _: () = assert!(size_of::<StackKey>() == 56);
 const _: () = assert!(size_of::<StackValue>() == 16);
+const _: () = assert!(size_of::<ThreadTotals>() == 96);
+const _: () = assert!(size_of::<HistKey>() == 16);
+const _: () = assert!(size_of::<Hist>() == 8 * HIST_SLOTS);
 
 /// Indexes of the per-CPU `stats` array (`enum ws_stat`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,11 +152,18 @@ pub enum Stat {
     UserStackFailed = 3,
     KernelStackCollision = 4,
     KernelStackFailed = 5,
+    Switches = 6,
+    Wakeups = 7,
+    StackExpired = 8,
+    TaskStorageFailed = 9,
+    ThreadsFull = 10,
+    HistFull = 11,
+    BelowThreshold = 12,
 }
 
 impl Stat {
     /// Number of counters (`WS_STAT_COUNT`).
-    pub const COUNT: usize = 6;
+    pub const COUNT: usize = 13;
     /// Every counter, in enum order.
     pub const ALL: [Stat; Stat::COUNT] = [
         Stat::Samples,
@@ -102,6 +172,13 @@ impl Stat {
         Stat::UserStackFailed,
         Stat::KernelStackCollision,
         Stat::KernelStackFailed,
+        Stat::Switches,
+        Stat::Wakeups,
+        Stat::StackExpired,
+        Stat::TaskStorageFailed,
+        Stat::ThreadsFull,
+        Stat::HistFull,
+        Stat::BelowThreshold,
     ];
 
     /// snake_case name used in `/healthz` and metrics.
@@ -113,18 +190,43 @@ impl Stat {
             Stat::UserStackFailed => "user_stack_failed",
             Stat::KernelStackCollision => "kernel_stack_collision",
             Stat::KernelStackFailed => "kernel_stack_failed",
+            Stat::Switches => "switches",
+            Stat::Wakeups => "wakeups",
+            Stat::StackExpired => "stack_expired",
+            Stat::TaskStorageFailed => "task_storage_failed",
+            Stat::ThreadsFull => "threads_map_full",
+            Stat::HistFull => "histogram_map_full",
+            Stat::BelowThreshold => "intervals_below_threshold",
         }
+    }
+
+    /// Whether the counter counts something lost or degraded (as opposed
+    /// to events seen).
+    pub fn is_loss(self) -> bool {
+        !matches!(
+            self,
+            Stat::Samples | Stat::Switches | Stat::Wakeups | Stat::BelowThreshold
+        )
     }
 }
 
-/// Names of the maps and programs in the BPF objects.
+/// Names of the maps, programs and globals in the BPF object.
 pub mod names {
     pub const COUNTS: [&str; 2] = ["counts_0", "counts_1"];
-    pub const STACKS: [&str; 2] = ["stacks_0", "stacks_1"];
-    pub const BUFFER_INDEX: &str = "buffer_index";
+    pub const THREADS: [&str; 2] = ["threads_0", "threads_1"];
+    pub const RUNQ_HIST: [&str; 2] = ["runq_hist_0", "runq_hist_1"];
+    pub const STACKS: [&str; 3] = ["stacks_0", "stacks_1", "stacks_2"];
+    pub const CONTROL: &str = "control";
     pub const STATS: &str = "stats";
     pub const ON_CPU_PROGRAM: &str = "on_cpu_sample";
+    /// tp_btf programs and the tracepoint each attaches to.
+    pub const SCHED_PROGRAMS: [(&str, &str); 3] = [
+        ("on_switch", "sched_switch"),
+        ("on_wakeup", "sched_wakeup"),
+        ("on_wakeup_new", "sched_wakeup_new"),
+    ];
     pub const INCLUDE_IDLE: &str = "include_idle";
+    pub const OFFCPU_MIN_NS: &str = "offcpu_min_ns";
 }
 
 /// Reads a NUL-padded kernel name.
@@ -147,9 +249,18 @@ mod tests {
         assert_eq!(offset_of!(StackKey, user_stack_id), 8);
         assert_eq!(offset_of!(StackKey, kernel_stack_id), 12);
         assert_eq!(offset_of!(StackKey, state), 16);
-        assert_eq!(offset_of!(StackKey, comm), 24);
+        assert_eq!(offset_of!(StackKey, stack_gen), 20);
+        assert_eq!(offset_of!(StackKey, peer_pid), 24);
+        assert_eq!(offset_of!(StackKey, peer_tid), 28);
+        assert_eq!(offset_of!(StackKey, syscall), 32);
+        assert_eq!(offset_of!(StackKey, comm), 40);
         assert_eq!(offset_of!(StackValue, ns), 0);
         assert_eq!(offset_of!(StackValue, count), 8);
+        assert_eq!(offset_of!(ThreadTotals, comm), 8);
+        assert_eq!(offset_of!(ThreadTotals, ns), 24);
+        assert_eq!(offset_of!(ThreadTotals, switches_voluntary), 64);
+        assert_eq!(offset_of!(ThreadTotals, wakeups_received), 88);
+        assert_eq!(offset_of!(HistKey, kind), 8);
     }
 
     /// The header's enums and constants, read from the header text itself so
@@ -180,6 +291,16 @@ mod tests {
             assert_eq!(value_of(&name), s as i64, "{name}");
         }
         assert_eq!(value_of("WS_STATE_COUNT"), State::ALL.len() as i64);
+        assert_eq!(value_of("WS_STATE_WAKEUP"), WAKEUP_STATE as i64);
+        assert_eq!(value_of("WS_STACK_GENERATIONS"), STACK_GENERATIONS as i64);
+        assert_eq!(value_of("WS_HIST_SLOTS"), HIST_SLOTS as i64);
+        assert_eq!(value_of("WS_CONTROL_BUFFER"), Control::Buffer as i64);
+        assert_eq!(
+            value_of("WS_CONTROL_GENERATION"),
+            Control::Generation as i64
+        );
+        assert_eq!(value_of("WS_HIST_PROCESS"), HIST_PROCESS as i64);
+        assert_eq!(value_of("WS_HIST_CGROUP"), HIST_CGROUP as i64);
         assert_eq!(value_of("WS_STAT_COUNT"), Stat::COUNT as i64);
         let stat_names = [
             "WS_STAT_SAMPLES",
@@ -188,6 +309,13 @@ mod tests {
             "WS_STAT_USTACK_FAILED",
             "WS_STAT_KSTACK_COLLISION",
             "WS_STAT_KSTACK_FAILED",
+            "WS_STAT_SWITCHES",
+            "WS_STAT_WAKEUPS",
+            "WS_STAT_STACK_EXPIRED",
+            "WS_STAT_TASK_STORAGE_FAILED",
+            "WS_STAT_THREADS_FULL",
+            "WS_STAT_HIST_FULL",
+            "WS_STAT_BELOW_THRESHOLD",
         ];
         for (stat, name) in Stat::ALL.iter().zip(stat_names) {
             assert_eq!(value_of(name), *stat as i64, "{name}");

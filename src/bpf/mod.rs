@@ -1,4 +1,5 @@
-//! Loading and attaching the BPF programs with aya.
+//! Loading and attaching the BPF programs with aya: one object, an on-CPU
+//! sampler per CPU and the scheduler tracepoints of the off-CPU engine.
 
 pub mod abi;
 
@@ -8,16 +9,16 @@ use aya::{
     maps::{Array, HashMap, MapData, PerCpuArray, StackTraceMap},
     programs::{
         perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
-        PerfEvent,
+        BtfTracePoint, PerfEvent,
     },
-    Ebpf, EbpfLoader,
+    Btf, Ebpf, EbpfLoader,
 };
 use thiserror::Error;
 
-use abi::{names, StackKey, StackValue};
+use abi::{names, Hist, HistKey, StackKey, StackValue, ThreadTotals};
 
-/// The compiled on-CPU object, built from `bpf/oncpu.bpf.c` by build.rs.
-static ONCPU_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/oncpu.bpf.o"));
+/// The compiled object, built from `bpf/wallscope.bpf.c` by build.rs.
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/wallscope.bpf.o"));
 
 /// Why the programs could not be loaded or attached.
 #[derive(Debug, Error)]
@@ -48,6 +49,8 @@ pub enum LoadError {
     },
     #[error("listing online CPUs: {0}")]
     Cpus(#[source] std::io::Error),
+    #[error("reading kernel BTF: {0}")]
+    Btf(#[source] aya::BtfError),
 }
 
 /// Options that shape what the programs record.
@@ -57,18 +60,24 @@ pub struct ProbeOptions {
     pub frequency_hz: u64,
     /// Record samples of the idle task (pid 0).
     pub include_idle: bool,
+    /// Off-CPU intervals shorter than this get no stack row (per-thread
+    /// totals still count them).
+    pub offcpu_min_ns: u64,
 }
 
 /// One of the two aggregation buffers.
 pub struct Buffer {
     pub counts: HashMap<MapData, StackKey, StackValue>,
-    pub stacks: StackTraceMap<MapData>,
+    pub threads: HashMap<MapData, u32, ThreadTotals>,
+    pub runq_hist: HashMap<MapData, HistKey, Hist>,
 }
 
 /// The maps user space reads, taken out of the loaded object.
 pub struct ProbeMaps {
     pub buffers: [Buffer; 2],
-    pub buffer_index: Array<MapData, u32>,
+    /// One stack map per generation.
+    pub stacks: [StackTraceMap<MapData>; 3],
+    pub control: Array<MapData, u32>,
     pub stats: PerCpuArray<MapData, u64>,
 }
 
@@ -80,7 +89,8 @@ pub struct Probes {
     pub attached: Vec<(String, usize)>,
 }
 
-/// Loads the on-CPU sampler and attaches it to every online CPU.
+/// Loads the programs and attaches the on-CPU sampler to every online CPU
+/// and the off-CPU engine to the scheduler tracepoints.
 pub fn load(opts: &ProbeOptions) -> Result<(Probes, ProbeMaps), LoadError> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
@@ -93,8 +103,11 @@ pub fn load(opts: &ProbeOptions) -> Result<(Probes, ProbeMaps), LoadError> {
 
     let include_idle = u8::from(opts.include_idle);
     let mut ebpf = EbpfLoader::new()
+        // aya has no type for task storage; only BPF touches that map.
+        .allow_unsupported_maps()
         .override_global(names::INCLUDE_IDLE, &include_idle, true)
-        .load(ONCPU_OBJECT)
+        .override_global(names::OFFCPU_MIN_NS, &opts.offcpu_min_ns, true)
+        .load(OBJECT)
         .map_err(LoadError::Load)?;
 
     let program: &mut PerfEvent = ebpf
@@ -128,7 +141,20 @@ pub fn load(opts: &ProbeOptions) -> Result<(Probes, ProbeMaps), LoadError> {
                 source,
             })?;
     }
-    let attached = vec![(names::ON_CPU_PROGRAM.to_string(), cpus.len())];
+    let mut attached = vec![(names::ON_CPU_PROGRAM.to_string(), cpus.len())];
+
+    let btf = Btf::from_sys_fs().map_err(LoadError::Btf)?;
+    for (name, tracepoint) in names::SCHED_PROGRAMS {
+        let err = |source| LoadError::Program { name, source };
+        let program: &mut BtfTracePoint = ebpf
+            .program_mut(name)
+            .ok_or(LoadError::MissingProgram { name })?
+            .try_into()
+            .map_err(err)?;
+        program.load(tracepoint, &btf).map_err(err)?;
+        program.attach().map_err(err)?;
+        attached.push((name.to_string(), 1));
+    }
 
     let maps = take_maps(&mut ebpf)?;
     Ok((
@@ -151,12 +177,18 @@ fn take_maps(ebpf: &mut Ebpf) -> Result<ProbeMaps, LoadError> {
     let buffer = |ebpf: &mut Ebpf, i: usize| -> Result<Buffer, LoadError> {
         Ok(Buffer {
             counts: take(ebpf, names::COUNTS[i])?,
-            stacks: take(ebpf, names::STACKS[i])?,
+            threads: take(ebpf, names::THREADS[i])?,
+            runq_hist: take(ebpf, names::RUNQ_HIST[i])?,
         })
     };
     Ok(ProbeMaps {
         buffers: [buffer(ebpf, 0)?, buffer(ebpf, 1)?],
-        buffer_index: take(ebpf, names::BUFFER_INDEX)?,
+        stacks: [
+            take(ebpf, names::STACKS[0])?,
+            take(ebpf, names::STACKS[1])?,
+            take(ebpf, names::STACKS[2])?,
+        ],
+        control: take(ebpf, names::CONTROL)?,
         stats: take(ebpf, names::STATS)?,
     })
 }

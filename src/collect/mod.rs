@@ -1,9 +1,15 @@
-//! Draining the BPF aggregation maps into raw records.
+//! Draining the BPF maps into raw records.
 //!
 //! Parity double-buffering: programs write to the buffer named by
-//! `buffer_index`; the drainer flips it, lets in-flight programs finish, then
-//! reads and empties the buffer nobody writes to any more. No event that
+//! `control[Buffer]`; the drainer flips it, lets in-flight programs finish,
+//! then reads and empties the buffer nobody writes to any more. No event that
 //! arrives during a drain is lost or counted twice.
+//!
+//! Stack maps are not drained: off-CPU rows refer to stacks taken long before
+//! (see `bpf/aggregate.bpf.h`). They rotate through generations instead, and
+//! a stack is read from the kernel once per generation.
+
+mod stacks;
 
 use std::{
     sync::Arc,
@@ -14,9 +20,10 @@ use std::{
 use thiserror::Error;
 
 use crate::bpf::{
-    abi::{comm_str, Stat, State, NO_STACK},
-    Buffer, ProbeMaps,
+    abi::{comm_str, Control, Hist, HistKey, Stat, State, ThreadTotals, WAKEUP_STATE},
+    ProbeMaps,
 };
+use stacks::StackCache;
 
 /// How long programs that read the old buffer index may still be running.
 /// BPF programs run for microseconds; this is generous.
@@ -25,18 +32,51 @@ const FLIP_GRACE: Duration = Duration::from_millis(5);
 /// Instruction pointers, leaf first, as the kernel records them.
 pub type RawStack = Arc<[u64]>;
 
+/// What a row measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordKind {
+    /// Time in a state: sampled CPU, or an off-CPU interval.
+    Time(State),
+    /// Wakeups this thread sent to `peer_tid`; `ns` is how long the wakees
+    /// had been asleep.
+    Wakeup { peer_pid: u32, peer_tid: u32 },
+}
+
 /// One aggregated row of a drained buffer.
 #[derive(Debug, Clone)]
 pub struct RawRecord {
     pub pid: u32,
     pub tid: u32,
-    pub state: State,
+    pub kind: RecordKind,
     /// Thread name at the time of the event.
     pub comm: String,
+    /// Syscall the thread was in (off-CPU rows and wakers).
+    pub syscall: Option<u32>,
     pub user_stack: Option<RawStack>,
     pub kernel_stack: Option<RawStack>,
     pub ns: u64,
     pub count: u64,
+}
+
+/// One thread's totals for a drain interval.
+#[derive(Debug, Clone)]
+pub struct RawThread {
+    pub tid: u32,
+    pub pid: u32,
+    pub comm: String,
+    /// Nanoseconds by [`State`] (index = `State as usize`).
+    pub ns: [u64; 5],
+    pub switches_voluntary: u64,
+    pub switches_involuntary: u64,
+    pub wakeups_sent: u64,
+    pub wakeups_received: u64,
+}
+
+/// Whose runqueue latency a histogram holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum HistOwner {
+    Process(u32),
+    Cgroup(u64),
 }
 
 /// Counter deltas since the previous drain, indexed like [`Stat::ALL`].
@@ -50,6 +90,8 @@ pub struct RawBatch {
     /// Length of the drained interval.
     pub interval: Duration,
     pub records: Vec<RawRecord>,
+    pub threads: Vec<RawThread>,
+    pub runq_hists: Vec<(HistOwner, Hist)>,
     pub stats: StatDeltas,
     /// Rows whose stack id was missing from the stack map when read.
     pub missing_stacks: u64,
@@ -60,8 +102,8 @@ pub struct RawBatch {
 /// Errors talking to the BPF maps.
 #[derive(Debug, Error)]
 pub enum CollectError {
-    #[error("flipping buffer_index: {0}")]
-    Flip(#[source] aya::maps::MapError),
+    #[error("writing the control map: {0}")]
+    Control(#[source] aya::maps::MapError),
     #[error("reading {what}: {source}")]
     Read {
         what: &'static str,
@@ -74,16 +116,18 @@ pub enum CollectError {
 pub struct Drainer {
     maps: ProbeMaps,
     active: u32,
+    stacks: StackCache,
     last_stats: StatDeltas,
     last_drain: SystemTime,
 }
 
 impl Drainer {
-    /// Takes the maps; programs start out writing to buffer 0.
+    /// Takes the maps; programs start out writing to buffer 0, generation 0.
     pub fn new(maps: ProbeMaps) -> Self {
         Drainer {
             maps,
             active: 0,
+            stacks: StackCache::default(),
             last_stats: [0; Stat::COUNT],
             last_drain: SystemTime::now(),
         }
@@ -95,13 +139,53 @@ impl Drainer {
         let idle = self.active;
         self.active ^= 1;
         self.maps
-            .buffer_index
-            .set(0, self.active, 0)
-            .map_err(CollectError::Flip)?;
+            .control
+            .set(Control::Buffer as u32, self.active, 0)
+            .map_err(CollectError::Control)?;
         let end = SystemTime::now();
         thread::sleep(FLIP_GRACE);
 
-        let (records, missing_stacks) = drain_buffer(&mut self.maps.buffers[idle as usize])?;
+        let buf = &mut self.maps.buffers[idle as usize];
+        let rows = take_all(&mut buf.counts, "counts map")?;
+        let threads = take_all(&mut buf.threads, "threads map")?;
+        let hists = take_all(&mut buf.runq_hist, "runqueue histograms")?;
+
+        let mut missing_stacks = 0;
+        let mut records = Vec::with_capacity(rows.len());
+        for (key, value) in rows {
+            let kind = if key.state == WAKEUP_STATE {
+                RecordKind::Wakeup {
+                    peer_pid: key.peer_pid,
+                    peer_tid: key.peer_tid,
+                }
+            } else {
+                match State::from_raw(key.state) {
+                    Some(state) => RecordKind::Time(state),
+                    None => continue, // not in the contract: nothing to attribute it to
+                }
+            };
+            let mut stack = |id| {
+                let found = self.stacks.get(&self.maps.stacks, key.stack_gen, id);
+                missing_stacks += u64::from(found.is_err());
+                found.ok().flatten()
+            };
+            let user_stack = stack(key.user_stack_id);
+            let kernel_stack = stack(key.kernel_stack_id);
+            records.push(RawRecord {
+                pid: key.pid,
+                tid: key.tid,
+                kind,
+                comm: comm_str(&key.comm),
+                syscall: key.syscall.checked_sub(1),
+                user_stack,
+                kernel_stack,
+                ns: value.ns,
+                count: value.count,
+            });
+        }
+        self.stacks
+            .maybe_rotate(&mut self.maps.stacks, &mut self.maps.control)?;
+
         let stats = self.stat_deltas()?;
         let interval = end.duration_since(self.last_drain).unwrap_or_default();
         self.last_drain = end;
@@ -109,6 +193,14 @@ impl Drainer {
             end,
             interval,
             records,
+            threads: threads
+                .into_iter()
+                .map(|(tid, t)| raw_thread(tid, &t))
+                .collect(),
+            runq_hists: hists
+                .into_iter()
+                .filter_map(|(k, h)| Some((hist_owner(&k)?, h)))
+                .collect(),
             stats,
             missing_stacks,
             drain_time: started.elapsed(),
@@ -135,60 +227,39 @@ impl Drainer {
     }
 }
 
-/// Reads every row and stack of one buffer, then empties it.
-fn drain_buffer(buf: &mut Buffer) -> Result<(Vec<RawRecord>, u64), CollectError> {
-    let read = |source| CollectError::Read {
-        what: "counts map",
-        source,
-    };
-    let rows: Vec<_> = buf.counts.iter().collect::<Result<_, _>>().map_err(read)?;
+/// Reads every entry of a hash map, then deletes what it read.
+fn take_all<K: aya::Pod, V: aya::Pod>(
+    map: &mut aya::maps::HashMap<aya::maps::MapData, K, V>,
+    what: &'static str,
+) -> Result<Vec<(K, V)>, CollectError> {
+    let rows: Vec<(K, V)> = map
+        .iter()
+        .collect::<Result<_, _>>()
+        .map_err(|source| CollectError::Read { what, source })?;
     for (key, _) in &rows {
         // A key can only vanish if someone else drains: nothing to count.
-        let _ = buf.counts.remove(key);
+        let _ = map.remove(key);
     }
+    Ok(rows)
+}
 
-    let mut stacks = std::collections::HashMap::<i32, Option<RawStack>>::new();
-    let mut missing = 0;
-    let mut stack = |id: i32, missing: &mut u64| -> Option<RawStack> {
-        if id == NO_STACK {
-            return None;
-        }
-        let found = stacks.entry(id).or_insert_with(|| {
-            buf.stacks.get(&(id as u32), 0).ok().map(|trace| {
-                trace
-                    .frames()
-                    .iter()
-                    .map(|f| f.ip)
-                    .collect::<Vec<_>>()
-                    .into()
-            })
-        });
-        if found.is_none() {
-            *missing += 1;
-        }
-        found.clone()
-    };
-    let mut records = Vec::with_capacity(rows.len());
-    for (key, value) in rows {
-        let Some(state) = State::from_raw(key.state) else {
-            continue;
-        };
-        records.push(RawRecord {
-            pid: key.pid,
-            tid: key.tid,
-            state,
-            comm: comm_str(&key.comm),
-            user_stack: stack(key.user_stack_id, &mut missing),
-            kernel_stack: stack(key.kernel_stack_id, &mut missing),
-            ns: value.ns,
-            count: value.count,
-        });
+fn raw_thread(tid: u32, t: &ThreadTotals) -> RawThread {
+    RawThread {
+        tid,
+        pid: t.pid,
+        comm: comm_str(&t.comm),
+        ns: t.ns,
+        switches_voluntary: t.switches_voluntary,
+        switches_involuntary: t.switches_involuntary,
+        wakeups_sent: t.wakeups_sent,
+        wakeups_received: t.wakeups_received,
     }
+}
 
-    // Also clear stacks no row refers to (their row was dropped: map full).
-    let ids: Vec<u32> = buf.stacks.stack_ids().filter_map(Result::ok).collect();
-    for id in ids {
-        let _ = buf.stacks.remove(&id);
+fn hist_owner(key: &HistKey) -> Option<HistOwner> {
+    match key.kind {
+        crate::bpf::abi::HIST_PROCESS => Some(HistOwner::Process(key.id as u32)),
+        crate::bpf::abi::HIST_CGROUP => Some(HistOwner::Cgroup(key.id)),
+        _ => None,
     }
-    Ok((records, missing))
 }

@@ -1,12 +1,19 @@
 //! The profile model: symbolized stacks with their time, in time slices.
 
+pub mod cgroups;
+pub mod kind;
 pub mod query;
 pub mod render;
+pub mod runqueue;
 pub mod store;
+pub mod threads;
 
 use std::{collections::HashMap, sync::Arc, time::SystemTime};
 
-use crate::{bpf::abi::State, collect::StatDeltas};
+use crate::{
+    bpf::abi::{Hist, State},
+    collect::{HistOwner, RawThread, StatDeltas},
+};
 
 /// A frame name, interned: equal names share one allocation.
 pub type Frame = Arc<str>;
@@ -26,6 +33,19 @@ pub struct Sample {
     pub count: u64,
 }
 
+/// Wakeups one thread sent to another, from one stack.
+#[derive(Debug, Clone)]
+pub struct Wakeup {
+    pub pid: u32,
+    pub tid: u32,
+    pub peer_pid: u32,
+    pub peer_tid: u32,
+    pub stack: Stack,
+    /// How long the woken threads had been asleep.
+    pub ns: u64,
+    pub count: u64,
+}
+
 /// Names known for a thread during a slice.
 #[derive(Debug, Clone)]
 pub struct ThreadInfo {
@@ -39,7 +59,11 @@ pub struct Slice {
     pub start: SystemTime,
     pub end: SystemTime,
     pub samples: Vec<Sample>,
+    pub wakeups: Vec<Wakeup>,
     pub threads: HashMap<u32, ThreadInfo>,
+    /// Exact per-thread time by state, switches and wakeups.
+    pub thread_totals: Vec<RawThread>,
+    pub runq_hists: Vec<(HistOwner, Hist)>,
     /// Process names by pid.
     pub processes: HashMap<u32, Arc<str>>,
     /// BPF loss counters for this interval.

@@ -8,24 +8,38 @@ use std::{
 
 use serde::Serialize;
 
-use super::{store::Store, Sample};
+use super::{
+    kind::{pool_name, state_frame, thread_frame, Group, Kind},
+    store::Store,
+    Slice,
+};
 use crate::bpf::abi::State;
 
-/// Which samples a query wants.
+/// Which samples a query wants and how to fold them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Filter {
     pub pid: Option<u32>,
     pub tid: Option<u32>,
-    pub state: State,
+    pub kind: Kind,
+    pub group: Group,
     /// The last `seconds` before the query.
     pub seconds: u64,
 }
 
 impl Filter {
-    fn matches(&self, s: &Sample) -> bool {
-        s.state == self.state
-            && self.pid.is_none_or(|p| p == s.pid)
-            && self.tid.is_none_or(|t| t == s.tid)
+    /// A CPU profile grouped by process.
+    pub fn cpu(pid: Option<u32>, tid: Option<u32>, seconds: u64) -> Filter {
+        Filter {
+            pid,
+            tid,
+            kind: Kind::State(State::Cpu),
+            group: Group::Process,
+            seconds,
+        }
+    }
+
+    fn matches(&self, pid: u32, tid: u32) -> bool {
+        self.pid.is_none_or(|p| p == pid) && self.tid.is_none_or(|t| t == tid)
     }
 }
 
@@ -39,32 +53,121 @@ pub struct Folded {
     pub processes: BTreeMap<u32, Arc<str>>,
 }
 
+impl Folded {
+    fn add(&mut self, frames: &[&str], ns: u64) {
+        if ns == 0 {
+            return;
+        }
+        *self.stacks.entry(frames.join(";")).or_default() += ns;
+        self.total_ns += ns;
+    }
+}
+
+/// Frames above the stack: the process, then the thread or pool if asked.
+/// The latest names of processes and threads in a window: a thread that
+/// renames itself (pools do, right after start) is one thread, not two.
+#[derive(Default)]
+struct Names {
+    processes: HashMap<u32, Arc<str>>,
+    threads: HashMap<u32, Arc<str>>,
+}
+
+impl Names {
+    fn of<'a>(slices: impl Iterator<Item = &'a Slice>) -> Names {
+        let mut names = Names::default();
+        for slice in slices {
+            names.processes.extend(slice.processes.iter().map(|(k, v)| (*k, v.clone())));
+            names.threads.extend(slice.threads.iter().map(|(k, v)| (*k, v.name.clone())));
+        }
+        names
+    }
+
+    fn thread(&self, tid: u32) -> &str {
+        self.threads.get(&tid).map_or("[unknown]", |n| n)
+    }
+}
+
+fn prefix(names: &Names, filter: &Filter, pid: u32, tid: u32) -> Vec<String> {
+    let process = names.processes.get(&pid).map_or("[unknown]", |n| n);
+    let thread = names.thread(tid);
+    match filter.group {
+        Group::Process => vec![process.to_string()],
+        Group::Thread => vec![process.to_string(), thread_frame(thread, tid)],
+        Group::Pool => vec![process.to_string(), pool_name(thread)],
+    }
+}
+
 /// Folds the samples that match `filter`; the root frame is the process name.
 pub fn folded(store: &Store, filter: &Filter, now: SystemTime) -> Folded {
     let mut out = Folded::default();
-    let mut by_stack: HashMap<(Arc<str>, &super::Stack), u64> = HashMap::new();
+    let names = Names::of(store.window(filter.seconds, now));
+    // Per (tid, state): exact totals and what stack rows explain (wall only).
+    let mut explained: HashMap<(u32, State), u64> = HashMap::new();
+    let mut totals: HashMap<(u32, State), (u64, Vec<String>)> = HashMap::new();
     for slice in store.window(filter.seconds, now) {
-        for s in slice.samples.iter().filter(|s| filter.matches(s)) {
-            let name = slice
-                .processes
-                .get(&s.pid)
-                .cloned()
-                .unwrap_or_else(|| Arc::from("[unknown]"));
-            out.processes.entry(s.pid).or_insert_with(|| name.clone());
-            *by_stack.entry((name, &s.stack)).or_default() += s.ns;
-            out.total_ns += s.ns;
+        for s in &slice.samples {
+            if !filter.matches(s.pid, s.tid) || !filter.kind.includes(s.state) {
+                continue;
+            }
+            let mut frames = prefix(&names, filter, s.pid, s.tid);
+            if filter.kind == Kind::Wall {
+                frames.push(state_frame(s.state));
+                *explained.entry((s.tid, s.state)).or_default() += s.ns;
+            }
+            frames.extend(s.stack.iter().map(|f| f.to_string()));
+            note_process(&mut out, &names, s.pid);
+            out.add(&frames.iter().map(String::as_str).collect::<Vec<_>>(), s.ns);
+        }
+        if filter.kind == Kind::Wakeup {
+            for w in &slice.wakeups {
+                if !filter.matches(w.pid, w.tid) && !filter.matches(w.peer_pid, w.peer_tid) {
+                    continue;
+                }
+                let mut frames = prefix(&names, filter, w.pid, w.tid);
+                frames.extend(w.stack.iter().map(|f| f.to_string()));
+                let wakee = slice
+                    .threads
+                    .get(&w.peer_tid)
+                    .map_or("[unknown]", |t| &t.name);
+                frames.push(format!("[wakes {}]", thread_frame(wakee, w.peer_tid)));
+                note_process(&mut out, &names, w.pid);
+                out.add(&frames.iter().map(String::as_str).collect::<Vec<_>>(), w.ns);
+            }
+        }
+        if filter.kind == Kind::Wall {
+            for t in slice
+                .thread_totals
+                .iter()
+                .filter(|t| filter.matches(t.pid, t.tid))
+            {
+                for state in State::ALL {
+                    let entry = totals
+                        .entry((t.tid, state))
+                        .or_insert_with(|| (0, Vec::new()));
+                    entry.0 += t.ns[state as usize];
+                    if entry.1.is_empty() {
+                        entry.1 = prefix(&names, filter, t.pid, t.tid);
+                        note_process(&mut out, &names, t.pid);
+                    }
+                }
+            }
         }
     }
-    for ((root, stack), ns) in by_stack {
-        let mut line = String::with_capacity(16 * (stack.len() + 1));
-        line.push_str(&root);
-        for frame in stack.iter() {
-            line.push(';');
-            line.push_str(frame);
-        }
-        *out.stacks.entry(line).or_default() += ns;
+    // Wall graphs add up to each thread's wall time: what no stack row
+    // explains (short intervals, sampling error) shows as [unattributed].
+    for ((tid, state), (total, mut frames)) in totals {
+        let rest = total.saturating_sub(explained.get(&(tid, state)).copied().unwrap_or(0));
+        frames.push(state_frame(state));
+        frames.push("[unattributed]".to_string());
+        out.add(&frames.iter().map(String::as_str).collect::<Vec<_>>(), rest);
     }
     out
+}
+
+fn note_process(out: &mut Folded, names: &Names, pid: u32) {
+    out.processes.entry(pid).or_insert_with(|| {
+        names.processes.get(&pid).cloned().unwrap_or_else(|| Arc::from("[unknown]"))
+    });
 }
 
 /// One row of `/processes`.
@@ -130,7 +233,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::profile::{Slice, Stack};
+    use crate::profile::{Sample, Slice, Stack};
 
     fn sample(pid: u32, tid: u32, frames: &[&str], ns: u64) -> Sample {
         let stack: Stack = frames.iter().map(|f| Arc::<str>::from(*f)).collect();
@@ -156,6 +259,9 @@ mod tests {
                 sample(10, 11, &["main", "b"], 2_000),
                 sample(20, 20, &["main"], 9_000),
             ],
+            wakeups: Vec::new(),
+            thread_totals: Vec::new(),
+            runq_hists: Vec::new(),
             threads: [10, 11, 20]
                 .map(|tid| {
                     (
@@ -176,12 +282,7 @@ mod tests {
     #[test]
     fn folds_by_process_and_filters_by_pid_and_tid() {
         let (store, now) = store();
-        let all = Filter {
-            pid: None,
-            tid: None,
-            state: State::Cpu,
-            seconds: 30,
-        };
+        let all = Filter::cpu(None, None, 30);
         let f = folded(&store, &all, now);
         assert_eq!(f.total_ns, 15_000);
         assert_eq!(

@@ -111,7 +111,10 @@ mod tests {
                 ns: 10,
                 count: 1,
             }],
+            wakeups: Vec::new(),
             threads: HashMap::new(),
+            thread_totals: Vec::new(),
+            runq_hists: Vec::new(),
             processes: HashMap::new(),
             stats: [1; Stat::COUNT],
         }

@@ -8,6 +8,7 @@
 
 pub mod maps;
 mod procs;
+mod syscalls;
 
 use std::{
     collections::{HashMap, HashSet},
@@ -22,8 +23,9 @@ use blazesym::symbolize::{
 };
 
 use crate::{
-    collect::{RawBatch, RawRecord},
-    profile::{Frame, Sample, Slice, Stack, ThreadInfo},
+    bpf::abi::State,
+    collect::{RawBatch, RawRecord, RecordKind},
+    profile::{Frame, Sample, Slice, Stack, ThreadInfo, Wakeup},
 };
 use procs::{FileKey, Found, Procs};
 
@@ -88,28 +90,51 @@ impl Symbolizer {
         let mut threads = HashMap::new();
         let mut processes = HashMap::new();
         let mut samples = Vec::with_capacity(batch.records.len());
-        for (record, locs) in batch.records.into_iter().zip(locations) {
-            let stack = self.stack(&record, &locs);
-            threads.entry(record.tid).or_insert_with(|| ThreadInfo {
-                pid: record.pid,
-                name: self.intern(&record.comm),
-            });
-            if let std::collections::hash_map::Entry::Vacant(slot) = processes.entry(record.pid) {
-                let name = self
-                    .procs
-                    .name(record.pid)
-                    .unwrap_or(&record.comm)
-                    .to_string();
+        let mut wakeups = Vec::new();
+        let names = batch
+            .records
+            .iter()
+            .map(|r| (r.pid, r.tid, r.comm.as_str()));
+        let names = names.chain(
+            batch
+                .threads
+                .iter()
+                .map(|t| (t.pid, t.tid, t.comm.as_str())),
+        );
+        for (pid, tid, comm) in names {
+            if let std::collections::hash_map::Entry::Vacant(slot) = threads.entry(tid) {
+                slot.insert(ThreadInfo {
+                    pid,
+                    name: self.intern(comm),
+                });
+            }
+            if let std::collections::hash_map::Entry::Vacant(slot) = processes.entry(pid) {
+                let name = self.procs.name(pid).unwrap_or(comm).to_string();
                 slot.insert(self.intern(&name));
             }
-            samples.push(Sample {
-                pid: record.pid,
-                tid: record.tid,
-                state: record.state,
-                stack,
-                ns: record.ns,
-                count: record.count,
-            });
+        }
+        for (record, locs) in batch.records.iter().zip(locations) {
+            let stack = self.stack(record, &locs);
+            let (pid, tid, ns, count) = (record.pid, record.tid, record.ns, record.count);
+            match record.kind {
+                RecordKind::Time(state) => samples.push(Sample {
+                    pid,
+                    tid,
+                    state,
+                    stack,
+                    ns,
+                    count,
+                }),
+                RecordKind::Wakeup { peer_pid, peer_tid } => wakeups.push(Wakeup {
+                    pid,
+                    tid,
+                    peer_pid,
+                    peer_tid,
+                    stack,
+                    ns,
+                    count,
+                }),
+            }
         }
         self.procs.end_batch();
         let start = batch
@@ -120,7 +145,10 @@ impl Symbolizer {
             start,
             end: batch.end,
             samples,
+            wakeups,
             threads,
+            thread_totals: batch.threads,
+            runq_hists: batch.runq_hists,
             processes,
             stats: batch.stats,
         }
@@ -251,6 +279,12 @@ impl Symbolizer {
                 let frame = self.kernel_cache.get(&kernel_lookup_addr(i, ip)).cloned();
                 frames.push(frame.unwrap_or_else(|| self.intern("[unknown]_[k]")));
             }
+        } else if let (Some(nr), false) =
+            (record.syscall, record.kind == RecordKind::Time(State::Cpu))
+        {
+            // Off-CPU rows skip the costly kernel stack: the syscall names
+            // the kernel path.
+            frames.push(self.intern(&syscalls::frame(nr)));
         }
         if frames.is_empty() {
             frames.push(unknown);

@@ -63,6 +63,7 @@ pub fn workload(name: &str) -> PathBuf {
 pub struct Workload {
     pub child: Child,
     pub pid: u32,
+    stdout: BufReader<std::process::ChildStdout>,
 }
 
 impl Workload {
@@ -74,21 +75,24 @@ impl Workload {
             .spawn()
             .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display()));
         let mut line = String::new();
-        BufReader::new(child.stdout.as_mut().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        stdout.read_line(&mut line).unwrap();
         let pid = line
             .trim()
             .strip_prefix("ready ")
             .and_then(|p| p.parse().ok());
         let pid = pid.unwrap_or_else(|| panic!("expected `ready <pid>`, got {line:?}"));
-        Workload { child, pid }
+        Workload { child, pid, stdout }
     }
 
-    /// Waits for the workload to finish successfully.
-    pub fn wait(mut self) {
+    /// Waits for the workload to finish successfully; returns the rest of
+    /// what it printed.
+    pub fn wait(mut self) -> String {
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut self.stdout, &mut rest).unwrap();
         let status = self.child.wait().unwrap();
         assert!(status.success(), "workload failed: {status}");
+        rest
     }
 }
 

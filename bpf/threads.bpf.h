@@ -1,0 +1,62 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Per-thread totals and runqueue histograms, in the active buffer. */
+#ifndef WALLSCOPE_THREADS_BPF_H
+#define WALLSCOPE_THREADS_BPF_H
+
+#include "aggregate.bpf.h"
+
+/* The totals row of `task`, created on first use. */
+static __always_inline struct ws_thread_totals *ws_thread(struct task_struct *task)
+{
+	void *map = ws_buffer() ? (void *)&threads_1 : (void *)&threads_0;
+	struct ws_thread_totals init = {};
+	__u32 tid = BPF_CORE_READ(task, pid);
+
+	init.pid = BPF_CORE_READ(task, tgid);
+	BPF_CORE_READ_STR_INTO(&init.comm, task, comm);
+	return ws_lookup_or_init(map, &tid, &init, WS_STAT_THREADS_FULL);
+}
+
+static __always_inline void ws_thread_time(struct task_struct *task, __u32 state, __u64 ns)
+{
+	struct ws_thread_totals *t = ws_thread(task);
+
+	if (t && state < WS_STATE_COUNT)
+		__sync_fetch_and_add(&t->ns[state], ns);
+}
+
+/* Floor of log2(v) for v > 0, without loops. */
+static __always_inline __u32 ws_log2(__u64 v)
+{
+	__u32 r = 0, shift;
+
+	shift = (v > 0xFFFFFFFF) << 5; v >>= shift; r |= shift;
+	shift = (v > 0xFFFF) << 4; v >>= shift; r |= shift;
+	shift = (v > 0xFF) << 3; v >>= shift; r |= shift;
+	shift = (v > 0xF) << 2; v >>= shift; r |= shift;
+	shift = (v > 0x3) << 1; v >>= shift; r |= shift;
+	r |= (v >> 1);
+	return r;
+}
+
+static __always_inline void ws_hist_add(__u64 id, __u32 kind, __u64 ns)
+{
+	void *map = ws_buffer() ? (void *)&runq_hist_1 : (void *)&runq_hist_0;
+	struct ws_hist_key key = { .id = id, .kind = kind };
+	struct ws_hist init = {};
+	struct ws_hist *h = ws_lookup_or_init(map, &key, &init, WS_STAT_HIST_FULL);
+	__u64 us = ns / 1000;
+	__u32 slot = us ? ws_log2(us) + 1 : 0; /* slot 0: under 1 us */
+
+	if (!h)
+		return;
+	if (slot >= WS_HIST_SLOTS)
+		slot = WS_HIST_SLOTS - 1;
+	/* clang may check a copy and index with the original register; the
+	 * barrier keeps the mask, which bounds the register indexed with. */
+	asm volatile("" : "+r"(slot));
+	slot &= WS_HIST_SLOTS - 1;
+	__sync_fetch_and_add(&h->slots[slot], 1);
+}
+
+#endif /* WALLSCOPE_THREADS_BPF_H */

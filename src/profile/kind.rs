@@ -1,0 +1,130 @@
+//! What a profile query measures (`kind`) and how it groups (`group`).
+
+use crate::bpf::abi::State;
+
+/// The `kind` of a profile: one state, a union of states, or wakeups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    State(State),
+    /// All four off-CPU states.
+    Offcpu,
+    /// CPU and off-CPU, with the state as a frame under the root.
+    Wall,
+    /// Wakeups sent, by waker stack; values are the wakees' sleep time.
+    Wakeup,
+}
+
+impl Kind {
+    /// Names accepted by the API.
+    pub const NAMES: [&'static str; 8] = [
+        "cpu", "runqueue", "futex", "io", "sleep", "offcpu", "wall", "wakeup",
+    ];
+
+    /// Parses an API name.
+    pub fn parse(name: &str) -> Option<Kind> {
+        Some(match name {
+            "offcpu" => Kind::Offcpu,
+            "wall" => Kind::Wall,
+            "wakeup" => Kind::Wakeup,
+            _ => Kind::State(State::ALL.into_iter().find(|s| s.name() == name)?),
+        })
+    }
+
+    /// Whether time in `state` belongs to this kind.
+    pub fn includes(self, state: State) -> bool {
+        match self {
+            Kind::State(s) => s == state,
+            Kind::Offcpu => state != State::Cpu,
+            Kind::Wall => true,
+            Kind::Wakeup => false,
+        }
+    }
+
+    /// Words for titles: `CPU`, `futex wait`, ...
+    pub fn describe(self) -> &'static str {
+        match self {
+            Kind::State(State::Cpu) => "CPU",
+            Kind::State(State::Runqueue) => "runqueue latency",
+            Kind::State(State::Futex) => "futex wait",
+            Kind::State(State::Io) => "I/O wait",
+            Kind::State(State::Sleep) => "sleep",
+            Kind::Offcpu => "off-CPU",
+            Kind::Wall => "wall clock",
+            Kind::Wakeup => "wakeups sent (weighted by wakee sleep)",
+        }
+    }
+}
+
+/// What sits under the process frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Group {
+    Process,
+    Thread,
+    Pool,
+}
+
+impl Group {
+    /// Names accepted by the API.
+    pub const NAMES: [&'static str; 3] = ["process", "thread", "pool"];
+
+    /// Parses an API name.
+    pub fn parse(name: &str) -> Option<Group> {
+        match name {
+            "process" => Some(Group::Process),
+            "thread" => Some(Group::Thread),
+            "pool" => Some(Group::Pool),
+            _ => None,
+        }
+    }
+}
+
+/// The pool a thread belongs to: its name with the final number replaced by
+/// `*` (`ForkJoinPool-1-worker-7` -> `ForkJoinPool-1-worker-*`). Names that
+/// do not end in a number are their own pool.
+pub fn pool_name(thread: &str) -> String {
+    let stem = thread.trim_end_matches(|c: char| c.is_ascii_digit());
+    if stem.len() == thread.len() || stem.is_empty() {
+        thread.to_string()
+    } else {
+        format!("{stem}*")
+    }
+}
+
+/// The frame that names a thread in `group=thread` graphs.
+pub fn thread_frame(name: &str, tid: u32) -> String {
+    format!("{name} [tid {tid}]")
+}
+
+/// The frame that names a state in `kind=wall` graphs.
+pub fn state_frame(state: State) -> String {
+    format!("[{}]", state.name())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pools_strip_the_final_number() {
+        assert_eq!(
+            pool_name("ForkJoinPool-1-worker-7"),
+            "ForkJoinPool-1-worker-*"
+        );
+        assert_eq!(pool_name("MutationStage-3"), "MutationStage-*");
+        assert_eq!(pool_name("pool-2-thread-15"), "pool-2-thread-*");
+        assert_eq!(pool_name("main"), "main");
+        assert_eq!(pool_name("1234"), "1234");
+        assert_eq!(pool_name("kworker/0:1"), "kworker/0:*");
+    }
+
+    #[test]
+    fn kinds_parse_and_include_states() {
+        for name in Kind::NAMES {
+            assert!(Kind::parse(name).is_some(), "{name}");
+        }
+        assert_eq!(Kind::parse("futex"), Some(Kind::State(State::Futex)));
+        assert!(Kind::parse("park").is_none());
+        assert!(Kind::Offcpu.includes(State::Io) && !Kind::Offcpu.includes(State::Cpu));
+        assert!(Kind::Wall.includes(State::Cpu) && !Kind::Wakeup.includes(State::Cpu));
+    }
+}

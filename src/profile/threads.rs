@@ -1,0 +1,276 @@
+//! Per-thread time breakdowns (`/threads`): exact time by state, switches
+//! and wakeups, per thread, per pool and for the process.
+
+use std::{collections::HashMap, fmt::Write as _, time::SystemTime};
+
+use serde::Serialize;
+
+use super::{kind::pool_name, query::ns_to_us, store::Store};
+use crate::{bpf::abi::State, collect::RawThread};
+
+/// Time and events of one thread, pool or process.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct Breakdown {
+    pub cpu_us: u64,
+    pub runqueue_us: u64,
+    pub futex_us: u64,
+    pub io_us: u64,
+    pub sleep_us: u64,
+    pub wall_us: u64,
+    pub switches: u64,
+    pub switches_involuntary: u64,
+    pub wakeups_sent: u64,
+    pub wakeups_received: u64,
+}
+
+/// One thread's row.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ThreadRow {
+    pub tid: u32,
+    pub name: String,
+    pub pool: String,
+    #[serde(flatten)]
+    pub time: Breakdown,
+}
+
+/// One pool's row.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct PoolRow {
+    pub pool: String,
+    pub threads: usize,
+    #[serde(flatten)]
+    pub time: Breakdown,
+}
+
+/// The `/threads` answer for one process.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ThreadReport {
+    pub pid: u32,
+    pub comm: String,
+    pub seconds: u64,
+    pub process: Breakdown,
+    pub pools: Vec<PoolRow>,
+    pub threads: Vec<ThreadRow>,
+}
+
+#[derive(Default)]
+struct Sum {
+    ns: [u64; 5],
+    switches_voluntary: u64,
+    switches_involuntary: u64,
+    wakeups_sent: u64,
+    wakeups_received: u64,
+}
+
+impl Sum {
+    fn add(&mut self, t: &RawThread) {
+        for (a, b) in self.ns.iter_mut().zip(t.ns) {
+            *a += b;
+        }
+        self.switches_voluntary += t.switches_voluntary;
+        self.switches_involuntary += t.switches_involuntary;
+        self.wakeups_sent += t.wakeups_sent;
+        self.wakeups_received += t.wakeups_received;
+    }
+
+    fn merge(&mut self, o: &Sum) {
+        for (a, b) in self.ns.iter_mut().zip(o.ns) {
+            *a += b;
+        }
+        self.switches_voluntary += o.switches_voluntary;
+        self.switches_involuntary += o.switches_involuntary;
+        self.wakeups_sent += o.wakeups_sent;
+        self.wakeups_received += o.wakeups_received;
+    }
+
+    fn breakdown(&self) -> Breakdown {
+        let us = |s: State| ns_to_us(self.ns[s as usize]);
+        Breakdown {
+            cpu_us: us(State::Cpu),
+            runqueue_us: us(State::Runqueue),
+            futex_us: us(State::Futex),
+            io_us: us(State::Io),
+            sleep_us: us(State::Sleep),
+            wall_us: ns_to_us(self.ns.iter().sum()),
+            switches: self.switches_voluntary + self.switches_involuntary,
+            switches_involuntary: self.switches_involuntary,
+            wakeups_sent: self.wakeups_sent,
+            wakeups_received: self.wakeups_received,
+        }
+    }
+}
+
+/// Per-thread breakdown of `pid` over the last `seconds`; `None` when
+/// nothing was recorded for it.
+pub fn report(store: &Store, pid: u32, seconds: u64, now: SystemTime) -> Option<ThreadReport> {
+    let mut sums: HashMap<u32, Sum> = HashMap::new();
+    let mut names: HashMap<u32, String> = HashMap::new();
+    let mut comm = None;
+    for slice in store.window(seconds, now) {
+        for t in slice.thread_totals.iter().filter(|t| t.pid == pid) {
+            sums.entry(t.tid).or_default().add(t);
+            names.insert(t.tid, t.comm.clone());
+        }
+        if let Some(name) = slice.processes.get(&pid) {
+            comm = Some(name.to_string());
+        }
+    }
+    if sums.is_empty() {
+        return None;
+    }
+    let mut process = Sum::default();
+    let mut pools: HashMap<String, (usize, Sum)> = HashMap::new();
+    let mut threads = Vec::with_capacity(sums.len());
+    for (tid, sum) in &sums {
+        let name = names.get(tid).cloned().unwrap_or_default();
+        let pool = pool_name(&name);
+        process.merge(sum);
+        let entry = pools.entry(pool.clone()).or_default();
+        entry.0 += 1;
+        entry.1.merge(sum);
+        threads.push(ThreadRow {
+            tid: *tid,
+            name,
+            pool,
+            time: sum.breakdown(),
+        });
+    }
+    threads.sort_by(|a, b| b.time.wall_us.cmp(&a.time.wall_us).then(a.tid.cmp(&b.tid)));
+    let mut pools: Vec<PoolRow> = pools
+        .into_iter()
+        .map(|(pool, (threads, sum))| PoolRow {
+            pool,
+            threads,
+            time: sum.breakdown(),
+        })
+        .collect();
+    pools.sort_by(|a, b| {
+        b.time
+            .wall_us
+            .cmp(&a.time.wall_us)
+            .then(a.pool.cmp(&b.pool))
+    });
+    Some(ThreadReport {
+        pid,
+        comm: comm.unwrap_or_default(),
+        seconds,
+        process: process.breakdown(),
+        pools,
+        threads,
+    })
+}
+
+/// An aligned table for a terminal, threads sorted by wall time, with the
+/// share of wall time in each state.
+pub fn render_text(r: &ThreadReport) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "pid {} ({}), last {} s: wall time by state",
+        r.pid, r.comm, r.seconds
+    );
+    let header = format!(
+        "{:>8}  {:<28} {:>10} {:>6} {:>6} {:>6} {:>6} {:>6} {:>9} {:>9}",
+        "TID", "NAME", "WALL ms", "cpu%", "runq%", "futex%", "io%", "sleep%", "switches", "wakeups"
+    );
+    let row = |id: &str, name: &str, t: &Breakdown| {
+        let pct = |v: u64| {
+            if t.wall_us == 0 {
+                0.0
+            } else {
+                100.0 * v as f64 / t.wall_us as f64
+            }
+        };
+        format!(
+            "{:>8}  {:<28} {:>10.1} {:>6.1} {:>6.1} {:>6.1} {:>6.1} {:>6.1} {:>9} {:>9}",
+            id,
+            truncate(name, 28),
+            t.wall_us as f64 / 1000.0,
+            pct(t.cpu_us),
+            pct(t.runqueue_us),
+            pct(t.futex_us),
+            pct(t.io_us),
+            pct(t.sleep_us),
+            t.switches,
+            t.wakeups_received,
+        )
+    };
+    let _ = writeln!(out, "{header}");
+    for t in &r.threads {
+        let _ = writeln!(out, "{}", row(&t.tid.to_string(), &t.name, &t.time));
+    }
+    let _ = writeln!(out, "\n{:>8}  {:<28}", "THREADS", "POOL");
+    for p in &r.pools {
+        let _ = writeln!(out, "{}", row(&p.threads.to_string(), &p.pool, &p.time));
+    }
+    let _ = writeln!(out, "{}", row("all", "(process)", &r.process));
+    out
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        s.to_string()
+    } else {
+        s.chars().take(max - 1).chain(['…']).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{collections::HashMap as Map, sync::Arc, time::Duration};
+
+    use super::*;
+    use crate::profile::Slice;
+
+    fn thread(tid: u32, name: &str, ns: [u64; 5]) -> RawThread {
+        RawThread {
+            tid,
+            pid: 7,
+            comm: name.into(),
+            ns,
+            switches_voluntary: 3,
+            switches_involuntary: 1,
+            wakeups_sent: 2,
+            wakeups_received: 5,
+        }
+    }
+
+    #[test]
+    fn sums_threads_pools_and_process() {
+        let end = SystemTime::UNIX_EPOCH + Duration::from_secs(100);
+        let mut store = Store::new(Duration::from_secs(600));
+        for i in 0..2u64 {
+            store.push(Slice {
+                start: end - Duration::from_secs(2 - i),
+                end: end - Duration::from_secs(1 - i),
+                samples: vec![],
+                wakeups: vec![],
+                threads: Map::new(),
+                thread_totals: vec![
+                    thread(8, "worker-1", [100_000, 0, 900_000, 0, 0]),
+                    thread(9, "worker-2", [500_000, 500_000, 0, 0, 0]),
+                    thread(10, "main", [0, 0, 0, 0, 1_000_000]),
+                ],
+                runq_hists: vec![],
+                processes: Map::from([(7, Arc::from("app"))]),
+                stats: Default::default(),
+            });
+        }
+        let r = report(&store, 7, 30, end).unwrap();
+        assert_eq!(r.comm, "app");
+        assert_eq!(r.threads.len(), 3);
+        let w1 = r.threads.iter().find(|t| t.tid == 8).unwrap();
+        assert_eq!(
+            (w1.time.cpu_us, w1.time.futex_us, w1.time.wall_us),
+            (200, 1800, 2000)
+        );
+        assert_eq!(w1.pool, "worker-*");
+        assert_eq!(w1.time.switches, 8);
+        let pool = r.pools.iter().find(|p| p.pool == "worker-*").unwrap();
+        assert_eq!((pool.threads, pool.time.wall_us), (2, 4000));
+        assert_eq!(r.process.wall_us, 6000);
+        assert!(report(&store, 8, 30, end).is_none());
+        let text = render_text(&r);
+        assert!(text.contains("worker-1") && text.contains("90.0"), "{text}");
+    }
+}

@@ -1,0 +1,225 @@
+//! End-to-end tests of the off-CPU engine (root; under CI=true they fail
+//! rather than skip). Tests run one at a time: starvation is measured
+//! against an otherwise quiet machine.
+
+mod support;
+
+use std::{collections::HashMap, sync::Mutex, thread, time::Duration};
+
+use serde_json::Value;
+use support::*;
+
+/// Time for the last drain and its symbolization to reach the store.
+const SETTLE: Duration = Duration::from_millis(2500);
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Runs `name args` to completion under the shared daemon; returns its pid
+/// and what it printed after `ready`.
+fn run_with_output(name: &str, args: &[&str]) -> (u32, String) {
+    let w = Workload::start(&workload(name), args);
+    let pid = w.pid;
+    let out = w.wait();
+    thread::sleep(SETTLE);
+    (pid, out)
+}
+
+fn run(name: &str, args: &[&str]) -> u32 {
+    run_with_output(name, args).0
+}
+
+fn threads(pid: u32) -> Value {
+    let (status, body) = get(&format!("{}/threads?pid={pid}&seconds=120", daemon()));
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+fn us(t: &Value, field: &str) -> f64 {
+    t[field]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{field} in {t}")) as f64
+}
+
+/// The state with the most time.
+fn dominant(t: &Value) -> &'static str {
+    ["cpu", "runqueue", "futex", "io", "sleep"]
+        .into_iter()
+        .max_by(|a, b| us(t, &format!("{a}_us")).total_cmp(&us(t, &format!("{b}_us"))))
+        .unwrap()
+}
+
+fn by_name(report: &Value, prefix: &str) -> Vec<Value> {
+    let rows = report["threads"].as_array().unwrap();
+    rows.iter()
+        .filter(|t| t["name"].as_str().unwrap().starts_with(prefix))
+        .cloned()
+        .collect()
+}
+
+#[test]
+fn mixed_threads_are_classified_and_add_up_to_their_lifetime() {
+    if !ebpf_available() {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    daemon();
+    let (pid, out) = run_with_output("mixed", &["6"]);
+    // `life <tid> <us>`: how long each thread really lived.
+    let lives: HashMap<u64, f64> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("life "))
+        .filter_map(|l| l.split_once(' '))
+        .map(|(tid, us)| (tid.parse().unwrap(), us.parse().unwrap()))
+        .collect();
+    assert_eq!(lives.len(), 6, "{out}");
+    let report = threads(pid);
+    for (prefix, expected, count) in [
+        ("lock-", "futex", 3),
+        ("sleeper", "sleep", 1),
+        ("reader", "sleep", 1),
+        ("spinner", "cpu", 1),
+    ] {
+        let rows = by_name(&report, prefix);
+        assert_eq!(rows.len(), count, "{prefix} threads in {report}");
+        for t in rows {
+            assert_eq!(dominant(&t), expected, "{prefix}: {t}");
+            let sum: f64 = ["cpu", "runqueue", "futex", "io", "sleep"]
+                .iter()
+                .map(|s| us(&t, &format!("{s}_us")))
+                .sum();
+            assert!(
+                (sum - us(&t, "wall_us")).abs() <= 5.0,
+                "wall is the sum of states: {t}"
+            );
+            let lifetime_us = lives[&t["tid"].as_u64().unwrap()];
+            assert!(
+                (sum - lifetime_us).abs() <= 0.05 * lifetime_us,
+                "{prefix}: {sum} us vs lifetime {lifetime_us} us: {t}"
+            );
+        }
+    }
+    let (status, text) = get(&format!(
+        "{}/threads?pid={pid}&seconds=120&format=text",
+        daemon()
+    ));
+    assert_eq!(status, 200);
+    assert!(
+        text.contains("spinner") && text.contains("futex%"),
+        "{text}"
+    );
+}
+
+#[test]
+fn wall_graph_widths_match_thread_wall_time() {
+    if !ebpf_available() {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let url = daemon();
+    let pid = run("mixed", &["4"]);
+    let report = threads(pid);
+    let (status, body) = get(&format!(
+        "{url}/folded?pid={pid}&seconds=120&kind=wall&group=thread"
+    ));
+    assert_eq!(status, 200, "{body}");
+    let mut widths: HashMap<String, u64> = HashMap::new();
+    for (stack, value) in parse_folded(&body) {
+        assert!(
+            stack[2].starts_with('[') && stack[2].ends_with(']'),
+            "state frame under the thread: {stack:?}"
+        );
+        *widths.entry(stack[1].clone()).or_default() += value;
+    }
+    for t in report["threads"].as_array().unwrap() {
+        let frame = format!("{} [tid {}]", t["name"].as_str().unwrap(), t["tid"]);
+        let width = *widths
+            .get(&frame)
+            .unwrap_or_else(|| panic!("{frame} not in\n{body}")) as f64;
+        let wall = us(t, "wall_us");
+        assert!(
+            (width - wall).abs() <= 0.03 * wall,
+            "{frame}: graph {width} us vs /threads {wall} us"
+        );
+    }
+    let (status, _) = get(&format!(
+        "{url}/flamegraph?pid={pid}&seconds=120&kind=wall&group=thread"
+    ));
+    assert_eq!(status, 200);
+}
+
+#[test]
+fn pinned_threads_starve_and_unpinned_ones_do_not() {
+    if !ebpf_available() {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    daemon();
+    let cpus = thread::available_parallelism().unwrap().get().to_string();
+    for (args, starved) in [
+        (vec!["4", "4", "0"], true),
+        (vec![cpus.as_str(), "4"], false),
+    ] {
+        let pid = run("starve", &args);
+        let report = threads(pid);
+        let rows = by_name(&report, "cruncher");
+        assert!(!rows.is_empty(), "{report}");
+        for t in rows {
+            let share = us(&t, "runqueue_us") / us(&t, "wall_us");
+            if starved {
+                assert!(share >= 0.6, "pinned: runqueue share {share:.2}: {t}");
+            } else {
+                // One thread per CPU: waits only for what else runs here.
+                assert!(share <= 0.2, "unpinned: runqueue share {share:.2}: {t}");
+            }
+        }
+    }
+}
+
+#[test]
+fn park_unpark_churn_shows_futex_wakeup_rate_and_waker_stacks() {
+    if !ebpf_available() {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let url = daemon();
+    let seconds = 4.0;
+    let pid = run("churn", &["4", "4"]);
+    let report = threads(pid);
+    let workers = by_name(&report, "pool-worker-");
+    assert_eq!(workers.len(), 4, "{report}");
+    let mut woken = 0.0;
+    for t in &workers {
+        assert_eq!(dominant(t), "futex", "{t}");
+        woken += us(t, "wakeups_received");
+    }
+    assert!(woken / seconds >= 1000.0, "{woken} wakeups in {seconds} s");
+    let pool = &report["pools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["pool"] == "pool-worker-*");
+    assert_eq!(pool.unwrap()["threads"], 4, "{report}");
+
+    let (status, body) = get(&format!("{url}/folded?pid={pid}&seconds=120&kind=wakeup"));
+    assert_eq!(status, 200, "{body}");
+    let rows = parse_folded(&body);
+    let from_submit: u64 = rows
+        .iter()
+        .filter(|(s, _)| s[0] == "churn" && s.iter().any(|f| f == "submit_burst"))
+        .filter(|(s, _)| s.last().unwrap().starts_with("[wakes pool-worker-"))
+        .map(|r| r.1)
+        .sum();
+    assert!(
+        from_submit > 0,
+        "no wakeup stack through submit_burst:\n{body}"
+    );
+
+    let (status, body) = get(&format!(
+        "{url}/folded?pid={pid}&seconds=120&kind=futex&group=pool"
+    ));
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.lines().any(|l| l.starts_with("churn;pool-worker-*;")),
+        "{body}"
+    );
+}
