@@ -76,8 +76,12 @@ impl Names {
     fn of<'a>(slices: impl Iterator<Item = &'a Slice>) -> Names {
         let mut names = Names::default();
         for slice in slices {
-            names.processes.extend(slice.processes.iter().map(|(k, v)| (*k, v.clone())));
-            names.threads.extend(slice.threads.iter().map(|(k, v)| (*k, v.name.clone())));
+            names
+                .processes
+                .extend(slice.processes.iter().map(|(k, v)| (*k, v.clone())));
+            names
+                .threads
+                .extend(slice.threads.iter().map(|(k, v)| (*k, v.name.clone())));
         }
         names
     }
@@ -166,7 +170,11 @@ pub fn folded(store: &Store, filter: &Filter, now: SystemTime) -> Folded {
 
 fn note_process(out: &mut Folded, names: &Names, pid: u32) {
     out.processes.entry(pid).or_insert_with(|| {
-        names.processes.get(&pid).cloned().unwrap_or_else(|| Arc::from("[unknown]"))
+        names
+            .processes
+            .get(&pid)
+            .cloned()
+            .unwrap_or_else(|| Arc::from("[unknown]"))
     });
 }
 
