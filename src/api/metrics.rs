@@ -7,10 +7,14 @@
 //! series, 20 wakeup series and 20 × 35 latency histogram series (buckets,
 //! `_sum`, `_count`). Daemon series are a fixed set.
 
-use std::{collections::HashMap, fmt::Display, fmt::Write as _, time::SystemTime};
+use std::{
+    collections::HashMap,
+    fmt::{Display, Write as _},
+    time::SystemTime,
+};
 
 use crate::{
-    bpf::abi::{Stat, State, HIST_SLOTS},
+    bpf::abi::{Stat, State},
     collect::HistOwner,
     pipeline::Shared,
     profile::{
@@ -29,15 +33,38 @@ pub const TOP_WINDOW_S: u64 = 60;
 /// One process's totals over the whole retention.
 #[derive(Default)]
 struct Process {
-    pid: u32,
-    comm: Option<String>,
-    main_thread_comm: Option<String>,
+    /// `pid="..",comm=".."`, escaped.
+    labels: String,
     ns: [u64; 5],
     wakeups: u64,
-    switches_voluntary: u64,
-    switches_involuntary: u64,
+    switches: [u64; 2],
     runq: Slots,
 }
+
+/// The daemon's own metrics: name and help (a counter if named `_total`).
+const DAEMON: [(&str, &str); 7] = [
+    ("wallscope_drains_total", "Drains of the BPF maps"),
+    ("wallscope_drain_errors_total", "Failed drains"),
+    (
+        "wallscope_last_drain_seconds",
+        "Duration of the last drain of the BPF maps",
+    ),
+    (
+        "wallscope_last_symbolize_seconds",
+        "Duration of the last symbolization",
+    ),
+    ("wallscope_stacks", "Distinct stacks in the store"),
+    (
+        "wallscope_process_cpu_seconds_total",
+        "CPU time (user + system) of the wallscope daemon itself",
+    ),
+    (
+        "wallscope_resident_memory_bytes",
+        "Resident memory of the wallscope daemon itself",
+    ),
+];
+
+const RETAINED: &str = "over the retained history (drops as old slices expire)";
 
 /// The exposition of the daemon's state at `now`.
 pub fn render(shared: &Shared, now: SystemTime) -> String {
@@ -55,158 +82,77 @@ pub fn render(shared: &Shared, now: SystemTime) -> String {
         .unwrap_or_else(|e| e.into_inner())
         .clone();
     let mut out = Out::default();
-    let comm = |p: &Process| {
-        p.comm
-            .clone()
-            .or_else(|| p.main_thread_comm.clone())
-            .unwrap_or_else(|| "[unknown]".into())
-    };
-    let procs: Vec<(String, String, &Process)> = procs
-        .iter()
-        .map(|p| (p.pid.to_string(), comm(p), p))
-        .collect();
-    let rows = || {
-        procs
-            .iter()
-            .map(|(pid, comm, p)| (pid.as_str(), comm.as_str(), *p))
-    };
 
-    out.family(
-        "wallscope_process_state_seconds_total",
-        "counter",
-        "Thread time by state, summed over the process's threads and over the retained history \
-         (not monotonic: it drops as old slices expire)",
-    );
-    for (pid, comm, p) in rows() {
-        for state in State::ALL {
-            let labels = [("pid", pid), ("comm", comm), ("state", state.name())];
-            out.sample(
-                "wallscope_process_state_seconds_total",
-                &labels,
-                p.ns[state as usize] as f64 / 1e9,
-            );
+    let name = "wallscope_process_state_seconds_total";
+    let help = format!("Thread time by state, {RETAINED}");
+    out.family(name, "counter", &help);
+    for p in &procs {
+        for s in State::ALL {
+            let labels = format!("{},{}", p.labels, label("state", s.name()));
+            out.sample(name, &labels, p.ns[s as usize] as f64 / 1e9);
         }
     }
-
-    let hist = "wallscope_process_runqueue_latency_seconds";
-    out.family(
-        hist,
-        "histogram",
-        "Time from wakeup to running, over the retained history; _sum from bucket midpoints",
-    );
-    for (pid, comm, p) in rows() {
-        let (mut count, mut sum_us) = (0, 0.0);
-        for slot in 0..HIST_SLOTS {
+    let name = "wallscope_process_runqueue_latency_seconds";
+    let help = format!("Time from wakeup to running, {RETAINED}; _sum from bucket midpoints");
+    out.family(name, "histogram", &help);
+    for p in &procs {
+        let (mut n, mut sum_us) = (0, 0.0);
+        for (slot, c) in p.runq.iter().enumerate() {
             let (from, to) = slot_bounds_us(slot);
-            count += p.runq[slot];
-            sum_us += p.runq[slot] as f64 * (from + to) as f64 / 2.0;
-            let le = (to as f64 / 1e6).to_string();
-            out.sample(
-                &format!("{hist}_bucket"),
-                &[("pid", pid), ("comm", comm), ("le", &le)],
-                count,
-            );
+            n += c;
+            sum_us += *c as f64 * (from + to) as f64 / 2.0;
+            let le = label("le", &(to as f64 / 1e6).to_string());
+            out.sample(&format!("{name}_bucket"), &format!("{},{le}", p.labels), n);
         }
         out.sample(
-            &format!("{hist}_bucket"),
-            &[("pid", pid), ("comm", comm), ("le", "+Inf")],
-            count,
+            &format!("{name}_bucket"),
+            &format!("{},le=\"+Inf\"", p.labels),
+            n,
         );
-        out.sample(
-            &format!("{hist}_sum"),
-            &[("pid", pid), ("comm", comm)],
-            sum_us / 1e6,
-        );
-        out.sample(
-            &format!("{hist}_count"),
-            &[("pid", pid), ("comm", comm)],
-            count,
-        );
+        out.sample(&format!("{name}_sum"), &p.labels, sum_us / 1e6);
+        out.sample(&format!("{name}_count"), &p.labels, n);
     }
-
-    let wakeups = "wallscope_process_wakeups_total";
-    out.family(
-        wakeups,
-        "counter",
-        "Wakeups received by the process's threads, over the retained history",
-    );
-    for (pid, comm, p) in rows() {
-        out.sample(wakeups, &[("pid", pid), ("comm", comm)], p.wakeups);
+    let name = "wallscope_process_wakeups_total";
+    let help = format!("Wakeups received by the threads, {RETAINED}");
+    out.family(name, "counter", &help);
+    for p in &procs {
+        out.sample(name, &p.labels, p.wakeups);
     }
-    let switches = "wallscope_process_switches_total";
-    out.family(
-        switches,
-        "counter",
-        "Context switches of the process's threads, over the retained history",
-    );
-    for (pid, comm, p) in rows() {
-        for (kind, n) in [
-            ("voluntary", p.switches_voluntary),
-            ("involuntary", p.switches_involuntary),
-        ] {
-            out.sample(switches, &[("pid", pid), ("comm", comm), ("kind", kind)], n);
+    let name = "wallscope_process_switches_total";
+    let help = format!("Context switches of the threads, {RETAINED}");
+    out.family(name, "counter", &help);
+    for p in &procs {
+        for (kind, n) in ["voluntary", "involuntary"].into_iter().zip(p.switches) {
+            out.sample(name, &format!("{},{}", p.labels, label("kind", kind)), n);
         }
     }
 
-    out.family(
-        "wallscope_bpf_events_total",
-        "counter",
-        "BPF-side event and loss counters since start",
-    );
+    let name = "wallscope_bpf_events_total";
+    let help = "BPF-side event and loss counters since start";
+    out.family(name, "counter", help);
     for stat in Stat::ALL {
-        out.sample(
-            "wallscope_bpf_events_total",
-            &[("counter", stat.name())],
-            totals[stat as usize],
-        );
+        out.sample(name, &label("counter", stat.name()), totals[stat as usize]);
     }
-    out.single(
-        "wallscope_drains_total",
-        "counter",
-        "Drains of the BPF maps",
-        health.drains,
-    );
-    out.single(
-        "wallscope_drain_errors_total",
-        "counter",
-        "Failed drains of the BPF maps",
-        health.drain_errors,
-    );
-    let last_drain = health.last_drain_us as f64 / 1e6;
-    out.single(
-        "wallscope_last_drain_seconds",
-        "gauge",
-        "Duration of the last drain",
-        last_drain,
-    );
-    let last_symbolize = health.last_symbolize_us as f64 / 1e6;
-    out.single(
-        "wallscope_last_symbolize_seconds",
-        "gauge",
-        "Duration of the last symbolization",
-        last_symbolize,
-    );
-    out.single(
-        "wallscope_stacks",
-        "gauge",
-        "Distinct stacks held in the store",
-        stacks,
-    );
-    if let Some(cpu) = self_cpu_seconds() {
-        out.single(
-            "wallscope_process_cpu_seconds_total",
-            "counter",
-            "CPU time of the wallscope daemon itself",
-            cpu,
-        );
-    }
-    if let Some(rss) = self_resident_bytes() {
-        out.single(
-            "wallscope_resident_memory_bytes",
-            "gauge",
-            "Resident memory of the wallscope daemon",
-            rss,
-        );
+    let secs = |us: u64| Some(us as f64 / 1e6);
+    let values = [
+        Some(health.drains as f64),
+        Some(health.drain_errors as f64),
+        secs(health.last_drain_us),
+        secs(health.last_symbolize_us),
+        Some(stacks as f64),
+        self_cpu_seconds(),
+        self_resident_bytes().map(|b| b as f64),
+    ];
+    for ((name, help), value) in DAEMON.into_iter().zip(values) {
+        if let Some(value) = value {
+            let kind = if name.ends_with("_total") {
+                "counter"
+            } else {
+                "gauge"
+            };
+            out.family(name, kind, help);
+            out.sample(name, "", value);
+        }
     }
     out.0
 }
@@ -215,39 +161,33 @@ pub fn render(shared: &Shared, now: SystemTime) -> String {
 /// their totals over every retained slice, busiest first.
 fn top_processes(store: &Store, now: SystemTime) -> Vec<Process> {
     let mut wall: HashMap<u32, u64> = HashMap::new();
-    for slice in store.window(TOP_WINDOW_S, now) {
-        for t in &slice.thread_totals {
-            *wall.entry(t.pid).or_default() += t.ns.iter().sum::<u64>();
-        }
+    for t in store
+        .window(TOP_WINDOW_S, now)
+        .flat_map(|s| &s.thread_totals)
+    {
+        *wall.entry(t.pid).or_default() += t.ns.iter().sum::<u64>();
     }
     let mut ranked: Vec<(u32, u64)> = wall.into_iter().collect();
     ranked.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     ranked.truncate(TOP);
-    let index: HashMap<u32, usize> = ranked
-        .iter()
-        .enumerate()
-        .map(|(i, (pid, _))| (*pid, i))
-        .collect();
-    let mut procs: Vec<Process> = ranked
-        .iter()
-        .map(|&(pid, _)| Process {
-            pid,
-            ..Default::default()
-        })
-        .collect();
+    let index: HashMap<u32, usize> = ranked.iter().enumerate().map(|(i, r)| (r.0, i)).collect();
+    let mut procs: Vec<Process> = ranked.iter().map(|_| Process::default()).collect();
+    // Name: the process's last known one, else its main thread's.
+    let (mut names, mut main_thread) = (vec![None; TOP], vec![None; TOP]);
     for slice in store.all() {
         for t in &slice.thread_totals {
-            let Some(p) = index.get(&t.pid).map(|&i| &mut procs[i]) else {
+            let Some(&i) = index.get(&t.pid) else {
                 continue;
             };
+            let p = &mut procs[i];
             for (a, b) in p.ns.iter_mut().zip(t.ns) {
                 *a += b;
             }
             p.wakeups += t.wakeups_received;
-            p.switches_voluntary += t.switches_voluntary;
-            p.switches_involuntary += t.switches_involuntary;
+            p.switches[0] += t.switches_voluntary;
+            p.switches[1] += t.switches_involuntary;
             if t.tid == t.pid {
-                p.main_thread_comm = Some(t.comm.clone());
+                main_thread[i] = Some(t.comm.clone());
             }
         }
         for (owner, hist) in &slice.runq_hists {
@@ -257,11 +197,20 @@ fn top_processes(store: &Store, now: SystemTime) -> Vec<Process> {
                 }
             }
         }
-        for p in &mut procs {
-            if let Some(name) = slice.processes.get(&p.pid) {
-                p.comm = Some(name.to_string());
+        for (pid, &i) in &index {
+            if let Some(name) = slice.processes.get(pid) {
+                names[i] = Some(name.to_string());
             }
         }
+    }
+    for (i, (p, (pid, _))) in procs.iter_mut().zip(&ranked).enumerate() {
+        let comm = names[i].take().or(main_thread[i].take());
+        let comm = comm.unwrap_or_else(|| "[unknown]".into());
+        p.labels = format!(
+            "{},{}",
+            label("pid", &pid.to_string()),
+            label("comm", &comm)
+        );
     }
     procs
 }
@@ -276,20 +225,18 @@ impl Out {
         let _ = writeln!(self.0, "# HELP {name} {help}\n# TYPE {name} {kind}");
     }
 
-    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: impl Display) {
-        self.0.push_str(name);
-        for (i, (k, v)) in labels.iter().enumerate() {
-            let sep = if i == 0 { '{' } else { ',' };
-            let _ = write!(self.0, "{sep}{k}=\"{}\"", escape_label(v));
-        }
-        let close = if labels.is_empty() { "" } else { "}" };
-        let _ = writeln!(self.0, "{close} {value}");
+    /// `name{labels} value`; `labels` as made by [`label`], comma-separated.
+    fn sample(&mut self, name: &str, labels: &str, value: impl Display) {
+        let _ = match labels {
+            "" => writeln!(self.0, "{name} {value}"),
+            _ => writeln!(self.0, "{name}{{{labels}}} {value}"),
+        };
     }
+}
 
-    fn single(&mut self, name: &str, kind: &str, help: &str, value: impl Display) {
-        self.family(name, kind, help);
-        self.sample(name, &[], value);
-    }
+/// `key="value"`, the value escaped.
+fn label(key: &str, value: &str) -> String {
+    format!("{key}=\"{}\"", escape_label(value))
 }
 
 /// A label value as the text format wants it: `\`, `"` and newline escaped.
@@ -336,8 +283,12 @@ mod tests {
         assert_eq!(escape_label(r#"a\b"c"#), r#"a\\b\"c"#);
         assert_eq!(escape_label("x\ny"), r"x\ny");
         let mut out = Out::default();
-        out.sample("m", &[("comm", "we\"ird"), ("pid", "1")], 2);
-        out.sample("n", &[], 0.5);
+        out.sample(
+            "m",
+            &format!("{},{}", label("comm", "we\"ird"), label("pid", "1")),
+            2,
+        );
+        out.sample("n", "", 0.5);
         assert_eq!(out.0, "m{comm=\"we\\\"ird\",pid=\"1\"} 2\nn 0.5\n");
     }
 

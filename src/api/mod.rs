@@ -250,12 +250,13 @@ async fn runqueue(
         OwnerError::Param(param, message) => ApiError::bad(param, message),
         OwnerError::NoSuchCgroup(message) => ApiError::NotFound(message),
     })?;
-    let report = {
+    let slots = {
         let store = shared.store.read().unwrap_or_else(|e| e.into_inner());
-        runqueue::report(&store, owner, seconds, SystemTime::now())
+        runqueue::merged(&store, owner, seconds, SystemTime::now())
     };
-    let report = report.ok_or_else(|| {
-        let who = runqueue::Owner::resolve(owner).describe();
+    let who = runqueue::Owner::resolve(owner);
+    let report = runqueue::from_slots(&slots, who.clone(), seconds).ok_or_else(|| {
+        let who = who.describe();
         ApiError::NotFound(format!(
             "no runqueue latency recorded for {who} in the last {seconds} s"
         ))

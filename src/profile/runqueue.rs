@@ -142,24 +142,20 @@ pub fn quantile_us(slots: &Slots, q: f64) -> Option<f64> {
     None
 }
 
-/// Latency of `owner` over the last `seconds`, its histograms merged;
-/// `None` without any wait.
-pub fn report(
-    store: &Store,
-    owner: HistOwner,
-    seconds: u64,
-    now: SystemTime,
-) -> Option<RunqueueReport> {
+/// The histograms of `owner` over the last `seconds`, merged. Cheap: call
+/// it under the store lock, and [`Owner::resolve`] (which may walk the
+/// cgroup tree) after.
+pub fn merged(store: &Store, owner: HistOwner, seconds: u64, now: SystemTime) -> Slots {
     let mut slots = [0; HIST_SLOTS];
     for slice in store.window(seconds, now) {
         for (_, hist) in slice.runq_hists.iter().filter(|(o, _)| *o == owner) {
             add(&mut slots, hist);
         }
     }
-    from_slots(&slots, Owner::resolve(owner), seconds)
+    slots
 }
 
-/// A report from merged slots; `None` if they are all empty.
+/// The report on merged slots; `None` if they are all empty.
 pub fn from_slots(slots: &Slots, owner: Owner, seconds: u64) -> Option<RunqueueReport> {
     let first = slots.iter().position(|&n| n > 0)?;
     let last = slots.iter().rposition(|&n| n > 0)?;
@@ -277,14 +273,18 @@ mod tests {
                 stats: Default::default(),
             });
         }
-        let r = report(&store, HistOwner::Process(7), 30, end).unwrap();
+        let report = |pid, seconds| {
+            let slots = merged(&store, HistOwner::Process(pid), seconds, end);
+            from_slots(&slots, Owner::Pid { pid }, seconds)
+        };
+        let r = report(7, 30).unwrap();
         assert_eq!((r.count, r.p50_us, r.p99_us), (100, 8.0, 121.6));
         assert_eq!(r.max_bucket, bucket(64, 128, 10));
         assert_eq!(r.buckets.len(), 8, "slots 0..=7");
         assert_eq!(r.buckets[1], bucket(1, 2, 0));
-        let all = report(&store, HistOwner::Process(7), 60, end).unwrap();
+        let all = report(7, 60).unwrap();
         assert_eq!(all.count, 200);
-        assert!(report(&store, HistOwner::Process(9), 60, end).is_none());
+        assert!(report(9, 60).is_none());
         let json = serde_json::to_value(&r).unwrap();
         assert_eq!(json["owner"], serde_json::json!({"pid": 7}));
         let b3 = serde_json::json!({"from_us": 4, "to_us": 8, "count": 40});
