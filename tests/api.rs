@@ -526,8 +526,8 @@ async fn metrics_parse_as_prometheus_text() {
     assert_eq!(value("wallscope_last_drain_seconds", &[]), 0.0015);
     assert_eq!(value("wallscope_last_symbolize_seconds", &[]), 0.0);
     assert_eq!(value("wallscope_stacks", &[]), 0.0);
-    assert!(value("wallscope_process_cpu_seconds_total", &[]) >= 0.0);
-    assert!(value("wallscope_resident_memory_bytes", &[]) > 0.0);
+    assert!(value("wallscope_daemon_cpu_seconds_total", &[]) >= 0.0);
+    assert!(value("wallscope_daemon_resident_memory_bytes", &[]) > 0.0);
 
     // Every family has one HELP and one TYPE, before its samples.
     let mut typed = Vec::new();

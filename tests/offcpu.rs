@@ -155,6 +155,7 @@ fn pinned_threads_starve_and_unpinned_ones_do_not() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     daemon();
     let cpus = thread::available_parallelism().unwrap().get().to_string();
+    let mut p90 = Vec::new();
     for (args, starved) in [
         (vec!["4", "4", "0"], true),
         (vec![cpus.as_str(), "4"], false),
@@ -172,7 +173,18 @@ fn pinned_threads_starve_and_unpinned_ones_do_not() {
                 assert!(share <= 0.2, "unpinned: runqueue share {share:.2}: {t}");
             }
         }
+        let (status, body) = get(&format!("{}/runqueue?pid={pid}&seconds=120", daemon()));
+        assert_eq!(status, 200, "{body}");
+        let hist: Value = serde_json::from_str(&body).unwrap();
+        p90.push(hist["p90_us"].as_f64().unwrap_or_else(|| panic!("{hist}")));
     }
+    // Starved threads wait a scheduler slice or more; unstarved ones rarely.
+    assert!(
+        p90[0] >= 1000.0 && p90[0] > 4.0 * p90[1],
+        "runqueue p90 pinned {} us vs unpinned {} us",
+        p90[0],
+        p90[1]
+    );
 }
 
 #[test]

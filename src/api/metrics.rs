@@ -15,11 +15,10 @@ use std::{
 
 use crate::{
     bpf::abi::{Stat, State},
-    collect::HistOwner,
     pipeline::Shared,
     profile::{
-        runqueue::{self, slot_bounds_us, Slots},
-        store::Store,
+        runqueue::slot_bounds_us,
+        store::{ProcessTotals, Store},
     },
 };
 
@@ -30,15 +29,11 @@ pub const TOP: usize = 20;
 /// Window in which processes are ranked by wall time.
 pub const TOP_WINDOW_S: u64 = 60;
 
-/// One process's totals over the whole retention.
-#[derive(Default)]
+/// One process's series.
 struct Process {
     /// `pid="..",comm=".."`, escaped.
     labels: String,
-    ns: [u64; 5],
-    wakeups: u64,
-    switches: [u64; 2],
-    runq: Slots,
+    totals: ProcessTotals,
 }
 
 /// The daemon's own metrics: name and help (a counter if named `_total`).
@@ -55,16 +50,16 @@ const DAEMON: [(&str, &str); 7] = [
     ),
     ("wallscope_stacks", "Distinct stacks in the store"),
     (
-        "wallscope_process_cpu_seconds_total",
+        "wallscope_daemon_cpu_seconds_total",
         "CPU time (user + system) of the wallscope daemon itself",
     ),
     (
-        "wallscope_resident_memory_bytes",
+        "wallscope_daemon_resident_memory_bytes",
         "Resident memory of the wallscope daemon itself",
     ),
 ];
 
-const RETAINED: &str = "over the retained history (drops as old slices expire)";
+const RETAINED: &str = "since wallscope first saw the process";
 
 /// The exposition of the daemon's state at `now`.
 pub fn render(shared: &Shared, now: SystemTime) -> String {
@@ -89,7 +84,7 @@ pub fn render(shared: &Shared, now: SystemTime) -> String {
     for p in &procs {
         for s in State::ALL {
             let labels = format!("{},{}", p.labels, label("state", s.name()));
-            out.sample(name, &labels, p.ns[s as usize] as f64 / 1e9);
+            out.sample(name, &labels, p.totals.ns[s as usize] as f64 / 1e9);
         }
     }
     let name = "wallscope_process_runqueue_latency_seconds";
@@ -97,7 +92,7 @@ pub fn render(shared: &Shared, now: SystemTime) -> String {
     out.family(name, "histogram", &help);
     for p in &procs {
         let (mut n, mut sum_us) = (0, 0.0);
-        for (slot, c) in p.runq.iter().enumerate() {
+        for (slot, c) in p.totals.runq.iter().enumerate() {
             let (from, to) = slot_bounds_us(slot);
             n += c;
             sum_us += *c as f64 * (from + to) as f64 / 2.0;
@@ -116,13 +111,14 @@ pub fn render(shared: &Shared, now: SystemTime) -> String {
     let help = format!("Wakeups received by the threads, {RETAINED}");
     out.family(name, "counter", &help);
     for p in &procs {
-        out.sample(name, &p.labels, p.wakeups);
+        out.sample(name, &p.labels, p.totals.wakeups_received);
     }
     let name = "wallscope_process_switches_total";
     let help = format!("Context switches of the threads, {RETAINED}");
     out.family(name, "counter", &help);
     for p in &procs {
-        for (kind, n) in ["voluntary", "involuntary"].into_iter().zip(p.switches) {
+        let switches = [p.totals.switches_voluntary, p.totals.switches_involuntary];
+        for (kind, n) in ["voluntary", "involuntary"].into_iter().zip(switches) {
             out.sample(name, &format!("{},{}", p.labels, label("kind", kind)), n);
         }
     }
@@ -158,7 +154,7 @@ pub fn render(shared: &Shared, now: SystemTime) -> String {
 }
 
 /// The [`TOP`] processes by wall time in the last [`TOP_WINDOW_S`] s, with
-/// their totals over every retained slice, busiest first.
+/// their running totals, busiest first.
 fn top_processes(store: &Store, now: SystemTime) -> Vec<Process> {
     let mut wall: HashMap<u32, u64> = HashMap::new();
     for t in store
@@ -170,49 +166,18 @@ fn top_processes(store: &Store, now: SystemTime) -> Vec<Process> {
     let mut ranked: Vec<(u32, u64)> = wall.into_iter().collect();
     ranked.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     ranked.truncate(TOP);
-    let index: HashMap<u32, usize> = ranked.iter().enumerate().map(|(i, r)| (r.0, i)).collect();
-    let mut procs: Vec<Process> = ranked.iter().map(|_| Process::default()).collect();
-    // Name: the process's last known one, else its main thread's.
-    let (mut names, mut main_thread) = (vec![None; TOP], vec![None; TOP]);
-    for slice in store.all() {
-        for t in &slice.thread_totals {
-            let Some(&i) = index.get(&t.pid) else {
-                continue;
-            };
-            let p = &mut procs[i];
-            for (a, b) in p.ns.iter_mut().zip(t.ns) {
-                *a += b;
-            }
-            p.wakeups += t.wakeups_received;
-            p.switches[0] += t.switches_voluntary;
-            p.switches[1] += t.switches_involuntary;
-            if t.tid == t.pid {
-                main_thread[i] = Some(t.comm.clone());
-            }
-        }
-        for (owner, hist) in &slice.runq_hists {
-            if let HistOwner::Process(pid) = owner {
-                if let Some(&i) = index.get(pid) {
-                    runqueue::add(&mut procs[i].runq, hist);
-                }
-            }
-        }
-        for (pid, &i) in &index {
-            if let Some(name) = slice.processes.get(pid) {
-                names[i] = Some(name.to_string());
-            }
-        }
-    }
-    for (i, (p, (pid, _))) in procs.iter_mut().zip(&ranked).enumerate() {
-        let comm = names[i].take().or(main_thread[i].take());
-        let comm = comm.unwrap_or_else(|| "[unknown]".into());
-        p.labels = format!(
-            "{},{}",
-            label("pid", &pid.to_string()),
-            label("comm", &comm)
-        );
-    }
-    procs
+    ranked
+        .into_iter()
+        .filter_map(|(pid, _)| {
+            let totals = store.process_totals().get(&pid)?.clone();
+            let labels = format!(
+                "{},{}",
+                label("pid", &pid.to_string()),
+                label("comm", &totals.comm)
+            );
+            Some(Process { labels, totals })
+        })
+        .collect()
 }
 
 /// The exposition being written.

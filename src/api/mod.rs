@@ -239,13 +239,7 @@ async fn runqueue(
     let p = Params::parse(q.as_deref(), &["pid", "cgroup", "seconds", "format"])?;
     let seconds = seconds(&p, &shared)?;
     let text = p.choice("format", &["json", "text"])? == Some("text");
-    // Params has no string getter; the query already parsed, so this cannot fail.
-    let pairs: Vec<(String, String)> =
-        serde_urlencoded::from_str(q.as_deref().unwrap_or("")).unwrap_or_default();
-    let cgroup = pairs
-        .iter()
-        .find(|(k, _)| k == "cgroup")
-        .map(|(_, v)| v.as_str());
+    let cgroup = p.text("cgroup");
     let owner = runqueue::owner(p.id("pid")?, cgroup).map_err(|e| match e {
         OwnerError::Param(param, message) => ApiError::bad(param, message),
         OwnerError::NoSuchCgroup(message) => ApiError::NotFound(message),

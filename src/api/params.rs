@@ -34,6 +34,11 @@ impl Params {
         Ok(Params { values })
     }
 
+    /// An optional free-form value.
+    pub fn text(&self, name: &str) -> Option<&str> {
+        self.values.get(name).map(String::as_str)
+    }
+
     /// An optional integer in `min..=max`.
     pub fn int(&self, name: &str, min: u64, max: u64) -> Result<Option<u64>, ApiError> {
         let Some(raw) = self.values.get(name) else {
