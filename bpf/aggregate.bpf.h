@@ -146,14 +146,11 @@ static __always_inline void ws_check_generation(struct ws_stack_key *key)
 	key->kernel_stack_id = WS_NO_STACK;
 }
 
-/* Looks up `key` in a hash map, inserting `init` first if missing. */
-static __always_inline void *ws_lookup_or_init(void *map, const void *key,
-					       const void *init, __u32 full_stat)
+/* Inserts `init` under `key` unless present, then looks it up: the slow
+ * path of a lookup that missed. */
+static __always_inline void *ws_insert(void *map, const void *key,
+				       const void *init, __u32 full_stat)
 {
-	void *val = bpf_map_lookup_elem(map, key);
-
-	if (val)
-		return val;
 	long err = bpf_map_update_elem(map, key, init, BPF_NOEXIST);
 	if (err && err != -EEXIST) {
 		ws_stat_inc(full_stat);
@@ -165,14 +162,18 @@ static __always_inline void *ws_lookup_or_init(void *map, const void *key,
 /* Adds `ns` (and one event) to `key`'s row in the active buffer. */
 static __always_inline void ws_add(struct ws_stack_key *key, __u64 ns)
 {
-	struct ws_stack_value zero = {};
 	void *counts = ws_buffer() ? (void *)&counts_1 : (void *)&counts_0;
 	struct ws_stack_value *val;
 
 	ws_check_generation(key);
-	val = ws_lookup_or_init(counts, key, &zero, WS_STAT_COUNTS_FULL);
-	if (!val)
-		return;
+	val = bpf_map_lookup_elem(counts, key);
+	if (!val) {
+		struct ws_stack_value zero = {};
+
+		val = ws_insert(counts, key, &zero, WS_STAT_COUNTS_FULL);
+		if (!val)
+			return;
+	}
 	__sync_fetch_and_add(&val->ns, ns);
 	__sync_fetch_and_add(&val->count, 1);
 }

@@ -47,23 +47,26 @@ struct task_struct___pre514 {
 	long state;
 } __attribute__((preserve_access_index));
 
+/* Tasks here are BTF pointers (tp_btf arguments, bpf_get_current_task_btf):
+ * fields are read with plain loads, which cost far less than probe-read
+ * helpers; CO-RE still relocates the offsets. */
 static __always_inline __u32 ws_task_state(struct task_struct *t)
 {
 	if (bpf_core_field_exists(t->__state))
-		return BPF_CORE_READ(t, __state);
+		return t->__state;
 	return BPF_CORE_READ((struct task_struct___pre514 *)t, state);
 }
 
 static __always_inline bool ws_is_kthread(struct task_struct *t)
 {
-	return BPF_CORE_READ(t, flags) & PF_KTHREAD;
+	return t->flags & PF_KTHREAD;
 }
 
 /* Syscall the task is in, as nr + 1; 0 when in none. */
 static __always_inline __u32 ws_syscall(struct task_struct *t)
 {
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(t);
-	long nr = BPF_CORE_READ(regs, orig_ax);
+	long nr = regs->orig_ax;
 
 	return nr >= 0 && nr < 4096 ? nr + 1 : 0;
 }
@@ -102,22 +105,23 @@ static __always_inline void ws_end_phase(struct task_struct *t, struct ws_task *
 		ws_stat_inc(WS_STAT_BELOW_THRESHOLD);
 		return;
 	}
-	key.pid = BPF_CORE_READ(t, tgid);
-	key.tid = BPF_CORE_READ(t, pid);
+	key.pid = t->tgid;
+	key.tid = t->pid;
 	key.state = s->state;
 	key.stack_gen = s->stack_gen;
 	key.user_stack_id = s->user_stack_id;
 	key.kernel_stack_id = s->kernel_stack_id;
 	key.syscall = s->syscall;
-	BPF_CORE_READ_STR_INTO(&key.comm, t, comm);
+	__builtin_memcpy(key.comm, t->comm, sizeof(key.comm));
 	ws_add(&key, ns);
 }
 
-/* Adds the CPU time since switch-in (or the last flush) to `t`'s totals. */
-static __always_inline void ws_flush_cpu(struct task_struct *t, struct ws_task *s, __u64 now)
+/* Adds the CPU time since switch-in (or the last flush) to `totals`. */
+static __always_inline void ws_flush_cpu(struct ws_thread_totals *totals, struct ws_task *s,
+					 __u64 now)
 {
-	if (s->on_cpu_since && now > s->on_cpu_since)
-		ws_thread_time(t, WS_STATE_CPU, now - s->on_cpu_since);
+	if (totals && s->on_cpu_since && now > s->on_cpu_since)
+		__sync_fetch_and_add(&totals->ns[WS_STATE_CPU], now - s->on_cpu_since);
 	s->on_cpu_since = now;
 }
 
@@ -125,12 +129,12 @@ static __always_inline void ws_switch_out(void *ctx, bool preempt, struct task_s
 					  __u64 now)
 {
 	struct ws_task *s = ws_task(prev, true);
-	struct ws_thread_totals *totals;
+	struct ws_thread_totals *totals = ws_thread(prev);
 	bool kthread = ws_is_kthread(prev);
 
 	if (!s)
 		return;
-	ws_flush_cpu(prev, s, now);
+	ws_flush_cpu(totals, s, now);
 	s->on_cpu_since = 0;
 	s->syscall = kthread ? 0 : ws_syscall(prev);
 	s->state = ws_classify(preempt, prev, s->syscall);
@@ -143,7 +147,6 @@ static __always_inline void ws_switch_out(void *ctx, bool preempt, struct task_s
 	s->kernel_stack_id = s->state == WS_STATE_IO || kthread
 		? ws_kernel_stack(ctx, s->stack_gen) : WS_NO_STACK;
 
-	totals = ws_thread(prev);
 	if (totals) {
 		if (s->state == WS_STATE_RUNQUEUE)
 			__sync_fetch_and_add(&totals->switches_involuntary, 1);
@@ -162,9 +165,8 @@ static __always_inline void ws_switch_in(struct task_struct *next, __u64 now)
 		if (s->state == WS_STATE_RUNQUEUE) {
 			__u64 ns = now - s->phase_start;
 
-			ws_hist_add(BPF_CORE_READ(next, tgid), WS_HIST_PROCESS, ns);
-			ws_hist_add(BPF_CORE_READ(next, cgroups, dfl_cgrp, kn, id),
-				    WS_HIST_CGROUP, ns);
+			ws_hist_add(next->tgid, WS_HIST_PROCESS, ns);
+			ws_hist_add(next->cgroups->dfl_cgrp->kn->id, WS_HIST_CGROUP, ns);
 		}
 		ws_end_phase(next, s, now);
 	}
@@ -178,9 +180,9 @@ static __always_inline void ws_on_switch(void *ctx, bool preempt, struct task_st
 	__u64 now = bpf_ktime_get_ns();
 
 	ws_stat_inc(WS_STAT_SWITCHES);
-	if (BPF_CORE_READ(prev, pid))
+	if (prev->pid)
 		ws_switch_out(ctx, preempt, prev, now);
-	if (BPF_CORE_READ(next, pid))
+	if (next->pid)
 		ws_switch_in(next, now);
 }
 
@@ -211,16 +213,20 @@ static __always_inline void ws_on_wakeup(void *ctx, struct task_struct *p, bool 
 	totals = ws_thread(p);
 	if (totals)
 		__sync_fetch_and_add(&totals->wakeups_received, 1);
-	key.tid = BPF_CORE_READ(waker, pid);
+	key.tid = waker->pid;
 	if (!key.tid)
 		return; /* woken from the idle task: an interrupt, no waker thread */
 	totals = ws_thread(waker);
 	if (totals)
 		__sync_fetch_and_add(&totals->wakeups_sent, 1);
-	key.pid = BPF_CORE_READ(waker, tgid);
+	/* Like off-CPU rows, a waker row (and its stack, the costly part)
+	 * only for wakeups that end a sleep of at least the threshold. */
+	if (slept < offcpu_min_ns && !new_task)
+		return;
+	key.pid = waker->tgid;
 	key.state = WS_STATE_WAKEUP;
-	key.peer_pid = BPF_CORE_READ(p, tgid);
-	key.peer_tid = BPF_CORE_READ(p, pid);
+	key.peer_pid = p->tgid;
+	key.peer_tid = p->pid;
 	key.stack_gen = ws_control(WS_CONTROL_GENERATION);
 	key.user_stack_id = ws_is_kthread(waker) ? WS_NO_STACK : ws_user_stack(ctx, key.stack_gen);
 	key.kernel_stack_id = WS_NO_STACK;

@@ -5,16 +5,20 @@
 
 #include "aggregate.bpf.h"
 
-/* The totals row of `task`, created on first use. */
+/* The totals row of `task`, created on first use. `task` is a BTF pointer
+ * (tp_btf argument or bpf_get_current_task_btf): plain loads, no helpers. */
 static __always_inline struct ws_thread_totals *ws_thread(struct task_struct *task)
 {
 	void *map = ws_buffer() ? (void *)&threads_1 : (void *)&threads_0;
-	struct ws_thread_totals init = {};
-	__u32 tid = BPF_CORE_READ(task, pid);
+	__u32 tid = task->pid;
+	struct ws_thread_totals *t = bpf_map_lookup_elem(map, &tid);
 
-	init.pid = BPF_CORE_READ(task, tgid);
-	BPF_CORE_READ_STR_INTO(&init.comm, task, comm);
-	return ws_lookup_or_init(map, &tid, &init, WS_STAT_THREADS_FULL);
+	if (t)
+		return t;
+	struct ws_thread_totals init = { .pid = task->tgid };
+
+	__builtin_memcpy(init.comm, task->comm, sizeof(init.comm));
+	return ws_insert(map, &tid, &init, WS_STAT_THREADS_FULL);
 }
 
 static __always_inline void ws_thread_time(struct task_struct *task, __u32 state, __u64 ns)
@@ -43,13 +47,17 @@ static __always_inline void ws_hist_add(__u64 id, __u32 kind, __u64 ns)
 {
 	void *map = ws_buffer() ? (void *)&runq_hist_1 : (void *)&runq_hist_0;
 	struct ws_hist_key key = { .id = id, .kind = kind };
-	struct ws_hist init = {};
-	struct ws_hist *h = ws_lookup_or_init(map, &key, &init, WS_STAT_HIST_FULL);
+	struct ws_hist *h = bpf_map_lookup_elem(map, &key);
 	__u64 us = ns / 1000;
 	__u32 slot = us ? ws_log2(us) + 1 : 0; /* slot 0: under 1 us */
 
-	if (!h)
-		return;
+	if (!h) {
+		struct ws_hist init = {};
+
+		h = ws_insert(map, &key, &init, WS_STAT_HIST_FULL);
+		if (!h)
+			return;
+	}
 	if (slot >= WS_HIST_SLOTS)
 		slot = WS_HIST_SLOTS - 1;
 	/* clang may check a copy and index with the original register; the

@@ -39,7 +39,7 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx)
 
 	/* A thread that never switches out still shows its CPU time. */
 	if (key.tid && (s = ws_task(task, false)))
-		ws_flush_cpu(task, s, bpf_ktime_get_ns());
+		ws_flush_cpu(ws_thread(task), s, bpf_ktime_get_ns());
 	return 0;
 }
 

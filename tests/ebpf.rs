@@ -8,23 +8,13 @@ use std::{thread, time::Duration};
 
 use support::*;
 
-/// Time for the last drain (1 s) and its symbolization to reach the store.
-const SETTLE: Duration = Duration::from_millis(2500);
-
 #[test]
 fn cpu_shares_match_the_workload_and_stacks_reach_main() {
     if !ebpf_available() {
         return;
     }
-    let url = daemon();
-    let w = Workload::start(&workload("cpu_shares"), &["6"]);
-    let pid = w.pid;
-    w.wait();
-    thread::sleep(SETTLE);
-
-    let (status, body) = get(&format!("{url}/folded?pid={pid}&seconds=60"));
-    assert_eq!(status, 200, "{body}");
-    let rows = parse_folded(&body);
+    let pid = run("cpu_shares", &["6"]);
+    let (rows, body) = folded_rows(&format!("pid={pid}&seconds=60"));
     let total_us: u64 = rows.iter().map(|r| r.1).sum();
     assert!(
         total_us > 3_000_000,
@@ -56,15 +46,8 @@ fn syscall_heavy_workload_shows_kernel_frames_on_user_frames() {
     if !ebpf_available() {
         return;
     }
-    let url = daemon();
-    let w = Workload::start(&workload("syscalls"), &["4"]);
-    let pid = w.pid;
-    w.wait();
-    thread::sleep(SETTLE);
-
-    let (status, body) = get(&format!("{url}/folded?pid={pid}&seconds=60"));
-    assert_eq!(status, 200, "{body}");
-    let rows = parse_folded(&body);
+    let pid = run("syscalls", &["4"]);
+    let (rows, body) = folded_rows(&format!("pid={pid}&seconds=60"));
     let mixed: Vec<_> = rows
         .iter()
         .filter(|(s, _)| {

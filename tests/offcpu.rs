@@ -4,29 +4,12 @@
 
 mod support;
 
-use std::{collections::HashMap, sync::Mutex, thread, time::Duration};
+use std::{collections::HashMap, sync::Mutex, thread};
 
 use serde_json::Value;
 use support::*;
 
-/// Time for the last drain and its symbolization to reach the store.
-const SETTLE: Duration = Duration::from_millis(2500);
-
 static SERIAL: Mutex<()> = Mutex::new(());
-
-/// Runs `name args` to completion under the shared daemon; returns its pid
-/// and what it printed after `ready`.
-fn run_with_output(name: &str, args: &[&str]) -> (u32, String) {
-    let w = Workload::start(&workload(name), args);
-    let pid = w.pid;
-    let out = w.wait();
-    thread::sleep(SETTLE);
-    (pid, out)
-}
-
-fn run(name: &str, args: &[&str]) -> u32 {
-    run_with_output(name, args).0
-}
 
 fn threads(pid: u32) -> Value {
     let (status, body) = get(&format!("{}/threads?pid={pid}&seconds=120", daemon()));

@@ -63,14 +63,14 @@ struct Sum {
 }
 
 impl Sum {
-    fn add(&mut self, t: &RawThread) {
-        for (a, b) in self.ns.iter_mut().zip(t.ns) {
-            *a += b;
+    fn of(t: &RawThread) -> Sum {
+        Sum {
+            ns: t.ns,
+            switches_voluntary: t.switches_voluntary,
+            switches_involuntary: t.switches_involuntary,
+            wakeups_sent: t.wakeups_sent,
+            wakeups_received: t.wakeups_received,
         }
-        self.switches_voluntary += t.switches_voluntary;
-        self.switches_involuntary += t.switches_involuntary;
-        self.wakeups_sent += t.wakeups_sent;
-        self.wakeups_received += t.wakeups_received;
     }
 
     fn merge(&mut self, o: &Sum) {
@@ -108,7 +108,7 @@ pub fn report(store: &Store, pid: u32, seconds: u64, now: SystemTime) -> Option<
     let mut comm = None;
     for slice in store.window(seconds, now) {
         for t in slice.thread_totals.iter().filter(|t| t.pid == pid) {
-            sums.entry(t.tid).or_default().add(t);
+            sums.entry(t.tid).or_default().merge(&Sum::of(t));
             names.insert(t.tid, t.comm.clone());
         }
         if let Some(name) = slice.processes.get(&pid) {

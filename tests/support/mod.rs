@@ -103,6 +103,33 @@ impl Drop for Workload {
     }
 }
 
+/// Time for the last drain (1 s) and its symbolization to reach the store.
+pub const SETTLE: Duration = Duration::from_millis(2500);
+
+/// Runs workload `name args` to completion while the shared daemon
+/// watches, then lets the daemon catch up; returns the pid and what the
+/// workload printed after `ready`.
+pub fn run_with_output(name: &str, args: &[&str]) -> (u32, String) {
+    daemon();
+    let w = Workload::start(&workload(name), args);
+    let pid = w.pid;
+    let out = w.wait();
+    thread::sleep(SETTLE);
+    (pid, out)
+}
+
+/// [`run_with_output`] without the output.
+pub fn run(name: &str, args: &[&str]) -> u32 {
+    run_with_output(name, args).0
+}
+
+/// `/folded` rows of the shared daemon for `query` (which must answer 200).
+pub fn folded_rows(query: &str) -> (Vec<(Vec<String>, u64)>, String) {
+    let (status, body) = get(&format!("{}/folded?{query}", daemon()));
+    assert_eq!(status, 200, "{query}: {body}");
+    (parse_folded(&body), body)
+}
+
 /// A loopback port nobody listens on right now.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
