@@ -19,6 +19,7 @@ bench:
     scripts/deps.sh bench
     cargo build --release
     cargo bench --bench oncpu
+    cargo bench --bench offcpu
 
 # Rewrite golden files after an intended output change.
 bless:

@@ -12,6 +12,7 @@ have_cmd cc || need+=(build-essential)
 if [ "${1:-}" = bench ]; then
   have_cmd perf || need+=(linux-perf)
   have_cmd bpftrace || need+=(bpftrace)
+  have_cmd bpftool || need+=(bpftool)
   { [ -x /usr/sbin/offcputime ] && [ -x /usr/sbin/runqlat ]; } || need+=(libbpf-tools)
 fi
 

@@ -1,0 +1,239 @@
+//! Helpers shared by the benchmarks: child processes, the wallscope daemon,
+//! BPF program stats, statistics and the markdown report. Each bench uses a
+//! subset.
+#![allow(dead_code)]
+
+use anyhow::{bail, ensure, Context, Result};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+use std::{env, fs};
+
+pub const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+/// A child process, killed if dropped while still running.
+pub struct Guard(pub Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+impl Guard {
+    /// Sends `sig` and waits up to 30 s for the process to exit.
+    pub fn stop(&mut self, sig: libc::c_int) -> Result<()> {
+        // SAFETY: kill(2) on our own child, not yet reaped.
+        unsafe { libc::kill(self.0.id() as libc::pid_t, sig) };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.0.try_wait()?.is_none() {
+            ensure!(Instant::now() < deadline, "signal {sig} ignored");
+            sleep(Duration::from_millis(50));
+        }
+        Ok(())
+    }
+
+    /// User + system CPU seconds the process has used so far.
+    pub fn cpu_seconds(&self) -> Result<f64> {
+        let stat = fs::read_to_string(format!("/proc/{}/stat", self.0.id()))?;
+        let after_comm = stat.rsplit_once(')').context("bad /proc/PID/stat")?.1;
+        let f: Vec<&str> = after_comm.split_whitespace().collect();
+        let ticks = f[11].parse::<u64>()? + f[12].parse::<u64>()?;
+        // SAFETY: sysconf has no preconditions.
+        Ok(ticks as f64 / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64)
+    }
+}
+
+/// Fails with `why` unless running as root.
+pub fn require_root(why: &str) -> Result<()> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("must run as root: {why}");
+    }
+    Ok(())
+}
+
+pub fn env_u64(name: &str, default: u64) -> Result<u64> {
+    let Ok(s) = env::var(name) else {
+        return Ok(default);
+    };
+    match s.parse() {
+        Ok(v) if v > 0 => Ok(v),
+        _ => bail!("{name}={s:?} is not a positive integer"),
+    }
+}
+
+/// Runs `cmd` to completion, failing with its stderr if it fails.
+pub fn check(cmd: &mut Command) -> Result<()> {
+    let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ensure!(out.status.success(), "{cmd:?} failed: {stderr}");
+    Ok(())
+}
+
+/// `program` on `PATH` or in an sbin directory, or an error naming the
+/// Debian `package` that provides it.
+pub fn find_tool(program: &str, package: &str) -> Result<PathBuf> {
+    let path = env::var("PATH").unwrap_or_default() + ":/usr/sbin:/sbin";
+    let found = env::split_paths(&path).map(|d| d.join(program));
+    let found = found.into_iter().find(|p| p.is_file());
+    found.with_context(|| {
+        format!("{program} not found: install the {package} package (`scripts/deps.sh bench`)")
+    })
+}
+
+/// The release daemon, built first if missing.
+pub fn daemon_binary() -> Result<PathBuf> {
+    let bin = Path::new(ROOT).join("target/release/wallscope");
+    if !bin.exists() {
+        eprintln!("building {}", bin.display());
+        let args = ["build", "--release", "--bin", "wallscope"];
+        check(Command::new("cargo").args(args).current_dir(ROOT))?;
+    }
+    Ok(bin)
+}
+
+pub fn free_port() -> Result<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(listener.local_addr()?.port())
+}
+
+/// `/healthz` as JSON, or `None` while it does not answer 200.
+pub fn healthz(port: u16) -> Option<serde_json::Value> {
+    let url = format!("http://127.0.0.1:{port}/healthz");
+    let req = ureq::get(&url).timeout(Duration::from_secs(2));
+    serde_json::from_str(&req.call().ok()?.into_string().ok()?).ok()
+}
+
+/// Spawns `cmd` with stdin and stdout on /dev/null and stderr to `log`.
+pub fn spawn_logged(cmd: &mut Command, log: &Path) -> Result<Guard> {
+    cmd.stdin(Stdio::null()).stdout(Stdio::null());
+    let child = cmd.stderr(fs::File::create(log)?).spawn();
+    Ok(Guard(child.with_context(|| format!("starting {cmd:?}"))?))
+}
+
+/// Waits up to 30 s for the daemon's `/healthz` to answer.
+pub fn wait_healthy(daemon: &mut Guard, port: u16) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while healthz(port).is_none() {
+        if let Some(status) = daemon.0.try_wait()? {
+            bail!("daemon exited with {status}");
+        }
+        ensure!(Instant::now() < deadline, "timed out after 30 s");
+        sleep(Duration::from_millis(100));
+    }
+    Ok(())
+}
+
+/// Ids of the BPF programs that `pid` holds links to (`/proc/PID/fdinfo`).
+pub fn linked_progs(pid: u32) -> BTreeSet<u64> {
+    let Ok(dir) = fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
+        return BTreeSet::new();
+    };
+    let infos = dir.filter_map(|e| fs::read_to_string(e.ok()?.path()).ok());
+    let links = infos.filter(|info| info.contains("link_type:"));
+    let id = |info: String| {
+        let line = info.lines().find_map(|l| l.strip_prefix("prog_id:"));
+        line?.trim().parse().ok()
+    };
+    links.filter_map(id).collect()
+}
+
+/// Name, run count and run time in ns of the programs `ids`, by id, from
+/// `bpftool prog show` (counts stay 0 while BPF stats are off).
+pub fn prog_stats(ids: &BTreeSet<u64>) -> Result<BTreeMap<u64, (String, u64, u64)>> {
+    let out = Command::new("bpftool")
+        .args(["prog", "show", "-j"])
+        .output()?;
+    ensure!(out.status.success(), "bpftool prog show failed");
+    let progs: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout)?;
+    let num = |p: &serde_json::Value, k: &str| p[k].as_u64().unwrap_or(0);
+    let ours = progs.iter().filter(|p| ids.contains(&num(p, "id")));
+    let stats = |p: &serde_json::Value| {
+        let name = p["name"].as_str().unwrap_or("?").to_string();
+        (
+            num(p, "id"),
+            (name, num(p, "run_cnt"), num(p, "run_time_ns")),
+        )
+    };
+    Ok(ours.map(stats).collect())
+}
+
+pub const BPF_STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
+
+/// The current `kernel.bpf_stats_enabled`.
+pub fn bpf_stats_enabled() -> Result<String> {
+    let value = fs::read_to_string(BPF_STATS).context("reading bpf_stats_enabled")?;
+    Ok(value.trim().to_string())
+}
+
+/// `kernel.bpf_stats_enabled` set to 1; the previous value is restored when
+/// dropped.
+pub struct BpfStats(String);
+
+impl BpfStats {
+    pub fn enable() -> Result<Self> {
+        let previous = bpf_stats_enabled()?;
+        fs::write(BPF_STATS, "1").context("enabling bpf_stats_enabled")?;
+        Ok(BpfStats(previous))
+    }
+}
+
+impl Drop for BpfStats {
+    fn drop(&mut self) {
+        let _ = fs::write(BPF_STATS, &self.0);
+    }
+}
+
+/// Median of `values`, `None` if there are none.
+pub fn median(values: impl IntoIterator<Item = f64>) -> Option<f64> {
+    let mut v: Vec<f64> = values.into_iter().collect();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    (n > 0).then(|| (v[(n - 1) / 2] + v[n / 2]) / 2.0)
+}
+
+/// Lowest and highest of `values`, as % above (+) or below (-) `base`.
+pub fn spread(values: impl IntoIterator<Item = f64>, base: f64) -> (f64, f64) {
+    let pct = values.into_iter().map(|v| (v / base - 1.0) * 100.0);
+    pct.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), p| {
+        (lo.min(p), hi.max(p))
+    })
+}
+
+/// The report header's facts: UTC date, kernel release and load average.
+pub fn system() -> Result<(String, String, String)> {
+    let date = Command::new("date").arg("-uR").output()?;
+    Ok((
+        String::from_utf8_lossy(&date.stdout).trim().to_string(),
+        fs::read_to_string("/proc/sys/kernel/osrelease")?
+            .trim()
+            .to_string(),
+        fs::read_to_string("/proc/loadavg")?.trim().to_string(),
+    ))
+}
+
+/// A markdown table; the first column is left-aligned, the others right.
+pub fn table(header: &[impl AsRef<str>], rows: &[Vec<String>]) -> String {
+    let line = |cells: &[String]| format!("| {} |\n", cells.join(" | "));
+    let header: Vec<String> = header.iter().map(|h| h.as_ref().to_string()).collect();
+    let mut s = line(&header) + "|---" + &"|---:".repeat(header.len() - 1) + "|\n";
+    rows.iter().for_each(|r| s += &line(r));
+    s
+}
+
+/// Prints `report` and writes it to `bench/results/NAME.md`.
+pub fn write_report(name: &str, report: &str) -> Result<()> {
+    print!("{report}");
+    let dir = Path::new(ROOT).join("bench/results");
+    fs::create_dir_all(&dir)?;
+    let out = dir.join(format!("{name}.md"));
+    fs::write(&out, report).with_context(|| format!("writing {}", out.display()))?;
+    eprintln!("wrote {}", out.display());
+    Ok(())
+}

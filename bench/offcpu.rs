@@ -1,0 +1,401 @@
+//! Off-CPU tracing overhead: run time of two scheduler-heavy `perf bench sched`
+//! workloads with nothing attached, with wallscope (all programs), with
+//! libbpf-tools `offcputime` and `runqlat`, and with `perf sched record`,
+//! measured round-robin in one run. A final pass with `kernel.bpf_stats_enabled`
+//! on measures each BPF program's own run time per event. Prints a table and
+//! writes `bench/results/offcpu.md`.
+//!
+//! Needs root. Env: `WS_BENCH_ROUNDS` (default 5).
+
+#[path = "common/mod.rs"]
+mod common;
+
+use anyhow::{bail, ensure, Context, Result};
+use common::{free_port, median, Guard};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::Command;
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+use std::{fmt, fs};
+
+/// Time a tool gets after attaching before the workload starts.
+const SETTLE: Duration = Duration::from_secs(1);
+
+/// The `perf bench sched` workloads, by name, each sized to take ~3–5 s
+/// here. `pipe` is pinned to one CPU: unpinned, its time here is bimodal (2 s
+/// or 15 s for the same run, by where its two processes land).
+const WORKLOADS: [(&str, &str); 2] = [
+    ("pipe", "taskset -c 0 perf bench sched pipe -l 1000000"),
+    ("messaging", "perf bench sched messaging -g 5 -l 2000"),
+];
+
+/// Programs every run needs, with their Debian packages.
+const NEEDED: [(&str, &str); 3] = [
+    ("perf", "linux-perf"),
+    ("taskset", "util-linux"),
+    ("bpftool", "bpftool"),
+];
+
+/// How to tell that a tool is attached.
+#[derive(Clone, Copy, PartialEq)]
+enum Ready {
+    /// Nothing runs.
+    Nothing,
+    /// wallscope's `/healthz` answers.
+    Healthz,
+    /// The process holds links to this many BPF programs.
+    Links(usize),
+    /// The process has a child running this command (perf's workload, which
+    /// it starts once its events are enabled).
+    Child(&'static str),
+}
+
+/// A configuration: the command running alongside the workload (stopped
+/// with SIGINT; `{daemon}`, `{port}` and `{data}` are substituted), the
+/// Debian package providing it, and how to tell it is attached.
+struct Config {
+    name: &'static str,
+    cmd: &'static str,
+    package: &'static str,
+    ready: Ready,
+}
+
+impl Config {
+    const fn new(
+        name: &'static str,
+        cmd: &'static str,
+        package: &'static str,
+        ready: Ready,
+    ) -> Self {
+        Config {
+            name,
+            cmd,
+            package,
+            ready,
+        }
+    }
+
+    fn program(&self) -> &'static str {
+        self.cmd.split(' ').next().unwrap_or_default()
+    }
+}
+
+/// The configurations, in the order they run each round (rotated).
+const CONFIGS: [Config; 5] = [
+    Config::new("baseline", "", "", Ready::Nothing),
+    Config::new(
+        "wallscope",
+        "{daemon} serve --listen 127.0.0.1:{port}",
+        "",
+        Ready::Healthz,
+    ),
+    Config::new(
+        "offcputime",
+        "offcputime 60",
+        "libbpf-tools",
+        Ready::Links(1),
+    ),
+    Config::new("runqlat", "runqlat 60", "libbpf-tools", Ready::Links(3)),
+    Config::new(
+        "perf sched record",
+        "perf sched record -a -o {data} -- sleep 60",
+        "linux-perf",
+        Ready::Child("sleep"),
+    ),
+];
+
+impl fmt::Display for Config {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+/// One workload run: seconds it took and the context switches (all CPUs,
+/// from `/proc/stat`) during it.
+struct Run {
+    secs: f64,
+    switches: u64,
+}
+
+/// A BPF tool's cost over one workload run: run count and run time per
+/// program name, and the context switches during the run.
+struct Cost {
+    progs: BTreeMap<String, (u64, u64)>,
+    switches: u64,
+}
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("offcpu bench: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<()> {
+    common::require_root("the tools load eBPF programs and trace every CPU")?;
+    let rounds = common::env_u64("WS_BENCH_ROUNDS", 5)? as usize;
+    let tools = CONFIGS.iter().filter(|c| !c.package.is_empty());
+    for (program, package) in tools.map(|c| (c.program(), c.package)).chain(NEEDED) {
+        common::find_tool(program, package)?;
+    }
+    let daemon = common::daemon_binary()?;
+    let tmp = tempfile::tempdir()?;
+    let stats_at_start = common::bpf_stats_enabled()?;
+    let new = || WORKLOADS.iter().map(|_| Vec::new()).collect();
+    let mut runs: Vec<Vec<Vec<Run>>> = CONFIGS.iter().map(|_| new()).collect();
+    for round in 1..=rounds {
+        // Rotate the start so no configuration always runs first.
+        for i in (0..CONFIGS.len()).map(|i| (i + round - 1) % CONFIGS.len()) {
+            let c = &CONFIGS[i];
+            for (w, (name, cmd)) in WORKLOADS.iter().enumerate() {
+                let ctx = || format!("round {round}, {c}, {name}");
+                let mut tool = start(c, &daemon, tmp.path()).with_context(ctx)?;
+                let r = run_workload(cmd).with_context(ctx)?;
+                stop(c, tool.as_mut(), tmp.path()).with_context(ctx)?;
+                let run = format!("{c} {name}");
+                eprintln!("round {round}/{rounds} {run:<28} {:>7.3} s", r.secs);
+                runs[i][w].push(r);
+            }
+        }
+    }
+    let stats = format!("{stats_at_start} / {}", common::bpf_stats_enabled()?);
+    let costs = bpf_costs(&daemon, tmp.path())?;
+    common::write_report("offcpu", &render(&stats, &runs, &costs)?)
+}
+
+/// Starts `c` (`None` for the baseline) and waits until it is attached,
+/// plus [`SETTLE`].
+fn start(c: &Config, daemon: &Path, tmp: &Path) -> Result<Option<Guard>> {
+    if c.ready == Ready::Nothing {
+        return Ok(None);
+    }
+    let (port, log) = (free_port()?, tmp.join("tool.log"));
+    let arg = |a: &str| match a {
+        "{daemon}" => daemon.as_os_str().to_owned(),
+        "{data}" => tmp.join("perf.data").into_os_string(),
+        a => a.replace("{port}", &port.to_string()).into(),
+    };
+    let argv: Vec<_> = c.cmd.split(' ').map(arg).collect();
+    let mut cmd = Command::new(&argv[0]);
+    let mut tool = common::spawn_logged(cmd.args(&argv[1..]), &log)?;
+    let log = || fs::read_to_string(&log).unwrap_or_default();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(status) = tool.0.try_wait()? {
+            bail!("{} exited with {status}; log:\n{}", c.program(), log());
+        }
+        let pid = tool.0.id();
+        let attached = match c.ready {
+            Ready::Healthz => common::healthz(port).is_some(),
+            Ready::Links(n) => common::linked_progs(pid).len() >= n,
+            Ready::Child(comm) => has_child(pid, comm),
+            Ready::Nothing => true,
+        };
+        if attached {
+            break;
+        }
+        ensure!(Instant::now() < deadline, "attach timed out: {}", log());
+        sleep(Duration::from_millis(100));
+    }
+    sleep(SETTLE);
+    Ok(Some(tool))
+}
+
+/// Stops the tool, which must have outlived the workload, and deletes the
+/// data it wrote.
+fn stop(c: &Config, tool: Option<&mut Guard>, tmp: &Path) -> Result<()> {
+    let Some(tool) = tool else {
+        return Ok(());
+    };
+    if let Some(status) = tool.0.try_wait()? {
+        bail!("{} exited with {status} during the workload", c.program());
+    }
+    tool.stop(libc::SIGINT)?;
+    let _ = fs::remove_file(tmp.join("perf.data"));
+    Ok(())
+}
+
+/// Runs the workload `cmd` once; fails unless perf prints its total time.
+fn run_workload(cmd: &str) -> Result<Run> {
+    let argv: Vec<&str> = cmd.split(' ').collect();
+    let before = context_switches()?;
+    let out = Command::new(argv[0]).args(&argv[1..]).output()?;
+    let switches = context_switches()? - before;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ensure!(out.status.success(), "`{cmd}` failed: {stderr}");
+    let total = stdout.split("Total time:").nth(1);
+    let secs = total.and_then(|t| t.split_whitespace().next()?.parse().ok());
+    let secs = secs.with_context(|| format!("no total time in perf's output:\n{stdout}"))?;
+    Ok(Run { secs, switches })
+}
+
+/// Context switches on all CPUs since boot (`ctxt` in `/proc/stat`).
+fn context_switches() -> Result<u64> {
+    let stat = fs::read_to_string("/proc/stat")?;
+    let ctxt = stat.lines().find_map(|l| l.strip_prefix("ctxt "));
+    Ok(ctxt.context("no ctxt in /proc/stat")?.trim().parse()?)
+}
+
+/// Whether `pid` has a child process running `comm`.
+fn has_child(pid: u32, comm: &str) -> bool {
+    let children = fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"));
+    children.unwrap_or_default().split_whitespace().any(|c| {
+        let name = fs::read_to_string(format!("/proc/{c}/comm")).unwrap_or_default();
+        name.trim() == comm
+    })
+}
+
+/// Per BPF tool, its [`Cost`] in one run of each workload with BPF stats on.
+/// A separate pass, so the stats' own cost (two clock reads per program
+/// run) stays out of the timed rounds.
+fn bpf_costs(daemon: &Path, tmp: &Path) -> Result<Vec<(&'static str, Vec<Cost>)>> {
+    let _stats = common::BpfStats::enable()?;
+    let mut costs = Vec::new();
+    let bpf = |c: &&Config| matches!(c.ready, Ready::Healthz | Ready::Links(_));
+    for c in CONFIGS.iter().filter(bpf) {
+        let mut tool = start(c, daemon, tmp).with_context(|| format!("BPF stats, {c}"))?;
+        let ids = common::linked_progs(tool.as_ref().map_or(0, |t| t.0.id()));
+        let mut per_workload = Vec::new();
+        for (name, cmd) in WORKLOADS {
+            let before = common::prog_stats(&ids)?;
+            let r = run_workload(cmd).with_context(|| format!("BPF stats, {c}, {name}"))?;
+            let mut progs = BTreeMap::new();
+            for (id, (prog, cnt, ns)) in common::prog_stats(&ids)? {
+                let (cnt0, ns0) = before.get(&id).map_or((0, 0), |b| (b.1, b.2));
+                let sum: &mut (u64, u64) = progs.entry(prog).or_default();
+                sum.0 += cnt.saturating_sub(cnt0);
+                sum.1 += ns.saturating_sub(ns0);
+            }
+            eprintln!("BPF stats {c} {name}: {:.3} s", r.secs);
+            let switches = r.switches;
+            per_workload.push(Cost { progs, switches });
+        }
+        stop(c, tool.as_mut(), tmp)?;
+        costs.push((c.name, per_workload));
+    }
+    Ok(costs)
+}
+
+fn secs(runs: &[Run]) -> f64 {
+    median(runs.iter().map(|r| r.secs)).unwrap_or(f64::NAN)
+}
+
+/// `stats`: `kernel.bpf_stats_enabled` before / after the timed rounds.
+fn render(stats: &str, runs: &[Vec<Vec<Run>>], costs: &[(&str, Vec<Cost>)]) -> Result<String> {
+    let rounds = runs[0][0].len();
+    let switches = |r: &[Run]| median(r.iter().map(|r| r.switches as f64)).unwrap_or(f64::NAN);
+    let (date, kernel, load) = common::system()?;
+    let cpus = std::thread::available_parallelism()?.get();
+    let mut s = format!(
+        "# Off-CPU tracing overhead\n\n- date: {date}\n- kernel: {kernel}\n- CPUs: {cpus}\n\
+         - {rounds} rounds, round-robin (start rotated each round); each run starts the \
+         tool, waits until it is attached plus {SETTLE:?}, runs the workload, stops the tool\n\
+         - `kernel.bpf_stats_enabled` before / after the timed rounds: {stats}\n\
+         - load average after the runs: {load}\n"
+    );
+    let base = &runs[0];
+    for ((name, cmd), b) in WORKLOADS.iter().zip(base) {
+        let (lo, hi) = common::spread(b.iter().map(|r| r.secs), secs(b));
+        s += &format!(
+            "- {name}: `{cmd}`, baseline {:.3} s and {:.0} context switches per run, \
+             min / max vs median {lo:+.2} % / {hi:+.2} %\n",
+            secs(b),
+            switches(b),
+        );
+    }
+    let mut header = vec!["configuration".to_string()];
+    for (n, _) in WORKLOADS {
+        header.extend([format!("{n} s"), format!("{n} slowdown (min–max)")]);
+        header.push(format!("{n} ns/switch"));
+    }
+    let mut rows = Vec::new();
+    for (c, per_workload) in CONFIGS.iter().zip(runs) {
+        let mut row = vec![c.to_string()];
+        for (r, b) in per_workload.iter().zip(base) {
+            let (m, bm) = (secs(r), secs(b));
+            let (lo, hi) = common::spread(r.iter().map(|r| r.secs), bm);
+            let range = format!("{:.2}–{:.2}", 1.0 + lo / 100.0, 1.0 + hi / 100.0);
+            row.extend([format!("{m:.3}"), format!("{:.3} ({range})", m / bm)]);
+            row.push(format!("{:.0}", (m - bm) * 1e9 / switches(b)));
+        }
+        rows.push(row);
+    }
+    s += &format!("\n{}", common::table(&header, &rows));
+    s += "\nslowdown: median run time / baseline median. ns/switch: (median − baseline \
+          median) / baseline median context switches.\n\n## BPF program cost\n\n\
+          One more run per BPF tool and workload, with `kernel.bpf_stats_enabled=1`: \
+          events (`run_cnt`) and `run_time_ns / run_cnt` per program from `bpftool prog \
+          show`; the last row per tool is its total run time per context switch.\n\n";
+    let mut header = vec!["tool".to_string(), "program".to_string()];
+    for (n, _) in WORKLOADS {
+        header.extend([format!("{n} events"), format!("{n} ns/event")]);
+    }
+    let mut rows = Vec::new();
+    for (tool, per_workload) in costs {
+        let names: BTreeSet<&String> = per_workload.iter().flat_map(|c| c.progs.keys()).collect();
+        for name in names {
+            let mut row = vec![tool.to_string(), name.to_string()];
+            for c in per_workload {
+                let (cnt, ns) = c.progs.get(name).copied().unwrap_or_default();
+                row.extend([cnt.to_string(), format!("{:.0}", ns as f64 / cnt as f64)]);
+            }
+            rows.push(row);
+        }
+        let mut row = vec![tool.to_string(), "all, per context switch".to_string()];
+        for c in per_workload {
+            let ns = bpf_per_switch(c);
+            row.extend([c.switches.to_string(), format!("{ns:.0}")]);
+        }
+        rows.push(row);
+    }
+    s += &common::table(&header, &rows);
+    s += &verdict(runs, costs);
+    Ok(s)
+}
+
+/// Total BPF run time per context switch, ns.
+fn bpf_per_switch(c: &Cost) -> f64 {
+    c.progs.values().map(|p| p.1).sum::<u64>() as f64 / c.switches as f64
+}
+
+/// One line judging the target "wallscope with everything on costs less than
+/// offcputime alone" from the median run times, per workload against its
+/// baseline's noise (largest deviation of a run from the median), with the
+/// BPF time per switch alongside.
+fn verdict(runs: &[Vec<Vec<Run>>], costs: &[(&str, Vec<Cost>)]) -> String {
+    let find = |name| CONFIGS.iter().position(|c| c.name == name).unwrap_or(0);
+    let (ws, oc) = (find("wallscope"), find("offcputime"));
+    let bpf = |tool, w: usize| {
+        let cost = costs.iter().find(|(t, _)| *t == tool);
+        cost.map_or(f64::NAN, |(_, c)| bpf_per_switch(&c[w]))
+    };
+    let (mut parts, mut clear) = (Vec::new(), Vec::new());
+    for (w, (name, _)) in WORKLOADS.iter().enumerate() {
+        let base = secs(&runs[0][w]);
+        let (lo, hi) = common::spread(runs[0][w].iter().map(|r| r.secs), base);
+        let noise = lo.abs().max(hi.abs());
+        let diff = (secs(&runs[ws][w]) - secs(&runs[oc][w])) / base * 100.0;
+        let within = if diff.abs() > noise { "" } else { ", within" };
+        clear.push((diff.abs() > noise).then_some(diff < 0.0));
+        parts.push(format!(
+            "{name}: wallscope {diff:+.1} % of baseline vs offcputime (noise ±{noise:.1} %\
+             {within}), BPF {:.0} vs {:.0} ns/switch",
+            bpf("wallscope", w),
+            bpf("offcputime", w),
+        ));
+    }
+    let outcome = if clear.iter().all(|c| *c == Some(true)) {
+        "MEETS the target"
+    } else if clear.contains(&Some(false)) {
+        "MISSES the target"
+    } else {
+        "INCONCLUSIVE, not clear of the noise on every workload"
+    };
+    format!(
+        "\nVerdict (target: wallscope with everything on costs less than offcputime alone): \
+         {}: {outcome}.\n",
+        parts.join("; ")
+    )
+}
