@@ -70,7 +70,12 @@ fn app() -> axum::Router {
 }
 
 async fn call(uri: &str) -> (u16, String, String) {
-    let res = app()
+    call_on(app(), uri).await
+}
+
+/// Status, content type and body of GET `uri` on `router`.
+async fn call_on(router: axum::Router, uri: &str) -> (u16, String, String) {
+    let res = router
         .oneshot(Request::get(uri).body(Body::empty()).unwrap())
         .await
         .unwrap();
@@ -283,21 +288,7 @@ fn metrics_app() -> axum::Router {
 }
 
 async fn call_metrics_app(uri: &str) -> (u16, String, String) {
-    let res = metrics_app()
-        .oneshot(Request::get(uri).body(Body::empty()).unwrap())
-        .await
-        .unwrap();
-    let status = res.status().as_u16();
-    let ctype = res
-        .headers()
-        .get("content-type")
-        .map(|v| v.to_str().unwrap().to_string());
-    let body = res.into_body().collect().await.unwrap().to_bytes().to_vec();
-    (
-        status,
-        ctype.unwrap_or_default(),
-        String::from_utf8(body).unwrap(),
-    )
+    call_on(metrics_app(), uri).await
 }
 
 #[tokio::test]
