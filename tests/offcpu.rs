@@ -204,9 +204,10 @@ fn park_unpark_churn_shows_futex_wakeup_rate_and_waker_stacks() {
         .filter(|(s, _)| s.last().unwrap().starts_with("[wakes pool-worker-"))
         .map(|r| r.1)
         .sum();
+    let health = get(&format!("{url}/healthz")).1;
     assert!(
         from_submit > 0,
-        "no wakeup stack through submit_burst:\n{body}"
+        "no wakeup stack through submit_burst:\n{body}\nhealthz: {health}"
     );
 
     let (status, body) = get(&format!(
