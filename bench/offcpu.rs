@@ -187,7 +187,9 @@ fn start(c: &Config, daemon: &Path, tmp: &Path) -> Result<Option<Guard>> {
         }
         let pid = tool.0.id();
         let attached = match c.ready {
-            Ready::Healthz => common::healthz(port).is_some(),
+            Ready::Healthz => {
+                common::healthz(port).is_some() && common::wait_drains(port, WARM_DRAINS).is_ok()
+            }
             Ready::Links(n) => common::linked_progs(pid).len() >= n,
             Ready::Child(comm) => has_child(pid, comm),
             Ready::Nothing => true,
@@ -359,6 +361,9 @@ fn render(stats: &str, runs: &[Vec<Vec<Run>>], costs: &[(&str, Vec<Cost>)]) -> R
 fn bpf_per_switch(c: &Cost) -> f64 {
     c.progs.values().map(|p| p.1).sum::<u64>() as f64 / c.switches as f64
 }
+
+/// Drains wallscope completes before a run: steady state, not start-up.
+const WARM_DRAINS: u64 = 3;
 
 /// One line judging the target "wallscope with everything on costs less than
 /// offcputime alone" from the median run times, per workload against its

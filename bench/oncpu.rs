@@ -21,6 +21,8 @@ const SETTLE: Duration = Duration::from_secs(1);
 /// A bit more than the daemon's 1 s drain interval, so `/healthz` has
 /// counted the workload's last samples.
 const DRAIN_WAIT: Duration = Duration::from_millis(1200);
+/// Drains the daemon completes before a run: steady state, not start-up.
+const WARM_DRAINS: u64 = 3;
 
 /// What is attached during a run; the number is the sampling frequency in Hz.
 #[derive(Clone, Copy, PartialEq)]
@@ -148,6 +150,7 @@ fn measure(setup: &Setup, p: Profiler) -> Result<Run> {
     let wallscope = matches!(p, Profiler::Wallscope(_));
     if wallscope {
         common::wait_healthy(&mut tool, port).with_context(|| format!("log:\n{}", log()))?;
+        common::wait_drains(port, WARM_DRAINS)?;
     }
     sleep(SETTLE);
     if let Some(status) = tool.0.try_wait()? {
@@ -257,7 +260,9 @@ fn render(setup: &Setup, rounds: usize, runs: &[Vec<Run>]) -> Result<String> {
          cover its whole recording, including the {SETTLE:?} it gets to attach first. \
          Profiler CPU: the profiler process's user + system time from the workload's start \
          until just before it is stopped (for wallscope, including a {DRAIN_WAIT:?} wait \
-         for its last drain); the kernel-side sampling cost is charged to the workload.\n"
+         for its last drain); the kernel-side sampling cost is charged to the workload. \
+         wallscope runs start once the daemon has drained {WARM_DRAINS} times: its first \
+         drains symbolize every binary on the host, a one-time start-up cost.\n"
     );
     Ok(s)
 }

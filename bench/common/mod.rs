@@ -130,6 +130,26 @@ pub fn wait_healthy(daemon: &mut Guard, port: u16) -> Result<()> {
     Ok(())
 }
 
+/// Waits (up to 30 s) until the daemon has drained `n` times: its first
+/// drains symbolize every binary on the host once, a start-up cost that a
+/// long-running daemon does not pay again and benchmarks leave out.
+pub fn wait_drains(port: u16, n: u64) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let drains = healthz(port)
+            .and_then(|h| h["pipeline"]["drains"].as_u64())
+            .unwrap_or(0);
+        if drains >= n {
+            return Ok(());
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "daemon did not drain {n} times in 30 s"
+        );
+        sleep(Duration::from_millis(100));
+    }
+}
+
 /// Ids of the BPF programs that `pid` holds links to (`/proc/PID/fdinfo`).
 pub fn linked_progs(pid: u32) -> BTreeSet<u64> {
     let Ok(dir) = fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
