@@ -221,15 +221,7 @@ async fn threads(
             },
         ));
     };
-    Ok(if text {
-        (
-            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-            threads::render_text(&report),
-        )
-            .into_response()
-    } else {
-        Json(report).into_response()
-    })
+    Ok(json_or_text(text, report, threads::render_text))
 }
 
 async fn runqueue(
@@ -255,15 +247,20 @@ async fn runqueue(
             "no runqueue latency recorded for {who} in the last {seconds} s"
         ))
     })?;
-    Ok(if text {
+    Ok(json_or_text(text, report, runqueue::render_text))
+}
+
+/// A report as JSON, or as text for a terminal when `text`.
+fn json_or_text<T: serde::Serialize>(text: bool, report: T, render: fn(&T) -> String) -> Response {
+    if text {
         (
             [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-            runqueue::render_text(&report),
+            render(&report),
         )
             .into_response()
     } else {
         Json(report).into_response()
-    })
+    }
 }
 
 async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
