@@ -6,7 +6,9 @@
 //! blazesym; results are cached per file and offset, so a library mapped by
 //! many processes is looked up once and repeated queries read no ELF file.
 
+mod jit;
 pub mod maps;
+mod perfmap;
 mod procs;
 mod syscalls;
 
@@ -35,8 +37,13 @@ const CACHE_LIMIT: usize = 1 << 20;
 /// Where one user address points, before symbolization.
 #[derive(Debug, Clone)]
 enum Location {
-    File { file: FileKey, offset: u64 },
+    File {
+        file: FileKey,
+        offset: u64,
+    },
     Vdso,
+    /// JIT code named by the process's perf map.
+    Jit(Frame),
     Unknown,
 }
 
@@ -48,6 +55,7 @@ pub struct Symbolizer {
     user_cache: HashMap<(FileKey, u64), Frame>,
     kernel_cache: HashMap<u64, Frame>,
     interner: HashSet<Frame>,
+    jit: jit::JitMaps,
 }
 
 impl Default for Symbolizer {
@@ -69,6 +77,7 @@ impl Symbolizer {
             user_cache: HashMap::new(),
             kernel_cache: HashMap::new(),
             interner: HashSet::new(),
+            jit: jit::JitMaps::default(),
         }
     }
 
@@ -81,6 +90,7 @@ impl Symbolizer {
             self.kernel_cache.clear();
         }
         self.procs.begin_batch();
+        self.jit.begin_batch();
 
         let locations: Vec<Vec<Location>> =
             batch.records.iter().map(|r| self.locate_user(r)).collect();
@@ -176,7 +186,13 @@ impl Symbolizer {
                 match self.procs.find(record.pid, addr) {
                     Some(Found::File { file, offset }) => Location::File { file, offset },
                     Some(Found::Vdso) => Location::Vdso,
-                    Some(Found::Anon) | None => Location::Unknown,
+                    Some(Found::Anon) => match self.jit.find(record.pid, addr) {
+                        Some(name) => {
+                            Location::Jit(self.intern(&format!("{}_[j]", sanitize(&name))))
+                        }
+                        None => Location::Unknown,
+                    },
+                    None => Location::Unknown,
                 }
             })
             .collect()
@@ -271,6 +287,7 @@ impl Symbolizer {
                     .cloned()
                     .unwrap_or_else(|| unknown.clone()),
                 Location::Vdso => vdso.clone(),
+                Location::Jit(frame) => frame.clone(),
                 Location::Unknown => unknown.clone(),
             })
             .collect();
