@@ -230,16 +230,26 @@ fn render(setup: &Setup, rounds: usize, runs: &[Vec<Run>]) -> Result<String> {
         let mut row = vec![p.to_string(), format!("{m:.1}")];
         row.push(format!("{lo:+.2} % / {hi:+.2} %"));
         let (Profiler::Wallscope(hz) | Profiler::Perf(hz)) = *p else {
-            rows.push([row, vec!["-".into(); 3]].concat());
+            rows.push([row, vec!["-".into(); 4]].concat());
             continue;
         };
+        // Each round's run against that round's baseline cancels slow drifts
+        // of the machine; the median of those is what the verdict uses.
+        let paired = common::median(
+            runs[0]
+                .iter()
+                .zip(r)
+                .map(|(b, c)| (b.throughput / c.throughput - 1.0) * 100.0),
+        )
+        .unwrap_or(f64::NAN);
         if *p == Profiler::Wallscope(99) {
-            ws99 = pct;
+            ws99 = paired;
         }
         let expected = hz * setup.cpus as u64 * setup.seconds;
         let samples = median(r, |r| r.samples.map(|n| n as f64)).unwrap_or(f64::NAN);
         let cpu = median(r, |r| r.tool_cpu_s).unwrap_or(f64::NAN);
         row.push(format!("{pct:+.2} % ({ratio:.4})"));
+        row.push(format!("{paired:+.2} %"));
         row.extend([format!("{samples:.0} ({expected})"), format!("{cpu:.2}")]);
         rows.push(row);
     }
@@ -248,7 +258,8 @@ fn render(setup: &Setup, rounds: usize, runs: &[Vec<Run>]) -> Result<String> {
             "configuration",
             "median it/s",
             "min / max vs baseline",
-            "overhead (ratio)",
+            "overhead of medians (ratio)",
+            "paired overhead (median of per-round)",
             "samples/run (expected)",
             "profiler CPU s/run",
         ],
