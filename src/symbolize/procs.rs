@@ -12,6 +12,8 @@ use super::maps::{Backing, Mapping, ProcMaps};
 
 /// Batches after which a process that sent nothing is forgotten.
 const FORGET_AFTER_BATCHES: u64 = 120;
+/// Batches between two re-reads of a process's maps after a miss.
+const REFRESH_EVERY_BATCHES: u64 = 10;
 
 /// A mapped file, by device and inode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -89,7 +91,7 @@ impl Procs {
                     .ok()
                     .map(|s| s.trim_end().to_string());
                 let maps = ProcMaps::read(pid).unwrap_or_default();
-                self.register_files(pid, &maps);
+                register_files(&mut self.files, pid, &maps);
                 self.procs.entry(pid).or_insert(ProcEntry {
                     name,
                     maps,
@@ -99,12 +101,14 @@ impl Procs {
             }
         };
         entry.last_seen = batch;
-        if entry.maps.find(addr).is_none() && entry.refreshed != batch {
+        // Frame-pointer walks through code without frame pointers yield
+        // junk addresses that never resolve: re-read at most every few
+        // batches, not on every miss.
+        if entry.maps.find(addr).is_none() && batch - entry.refreshed >= REFRESH_EVERY_BATCHES {
             entry.refreshed = batch;
             if let Ok(maps) = ProcMaps::read(pid) {
+                register_files(&mut self.files, pid, &maps);
                 entry.maps = maps;
-                let maps = entry.maps.clone();
-                self.register_files(pid, &maps);
             }
         }
         let mapping = self.procs.get(&pid)?.maps.find(addr)?;
@@ -131,30 +135,31 @@ impl Procs {
             Backing::Anon { .. } => Found::Anon,
         }
     }
+}
 
-    fn register_files(&mut self, pid: u32, maps: &ProcMaps) {
-        for m in maps.iter() {
-            let Backing::File { path, dev, inode } = &m.backing else {
-                continue;
-            };
-            let key = FileKey {
-                dev: *dev,
-                inode: *inode,
-            };
-            if self.files.contains_key(&key) {
-                continue;
-            }
-            if let Some(open_path) = openable_path(pid, m, path, key) {
-                let display = path
-                    .file_name()
-                    .map(|n| {
-                        n.to_string_lossy()
-                            .trim_end_matches(" (deleted)")
-                            .to_string()
-                    })
-                    .unwrap_or_else(|| path.display().to_string());
-                self.files.insert(key, FileEntry { open_path, display });
-            }
+/// Records how to open each file of `maps` that is not known yet.
+fn register_files(files: &mut HashMap<FileKey, FileEntry>, pid: u32, maps: &ProcMaps) {
+    for m in maps.iter() {
+        let Backing::File { path, dev, inode } = &m.backing else {
+            continue;
+        };
+        let key = FileKey {
+            dev: *dev,
+            inode: *inode,
+        };
+        if files.contains_key(&key) {
+            continue;
+        }
+        if let Some(open_path) = openable_path(pid, m, path, key) {
+            let display = path
+                .file_name()
+                .map(|n| {
+                    n.to_string_lossy()
+                        .trim_end_matches(" (deleted)")
+                        .to_string()
+                })
+                .unwrap_or_else(|| path.display().to_string());
+            files.insert(key, FileEntry { open_path, display });
         }
     }
 }
