@@ -1,13 +1,15 @@
 //! wallscope: where does each thread's wall-clock time go?
 //!
 //! Stages, each a module with one job: [`bpf`] loads the programs,
-//! [`collect`] drains their maps, [`symbolize`] names the frames,
+//! [`collect`] drains their maps, [`symbolize`] names the frames (with
+//! [`jvm`] for Java), 
 //! [`profile`] stores, queries and renders, [`api`] serves it over HTTP;
 //! [`pipeline`] wires them together.
 
 pub mod api;
 pub mod bpf;
 pub mod collect;
+pub mod jvm;
 pub mod pipeline;
 pub mod profile;
 pub mod symbolize;

@@ -13,6 +13,7 @@ use clap::{Parser, Subcommand};
 use wallscope::{
     api,
     bpf::ProbeOptions,
+    jvm::agent::JvmMode,
     pipeline::{Pipeline, PipelineOptions},
     profile::{
         query::{self, Filter},
@@ -43,6 +44,12 @@ struct Sampling {
     /// (`/threads`) still count every nanosecond.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=60_000_000))]
     offcpu_min_us: u64,
+    /// `auto`: have HotSpot JVMs (JDK 17+) write their perf map and report
+    /// thread names, through the attach mechanism (as `jcmd` does); `off`:
+    /// never signal or connect to a JVM (perf maps they write themselves
+    /// are still used).
+    #[arg(long, value_enum, default_value_t = JvmMode::Auto)]
+    jvm: JvmMode,
 }
 
 #[derive(Subcommand)]
@@ -120,6 +127,7 @@ fn pipeline_options(sampling: &Sampling, retention: Duration) -> PipelineOptions
         },
         drain_interval: Duration::from_secs(1),
         retention,
+        jvm: sampling.jvm,
     }
 }
 

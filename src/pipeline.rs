@@ -16,8 +16,9 @@ use thiserror::Error;
 use crate::{
     bpf::{self, LoadError, ProbeOptions},
     collect::{Drainer, RawBatch},
+    jvm::{agent, agent::JvmMode, Jvms},
     profile::store::Store,
-    symbolize::Symbolizer,
+    symbolize::{JvmLink, Symbolizer},
 };
 
 /// Why the pipeline could not start.
@@ -41,6 +42,8 @@ pub struct PipelineOptions {
     pub drain_interval: Duration,
     /// History kept in the store.
     pub retention: Duration,
+    /// Whether to attach to JVMs.
+    pub jvm: JvmMode,
 }
 
 /// Health of the daemon's own machinery.
@@ -62,6 +65,8 @@ pub struct Shared {
     pub started: Instant,
     /// Attached programs with their number of links.
     pub attached: Vec<(String, usize)>,
+    /// The JVMs seen, their thread names and attach status.
+    pub jvms: Arc<Jvms>,
 }
 
 impl Shared {
@@ -72,6 +77,7 @@ impl Shared {
             health: Mutex::new(Health::default()),
             started: Instant::now(),
             attached,
+            jvms: Arc::new(Jvms::default()),
         })
     }
 }
@@ -105,11 +111,20 @@ impl Pipeline {
                     source,
                 })?
         };
+        let link = JvmLink {
+            jvms: shared.jvms.clone(),
+            sightings: agent::spawn(shared.jvms.clone(), opts.jvm).map_err(|source| {
+                PipelineError::Thread {
+                    name: "JVM agent",
+                    source,
+                }
+            })?,
+        };
         let symbolizer = {
             let shared = shared.clone();
             thread::Builder::new()
                 .name("ws-symbolize".into())
-                .spawn(move || symbolize_loop(&rx, &shared))
+                .spawn(move || symbolize_loop(&rx, &shared, link))
                 .map_err(|source| PipelineError::Thread {
                     name: "symbolizer",
                     source,
@@ -186,8 +201,8 @@ fn record_drain(shared: &Shared, batch: &RawBatch) {
     h.missing_stacks += batch.missing_stacks;
 }
 
-fn symbolize_loop(rx: &mpsc::Receiver<RawBatch>, shared: &Shared) {
-    let mut symbolizer = Symbolizer::new();
+fn symbolize_loop(rx: &mpsc::Receiver<RawBatch>, shared: &Shared, link: JvmLink) {
+    let mut symbolizer = Symbolizer::with_jvms(link);
     for batch in rx {
         let started = Instant::now();
         let slice = symbolizer.symbolize(batch);

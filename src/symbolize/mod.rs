@@ -8,7 +8,7 @@
 
 mod jit;
 pub mod maps;
-mod perfmap;
+pub(crate) mod perfmap;
 mod procs;
 mod syscalls;
 
@@ -27,6 +27,7 @@ use blazesym::symbolize::{
 use crate::{
     bpf::abi::State,
     collect::{RawBatch, RawRecord, RecordKind},
+    jvm::{agent::Sighting, frames, Jvms},
     profile::{Frame, Sample, Slice, Stack, ThreadInfo, Wakeup},
 };
 use procs::{FileKey, Found, Procs};
@@ -47,6 +48,13 @@ enum Location {
     Unknown,
 }
 
+/// Where the symbolizer reports the JVMs it sees and reads their thread
+/// names from.
+pub struct JvmLink {
+    pub jvms: Arc<Jvms>,
+    pub sightings: std::sync::mpsc::Sender<Sighting>,
+}
+
 /// Symbolizes [`RawBatch`]es into [`Slice`]s. Not `Send` (blazesym's
 /// symbolizer is not): it lives on the thread that created it.
 pub struct Symbolizer {
@@ -56,6 +64,9 @@ pub struct Symbolizer {
     kernel_cache: HashMap<u64, Frame>,
     interner: HashSet<Frame>,
     jit: jit::JitMaps,
+    jvm: Option<JvmLink>,
+    /// JVMs of the current batch, and whether JIT lookups missed in them.
+    jvms_seen: HashMap<u32, bool>,
 }
 
 impl Default for Symbolizer {
@@ -78,6 +89,17 @@ impl Symbolizer {
             kernel_cache: HashMap::new(),
             interner: HashSet::new(),
             jit: jit::JitMaps::default(),
+            jvm: None,
+            jvms_seen: HashMap::new(),
+        }
+    }
+
+    /// A symbolizer that reports JVMs to the JVM agent and uses the Java
+    /// thread names it finds.
+    pub fn with_jvms(link: JvmLink) -> Self {
+        Symbolizer {
+            jvm: Some(link),
+            ..Symbolizer::new()
         }
     }
 
@@ -113,9 +135,10 @@ impl Symbolizer {
         );
         for (pid, tid, comm) in names {
             if let std::collections::hash_map::Entry::Vacant(slot) = threads.entry(tid) {
+                let java_name = self.jvm.as_ref().and_then(|j| j.jvms.thread_name(pid, tid));
                 slot.insert(ThreadInfo {
                     pid,
-                    name: self.intern(comm),
+                    name: java_name.unwrap_or_else(|| self.intern(comm)),
                 });
             }
             if let std::collections::hash_map::Entry::Vacant(slot) = processes.entry(pid) {
@@ -146,6 +169,7 @@ impl Symbolizer {
                 }),
             }
         }
+        self.report_jvms(&threads);
         self.procs.end_batch();
         let start = batch
             .end
@@ -164,6 +188,27 @@ impl Symbolizer {
         }
     }
 
+    /// Tells the JVM agent which JVMs ran, whether their perf maps missed
+    /// code, and which of their threads still lack a Java name.
+    fn report_jvms(&mut self, threads: &HashMap<u32, ThreadInfo>) {
+        let seen = std::mem::take(&mut self.jvms_seen);
+        let Some(link) = &self.jvm else {
+            return;
+        };
+        for (pid, jit_misses) in seen {
+            let unnamed_tids = threads
+                .iter()
+                .filter(|(tid, t)| t.pid == pid && !link.jvms.knows_thread(pid, **tid))
+                .map(|(tid, _)| *tid)
+                .collect();
+            let _ = link.sightings.send(Sighting {
+                pid,
+                jit_misses,
+                unnamed_tids,
+            });
+        }
+    }
+
     fn intern(&mut self, name: &str) -> Frame {
         if let Some(f) = self.interner.get(name) {
             return f.clone();
@@ -177,25 +222,45 @@ impl Symbolizer {
         let Some(ips) = &record.user_stack else {
             return Vec::new();
         };
-        ips.iter()
+        let pid = record.pid;
+        let found: Vec<(u64, Option<Found>)> = ips
+            .iter()
             .enumerate()
             .map(|(i, &ip)| {
                 // Callers' frames hold return addresses, which may already
                 // belong to the next line or function: look up the call.
                 let addr = if i == 0 { ip } else { ip.saturating_sub(1) };
-                match self.procs.find(record.pid, addr) {
-                    Some(Found::File { file, offset }) => Location::File { file, offset },
-                    Some(Found::Vdso) => Location::Vdso,
-                    Some(Found::Anon) => match self.jit.find(record.pid, addr) {
-                        Some(name) => {
-                            Location::Jit(self.intern(&format!("{}_[j]", sanitize(&name))))
-                        }
-                        None => Location::Unknown,
-                    },
-                    None => Location::Unknown,
-                }
+                (addr, self.procs.find(pid, addr))
+            })
+            .collect();
+        let jvm = self.procs.is_jvm(pid);
+        if jvm {
+            self.jvms_seen.entry(pid).or_insert(false);
+        }
+        found
+            .into_iter()
+            .map(|(addr, found)| match found {
+                Some(Found::File { file, offset }) => Location::File { file, offset },
+                Some(Found::Vdso) => Location::Vdso,
+                Some(Found::Anon) => self.locate_jit(pid, addr, jvm),
+                None => Location::Unknown,
             })
             .collect()
+    }
+
+    /// Code in anonymous executable memory: JIT code if a perf map names it.
+    fn locate_jit(&mut self, pid: u32, addr: u64, jvm: bool) -> Location {
+        match self.jit.find(pid, addr) {
+            Some(name) => {
+                let frame = frames::frame_name(&sanitize(&name), jvm);
+                Location::Jit(self.intern(&frame))
+            }
+            None if jvm => {
+                self.jvms_seen.insert(pid, true);
+                Location::Jit(self.intern(frames::NOT_IN_PERF_MAP))
+            }
+            None => Location::Unknown,
+        }
     }
 
     fn resolve_user(&mut self, locations: &[Vec<Location>]) {

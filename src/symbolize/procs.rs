@@ -32,6 +32,8 @@ pub enum Found {
 
 struct ProcEntry {
     name: Option<String>,
+    /// Maps HotSpot's `libjvm.so`.
+    jvm: bool,
     maps: ProcMaps,
     last_seen: u64,
     refreshed: u64,
@@ -70,6 +72,11 @@ impl Procs {
         self.procs.get(&pid)?.name.as_deref()
     }
 
+    /// Whether `pid` is a HotSpot JVM, as far as its maps tell.
+    pub fn is_jvm(&self, pid: u32) -> bool {
+        self.procs.get(&pid).is_some_and(|p| p.jvm)
+    }
+
     /// Path to open a mapped file with.
     pub fn open_path(&self, file: FileKey) -> Option<&Path> {
         Some(&self.files.get(&file)?.open_path)
@@ -94,6 +101,7 @@ impl Procs {
                 register_files(&mut self.files, pid, &maps);
                 self.procs.entry(pid).or_insert(ProcEntry {
                     name,
+                    jvm: maps_libjvm(&maps),
                     maps,
                     last_seen: batch,
                     refreshed: batch,
@@ -108,6 +116,7 @@ impl Procs {
             entry.refreshed = batch;
             if let Ok(maps) = ProcMaps::read(pid) {
                 register_files(&mut self.files, pid, &maps);
+                entry.jvm = maps_libjvm(&maps);
                 entry.maps = maps;
             }
         }
@@ -135,6 +144,13 @@ impl Procs {
             Backing::Anon { .. } => Found::Anon,
         }
     }
+}
+
+fn maps_libjvm(maps: &ProcMaps) -> bool {
+    maps.iter().any(|m| {
+        matches!(&m.backing, Backing::File { path, .. }
+            if path.file_name().is_some_and(|n| n == "libjvm.so"))
+    })
 }
 
 /// Records how to open each file of `maps` that is not known yet.

@@ -2,6 +2,8 @@
 //! running the daemon, plain HTTP.
 #![allow(dead_code)]
 
+pub mod java;
+
 use std::{
     io::{BufRead, BufReader},
     net::TcpListener,
@@ -69,11 +71,17 @@ pub struct Workload {
 impl Workload {
     /// Starts `bin args...` and waits for its `ready <pid>` line.
     pub fn start(bin: &Path, args: &[&str]) -> Workload {
-        let mut child = Command::new(bin)
-            .args(args)
+        let mut cmd = Command::new(bin);
+        cmd.args(args);
+        Workload::spawn(cmd)
+    }
+
+    /// Starts `cmd` and waits for its `ready <pid>` line.
+    pub fn spawn(mut cmd: Command) -> Workload {
+        let mut child = cmd
             .stdout(Stdio::piped())
             .spawn()
-            .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display()));
+            .unwrap_or_else(|e| panic!("starting {cmd:?}: {e}"));
         let mut line = String::new();
         let mut stdout = BufReader::new(child.stdout.take().unwrap());
         stdout.read_line(&mut line).unwrap();
@@ -140,35 +148,40 @@ pub fn free_port() -> u16 {
 }
 
 /// Base URL of one daemon shared by all tests of this binary, started on
-/// first use. It is spawned from a thread that lives as long as the test
-/// process, with PR_SET_PDEATHSIG, so it dies with the tests.
+/// first use; it lives as long as the test process.
 pub fn daemon() -> &'static str {
-    static URL: OnceLock<String> = OnceLock::new();
-    URL.get_or_init(|| {
+    static DAEMON: OnceLock<Daemon> = OnceLock::new();
+    &DAEMON.get_or_init(|| Daemon::start(&[])).url
+}
+
+/// A `wallscope serve` of one's own, stopped when dropped.
+pub struct Daemon {
+    pub url: String,
+    child: Child,
+}
+
+impl Daemon {
+    /// Starts `wallscope serve` with extra arguments on a free port and
+    /// waits until it answers. It gets PR_SET_PDEATHSIG, so it dies with
+    /// the tests even if they are killed.
+    pub fn start(args: &[&str]) -> Daemon {
         let port = free_port();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_wallscope"));
+        cmd.args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+            .args(args);
+        use std::os::unix::process::CommandExt;
+        // SAFETY: prctl is async-signal-safe.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                Ok(())
+            });
+        }
+        // PDEATHSIG fires when the spawning *thread* exits: spawn from a
+        // thread that never does.
         let (tx, rx) = mpsc::channel();
-        thread::spawn(move || {
-            let mut cmd = Command::new(env!("CARGO_BIN_EXE_wallscope"));
-            cmd.args(["serve", "--listen", &format!("127.0.0.1:{port}")]);
-            use std::os::unix::process::CommandExt;
-            // SAFETY: prctl is async-signal-safe.
-            unsafe {
-                cmd.pre_exec(|| {
-                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
-                    Ok(())
-                });
-            }
-            let child = cmd.spawn();
-            let ok = child.is_ok();
-            tx.send(child.map(|_| ()).map_err(|e| e.to_string()))
-                .unwrap();
-            if ok {
-                loop {
-                    thread::park();
-                }
-            }
-        });
-        rx.recv().unwrap().expect("starting wallscope serve");
+        spawner().send((cmd, tx)).unwrap();
+        let child = rx.recv().unwrap().expect("starting wallscope serve");
         let url = format!("http://127.0.0.1:{port}");
         let deadline = Instant::now() + Duration::from_secs(30);
         while get(&format!("{url}/healthz")).0 != 200 {
@@ -178,8 +191,38 @@ pub fn daemon() -> &'static str {
             );
             thread::sleep(Duration::from_millis(200));
         }
-        url
-    })
+        Daemon { url, child }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+type SpawnRequest = (Command, mpsc::Sender<std::io::Result<Child>>);
+
+/// A thread that lives as long as the test process and spawns children.
+fn spawner() -> mpsc::Sender<SpawnRequest> {
+    static SPAWNER: OnceLock<Mutex<mpsc::Sender<SpawnRequest>>> = OnceLock::new();
+    SPAWNER
+        .get_or_init(|| {
+            let (tx, rx) = mpsc::channel::<SpawnRequest>();
+            thread::spawn(move || {
+                for (mut cmd, reply) in rx {
+                    let _ = reply.send(cmd.spawn());
+                }
+                loop {
+                    thread::park();
+                }
+            });
+            Mutex::new(tx)
+        })
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone()
 }
 
 /// GET returning status and body (any status).

@@ -1,0 +1,90 @@
+//! JVM support: getting HotSpot JVMs to write their perf maps, full Java
+//! thread names, and what we know about each JVM for the reports.
+//!
+//! The symbolizer tells the [`agent`] which JVMs it saw (and whether it
+//! missed JIT code or thread names); the agent talks to those JVMs through
+//! the attach mechanism on its own thread, so a slow JVM never delays a
+//! drain, and publishes names and status in [`Jvms`].
+
+pub mod agent;
+pub mod attach;
+pub mod frames;
+pub mod output;
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, RwLock},
+};
+
+use serde::Serialize;
+
+/// What the reports say about one JVM.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct JvmReport {
+    /// `pending`, `attached`, `refused` or `off` (`--jvm=off`).
+    pub attach: &'static str,
+    /// Why the JVM could not be attached, when it could not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Times wallscope had the JVM write its perf map.
+    pub perf_map_writes: u64,
+    /// Whether the JVM runs with `-XX:+PreserveFramePointer` (unknown
+    /// until attached).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preserve_frame_pointer: Option<bool>,
+    /// What the user should know, e.g. that stacks stop at JIT frames.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warning: Option<String>,
+}
+
+/// The warning for JVMs without frame pointers in JIT code.
+pub const NO_FRAME_POINTER_WARNING: &str = "running without -XX:+PreserveFramePointer: stacks stop at the first JIT-compiled frame; restart the JVM with that flag for complete Java stacks";
+
+#[derive(Debug, Default)]
+struct JvmEntry {
+    report: JvmReport,
+    /// Full Java thread names by host tid.
+    names: HashMap<u32, Arc<str>>,
+}
+
+/// What is known about the JVMs seen, shared by the agent (writer), the
+/// symbolizer and the API (readers).
+#[derive(Debug, Default)]
+pub struct Jvms {
+    entries: RwLock<HashMap<u32, JvmEntry>>,
+}
+
+impl Jvms {
+    /// The full Java name of thread `tid` of JVM `pid`, if known.
+    pub fn thread_name(&self, pid: u32, tid: u32) -> Option<Arc<str>> {
+        let entries = self.entries.read().unwrap_or_else(|e| e.into_inner());
+        entries.get(&pid)?.names.get(&tid).cloned()
+    }
+
+    /// Whether any name is known for JVM `pid`'s thread `tid`.
+    pub fn knows_thread(&self, pid: u32, tid: u32) -> bool {
+        self.thread_name(pid, tid).is_some()
+    }
+
+    /// The report for `pid`, if it is a JVM that was seen.
+    pub fn report(&self, pid: u32) -> Option<JvmReport> {
+        let entries = self.entries.read().unwrap_or_else(|e| e.into_inner());
+        entries.get(&pid).map(|e| e.report.clone())
+    }
+
+    fn update(&self, pid: u32, f: impl FnOnce(&mut JvmEntry)) {
+        let mut entries = self.entries.write().unwrap_or_else(|e| e.into_inner());
+        f(entries.entry(pid).or_default());
+    }
+
+    fn set_names(&self, pid: u32, names: HashMap<u32, Arc<str>>) {
+        self.update(pid, |e| e.names = names);
+    }
+
+    fn forget(&self, pid: u32) {
+        let mut entries = self.entries.write().unwrap_or_else(|e| e.into_inner());
+        entries.remove(&pid);
+    }
+}
