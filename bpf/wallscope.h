@@ -83,6 +83,18 @@ enum ws_hist_kind {
 	WS_HIST_CGROUP = 1,
 };
 
+/*
+ * One stack in stacks_N, keyed by its id: the low 31 bits of `hash`, a
+ * 64-bit hash of the frames. Two stacks share an id only if their hashes
+ * collide in those bits; the full hash tells them apart.
+ */
+struct ws_stack {
+	__u64 hash;
+	__u32 len; /* frames in ips, innermost first */
+	__u32 _pad;
+	__u64 ips[WS_MAX_STACK_DEPTH];
+};
+
 struct ws_hist {
 	__u64 slots[WS_HIST_SLOTS];
 };
@@ -91,9 +103,9 @@ struct ws_hist {
 enum ws_stat {
 	WS_STAT_SAMPLES = 0,           /* on-CPU samples seen */
 	WS_STAT_COUNTS_FULL = 1,       /* event dropped: aggregation map full */
-	WS_STAT_USTACK_COLLISION = 2,  /* user stack dropped: stack map bucket taken */
+	WS_STAT_USTACK_COLLISION = 2,  /* user stack dropped: its id (hash) is another stack's */
 	WS_STAT_USTACK_FAILED = 3,     /* user stack walk failed (not a kernel thread) */
-	WS_STAT_KSTACK_COLLISION = 4,  /* kernel stack dropped: stack map bucket taken */
+	WS_STAT_KSTACK_COLLISION = 4,  /* kernel stack dropped: its id (hash) is another stack's */
 	WS_STAT_KSTACK_FAILED = 5,     /* kernel stack walk failed */
 	WS_STAT_SWITCHES = 6,          /* sched_switch events seen */
 	WS_STAT_WAKEUPS = 7,           /* wakeups seen */
@@ -102,12 +114,15 @@ enum ws_stat {
 	WS_STAT_THREADS_FULL = 10,     /* per-thread totals map full */
 	WS_STAT_HIST_FULL = 11,        /* histogram map full */
 	WS_STAT_BELOW_THRESHOLD = 12,  /* intervals under --offcpu-min-us (totals only) */
-	WS_STAT_COUNT = 13,
+	WS_STAT_STACKS_STORED = 13,    /* new stacks stored in the current generation */
+	WS_STAT_STACK_STORE_FAILED = 14, /* stack dropped: map full or no memory */
+	WS_STAT_COUNT = 15,
 };
 
 #ifdef __BPF__
 _Static_assert(sizeof(struct ws_stack_key) == 56, "ws_stack_key size");
 _Static_assert(sizeof(struct ws_stack_value) == 16, "ws_stack_value size");
+_Static_assert(sizeof(struct ws_stack) == 16 + 8 * WS_MAX_STACK_DEPTH, "ws_stack size");
 _Static_assert(sizeof(struct ws_thread_totals) == 96, "ws_thread_totals size");
 _Static_assert(sizeof(struct ws_hist_key) == 16, "ws_hist_key size");
 _Static_assert(sizeof(struct ws_hist) == 8 * WS_HIST_SLOTS, "ws_hist size");

@@ -2,7 +2,7 @@
 //!
 //! Stages, each a module with one job: [`bpf`] loads the programs,
 //! [`collect`] drains their maps, [`symbolize`] names the frames (with
-//! [`jvm`] for Java), 
+//! [`jvm`] for Java),
 //! [`profile`] stores, queries and renders, [`api`] serves it over HTTP;
 //! [`pipeline`] wires them together.
 

@@ -194,8 +194,14 @@ async fn processes(
 ) -> Result<Response, ApiError> {
     let p = Params::parse(q.as_deref(), &["seconds"])?;
     let seconds = seconds(&p, &shared)?;
-    let store = shared.store.read().unwrap_or_else(|e| e.into_inner());
-    Ok(Json(query::processes(&store, seconds, SystemTime::now())).into_response())
+    let mut rows = {
+        let store = shared.store.read().unwrap_or_else(|e| e.into_inner());
+        query::processes(&store, seconds, SystemTime::now())
+    };
+    for row in &mut rows {
+        row.jvm = shared.jvms.report(row.pid);
+    }
+    Ok(Json(rows).into_response())
 }
 
 async fn threads(
@@ -212,7 +218,7 @@ async fn threads(
         let store = shared.store.read().unwrap_or_else(|e| e.into_inner());
         threads::report(&store, pid, seconds, SystemTime::now())
     };
-    let Some(report) = report else {
+    let Some(mut report) = report else {
         return Err(ApiError::NotFound(
             if Path::new(&format!("/proc/{pid}")).exists() {
                 format!("no thread activity for pid {pid} in the last {seconds} s")
@@ -221,6 +227,7 @@ async fn threads(
             },
         ));
     };
+    report.jvm = shared.jvms.report(pid);
     Ok(json_or_text(text, report, threads::render_text))
 }
 

@@ -125,7 +125,27 @@ pub struct StackValue {
     pub count: u64,
 }
 
+/// One stored stack (`struct ws_stack`): its id is the low 31 bits of `hash`.
+#[derive(Debug, Clone, Copy)]
+#[repr(C)]
+pub struct StoredStack {
+    pub hash: u64,
+    /// Frames used in `ips`, innermost first.
+    pub len: u32,
+    pub _pad: u32,
+    pub ips: [u64; MAX_STACK_DEPTH],
+}
+
+impl StoredStack {
+    /// The captured frames.
+    pub fn frames(&self) -> &[u64] {
+        &self.ips[..(self.len as usize).min(MAX_STACK_DEPTH)]
+    }
+}
+
 // SAFETY: plain-old-data, `repr(C)`, no padding the kernel does not also see.
+unsafe impl aya::Pod for StoredStack {}
+// SAFETY: as below.
 unsafe impl aya::Pod for StackKey {}
 // SAFETY: as above.
 unsafe impl aya::Pod for StackValue {}
@@ -138,6 +158,7 @@ unsafe impl aya::Pod for Hist {}
 
 const _: () = assert!(size_of::<StackKey>() == 56);
 const _: () = assert!(size_of::<StackValue>() == 16);
+const _: () = assert!(size_of::<StoredStack>() == 16 + 8 * MAX_STACK_DEPTH);
 const _: () = assert!(size_of::<ThreadTotals>() == 96);
 const _: () = assert!(size_of::<HistKey>() == 16);
 const _: () = assert!(size_of::<Hist>() == 8 * HIST_SLOTS);
@@ -159,11 +180,13 @@ pub enum Stat {
     ThreadsFull = 10,
     HistFull = 11,
     BelowThreshold = 12,
+    StacksStored = 13,
+    StackStoreFailed = 14,
 }
 
 impl Stat {
     /// Number of counters (`WS_STAT_COUNT`).
-    pub const COUNT: usize = 13;
+    pub const COUNT: usize = 15;
     /// Every counter, in enum order.
     pub const ALL: [Stat; Stat::COUNT] = [
         Stat::Samples,
@@ -179,6 +202,8 @@ impl Stat {
         Stat::ThreadsFull,
         Stat::HistFull,
         Stat::BelowThreshold,
+        Stat::StacksStored,
+        Stat::StackStoreFailed,
     ];
 
     /// snake_case name used in `/healthz` and metrics.
@@ -197,6 +222,8 @@ impl Stat {
             Stat::ThreadsFull => "threads_map_full",
             Stat::HistFull => "histogram_map_full",
             Stat::BelowThreshold => "intervals_below_threshold",
+            Stat::StacksStored => "stacks_stored",
+            Stat::StackStoreFailed => "stack_store_failed",
         }
     }
 
@@ -205,7 +232,11 @@ impl Stat {
     pub fn is_loss(self) -> bool {
         !matches!(
             self,
-            Stat::Samples | Stat::Switches | Stat::Wakeups | Stat::BelowThreshold
+            Stat::Samples
+                | Stat::Switches
+                | Stat::Wakeups
+                | Stat::BelowThreshold
+                | Stat::StacksStored
         )
     }
 }
@@ -261,6 +292,8 @@ mod tests {
         assert_eq!(offset_of!(ThreadTotals, switches_voluntary), 64);
         assert_eq!(offset_of!(ThreadTotals, wakeups_received), 88);
         assert_eq!(offset_of!(HistKey, kind), 8);
+        assert_eq!(offset_of!(StoredStack, len), 8);
+        assert_eq!(offset_of!(StoredStack, ips), 16);
     }
 
     /// The header's enums and constants, read from the header text itself so
@@ -316,6 +349,8 @@ mod tests {
             "WS_STAT_THREADS_FULL",
             "WS_STAT_HIST_FULL",
             "WS_STAT_BELOW_THRESHOLD",
+            "WS_STAT_STACKS_STORED",
+            "WS_STAT_STACK_STORE_FAILED",
         ];
         for (stat, name) in Stat::ALL.iter().zip(stat_names) {
             assert_eq!(value_of(name), *stat as i64, "{name}");

@@ -6,7 +6,7 @@ pub mod abi;
 use std::path::Path;
 
 use aya::{
-    maps::{Array, HashMap, MapData, PerCpuArray, StackTraceMap},
+    maps::{Array, HashMap, MapData, PerCpuArray},
     programs::{
         perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
         BtfTracePoint, PerfEvent,
@@ -72,11 +72,14 @@ pub struct Buffer {
     pub runq_hist: HashMap<MapData, HistKey, Hist>,
 }
 
+/// Stacks of one generation by id.
+pub type StackMap = HashMap<MapData, u32, abi::StoredStack>;
+
 /// The maps user space reads, taken out of the loaded object.
 pub struct ProbeMaps {
     pub buffers: [Buffer; 2],
-    /// One stack map per generation.
-    pub stacks: [StackTraceMap<MapData>; 3],
+    /// One stack map per generation, stacks by id.
+    pub stacks: [StackMap; 3],
     pub control: Array<MapData, u32>,
     pub stats: PerCpuArray<MapData, u64>,
 }

@@ -183,10 +183,12 @@ impl Drainer {
                 count: value.count,
             });
         }
-        self.stacks
-            .maybe_rotate(&mut self.maps.stacks, &mut self.maps.control)?;
-
         let stats = self.stat_deltas()?;
+        self.stacks.maybe_rotate(
+            &mut self.maps.stacks,
+            &mut self.maps.control,
+            stats[Stat::StacksStored as usize],
+        )?;
         let interval = end.duration_since(self.last_drain).unwrap_or_default();
         self.last_drain = end;
         Ok(RawBatch {

@@ -2,14 +2,18 @@
 
 use std::collections::HashMap;
 
-use aya::maps::{Array, MapData, StackTraceMap};
+use aya::maps::{Array, MapData};
 
 use super::{CollectError, RawStack};
-use crate::bpf::abi::{Control, NO_STACK, STACK_GENERATIONS};
+use crate::bpf::{
+    abi::{Control, NO_STACK, STACK_GENERATIONS},
+    StackMap,
+};
 
-/// Share of a stack map's entries in use at which we move to the next
-/// generation: collisions (lost stacks) grow with occupancy.
-const ROTATE_AT_ENTRIES: usize = 2048;
+/// Stacks stored in a generation at which we move to the next one: half of
+/// `WS_STACKS_ENTRIES`, so the map does not fill up before the rotation
+/// (which waits two drains).
+const ROTATE_AT_STORED: u64 = 8192;
 
 /// Stacks read so far, by (generation, id).
 #[derive(Default)]
@@ -17,55 +21,44 @@ pub struct StackCache {
     stacks: HashMap<(u32, i32), Option<RawStack>>,
     generation: u32,
     drains_since_rotation: u32,
+    stored_since_rotation: u64,
 }
 
 impl StackCache {
     /// The stack `id` of generation `gen`: `Ok(None)` when no stack was
     /// taken, `Err(())` when the id is not in the map.
-    pub fn get(
-        &mut self,
-        maps: &[StackTraceMap<MapData>; 3],
-        gen: u32,
-        id: i32,
-    ) -> Result<Option<RawStack>, ()> {
+    pub fn get(&mut self, maps: &[StackMap; 3], gen: u32, id: i32) -> Result<Option<RawStack>, ()> {
         if id == NO_STACK || id < 0 {
             return Ok(None);
         }
         let map = &maps[(gen % STACK_GENERATIONS) as usize];
         let entry = self.stacks.entry((gen, id)).or_insert_with(|| {
-            map.get(&(id as u32), 0).ok().map(|trace| {
-                trace
-                    .frames()
-                    .iter()
-                    .map(|f| f.ip)
-                    .collect::<Vec<_>>()
-                    .into()
-            })
+            map.get(&(id as u32), 0)
+                .ok()
+                .map(|stack| stack.frames().to_vec().into())
         });
         entry.clone().map(Some).ok_or(())
     }
 
-    /// Moves BPF to the next generation when the current one fills up.
+    /// Moves BPF to the next generation when the current one fills up
+    /// (`stored`: stacks BPF stored since the last call).
     /// The map the next generation reuses held generation g-2, which BPF
     /// stopped accepting at the previous rotation; two drains since then
     /// have emptied every buffer that could still refer to it.
     pub fn maybe_rotate(
         &mut self,
-        maps: &mut [StackTraceMap<MapData>; 3],
+        maps: &mut [StackMap; 3],
         control: &mut Array<MapData, u32>,
+        stored: u64,
     ) -> Result<(), CollectError> {
         self.drains_since_rotation += 1;
-        let in_use = self
-            .stacks
-            .keys()
-            .filter(|(g, _)| *g == self.generation)
-            .count();
-        if in_use < ROTATE_AT_ENTRIES || self.drains_since_rotation < 2 {
+        self.stored_since_rotation += stored;
+        if self.stored_since_rotation < ROTATE_AT_STORED || self.drains_since_rotation < 2 {
             return Ok(());
         }
         let next = self.generation.wrapping_add(1);
         let slot = (next % STACK_GENERATIONS) as usize;
-        let ids: Vec<u32> = maps[slot].stack_ids().filter_map(Result::ok).collect();
+        let ids: Vec<u32> = maps[slot].keys().filter_map(Result::ok).collect();
         for id in ids {
             let _ = maps[slot].remove(&id);
         }
@@ -76,6 +69,7 @@ impl StackCache {
             .map_err(CollectError::Control)?;
         self.generation = next;
         self.drains_since_rotation = 0;
+        self.stored_since_rotation = 0;
         Ok(())
     }
 }

@@ -100,7 +100,8 @@ impl Agent {
                 .tracked
                 .iter()
                 .filter(|(pid, t)| {
-                    now - t.last_seen > FORGET_AFTER || !fs::exists(format!("/proc/{pid}")).unwrap_or(false)
+                    now - t.last_seen > FORGET_AFTER
+                        || !fs::exists(format!("/proc/{pid}")).unwrap_or(false)
                 })
                 .map(|(pid, _)| *pid)
                 .collect();
@@ -141,7 +142,8 @@ impl Agent {
             Phase::Attached { perf_map } => {
                 let since_map = now - t.last_perf_map;
                 if perf_map
-                    && (since_map >= REFRESH_INTERVAL || (s.jit_misses && since_map >= MIN_INTERVAL))
+                    && (since_map >= REFRESH_INTERVAL
+                        || (s.jit_misses && since_map >= MIN_INTERVAL))
                 {
                     write_perf_map(&jvms, t);
                 }
@@ -174,6 +176,11 @@ fn attach(jvms: &Jvms, t: &mut Tracked, tries: u32) {
             };
             return;
         }
+        Err(AttachError::Gone) => {
+            t.phase = Phase::Refused;
+            jvms.forget(pid);
+            return;
+        }
         Err(err) => {
             tracing::warn!(pid, "not attaching to JVM: {err}");
             t.phase = Phase::Refused;
@@ -189,7 +196,11 @@ fn attach(jvms: &Jvms, t: &mut Tracked, tries: u32) {
         .jcmd("VM.flags", START_TIMEOUT)
         .ok()
         .map(|f| output::preserves_frame_pointer(&f));
-    tracing::info!(pid, version = version.as_deref().unwrap_or("?"), "attached to JVM");
+    tracing::info!(
+        pid,
+        version = version.as_deref().unwrap_or("?"),
+        "attached to JVM"
+    );
     jvms.update(pid, |e| {
         e.report = JvmReport {
             attach: "attached",

@@ -34,7 +34,9 @@ pub enum AttachError {
     NotHotspot,
     #[error("the process is gone")]
     Gone,
-    #[error("the JVM does not handle SIGQUIT yet (still starting, or run with -Xrs); not signalled")]
+    #[error(
+        "the JVM does not handle SIGQUIT yet (still starting, or run with -Xrs); not signalled"
+    )]
     SigquitNotHandled,
     #[error("the JVM did not open its attach socket within {0:?} (started with -XX:+DisableAttachMechanism, or not responding)")]
     NoSocket(Duration),
@@ -288,5 +290,42 @@ mod tests {
             Err(AttachError::NotHotspot)
         ));
         assert!(!Path::new(&format!(".attach_pid{}", me.ns_pid)).exists());
+    }
+
+    #[test]
+    fn a_process_with_libjvm_but_no_sigquit_handler_is_not_signalled() {
+        // `sleep` with some library preloaded under the name libjvm.so: it
+        // looks like a JVM by its maps but would die of SIGQUIT.
+        let dir = tempfile::tempdir().unwrap();
+        let fake = dir.path().join("libjvm.so");
+        let libm = [
+            "/lib/x86_64-linux-gnu/libm.so.6",
+            "/usr/lib64/libm.so.6",
+            "/lib64/libm.so.6",
+        ]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("a libm to preload");
+        fs::copy(libm, &fake).unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .env("LD_PRELOAD", &fake)
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !maps_libjvm(pid).unwrap_or(false) {
+            assert!(Instant::now() < deadline, "libjvm.so never mapped");
+            thread::sleep(Duration::from_millis(10));
+        }
+        let target = Target { pid, ns_pid: pid };
+        let result = target.jcmd("VM.version", Duration::from_millis(100));
+        assert!(
+            matches!(result, Err(AttachError::SigquitNotHandled)),
+            "{result:?}"
+        );
+        assert!(child.try_wait().unwrap().is_none(), "still alive");
+        child.kill().unwrap();
+        child.wait().unwrap();
     }
 }

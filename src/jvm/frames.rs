@@ -38,8 +38,7 @@ fn hotspot_method(entry: &str) -> Option<&str> {
     let (class, method) = qualified.rsplit_once('.')?;
     let plausible = |s: &str| {
         !s.is_empty()
-            && s
-                .chars()
+            && s.chars()
                 .all(|c| c.is_alphanumeric() || "_$.<>/-".contains(c))
     };
     (plausible(class) && plausible(method)).then_some(qualified)

@@ -39,6 +39,26 @@ pub struct JvmReport {
     pub warning: Option<String>,
 }
 
+impl JvmReport {
+    /// One line for text reports.
+    pub fn describe(&self) -> String {
+        let mut s = format!("JVM: attach {}", self.attach);
+        if let Some(v) = &self.version {
+            s += &format!(" ({v})");
+        }
+        s += &format!(", perf map written {} times", self.perf_map_writes);
+        match self.preserve_frame_pointer {
+            Some(true) => s += ", -XX:+PreserveFramePointer",
+            Some(false) => s += ", no -XX:+PreserveFramePointer",
+            None => {}
+        }
+        for extra in [&self.error, &self.warning].into_iter().flatten() {
+            s += &format!("\n  {extra}");
+        }
+        s
+    }
+}
+
 /// The warning for JVMs without frame pointers in JIT code.
 pub const NO_FRAME_POINTER_WARNING: &str = "running without -XX:+PreserveFramePointer: stacks stop at the first JIT-compiled frame; restart the JVM with that flag for complete Java stacks";
 

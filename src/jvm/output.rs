@@ -28,7 +28,9 @@ pub fn thread_names(dump: &str) -> Vec<(u32, String)> {
 /// Whether `VM.flags` output shows `-XX:+PreserveFramePointer` (the flag is
 /// off by default and listed only when set).
 pub fn preserves_frame_pointer(flags: &str) -> bool {
-    flags.split_whitespace().any(|f| f == "-XX:+PreserveFramePointer")
+    flags
+        .split_whitespace()
+        .any(|f| f == "-XX:+PreserveFramePointer")
 }
 
 /// The first line of `VM.version` that names the VM and its version.

@@ -184,6 +184,9 @@ pub struct ProcessSummary {
     pub pid: u32,
     pub comm: String,
     pub cpu_us: u64,
+    /// What wallscope knows of the process as a JVM, when it is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub jvm: Option<crate::jvm::JvmReport>,
 }
 
 /// Processes by CPU time in the last `seconds`, busiest first.
@@ -210,6 +213,7 @@ pub fn processes(store: &Store, seconds: u64, now: SystemTime) -> Vec<ProcessSum
             pid,
             comm: comm.to_string(),
             cpu_us: ns_to_us(ns),
+            jvm: None,
         })
         .collect();
     rows.sort_by(|a, b| b.cpu_us.cmp(&a.cpu_us).then(a.pid.cmp(&b.pid)));
@@ -327,7 +331,8 @@ mod tests {
             ProcessSummary {
                 pid: 20,
                 comm: "twenty".into(),
-                cpu_us: 9
+                cpu_us: 9,
+                jvm: None,
             }
         );
         assert_eq!(rows[1].pid, 10);

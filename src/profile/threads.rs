@@ -6,7 +6,7 @@ use std::{collections::HashMap, fmt::Write as _, time::SystemTime};
 use serde::Serialize;
 
 use super::{kind::pool_name, query::ns_to_us, store::Store};
-use crate::{bpf::abi::State, collect::RawThread};
+use crate::{bpf::abi::State, collect::RawThread, jvm::JvmReport};
 
 /// Time and events of one thread, pool or process.
 #[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
@@ -51,6 +51,9 @@ pub struct ThreadReport {
     pub process: Breakdown,
     pub pools: Vec<PoolRow>,
     pub threads: Vec<ThreadRow>,
+    /// What wallscope knows of the process as a JVM, when it is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub jvm: Option<JvmReport>,
 }
 
 #[derive(Default)]
@@ -109,7 +112,10 @@ pub fn report(store: &Store, pid: u32, seconds: u64, now: SystemTime) -> Option<
     for slice in store.window(seconds, now) {
         for t in slice.thread_totals.iter().filter(|t| t.pid == pid) {
             sums.entry(t.tid).or_default().merge(&Sum::of(t));
-            names.insert(t.tid, t.comm.clone());
+            // The symbolizer's name (e.g. a full Java thread name) over
+            // the kernel's 15 characters.
+            let name = slice.threads.get(&t.tid).map(|i| i.name.to_string());
+            names.insert(t.tid, name.unwrap_or_else(|| t.comm.clone()));
         }
         if let Some(name) = slice.processes.get(&pid) {
             comm = Some(name.to_string());
@@ -157,6 +163,7 @@ pub fn report(store: &Store, pid: u32, seconds: u64, now: SystemTime) -> Option<
         process: process.breakdown(),
         pools,
         threads,
+        jvm: None,
     })
 }
 
@@ -169,6 +176,9 @@ pub fn render_text(r: &ThreadReport) -> String {
         "pid {} ({}), last {} s: wall time by state",
         r.pid, r.comm, r.seconds
     );
+    if let Some(jvm) = &r.jvm {
+        let _ = writeln!(out, "{}", jvm.describe());
+    }
     let header = format!(
         "{:>8}  {:<28} {:>10} {:>6} {:>6} {:>6} {:>6} {:>6} {:>9} {:>9}",
         "TID", "NAME", "WALL ms", "cpu%", "runq%", "futex%", "io%", "sleep%", "switches", "wakeups"

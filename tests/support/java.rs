@@ -97,7 +97,8 @@ impl JavaRun {
         let marker = format!("wallscope-test-{}-{:?}", std::process::id(), Instant::now());
         let mut cmd = if self.namespaced {
             let mut c = Command::new("unshare");
-            c.args(["--pid", "--mount", "--mount-proc", "--fork", "sh", "-c"])
+            c.args(["--pid", "--mount", "--mount-proc", "--fork", "--kill-child"])
+                .args(["sh", "-c"])
                 .arg("mount -t tmpfs tmpfs /tmp && exec \"$@\"")
                 .arg("sh");
             c
@@ -132,13 +133,17 @@ fn find_by_marker(marker: &str) -> u32 {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         for entry in fs::read_dir("/proc").unwrap().flatten() {
-            let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<u32>().ok())
+            else {
                 continue;
             };
             let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
             let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
             let is_java = args.first().is_some_and(|a| a.ends_with(b"java"));
-            if is_java && args.iter().any(|a| *a == marker.as_bytes()) {
+            if is_java && args.contains(&marker.as_bytes()) {
                 return pid;
             }
         }

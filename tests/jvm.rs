@@ -1,0 +1,363 @@
+//! JVM support, end to end: real JVMs (JDK on the machine) run as an
+//! unprivileged user with only `-XX:+PreserveFramePointer`; wallscope must
+//! get their perf maps written through the attach mechanism and report
+//! Java frames and full thread names. Needs root (eBPF) and a JDK.
+
+mod support;
+
+use std::{
+    collections::BTreeMap,
+    sync::Mutex,
+    thread,
+    time::{Duration, Instant},
+};
+
+use support::{
+    daemon, ebpf_available, get,
+    java::{self, JavaRun, Jvm},
+    parse_folded, Daemon,
+};
+
+/// JVMs are heavy on 2 CPUs: one scenario at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn ready() -> bool {
+    ebpf_available() && java::jdk_available()
+}
+
+type Rows = Vec<(Vec<String>, u64)>;
+
+fn folded(url: &str, query: &str) -> Rows {
+    let (status, body) = get(&format!("{url}/folded?{query}"));
+    match status {
+        200 => parse_folded(&body),
+        404 => Vec::new(), // nothing recorded yet
+        _ => panic!("{query}: {status} {body}"),
+    }
+}
+
+fn json(url: &str, path: &str) -> serde_json::Value {
+    let (status, body) = get(&format!("{url}{path}"));
+    assert_eq!(status, 200, "{path}: {body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+/// Polls `check` every second until it returns `Some`, for at most `limit`.
+fn within<T>(limit: Duration, mut check: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = check() {
+            return Some(v);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        thread::sleep(Duration::from_secs(1));
+    }
+}
+
+/// A CPU stack from the pool's worker loop down to a workload method, all
+/// of it named: the worker loop, then only Java frames (`_[j]`) or JVM
+/// stubs, ending in a `Pools.` method.
+fn named_pool_stack(rows: &Rows) -> Option<Vec<String>> {
+    rows.iter().map(|r| &r.0).find_map(|stack| {
+        let user: Vec<&String> = stack.iter().take_while(|f| !f.ends_with("_[k]")).collect();
+        let start = user
+            .iter()
+            .position(|f| *f == "java.util.concurrent.ThreadPoolExecutor.runWorker_[j]")?;
+        let below = &user[start + 1..];
+        let leaf = below.last()?;
+        let all_named = below
+            .iter()
+            .all(|f| f.ends_with("_[j]") || f.starts_with("[jvm stub]"));
+        (all_named && leaf.starts_with("Pools.") && leaf.ends_with("_[j]")).then(|| stack.clone())
+    })
+}
+
+fn show(rows: &Rows) -> String {
+    let mut rows = rows.clone();
+    rows.sort_by_key(|r| std::cmp::Reverse(r.1));
+    rows.iter()
+        .take(8)
+        .map(|(s, v)| format!("{} {v}", s.join(";")))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn jvm_of_another_user_shows_named_java_stacks_within_30s() {
+    if !ready() {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let jvm = JavaRun::default().start("Pools", &["60", "1"]);
+    // The JVM runs before wallscope starts: nothing asked it for a map yet.
+    assert!(!std::path::Path::new(&format!("/tmp/perf-{}.map", jvm.pid)).exists());
+    let ws = Daemon::start(&[]);
+    let started = Instant::now();
+    let query = format!("pid={}&kind=cpu&seconds=5", jvm.pid);
+    let mut last = Vec::new();
+    let stack = within(Duration::from_secs(30), || {
+        last = folded(&ws.url, &query);
+        named_pool_stack(&last)
+    });
+    let stack = stack.unwrap_or_else(|| {
+        panic!(
+            "no named Java stack from the worker loop within 30 s; top rows:\n{}",
+            show(&last)
+        )
+    });
+    eprintln!(
+        "named after {:.1} s: {}",
+        started.elapsed().as_secs_f64(),
+        stack.join(";")
+    );
+    // Interpreted frames and stubs are labelled, not unknown.
+    let rows = folded(&ws.url, &query);
+    let from_thread_start: Vec<&Vec<String>> = rows
+        .iter()
+        .map(|r| &r.0)
+        .filter(|s| s.iter().any(|f| f == "start_thread"))
+        .collect();
+    assert!(!from_thread_start.is_empty());
+    assert!(
+        from_thread_start
+            .iter()
+            .any(|s| s.iter().any(|f| f == "Interpreter")),
+        "Thread.run runs interpreted: expected `Interpreter` frames\n{}",
+        show(&rows)
+    );
+    let weight = |unknown: bool| -> u64 {
+        rows.iter()
+            .filter(|r| r.0.iter().any(|f| f == "start_thread"))
+            .filter(|r| !unknown || r.0.iter().any(|f| f == "[unknown]"))
+            .map(|r| r.1)
+            .sum()
+    };
+    assert!(
+        weight(true) * 20 < weight(false),
+        "[unknown] frames in over 5 % of Java thread stacks:\n{}",
+        show(&rows)
+    );
+
+    let processes = json(&ws.url, "/processes?seconds=10");
+    let me = processes
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["pid"] == jvm.pid)
+        .expect("the JVM in /processes");
+    assert_eq!(me["jvm"]["attach"], "attached", "{me}");
+    assert_eq!(me["jvm"]["preserve_frame_pointer"], true, "{me}");
+    assert!(me["jvm"]["perf_map_writes"].as_u64().unwrap() >= 1, "{me}");
+    let map = std::fs::metadata(format!("/tmp/perf-{}.map", jvm.pid)).expect("perf map");
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(map.uid(), java::USER, "the JVM itself wrote its map");
+    drop(jvm);
+}
+
+#[test]
+fn jvm_in_its_own_pid_and_mount_namespace_is_symbolized() {
+    if !ready() {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let url = daemon();
+    let jvm = JavaRun {
+        namespaced: true,
+        ..JavaRun::default()
+    }
+    .start("Pools", &["40", "1"]);
+    let ns_pid = ns_pid(jvm.pid);
+    assert_ne!(ns_pid, jvm.pid, "the JVM should have its own pid namespace");
+    let query = format!("pid={}&kind=cpu&seconds=5", jvm.pid);
+    let mut last = Vec::new();
+    let found = within(Duration::from_secs(30), || {
+        last = folded(url, &query);
+        named_pool_stack(&last)
+    });
+    assert!(
+        found.is_some(),
+        "no named Java stack for the namespaced JVM; top rows:\n{}",
+        show(&last)
+    );
+    // The map is in the container's /tmp, under the container's pid.
+    assert!(
+        std::path::Path::new(&format!("/proc/{}/root/tmp/perf-{ns_pid}.map", jvm.pid)).exists()
+    );
+    assert!(!std::path::Path::new(&format!("/tmp/perf-{ns_pid}.map")).exists());
+}
+
+fn ns_pid(pid: u32) -> u32 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("NSpid:")).unwrap();
+    line.split_whitespace().last().unwrap().parse().unwrap()
+}
+
+/// Roots under the process frame of a `group=pool` graph, with their weight.
+fn pool_roots(rows: &Rows) -> BTreeMap<String, u64> {
+    let mut roots = BTreeMap::new();
+    for (stack, v) in rows {
+        if let Some(root) = stack.get(1) {
+            *roots.entry(root.clone()).or_default() += v;
+        }
+    }
+    roots
+}
+
+#[test]
+fn named_pools_have_one_root_each_with_their_full_names() {
+    if !ready() {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let url = daemon();
+    let jvm: Jvm = JavaRun::default().start("Pools", &["25", "2"]);
+    let pid = jvm.pid;
+    let query = format!("pid={pid}&kind=cpu&group=pool&seconds=10");
+    let mut roots = BTreeMap::new();
+    within(Duration::from_secs(30), || {
+        thread::sleep(Duration::from_secs(2));
+        roots = pool_roots(&folded(url, &query));
+        (roots.contains_key("MutationStage-*") && roots.contains_key("Native-Transport-Requests-*"))
+            .then_some(())
+    });
+    let names: Vec<&String> = roots.keys().collect();
+    for pool in ["MutationStage-*", "Native-Transport-Requests-*"] {
+        assert!(roots.contains_key(pool), "no root {pool}: {names:?}");
+    }
+    let truncated: Vec<&&String> = names
+        .iter()
+        .filter(|n| {
+            (n.starts_with("Native-Transpor") && **n != "Native-Transport-Requests-*")
+                || (n.starts_with("MutationStage") && **n != "MutationStage-*")
+        })
+        .collect();
+    assert!(truncated.is_empty(), "split pools: {names:?}");
+
+    let report = json(url, &format!("/threads?pid={pid}&seconds=10"));
+    let pools = report["pools"].as_array().unwrap();
+    for name in ["MutationStage-*", "Native-Transport-Requests-*"] {
+        let pool = pools
+            .iter()
+            .find(|p| p["pool"] == name)
+            .unwrap_or_else(|| panic!("/threads has no pool {name}: {report}"));
+        assert_eq!(pool["threads"], 2, "{pool}");
+    }
+    let threads = report["threads"].as_array().unwrap();
+    assert!(
+        threads
+            .iter()
+            .any(|t| t["name"] == "Native-Transport-Requests-2"),
+        "full thread names in /threads"
+    );
+    assert_eq!(report["jvm"]["attach"], "attached", "{}", report["jvm"]);
+}
+
+#[test]
+fn forkjoin_churn_parks_on_futex_with_the_stack_the_unwinder_can_get() {
+    if !ready() {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let url = daemon();
+    let jvm = JavaRun::default().start("Churn", &["25", "4"]);
+    let pid = jvm.pid;
+    thread::sleep(Duration::from_secs(15));
+    let report = json(url, &format!("/threads?pid={pid}&seconds=10"));
+    let pool = report["pools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["pool"] == "ForkJoinPool-1-worker-*")
+        .unwrap_or_else(|| panic!("no ForkJoinPool-1-worker-* pool: {report}"))
+        .clone();
+    let (futex, wall) = (
+        pool["futex_us"].as_u64().unwrap() as f64,
+        pool["wall_us"].as_u64().unwrap() as f64,
+    );
+    assert!(futex / wall > 0.5, "workers mostly parked: {pool}");
+    let wakeups_per_s = pool["wakeups_received"].as_u64().unwrap() as f64 / 10.0;
+    assert!(wakeups_per_s > 500.0, "park/unpark churn: {pool}");
+
+    let rows = folded(url, &format!("pid={pid}&kind=futex&group=pool&seconds=10"));
+    let workers: Rows = rows
+        .into_iter()
+        .filter(|r| r.0.get(1).map(String::as_str) == Some("ForkJoinPool-1-worker-*"))
+        .collect();
+    assert!(!workers.is_empty(), "futex stacks of the workers");
+    // With frame pointers only, the walk ends in glibc's futex wait (glibc
+    // keeps no frame pointer); where it gets further, it must pass through
+    // the park path, never through made-up frames.
+    for (stack, _) in &workers {
+        assert_eq!(stack.last().unwrap(), "[syscall futex]", "{stack:?}");
+        let java: Vec<&String> = stack.iter().filter(|f| f.ends_with("_[j]")).collect();
+        assert!(
+            java.is_empty() || stack.iter().any(|f| f.contains(".park")),
+            "{stack:?}"
+        );
+    }
+    let in_libc_wait: u64 = workers
+        .iter()
+        .filter(|r| r.0.iter().any(|f| f.contains("futex_abstimed_wait")))
+        .map(|r| r.1)
+        .sum();
+    let total: u64 = workers.iter().map(|r| r.1).sum();
+    assert!(
+        in_libc_wait as f64 / total as f64 > 0.9,
+        "parked workers wait in glibc's futex wait:\n{}",
+        show(&workers)
+    );
+}
+
+#[test]
+fn starved_java_threads_wait_in_the_runqueue_in_their_java_code() {
+    if !ready() {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let url = daemon();
+    let jvm = JavaRun {
+        cpus: Some("0"),
+        ..JavaRun::default()
+    }
+    .start("Starve", &["20", "3"]);
+    let pid = jvm.pid;
+    thread::sleep(Duration::from_secs(12));
+    let report = json(url, &format!("/threads?pid={pid}&seconds=8"));
+    let pool = report["pools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["pool"] == "cruncher-*")
+        .unwrap_or_else(|| panic!("no cruncher-* pool: {report}"))
+        .clone();
+    let share =
+        |k: &str| pool[k].as_u64().unwrap() as f64 / pool["wall_us"].as_u64().unwrap() as f64;
+    // Three CPU-bound threads on one CPU: each runs a third of the time.
+    assert!(share("runqueue_us") > 0.5, "{pool}");
+    assert!(share("cpu_us") > 0.2, "{pool}");
+    let rows = folded(
+        url,
+        &format!("pid={pid}&kind=runqueue&group=pool&seconds=8"),
+    );
+    let in_java: u64 = rows
+        .iter()
+        .filter(|r| r.0.get(1).map(String::as_str) == Some("cruncher-*"))
+        .filter(|r| {
+            r.0.iter()
+                .any(|f| f.starts_with("Starve.") && f.ends_with("_[j]"))
+        })
+        .map(|r| r.1)
+        .sum();
+    let all: u64 = rows
+        .iter()
+        .filter(|r| r.0.get(1).map(String::as_str) == Some("cruncher-*"))
+        .map(|r| r.1)
+        .sum();
+    assert!(
+        in_java as f64 > 0.8 * all as f64,
+        "runqueue time of the crunchers is in Starve's methods:\n{}",
+        show(&rows)
+    );
+}
