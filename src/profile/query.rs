@@ -113,14 +113,16 @@ pub fn folded(store: &Store, filter: &Filter, now: SystemTime) -> Folded {
             if !filter.matches(s.pid, s.tid) || !filter.kind.includes(s.state) {
                 continue;
             }
-            let mut frames = prefix(&names, filter, s.pid, s.tid);
-            if filter.kind == Kind::Wall {
-                frames.push(state_frame(s.state));
+            let head = prefix(&names, filter, s.pid, s.tid);
+            let state = (filter.kind == Kind::Wall).then(|| state_frame(s.state));
+            let mut frames: Vec<&str> = head.iter().map(String::as_str).collect();
+            if let Some(state) = &state {
+                frames.push(state);
                 *explained.entry((s.tid, s.state)).or_default() += s.ns;
             }
-            frames.extend(s.stack.iter().map(|f| f.to_string()));
+            frames.extend(s.stack.iter().map(|f| &**f));
             note_process(&mut out, &names, s.pid);
-            out.add(&frames.iter().map(String::as_str).collect::<Vec<_>>(), s.ns);
+            out.add(&frames, s.ns);
         }
         if filter.kind == Kind::Wakeup {
             for w in &slice.wakeups {

@@ -1,7 +1,7 @@
 //! The in-memory store: the last `retention` of slices, bounded.
 
 use std::{
-    collections::{HashSet, VecDeque},
+    collections::VecDeque,
     time::{Duration, SystemTime},
 };
 
@@ -38,7 +38,7 @@ pub struct Store {
     slices: VecDeque<Slice>,
     retention: Duration,
     /// Every distinct stack once; slices share them.
-    stacks: HashSet<Stack>,
+    stacks: rustc_hash::FxHashSet<Stack>,
     pushes: u64,
     totals: StatDeltas,
     processes: HashMap<u32, ProcessTotals>,
@@ -50,7 +50,7 @@ impl Store {
         Store {
             slices: VecDeque::new(),
             retention,
-            stacks: HashSet::new(),
+            stacks: rustc_hash::FxHashSet::default(),
             pushes: 0,
             totals: [0; Stat::COUNT],
             processes: HashMap::new(),

@@ -1,15 +1,19 @@
 //! Per-process perf maps for JIT frames, re-read when the file changes
-//! (checked at most once per batch per process).
+//! (checked at most once per batch per process). Each entry's frame is
+//! made once per map read: a busy JVM's stacks are mostly JIT frames.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 use super::perfmap::{self, PerfMap};
+use crate::profile::Frame;
 
 /// Batches after which a process with no JIT lookup is forgotten.
 const FORGET_AFTER_BATCHES: u64 = 120;
 
 struct Entry {
     map: PerfMap,
+    /// Frames of the map's entries, made on first use.
+    frames: Vec<Option<Frame>>,
     path: std::path::PathBuf,
     checked: u64,
     used: u64,
@@ -18,7 +22,7 @@ struct Entry {
 /// Perf maps by pid.
 #[derive(Default)]
 pub struct JitMaps {
-    maps: HashMap<u32, Entry>,
+    maps: FxHashMap<u32, Entry>,
     batch: u64,
 }
 
@@ -31,11 +35,13 @@ impl JitMaps {
             .retain(|_, e| batch - e.used < FORGET_AFTER_BATCHES);
     }
 
-    /// The JIT symbol at `addr` in `pid`, if its perf map names one.
-    pub fn find(&mut self, pid: u32, addr: u64) -> Option<String> {
+    /// The frame for `addr` in `pid`, if its perf map names it; `make`
+    /// turns an entry's name into its frame (once per entry and map read).
+    pub fn find(&mut self, pid: u32, addr: u64, make: impl FnOnce(&str) -> Frame) -> Option<Frame> {
         let batch = self.batch;
         let entry = self.maps.entry(pid).or_insert_with(|| Entry {
             map: PerfMap::default(),
+            frames: Vec::new(),
             path: perfmap::path_for(pid, perfmap::ns_pid(pid)),
             checked: 0,
             used: batch,
@@ -46,10 +52,13 @@ impl JitMaps {
             if entry.map.is_stale(&entry.path) {
                 // A process without a perf map (or a gone one) keeps what it had.
                 if let Ok(map) = PerfMap::read(&entry.path) {
+                    entry.frames = vec![None; map.entry_count()];
                     entry.map = map;
                 }
             }
         }
-        entry.map.find(addr).map(str::to_string)
+        let i = entry.map.index_of(addr)?;
+        let slot = &mut entry.frames[i];
+        Some(slot.get_or_insert_with(|| make(entry.map.name(i))).clone())
     }
 }

@@ -12,12 +12,9 @@ pub(crate) mod perfmap;
 mod procs;
 mod syscalls;
 
-use std::{
-    collections::{HashMap, HashSet},
-    path::PathBuf,
-    sync::Arc,
-    time::SystemTime,
-};
+use std::{collections::HashMap, path::PathBuf, sync::Arc, time::SystemTime};
+
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use blazesym::symbolize::{
     source::{Elf, Kernel, Source},
@@ -60,9 +57,9 @@ pub struct JvmLink {
 pub struct Symbolizer {
     blaze: Blaze,
     procs: Procs,
-    user_cache: HashMap<(FileKey, u64), Frame>,
-    kernel_cache: HashMap<u64, Frame>,
-    interner: HashSet<Frame>,
+    user_cache: FxHashMap<(FileKey, u64), Frame>,
+    kernel_cache: FxHashMap<u64, Frame>,
+    interner: FxHashSet<Frame>,
     jit: jit::JitMaps,
     jvm: Option<JvmLink>,
     /// JVMs of the current batch, and whether JIT lookups missed in them.
@@ -85,9 +82,9 @@ impl Symbolizer {
         Symbolizer {
             blaze,
             procs: Procs::default(),
-            user_cache: HashMap::new(),
-            kernel_cache: HashMap::new(),
-            interner: HashSet::new(),
+            user_cache: FxHashMap::default(),
+            kernel_cache: FxHashMap::default(),
+            interner: FxHashSet::default(),
             jit: jit::JitMaps::default(),
             jvm: None,
             jvms_seen: HashMap::new(),
@@ -210,12 +207,7 @@ impl Symbolizer {
     }
 
     fn intern(&mut self, name: &str) -> Frame {
-        if let Some(f) = self.interner.get(name) {
-            return f.clone();
-        }
-        let f: Frame = Arc::from(name);
-        self.interner.insert(f.clone());
-        f
+        intern_in(&mut self.interner, name)
     }
 
     fn locate_user(&mut self, record: &RawRecord) -> Vec<Location> {
@@ -250,11 +242,12 @@ impl Symbolizer {
 
     /// Code in anonymous executable memory: JIT code if a perf map names it.
     fn locate_jit(&mut self, pid: u32, addr: u64, jvm: bool) -> Location {
-        match self.jit.find(pid, addr) {
-            Some(name) => {
-                let frame = frames::frame_name(&sanitize(&name), jvm);
-                Location::Jit(self.intern(&frame))
-            }
+        let interner = &mut self.interner;
+        let found = self.jit.find(pid, addr, |name| {
+            intern_in(interner, &frames::frame_name(&sanitize(name), jvm))
+        });
+        match found {
+            Some(frame) => Location::Jit(frame),
             None if jvm => {
                 self.jvms_seen.insert(pid, true);
                 Location::Jit(self.intern(frames::NOT_IN_PERF_MAP))
@@ -373,6 +366,16 @@ impl Symbolizer {
         }
         frames.into()
     }
+}
+
+/// The shared copy of `name`.
+fn intern_in(interner: &mut FxHashSet<Frame>, name: &str) -> Frame {
+    if let Some(f) = interner.get(name) {
+        return f.clone();
+    }
+    let f: Frame = Arc::from(name);
+    interner.insert(f.clone());
+    f
 }
 
 fn kernel_lookup_addr(i: usize, ip: u64) -> u64 {

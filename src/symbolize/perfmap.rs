@@ -28,6 +28,8 @@ struct Entry {
 #[derive(Debug, Clone, Default)]
 pub struct PerfMap {
     entries: Vec<Entry>,
+    /// `entries[i].start`, apart: the lookup's binary search stays in cache.
+    starts: Vec<u64>,
     /// Size and mtime when read, to notice the JIT appending.
     stamp: Option<(u64, SystemTime)>,
 }
@@ -56,8 +58,10 @@ impl PerfMap {
                 kept.push((i, e));
             }
         }
+        let entries: Vec<Entry> = kept.into_iter().map(|(_, e)| e).collect();
         PerfMap {
-            entries: kept.into_iter().map(|(_, e)| e).collect(),
+            starts: entries.iter().map(|e| e.start).collect(),
+            entries,
             stamp: None,
         }
     }
@@ -88,10 +92,25 @@ impl PerfMap {
     }
 
     /// The symbol covering `addr`.
+    #[cfg(test)]
     pub fn find(&self, addr: u64) -> Option<&str> {
-        let i = self.entries.partition_point(|e| e.start <= addr);
-        let e = self.entries.get(i.checked_sub(1)?)?;
-        (addr < e.end).then_some(e.name.as_str())
+        self.index_of(addr).map(|i| self.name(i))
+    }
+
+    /// Index of the entry covering `addr`, for callers that cache per entry.
+    pub fn index_of(&self, addr: u64) -> Option<usize> {
+        let i = self.starts.partition_point(|&s| s <= addr).checked_sub(1)?;
+        (addr < self.entries[i].end).then_some(i)
+    }
+
+    /// Name of entry `i` (from [`PerfMap::index_of`]).
+    pub fn name(&self, i: usize) -> &str {
+        &self.entries[i].name
+    }
+
+    /// Number of entries.
+    pub fn entry_count(&self) -> usize {
+        self.entries.len()
     }
 }
 

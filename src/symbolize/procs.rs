@@ -1,8 +1,8 @@
 //! What the symbolizer remembers about processes and the files they map,
 //! captured while they are alive so that exited processes still symbolize.
 
+use rustc_hash::FxHashMap as HashMap;
 use std::{
-    collections::HashMap,
     fs,
     os::unix::fs::MetadataExt,
     path::{Path, PathBuf},
