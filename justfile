@@ -20,6 +20,8 @@ bench:
     cargo build --release
     cargo bench --bench oncpu
     cargo bench --bench offcpu
+    cargo bench --bench jvm
+    cargo bench --bench jvm_symbols
 
 # Rewrite golden files after an intended output change.
 bless:
