@@ -35,6 +35,9 @@ fn bad_flags_are_usage_errors() {
     let (code, err) = wallscope(&["record", "--pid", "1", "--duration", "soon", "-o", "x.svg"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--duration"), "{err}");
+    let (code, err) = wallscope(&["serve", "--jvm", "sometimes"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--jvm") && err.contains("auto") && err.contains("off"), "{err}");
 }
 
 #[test]

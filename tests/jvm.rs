@@ -194,6 +194,20 @@ fn ns_pid(pid: u32) -> u32 {
     line.split_whitespace().last().unwrap().parse().unwrap()
 }
 
+/// The `/threads` row of pool `name` of `pid` over the last `seconds`.
+fn pool_report(url: &str, pid: u32, seconds: u64, name: &str) -> serde_json::Value {
+    let report = json(url, &format!("/threads?pid={pid}&seconds={seconds}"));
+    let pools = report["pools"].as_array().unwrap();
+    let pool = pools.iter().find(|p| p["pool"] == name);
+    pool.unwrap_or_else(|| panic!("no {name} pool: {report}"))
+        .clone()
+}
+
+/// Share of a `/threads` row's wall time in `field`.
+fn share(row: &serde_json::Value, field: &str) -> f64 {
+    row[field].as_u64().unwrap() as f64 / row["wall_us"].as_u64().unwrap().max(1) as f64
+}
+
 /// Roots under the process frame of a `group=pool` graph, with their weight.
 fn pool_roots(rows: &Rows) -> BTreeMap<String, u64> {
     let mut roots = BTreeMap::new();
@@ -264,19 +278,11 @@ fn forkjoin_churn_parks_on_futex_with_the_stack_the_unwinder_can_get() {
     let jvm = JavaRun::default().start("Churn", &["25", "4"]);
     let pid = jvm.pid;
     thread::sleep(Duration::from_secs(15));
-    let report = json(url, &format!("/threads?pid={pid}&seconds=10"));
-    let pool = report["pools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["pool"] == "ForkJoinPool-1-worker-*")
-        .unwrap_or_else(|| panic!("no ForkJoinPool-1-worker-* pool: {report}"))
-        .clone();
-    let (futex, wall) = (
-        pool["futex_us"].as_u64().unwrap() as f64,
-        pool["wall_us"].as_u64().unwrap() as f64,
+    let pool = pool_report(url, pid, 10, "ForkJoinPool-1-worker-*");
+    assert!(
+        share(&pool, "futex_us") > 0.5,
+        "workers mostly parked: {pool}"
     );
-    assert!(futex / wall > 0.5, "workers mostly parked: {pool}");
     let wakeups_per_s = pool["wakeups_received"].as_u64().unwrap() as f64 / 10.0;
     assert!(wakeups_per_s > 500.0, "park/unpark churn: {pool}");
 
@@ -324,19 +330,10 @@ fn starved_java_threads_wait_in_the_runqueue_in_their_java_code() {
     .start("Starve", &["20", "3"]);
     let pid = jvm.pid;
     thread::sleep(Duration::from_secs(12));
-    let report = json(url, &format!("/threads?pid={pid}&seconds=8"));
-    let pool = report["pools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["pool"] == "cruncher-*")
-        .unwrap_or_else(|| panic!("no cruncher-* pool: {report}"))
-        .clone();
-    let share =
-        |k: &str| pool[k].as_u64().unwrap() as f64 / pool["wall_us"].as_u64().unwrap() as f64;
+    let pool = pool_report(url, pid, 8, "cruncher-*");
     // Three CPU-bound threads on one CPU: each runs a third of the time.
-    assert!(share("runqueue_us") > 0.5, "{pool}");
-    assert!(share("cpu_us") > 0.2, "{pool}");
+    assert!(share(&pool, "runqueue_us") > 0.5, "{pool}");
+    assert!(share(&pool, "cpu_us") > 0.2, "{pool}");
     let rows = folded(
         url,
         &format!("pid={pid}&kind=runqueue&group=pool&seconds=8"),
@@ -360,4 +357,60 @@ fn starved_java_threads_wait_in_the_runqueue_in_their_java_code() {
         "runqueue time of the crunchers is in Starve's methods:\n{}",
         show(&rows)
     );
+}
+
+/// The `jvm` object `/processes` reports for `pid`, once it has one whose
+/// `attach` is no longer `pending`.
+fn jvm_report(url: &str, pid: u32) -> Option<serde_json::Value> {
+    let processes = json(url, "/processes?seconds=10");
+    let me = processes.as_array()?.iter().find(|p| p["pid"] == pid)?;
+    let jvm = me.get("jvm")?;
+    (jvm["attach"] != "pending").then(|| jvm.clone())
+}
+
+#[test]
+fn jvms_that_refuse_or_lack_frame_pointers_are_reported_once() {
+    if !ready() {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let url = daemon();
+    let refusing = JavaRun {
+        jvm_opts: vec!["-XX:+DisableAttachMechanism".into()],
+        ..JavaRun::default()
+    }
+    .start("Starve", &["30", "1"]);
+    let no_fp = JavaRun {
+        no_frame_pointer: true,
+        ..JavaRun::default()
+    }
+    .start("Starve", &["30", "1"]);
+
+    let report = within(Duration::from_secs(20), || jvm_report(url, refusing.pid))
+        .expect("the refusing JVM in /processes");
+    assert_eq!(report["attach"], "refused", "{report}");
+    let error = report["error"].as_str().unwrap_or_default();
+    assert!(error.contains("DisableAttachMechanism"), "{report}");
+
+    let report = within(Duration::from_secs(20), || jvm_report(url, no_fp.pid))
+        .expect("the JVM without frame pointers in /processes");
+    assert_eq!(report["attach"], "attached", "{report}");
+    assert_eq!(report["preserve_frame_pointer"], false, "{report}");
+    assert!(
+        report["warning"]
+            .as_str()
+            .is_some_and(|w| w.contains("PreserveFramePointer")),
+        "{report}"
+    );
+    let (status, text) = get(&format!("{url}/threads?pid={}&format=text", no_fp.pid));
+    assert_eq!(status, 200);
+    assert!(text.contains("no -XX:+PreserveFramePointer"), "{text}");
+
+    // Not retried: with attach disabled, each SIGQUIT makes HotSpot print a
+    // thread dump instead; over 10 more seconds there must be exactly one.
+    thread::sleep(Duration::from_secs(10));
+    let printed = refusing.workload.stop();
+    let dumps = printed.matches("Full thread dump").count();
+    assert_eq!(dumps, 1, "SIGQUITs sent to the refusing JVM");
+    drop(no_fp);
 }

@@ -24,6 +24,8 @@ public final class Burn {
     static volatile long deadline;
     static volatile long sink;
 
+    // The twelve bodies are the same on purpose: each method must be its own
+    // JIT frame, with a share set only by its iteration count.
     static long alpha(long x, int n) {
         for (int i = 0; i < n; i++) {
             x = x * 6364136223846793005L + i;

@@ -187,12 +187,13 @@ fn parse_reply(command: &str, reply: &str) -> Result<String, AttachError> {
     Ok(rest.to_string())
 }
 
-/// Whether `pid` maps HotSpot's `libjvm.so`.
+/// Whether `pid` maps HotSpot's `libjvm.so`. OpenJ9 ships a `libjvm.so`
+/// too, next to its `libj9vm*.so`: it answers SIGQUIT with a javacore file,
+/// not an attach socket, so it does not count.
 pub fn maps_libjvm(pid: u32) -> Result<bool, AttachError> {
     let maps = fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|_| AttachError::Gone)?;
-    Ok(maps
-        .lines()
-        .any(|l| l.ends_with("/libjvm.so") || l.ends_with("/libjvm.so (deleted)")))
+    let mapped = |name: &str| maps.lines().any(|l| l.contains(name));
+    Ok(mapped("/libjvm.so") && !mapped("/libj9vm"))
 }
 
 /// Whether `pid` has a handler for `sig` (`SigCgt` in `/proc/PID/status`):

@@ -77,8 +77,10 @@ pub struct JavaRun {
     pub namespaced: bool,
     /// Restrict the JVM to these CPUs (`taskset -c`).
     pub cpus: Option<&'static str>,
-    /// Extra JVM options (besides `-XX:+PreserveFramePointer`).
+    /// Extra JVM options.
     pub jvm_opts: Vec<String>,
+    /// Leave out `-XX:+PreserveFramePointer`.
+    pub no_frame_pointer: bool,
 }
 
 /// A running JVM: the workload and its pid as seen from the host.
@@ -114,7 +116,7 @@ impl JavaRun {
             .arg(USER.to_string())
             .arg("--clear-groups")
             .arg(jdk_bin("java"))
-            .arg("-XX:+PreserveFramePointer")
+            .args((!self.no_frame_pointer).then_some("-XX:+PreserveFramePointer"))
             .args(&self.jvm_opts)
             .arg("-cp")
             .arg(classes())

@@ -93,6 +93,14 @@ impl Workload {
         Workload { child, pid, stdout }
     }
 
+    /// Kills the workload; returns the rest of what it printed.
+    pub fn stop(mut self) -> String {
+        let _ = self.child.kill();
+        let mut rest = String::new();
+        let _ = std::io::Read::read_to_string(&mut self.stdout, &mut rest);
+        rest
+    }
+
     /// Waits for the workload to finish successfully; returns the rest of
     /// what it printed.
     pub fn wait(mut self) -> String {
