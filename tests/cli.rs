@@ -37,7 +37,10 @@ fn bad_flags_are_usage_errors() {
     assert!(err.contains("--duration"), "{err}");
     let (code, err) = wallscope(&["serve", "--jvm", "sometimes"]);
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("--jvm") && err.contains("auto") && err.contains("off"), "{err}");
+    assert!(
+        err.contains("--jvm") && err.contains("auto") && err.contains("off"),
+        "{err}"
+    );
 }
 
 #[test]
