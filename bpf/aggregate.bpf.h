@@ -124,6 +124,8 @@ static __always_inline void *ws_stack_map(__u32 gen)
 	}
 }
 
+#include "unwind.bpf.h"
+
 /* 64-bit hash of a stack's frames (multiply-xorshift per frame). */
 static __always_inline __u64 ws_stack_hash(const struct ws_stack *s)
 {
@@ -149,12 +151,18 @@ static __always_inline __s32 ws_stack_id(void *ctx, __u32 gen, __u64 flags,
 
 	if (!s)
 		return WS_NO_STACK;
-	long bytes = bpf_get_stack(ctx, s->ips, sizeof(s->ips), flags);
-	if (bytes <= 0) {
+	long frames = flags & BPF_F_USER_STACK ? ws_unwind_user(s) : -1;
+
+	if (frames < 0) {
+		long bytes = bpf_get_stack(ctx, s->ips, sizeof(s->ips), flags);
+
+		frames = bytes > 0 ? bytes / sizeof(__u64) : 0;
+	}
+	if (frames <= 0) {
 		ws_stat_inc(failed_stat);
 		return WS_NO_STACK;
 	}
-	s->len = bytes / sizeof(__u64);
+	s->len = frames;
 	s->hash = ws_stack_hash(s);
 	__u32 id = (__u32)s->hash & 0x7fffffff; /* ids are non-negative s32 */
 

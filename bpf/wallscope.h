@@ -95,6 +95,51 @@ struct ws_stack {
 	__u64 ips[WS_MAX_STACK_DEPTH];
 };
 
+/*
+ * Unwind tables (issue 5): for code without frame pointers, compact rows
+ * derived from .eh_frame by user space, in one array (`unwind_rows`); per
+ * process, the executable mappings that have a table (`unwind_procs`).
+ * A row applies from `pc` (an ELF virtual address of its module) to the
+ * next row's pc. Elsewhere the walk follows the frame-pointer chain.
+ */
+#define WS_UNWIND_MAX_MAPPINGS 16
+
+enum ws_cfa_reg {
+	WS_CFA_RSP = 0,
+	WS_CFA_RBP = 1,
+	WS_CFA_NONE = 2,        /* no unwind info for this range */
+	WS_CFA_END = 3,         /* outermost frame: the walk ends normally */
+	WS_CFA_UNSUPPORTED = 4, /* expression or other register, signal frame */
+};
+
+enum ws_rbp_rule {
+	WS_RBP_SAME = 0,   /* rbp unchanged */
+	WS_RBP_AT_CFA = 1, /* rbp saved at CFA + rbp_off */
+	WS_RBP_UNSUPPORTED = 2,
+};
+
+struct ws_unwind_row {
+	__u32 pc;      /* first address covered, module virtual address */
+	__s32 cfa_off; /* CFA = (cfa_reg == RSP ? rsp : rbp) + cfa_off */
+	__s16 rbp_off;
+	__u8 cfa_reg;  /* enum ws_cfa_reg */
+	__u8 rbp_rule; /* enum ws_rbp_rule */
+};
+
+struct ws_unwind_mapping {
+	__u64 start; /* runtime address range of the executable mapping */
+	__u64 end;
+	__u64 bias;  /* runtime address - module virtual address */
+	__u32 row_start; /* its table: unwind_rows[row_start .. +row_count] */
+	__u32 row_count;
+};
+
+struct ws_unwind_proc {
+	__u32 count; /* mappings used */
+	__u32 _pad;
+	struct ws_unwind_mapping mappings[WS_UNWIND_MAX_MAPPINGS];
+};
+
 struct ws_hist {
 	__u64 slots[WS_HIST_SLOTS];
 };
@@ -116,13 +161,21 @@ enum ws_stat {
 	WS_STAT_BELOW_THRESHOLD = 12,  /* intervals under --offcpu-min-us (totals only) */
 	WS_STAT_STACKS_STORED = 13,    /* new stacks stored in the current generation */
 	WS_STAT_STACK_STORE_FAILED = 14, /* stack dropped: map full or no memory */
-	WS_STAT_COUNT = 15,
+	WS_STAT_UNWIND_WALKS = 15,     /* user stacks walked with unwind tables */
+	WS_STAT_UNWIND_NO_INFO = 16,   /* walk ended early: no unwind row for the pc */
+	WS_STAT_UNWIND_UNSUPPORTED = 17, /* walk ended early: expression CFA, signal frame... */
+	WS_STAT_UNWIND_READ_FAILED = 18, /* walk ended early: stack memory unreadable */
+	WS_STAT_UNWIND_TRUNCATED = 19, /* walk ended early: WS_MAX_STACK_DEPTH frames */
+	WS_STAT_COUNT = 20,
 };
 
 #ifdef __BPF__
 _Static_assert(sizeof(struct ws_stack_key) == 56, "ws_stack_key size");
 _Static_assert(sizeof(struct ws_stack_value) == 16, "ws_stack_value size");
 _Static_assert(sizeof(struct ws_stack) == 16 + 8 * WS_MAX_STACK_DEPTH, "ws_stack size");
+_Static_assert(sizeof(struct ws_unwind_row) == 12, "ws_unwind_row size");
+_Static_assert(sizeof(struct ws_unwind_mapping) == 32, "ws_unwind_mapping size");
+_Static_assert(sizeof(struct ws_unwind_proc) == 8 + 32 * WS_UNWIND_MAX_MAPPINGS, "ws_unwind_proc size");
 _Static_assert(sizeof(struct ws_thread_totals) == 96, "ws_thread_totals size");
 _Static_assert(sizeof(struct ws_hist_key) == 16, "ws_hist_key size");
 _Static_assert(sizeof(struct ws_hist) == 8 * WS_HIST_SLOTS, "ws_hist size");

@@ -13,3 +13,4 @@ pub mod jvm;
 pub mod pipeline;
 pub mod profile;
 pub mod symbolize;
+pub mod unwind;

@@ -50,6 +50,22 @@ struct Sampling {
     /// are still used).
     #[arg(long, value_enum, default_value_t = JvmMode::Auto)]
     jvm: JvmMode,
+    /// User stack walking: `tables` walks code without frame pointers (glibc,
+    /// release builds) with unwind tables built from `.eh_frame`, and the
+    /// frame-pointer chain elsewhere; `fp` uses frame pointers only.
+    #[arg(long, value_enum, default_value_t = Unwind::Tables)]
+    unwind: Unwind,
+    /// Memory for unwind tables in MiB (12 bytes a row; glibc needs about
+    /// 0.4 MiB); least recently used tables are evicted when full.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    unwind_table_mb: u64,
+}
+
+/// How user stacks are walked (`--unwind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Unwind {
+    Tables,
+    Fp,
 }
 
 #[derive(Subcommand)]
@@ -124,6 +140,8 @@ fn pipeline_options(sampling: &Sampling, retention: Duration) -> PipelineOptions
             frequency_hz: sampling.frequency,
             include_idle: sampling.include_idle,
             offcpu_min_ns: sampling.offcpu_min_us * 1000,
+            unwind_tables: sampling.unwind == Unwind::Tables,
+            unwind_rows: (sampling.unwind_table_mb * 1024 * 1024 / 12) as u32,
         },
         drain_interval: Duration::from_secs(1),
         retention,

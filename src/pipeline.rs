@@ -19,6 +19,7 @@ use crate::{
     jvm::{agent, agent::JvmMode, Jvms},
     profile::store::Store,
     symbolize::{JvmLink, Symbolizer},
+    unwind::registry::{Registry, UnwindStats},
 };
 
 /// Why the pipeline could not start.
@@ -56,6 +57,8 @@ pub struct Health {
     pub last_symbolize_us: u64,
     /// Rows whose stack was gone from the stack map when read.
     pub missing_stacks: u64,
+    /// Unwind tables: loaded, evicted, processes using them.
+    pub unwind: UnwindStats,
 }
 
 /// State that the API reads.
@@ -95,7 +98,12 @@ pub struct Pipeline {
 impl Pipeline {
     /// Loads and attaches the programs and starts draining.
     pub fn start(opts: &PipelineOptions) -> Result<Pipeline, PipelineError> {
-        let (probes, maps) = bpf::load(&opts.probes)?;
+        let (probes, mut maps) = bpf::load(&opts.probes)?;
+        let registry = maps
+            .unwind
+            .take()
+            .filter(|_| opts.probes.unwind_tables)
+            .map(Registry::new);
         let shared = Shared::new(Store::new(opts.retention), probes.attached.clone());
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, rx) = mpsc::channel::<RawBatch>();
@@ -103,9 +111,19 @@ impl Pipeline {
         let collector = {
             let (stop, shared, interval) = (stop.clone(), shared.clone(), opts.drain_interval);
             let mut drainer = Drainer::new(maps);
+            let mut registry = registry;
             thread::Builder::new()
                 .name("ws-collect".into())
-                .spawn(move || collect_loop(&mut drainer, &tx, &stop, &shared, interval))
+                .spawn(move || {
+                    collect_loop(
+                        &mut drainer,
+                        registry.as_mut(),
+                        &tx,
+                        &stop,
+                        &shared,
+                        interval,
+                    )
+                })
                 .map_err(|source| PipelineError::Thread {
                     name: "collector",
                     source,
@@ -155,6 +173,7 @@ impl Pipeline {
 
 fn collect_loop(
     drainer: &mut Drainer,
+    mut registry: Option<&mut Registry>,
     tx: &mpsc::Sender<RawBatch>,
     stop: &AtomicBool,
     shared: &Shared,
@@ -173,8 +192,19 @@ fn collect_loop(
             match drainer.drain() {
                 Ok(batch) => {
                     record_drain(shared, &batch);
+                    let pids: Vec<u32> = batch.records.iter().map(|r| r.pid).collect();
                     if tx.send(batch).is_err() {
                         return;
+                    }
+                    // After the send: building a table for a new library
+                    // takes tens of milliseconds, the symbolizer need not wait.
+                    if let Some(registry) = registry.as_deref_mut() {
+                        registry.update(pids);
+                        shared
+                            .health
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .unwind = registry.stats();
                     }
                 }
                 Err(err) => {

@@ -12,6 +12,8 @@ pub const MAX_STACK_DEPTH: usize = 127;
 pub const NO_STACK: i32 = -1;
 /// Stack maps rotate through this many generations.
 pub const STACK_GENERATIONS: u32 = 3;
+/// Mappings with unwind tables per process (`WS_UNWIND_MAX_MAPPINGS`).
+pub const UNWIND_MAX_MAPPINGS: usize = 16;
 /// log2 microsecond buckets of the runqueue histograms.
 pub const HIST_SLOTS: usize = 32;
 /// `state` of a key that records a wakeup sent, not a thread state.
@@ -143,8 +145,63 @@ impl StoredStack {
     }
 }
 
+/// One unwind table row (`struct ws_unwind_row`); see `bpf/wallscope.h`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct UnwindRow {
+    /// First address covered, as a virtual address of the module.
+    pub pc: u32,
+    pub cfa_off: i32,
+    pub rbp_off: i16,
+    /// `enum ws_cfa_reg`, see [`cfa`].
+    pub cfa_reg: u8,
+    /// `enum ws_rbp_rule`, see [`rbp`].
+    pub rbp_rule: u8,
+}
+
+/// `enum ws_cfa_reg`.
+pub mod cfa {
+    pub const RSP: u8 = 0;
+    pub const RBP: u8 = 1;
+    pub const NONE: u8 = 2;
+    pub const END: u8 = 3;
+    pub const UNSUPPORTED: u8 = 4;
+}
+
+/// `enum ws_rbp_rule`.
+pub mod rbp {
+    pub const SAME: u8 = 0;
+    pub const AT_CFA: u8 = 1;
+    pub const UNSUPPORTED: u8 = 2;
+}
+
+/// An executable mapping with an unwind table (`struct ws_unwind_mapping`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct UnwindMapping {
+    pub start: u64,
+    pub end: u64,
+    /// Runtime address minus module virtual address.
+    pub bias: u64,
+    pub row_start: u32,
+    pub row_count: u32,
+}
+
+/// A process's mappings with tables (`struct ws_unwind_proc`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct UnwindProc {
+    pub count: u32,
+    pub _pad: u32,
+    pub mappings: [UnwindMapping; UNWIND_MAX_MAPPINGS],
+}
+
 // SAFETY: plain-old-data, `repr(C)`, no padding the kernel does not also see.
 unsafe impl aya::Pod for StoredStack {}
+// SAFETY: as above.
+unsafe impl aya::Pod for UnwindRow {}
+// SAFETY: as above.
+unsafe impl aya::Pod for UnwindProc {}
 // SAFETY: as below.
 unsafe impl aya::Pod for StackKey {}
 // SAFETY: as above.
@@ -159,6 +216,9 @@ unsafe impl aya::Pod for Hist {}
 const _: () = assert!(size_of::<StackKey>() == 56);
 const _: () = assert!(size_of::<StackValue>() == 16);
 const _: () = assert!(size_of::<StoredStack>() == 16 + 8 * MAX_STACK_DEPTH);
+const _: () = assert!(size_of::<UnwindRow>() == 12);
+const _: () = assert!(size_of::<UnwindMapping>() == 32);
+const _: () = assert!(size_of::<UnwindProc>() == 8 + 32 * UNWIND_MAX_MAPPINGS);
 const _: () = assert!(size_of::<ThreadTotals>() == 96);
 const _: () = assert!(size_of::<HistKey>() == 16);
 const _: () = assert!(size_of::<Hist>() == 8 * HIST_SLOTS);
@@ -182,11 +242,16 @@ pub enum Stat {
     BelowThreshold = 12,
     StacksStored = 13,
     StackStoreFailed = 14,
+    UnwindWalks = 15,
+    UnwindNoInfo = 16,
+    UnwindUnsupported = 17,
+    UnwindReadFailed = 18,
+    UnwindTruncated = 19,
 }
 
 impl Stat {
     /// Number of counters (`WS_STAT_COUNT`).
-    pub const COUNT: usize = 15;
+    pub const COUNT: usize = 20;
     /// Every counter, in enum order.
     pub const ALL: [Stat; Stat::COUNT] = [
         Stat::Samples,
@@ -204,6 +269,11 @@ impl Stat {
         Stat::BelowThreshold,
         Stat::StacksStored,
         Stat::StackStoreFailed,
+        Stat::UnwindWalks,
+        Stat::UnwindNoInfo,
+        Stat::UnwindUnsupported,
+        Stat::UnwindReadFailed,
+        Stat::UnwindTruncated,
     ];
 
     /// snake_case name used in `/healthz` and metrics.
@@ -224,6 +294,11 @@ impl Stat {
             Stat::BelowThreshold => "intervals_below_threshold",
             Stat::StacksStored => "stacks_stored",
             Stat::StackStoreFailed => "stack_store_failed",
+            Stat::UnwindWalks => "unwind_walks",
+            Stat::UnwindNoInfo => "unwind_no_info",
+            Stat::UnwindUnsupported => "unwind_unsupported_rule",
+            Stat::UnwindReadFailed => "unwind_read_failed",
+            Stat::UnwindTruncated => "unwind_truncated",
         }
     }
 
@@ -237,6 +312,7 @@ impl Stat {
                 | Stat::Wakeups
                 | Stat::BelowThreshold
                 | Stat::StacksStored
+                | Stat::UnwindWalks
         )
     }
 }
@@ -258,6 +334,9 @@ pub mod names {
     ];
     pub const INCLUDE_IDLE: &str = "include_idle";
     pub const OFFCPU_MIN_NS: &str = "offcpu_min_ns";
+    pub const UNWIND_TABLES: &str = "unwind_tables";
+    pub const UNWIND_ROWS: &str = "unwind_rows";
+    pub const UNWIND_PROCS: &str = "unwind_procs";
 }
 
 /// Reads a NUL-padded kernel name.
@@ -294,6 +373,13 @@ mod tests {
         assert_eq!(offset_of!(HistKey, kind), 8);
         assert_eq!(offset_of!(StoredStack, len), 8);
         assert_eq!(offset_of!(StoredStack, ips), 16);
+        assert_eq!(offset_of!(UnwindRow, cfa_off), 4);
+        assert_eq!(offset_of!(UnwindRow, rbp_off), 8);
+        assert_eq!(offset_of!(UnwindRow, cfa_reg), 10);
+        assert_eq!(offset_of!(UnwindRow, rbp_rule), 11);
+        assert_eq!(offset_of!(UnwindMapping, bias), 16);
+        assert_eq!(offset_of!(UnwindMapping, row_count), 28);
+        assert_eq!(offset_of!(UnwindProc, mappings), 8);
     }
 
     /// The header's enums and constants, read from the header text itself so
@@ -351,7 +437,29 @@ mod tests {
             "WS_STAT_BELOW_THRESHOLD",
             "WS_STAT_STACKS_STORED",
             "WS_STAT_STACK_STORE_FAILED",
+            "WS_STAT_UNWIND_WALKS",
+            "WS_STAT_UNWIND_NO_INFO",
+            "WS_STAT_UNWIND_UNSUPPORTED",
+            "WS_STAT_UNWIND_READ_FAILED",
+            "WS_STAT_UNWIND_TRUNCATED",
         ];
+        assert_eq!(
+            value_of("WS_UNWIND_MAX_MAPPINGS"),
+            UNWIND_MAX_MAPPINGS as i64
+        );
+        let enums = [
+            ("WS_CFA_RSP", cfa::RSP),
+            ("WS_CFA_RBP", cfa::RBP),
+            ("WS_CFA_NONE", cfa::NONE),
+            ("WS_CFA_END", cfa::END),
+            ("WS_CFA_UNSUPPORTED", cfa::UNSUPPORTED),
+            ("WS_RBP_SAME", rbp::SAME),
+            ("WS_RBP_AT_CFA", rbp::AT_CFA),
+            ("WS_RBP_UNSUPPORTED", rbp::UNSUPPORTED),
+        ];
+        for (name, v) in enums {
+            assert_eq!(value_of(name), i64::from(v), "{name}");
+        }
         for (stat, name) in Stat::ALL.iter().zip(stat_names) {
             assert_eq!(value_of(name), *stat as i64, "{name}");
         }

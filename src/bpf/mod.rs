@@ -63,6 +63,10 @@ pub struct ProbeOptions {
     /// Off-CPU intervals shorter than this get no stack row (per-thread
     /// totals still count them).
     pub offcpu_min_ns: u64,
+    /// Walk user stacks with unwind tables where processes have them.
+    pub unwind_tables: bool,
+    /// Capacity of the unwind row array (12 bytes a row).
+    pub unwind_rows: u32,
 }
 
 /// One of the two aggregation buffers.
@@ -82,6 +86,16 @@ pub struct ProbeMaps {
     pub stacks: [StackMap; 3],
     pub control: Array<MapData, u32>,
     pub stats: PerCpuArray<MapData, u64>,
+    /// Taken by the unwind registry (`None` once taken).
+    pub unwind: Option<UnwindMaps>,
+}
+
+/// Unwind tables and the processes that use them (written by user space).
+pub struct UnwindMaps {
+    pub rows: Array<MapData, abi::UnwindRow>,
+    pub procs: HashMap<MapData, u32, abi::UnwindProc>,
+    /// Capacity of `rows`.
+    pub capacity: u32,
 }
 
 /// Loaded and attached programs. Dropping it detaches everything.
@@ -105,11 +119,15 @@ pub fn load(opts: &ProbeOptions) -> Result<(Probes, ProbeMaps), LoadError> {
     raise_memlock_limit();
 
     let include_idle = u8::from(opts.include_idle);
+    let unwind_tables = u8::from(opts.unwind_tables);
+    let unwind_rows = opts.unwind_rows.max(1);
     let mut ebpf = EbpfLoader::new()
         // aya has no type for task storage; only BPF touches that map.
         .allow_unsupported_maps()
         .override_global(names::INCLUDE_IDLE, &include_idle, true)
         .override_global(names::OFFCPU_MIN_NS, &opts.offcpu_min_ns, true)
+        .override_global(names::UNWIND_TABLES, &unwind_tables, true)
+        .map_max_entries(names::UNWIND_ROWS, unwind_rows)
         .load(OBJECT)
         .map_err(LoadError::Load)?;
 
@@ -159,7 +177,7 @@ pub fn load(opts: &ProbeOptions) -> Result<(Probes, ProbeMaps), LoadError> {
         attached.push((name.to_string(), 1));
     }
 
-    let maps = take_maps(&mut ebpf)?;
+    let maps = take_maps(&mut ebpf, unwind_rows)?;
     Ok((
         Probes {
             _ebpf: ebpf,
@@ -169,7 +187,7 @@ pub fn load(opts: &ProbeOptions) -> Result<(Probes, ProbeMaps), LoadError> {
     ))
 }
 
-fn take_maps(ebpf: &mut Ebpf) -> Result<ProbeMaps, LoadError> {
+fn take_maps(ebpf: &mut Ebpf, unwind_rows: u32) -> Result<ProbeMaps, LoadError> {
     fn take<T>(ebpf: &mut Ebpf, name: &'static str) -> Result<T, LoadError>
     where
         T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>,
@@ -193,6 +211,11 @@ fn take_maps(ebpf: &mut Ebpf) -> Result<ProbeMaps, LoadError> {
         ],
         control: take(ebpf, names::CONTROL)?,
         stats: take(ebpf, names::STATS)?,
+        unwind: Some(UnwindMaps {
+            rows: take(ebpf, names::UNWIND_ROWS)?,
+            procs: take(ebpf, names::UNWIND_PROCS)?,
+            capacity: unwind_rows,
+        }),
     })
 }
 

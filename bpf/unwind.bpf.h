@@ -1,0 +1,200 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * User stack walking through code without frame pointers (issue 5).
+ *
+ * For a process that user space registered in `unwind_procs`, the walk
+ * takes a table step while the pc is in a mapping with a table (CFA from
+ * rsp or rbp plus an offset, return address at CFA-8, rbp restored from
+ * CFA+offset or unchanged) and a frame-pointer step elsewhere (JIT code
+ * with -XX:+PreserveFramePointer, libraries built with frame pointers).
+ * Other processes keep the kernel's frame-pointer walk (bpf_get_stack).
+ * Frames are one bpf_loop iteration each, so the verifier checks one step.
+ * Every early end is counted by reason.
+ */
+#ifndef WALLSCOPE_UNWIND_BPF_H
+#define WALLSCOPE_UNWIND_BPF_H
+
+#include "wallscope.h"
+
+/* Sizes are defaults; user space sets unwind_rows from --unwind-table-mb. */
+#define WS_UNWIND_ROWS 1024
+#define WS_UNWIND_PROCS 8192
+/* log2 of the largest table, bounding the binary search. */
+#define WS_UNWIND_SEARCH_STEPS 24
+
+/* Set by user space before load: false keeps the frame-pointer walk. */
+const volatile bool unwind_tables = false;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, WS_UNWIND_ROWS);
+	__type(key, __u32);
+	__type(value, struct ws_unwind_row);
+} unwind_rows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, WS_UNWIND_PROCS);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u32);
+	__type(value, struct ws_unwind_proc);
+} unwind_procs SEC(".maps");
+
+struct ws_unwind_state {
+	__u64 pc;
+	__u64 sp;
+	__u64 bp;
+	__u32 pid;
+	__u32 len;
+	__u32 stop; /* 0 while walking, else the ws_stat of an early end, or ~0 */
+};
+
+#define WS_UNWIND_DONE 0xffffffffu
+
+struct ws_unwind_search {
+	__u64 vaddr;
+	__u32 lo; /* the answer is in [lo, hi) */
+	__u32 hi;
+};
+
+/* One halving step; a callback so the verifier checks it once instead of
+ * every path through the halvings. */
+static long ws_unwind_search_step(__u32 index, void *data)
+{
+	struct ws_unwind_search *q = data;
+	struct ws_unwind_row *row;
+	__u32 mid;
+
+	if (q->lo + 1 >= q->hi)
+		return 1;
+	mid = q->lo + (q->hi - q->lo) / 2;
+	row = bpf_map_lookup_elem(&unwind_rows, &mid);
+	if (!row)
+		return 1;
+	if (row->pc <= q->vaddr)
+		q->lo = mid;
+	else
+		q->hi = mid;
+	return 0;
+}
+
+/* The last row of table [start, start + count) with pc <= vaddr. */
+static __always_inline struct ws_unwind_row *ws_unwind_find(__u32 start, __u32 count,
+							     __u64 vaddr)
+{
+	struct ws_unwind_search q = { .vaddr = vaddr, .lo = start, .hi = start + count };
+	struct ws_unwind_row *row;
+	__u32 lo;
+
+	if (count == 0 || vaddr > 0xffffffffULL)
+		return NULL;
+	bpf_loop(WS_UNWIND_SEARCH_STEPS, ws_unwind_search_step, &q, 0);
+	lo = q.lo;
+	row = bpf_map_lookup_elem(&unwind_rows, &lo);
+	if (!row || row->pc > vaddr)
+		return NULL;
+	return row;
+}
+
+static __always_inline struct ws_unwind_mapping *ws_unwind_mapping(struct ws_unwind_proc *proc,
+								   __u64 pc)
+{
+	for (int j = 0; j < WS_UNWIND_MAX_MAPPINGS; j++) {
+		if (j >= proc->count)
+			break;
+		struct ws_unwind_mapping *m = &proc->mappings[j];
+
+		if (pc >= m->start && pc < m->end)
+			return m;
+	}
+	return NULL;
+}
+
+/* One frame: records the pc, then finds the caller's pc, sp and bp. */
+static long ws_unwind_step(__u32 index, void *data)
+{
+	struct ws_unwind_state *st = data;
+	__u32 zero = 0, len = st->len;
+	struct ws_stack *s = bpf_map_lookup_elem(&stack_scratch, &zero);
+	struct ws_unwind_proc *proc;
+	struct ws_unwind_mapping *m;
+	__u64 ra = 0, bp = st->bp;
+
+	if (!s)
+		return 1;
+	if (len >= WS_MAX_STACK_DEPTH) {
+		st->stop = WS_STAT_UNWIND_TRUNCATED;
+		return 1;
+	}
+	s->ips[len] = st->pc;
+	st->len = len + 1;
+
+	proc = bpf_map_lookup_elem(&unwind_procs, &st->pid);
+	/* A caller's pc is a return address, maybe just past its function. */
+	m = proc ? ws_unwind_mapping(proc, len ? st->pc - 1 : st->pc) : NULL;
+	if (!m) {
+		if (!bp || bpf_probe_read_user(&ra, sizeof(ra), (void *)(bp + 8)) ||
+		    bpf_probe_read_user(&bp, sizeof(bp), (void *)bp)) {
+			st->stop = WS_UNWIND_DONE; /* the chain ends */
+			return 1;
+		}
+		st->sp = st->bp + 16;
+	} else {
+		__u64 vaddr = (len ? st->pc - 1 : st->pc) - m->bias;
+		struct ws_unwind_row *row = ws_unwind_find(m->row_start, m->row_count, vaddr);
+		__u64 cfa;
+
+		if (!row || row->cfa_reg == WS_CFA_NONE) {
+			st->stop = WS_STAT_UNWIND_NO_INFO;
+			return 1;
+		}
+		if (row->cfa_reg == WS_CFA_END) {
+			st->stop = WS_UNWIND_DONE;
+			return 1;
+		}
+		if (row->cfa_reg > WS_CFA_RBP || row->rbp_rule > WS_RBP_AT_CFA) {
+			st->stop = WS_STAT_UNWIND_UNSUPPORTED;
+			return 1;
+		}
+		cfa = (row->cfa_reg == WS_CFA_RSP ? st->sp : st->bp) + (__s64)row->cfa_off;
+		if (bpf_probe_read_user(&ra, sizeof(ra), (void *)(cfa - 8)) ||
+		    (row->rbp_rule == WS_RBP_AT_CFA &&
+		     bpf_probe_read_user(&bp, sizeof(bp), (void *)(cfa + (__s64)row->rbp_off)))) {
+			st->stop = WS_STAT_UNWIND_READ_FAILED;
+			return 1;
+		}
+		st->sp = cfa;
+	}
+	st->bp = bp;
+	st->pc = ra;
+	if (!ra) {
+		st->stop = WS_UNWIND_DONE;
+		return 1;
+	}
+	return 0;
+}
+
+/* Walks the current task's user stack into `s` when its process has unwind
+ * tables; returns the number of frames, or -1 to use bpf_get_stack. */
+static __always_inline long ws_unwind_user(struct ws_stack *s)
+{
+	struct ws_unwind_state st = {};
+	struct pt_regs *regs;
+
+	if (!unwind_tables)
+		return -1;
+	st.pid = bpf_get_current_pid_tgid() >> 32;
+	if (!bpf_map_lookup_elem(&unwind_procs, &st.pid))
+		return -1;
+	regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+	st.pc = regs->ip;
+	st.sp = regs->sp;
+	st.bp = regs->bp;
+	ws_stat_inc(WS_STAT_UNWIND_WALKS);
+	bpf_loop(WS_MAX_STACK_DEPTH + 1, ws_unwind_step, &st, 0);
+	if (st.stop && st.stop != WS_UNWIND_DONE)
+		ws_stat_inc(st.stop);
+	return st.len;
+}
+
+#endif /* WALLSCOPE_UNWIND_BPF_H */

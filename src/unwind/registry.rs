@@ -1,0 +1,432 @@
+//! Which processes use which unwind tables, kept in the BPF maps.
+//!
+//! Tables are built once per file (device and inode), so one table serves
+//! every process that maps it, and only for files without frame pointers
+//! (a frame-pointer walk is cheaper and as good there). They share one row
+//! array of fixed capacity (`--unwind-table-mb`): when a table does not fit,
+//! the least recently used ones are evicted, and the processes that used
+//! them fall back to frame pointers for those files.
+
+use std::{
+    collections::HashMap,
+    fs,
+    os::unix::fs::MetadataExt,
+    path::PathBuf,
+    time::{Duration, Instant},
+};
+
+use serde::Serialize;
+
+use super::table::{load_bias, UnwindTable};
+use crate::bpf::{
+    abi::{UnwindMapping, UnwindProc, UNWIND_MAX_MAPPINGS},
+    UnwindMaps,
+};
+
+/// A process's mappings are re-read this often while it runs (dlopen).
+const REREAD_AFTER: Duration = Duration::from_secs(10);
+/// A process not seen for this long is dropped from the BPF map.
+const FORGET_AFTER: Duration = Duration::from_secs(60);
+
+/// What the registry did, for `/healthz` and `/metrics`.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct UnwindStats {
+    /// Tables built and loaded.
+    pub tables_loaded: u64,
+    /// Files that keep frame pointers (no table needed).
+    pub tables_not_needed: u64,
+    /// Files whose table could not be built (no `.eh_frame`, not x86-64...).
+    pub tables_failed: u64,
+    /// Tables evicted to make room.
+    pub tables_evicted: u64,
+    /// Tables larger than the whole row array.
+    pub tables_too_big: u64,
+    /// Rows of the array in use, and its capacity.
+    pub rows_in_use: u64,
+    pub rows_capacity: u64,
+    /// Processes walked with tables.
+    pub processes: u64,
+    /// Mappings left out because a process had more than fit.
+    pub mappings_dropped: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct FileKey {
+    dev: u64,
+    inode: u64,
+}
+
+enum FileTable {
+    Loaded {
+        start: u32,
+        len: u32,
+        last_used: Instant,
+    },
+    NotNeeded,
+    Failed,
+}
+
+struct ProcState {
+    read: Instant,
+    seen: Instant,
+    files: Vec<FileKey>,
+}
+
+/// Keeps `unwind_procs` and `unwind_rows` up to date with the processes seen.
+pub struct Registry {
+    maps: UnwindMaps,
+    files: HashMap<FileKey, FileTable>,
+    /// `p_vaddr - p_offset` of the segment mapped at each (file, offset).
+    deltas: HashMap<(FileKey, u64), i64>,
+    procs: HashMap<u32, ProcState>,
+    /// Free row ranges (start, len), sorted by start.
+    free: Vec<(u32, u32)>,
+    stats: UnwindStats,
+}
+
+/// An executable file mapping of a process.
+struct ExecMapping {
+    start: u64,
+    end: u64,
+    offset: u64,
+    key: FileKey,
+}
+
+impl Registry {
+    /// A registry writing to `maps`.
+    pub fn new(maps: UnwindMaps) -> Registry {
+        let capacity = maps.capacity;
+        Registry {
+            maps,
+            files: HashMap::new(),
+            deltas: HashMap::new(),
+            procs: HashMap::new(),
+            free: vec![(0, capacity)],
+            stats: UnwindStats {
+                rows_capacity: u64::from(capacity),
+                ..UnwindStats::default()
+            },
+        }
+    }
+
+    /// What has been done so far.
+    pub fn stats(&self) -> UnwindStats {
+        self.stats.clone()
+    }
+
+    /// Registers the processes seen in a drain (new ones, and known ones
+    /// whose mappings are due for a re-read), and forgets the gone ones.
+    pub fn update(&mut self, pids: impl IntoIterator<Item = u32>) {
+        let now = Instant::now();
+        for pid in pids {
+            if pid == 0 {
+                continue;
+            }
+            match self.procs.get_mut(&pid) {
+                Some(p) if now - p.read < REREAD_AFTER => p.seen = now,
+                _ => self.register(pid, now),
+            }
+        }
+        let gone: Vec<u32> = self
+            .procs
+            .iter()
+            .filter(|(_, p)| now - p.seen > FORGET_AFTER)
+            .map(|(pid, _)| *pid)
+            .collect();
+        for pid in gone {
+            self.procs.remove(&pid);
+            let _ = self.maps.procs.remove(&pid);
+        }
+        self.stats.processes = self.procs.values().filter(|p| !p.files.is_empty()).count() as u64;
+    }
+
+    fn register(&mut self, pid: u32, now: Instant) {
+        let Ok(mappings) = exec_mappings(pid) else {
+            return;
+        };
+        let mut entry = UnwindProc::default();
+        let mut files = Vec::new();
+        for m in &mappings {
+            let Some((start, len)) = self.table_for(pid, m, now) else {
+                continue;
+            };
+            let Some(delta) = self.delta(pid, m) else {
+                continue;
+            };
+            let i = entry.count as usize;
+            if i == UNWIND_MAX_MAPPINGS {
+                self.stats.mappings_dropped += 1;
+                continue;
+            }
+            entry.mappings[i] = UnwindMapping {
+                start: m.start,
+                end: m.end,
+                bias: m.start.wrapping_sub(m.offset).wrapping_sub(delta as u64),
+                row_start: start,
+                row_count: len,
+            };
+            entry.count += 1;
+            files.push(m.key);
+        }
+        if entry.count > 0 {
+            if let Err(err) = self.maps.procs.insert(pid, entry, 0) {
+                tracing::debug!(pid, "registering unwind tables: {err}");
+            }
+        } else {
+            let _ = self.maps.procs.remove(&pid);
+        }
+        self.procs.insert(
+            pid,
+            ProcState {
+                read: now,
+                seen: now,
+                files,
+            },
+        );
+    }
+
+    /// The rows of the file behind `m`, building and loading them first if
+    /// needed; `None` for files that need no table or have none.
+    fn table_for(&mut self, pid: u32, m: &ExecMapping, now: Instant) -> Option<(u32, u32)> {
+        if let Some(t) = self.files.get_mut(&m.key) {
+            return match t {
+                FileTable::Loaded {
+                    start,
+                    len,
+                    last_used,
+                } => {
+                    *last_used = now;
+                    Some((*start, *len))
+                }
+                _ => None,
+            };
+        }
+        let table = read_mapped(pid, m).and_then(|data| {
+            let delta = load_bias(&data, m.start, m.offset)
+                .ok()
+                .map(|bias| m.start.wrapping_sub(m.offset).wrapping_sub(bias) as i64);
+            if let Some(delta) = delta {
+                self.deltas.insert((m.key, m.offset), delta);
+            }
+            UnwindTable::from_elf(&data).ok()
+        });
+        if let Some(t) = &table {
+            tracing::debug!(
+                pid,
+                file = %read_link_name(pid, m),
+                rows = t.rows.len(),
+                frame_pointer_share = t.frame_pointer_share,
+                "unwind table"
+            );
+        }
+        let state = match table {
+            None => {
+                self.stats.tables_failed += 1;
+                FileTable::Failed
+            }
+            Some(t) if t.uses_frame_pointers() || t.rows.is_empty() => {
+                self.stats.tables_not_needed += 1;
+                FileTable::NotNeeded
+            }
+            Some(t) => match self.load(&t, now) {
+                Some(state) => state,
+                None => FileTable::Failed,
+            },
+        };
+        let loaded = match &state {
+            FileTable::Loaded { start, len, .. } => Some((*start, *len)),
+            _ => None,
+        };
+        self.files.insert(m.key, state);
+        loaded
+    }
+
+    /// Copies a table's rows into the array, evicting the least recently
+    /// used tables while it does not fit.
+    fn load(&mut self, table: &UnwindTable, now: Instant) -> Option<FileTable> {
+        let len = u32::try_from(table.rows.len()).ok()?;
+        if len > self.maps.capacity {
+            self.stats.tables_too_big += 1;
+            return None;
+        }
+        let start = loop {
+            if let Some(start) = self.allocate(len) {
+                break start;
+            }
+            if !self.evict_oldest() {
+                return None;
+            }
+        };
+        for (i, row) in table.rows.iter().enumerate() {
+            if let Err(err) = self.maps.rows.set(start + i as u32, row, 0) {
+                tracing::warn!("writing unwind rows: {err}");
+                self.release(start, len);
+                return None;
+            }
+        }
+        self.stats.tables_loaded += 1;
+        self.stats.rows_in_use += u64::from(len);
+        Some(FileTable::Loaded {
+            start,
+            len,
+            last_used: now,
+        })
+    }
+
+    fn allocate(&mut self, len: u32) -> Option<u32> {
+        let i = self.free.iter().position(|&(_, l)| l >= len)?;
+        let (start, l) = self.free[i];
+        if l == len {
+            self.free.remove(i);
+        } else {
+            self.free[i] = (start + len, l - len);
+        }
+        Some(start)
+    }
+
+    fn release(&mut self, start: u32, len: u32) {
+        let i = self.free.partition_point(|&(s, _)| s < start);
+        self.free.insert(i, (start, len));
+        // Merge neighbours.
+        let mut merged: Vec<(u32, u32)> = Vec::with_capacity(self.free.len());
+        for &(s, l) in &self.free {
+            match merged.last_mut() {
+                Some((ps, pl)) if *ps + *pl == s => *pl += l,
+                _ => merged.push((s, l)),
+            }
+        }
+        self.free = merged;
+    }
+
+    /// Evicts the least recently used table; the processes using it are
+    /// re-registered without it. False when nothing is left to evict.
+    fn evict_oldest(&mut self) -> bool {
+        let oldest = self
+            .files
+            .iter()
+            .filter_map(|(k, t)| match t {
+                FileTable::Loaded { last_used, .. } => Some((*last_used, *k)),
+                _ => None,
+            })
+            .min();
+        let Some((_, key)) = oldest else {
+            return false;
+        };
+        if let Some(FileTable::Loaded { start, len, .. }) = self.files.remove(&key) {
+            self.release(start, len);
+            self.stats.rows_in_use -= u64::from(len);
+            self.stats.tables_evicted += 1;
+        }
+        // Stale entries would point at rows that now hold another table.
+        let users: Vec<u32> = self
+            .procs
+            .iter()
+            .filter(|(_, p)| p.files.contains(&key))
+            .map(|(pid, _)| *pid)
+            .collect();
+        for pid in users {
+            let _ = self.maps.procs.remove(&pid);
+            if let Some(p) = self.procs.get_mut(&pid) {
+                p.files.clear();
+                // Re-read at the next update.
+                p.read = Instant::now() - REREAD_AFTER;
+            }
+        }
+        true
+    }
+
+    fn delta(&mut self, pid: u32, m: &ExecMapping) -> Option<i64> {
+        if let Some(d) = self.deltas.get(&(m.key, m.offset)) {
+            return Some(*d);
+        }
+        let data = read_mapped(pid, m)?;
+        let bias = load_bias(&data, m.start, m.offset).ok()?;
+        let delta = m.start.wrapping_sub(m.offset).wrapping_sub(bias) as i64;
+        self.deltas.insert((m.key, m.offset), delta);
+        Some(delta)
+    }
+}
+
+/// The file behind a mapping, read through `/proc/PID/map_files`, which
+/// reaches it whatever mount namespace or deleted state it is in.
+fn read_mapped(pid: u32, m: &ExecMapping) -> Option<Vec<u8>> {
+    let path = PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end));
+    let meta = fs::metadata(&path).ok()?;
+    if meta.dev() != m.key.dev || meta.ino() != m.key.inode {
+        return None;
+    }
+    fs::read(path).ok()
+}
+
+/// The path of a mapping's file, for logs.
+fn read_link_name(pid: u32, m: &ExecMapping) -> String {
+    fs::read_link(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end))
+        .map(|p| p.display().to_string())
+        .unwrap_or_default()
+}
+
+/// Executable file mappings of `pid` from `/proc/PID/maps`.
+fn exec_mappings(pid: u32) -> std::io::Result<Vec<ExecMapping>> {
+    let text = fs::read_to_string(format!("/proc/{pid}/maps"))?;
+    Ok(text.lines().filter_map(parse_exec_mapping).collect())
+}
+
+fn parse_exec_mapping(line: &str) -> Option<ExecMapping> {
+    let mut f = line.split_whitespace();
+    let (range, perms, offset, dev, inode) =
+        (f.next()?, f.next()?, f.next()?, f.next()?, f.next()?);
+    let path = f.next()?;
+    if !perms.contains('x') || !path.starts_with('/') {
+        return None;
+    }
+    let (start, end) = range.split_once('-')?;
+    let (major, minor) = dev.split_once(':')?;
+    let (major, minor) = (
+        u64::from_str_radix(major, 16).ok()?,
+        u64::from_str_radix(minor, 16).ok()?,
+    );
+    Some(ExecMapping {
+        start: u64::from_str_radix(start, 16).ok()?,
+        end: u64::from_str_radix(end, 16).ok()?,
+        offset: u64::from_str_radix(offset, 16).ok()?,
+        // The same encoding as st_dev (glibc's makedev).
+        key: FileKey {
+            dev: ((major & 0xfffff000) << 32)
+                | ((major & 0xfff) << 8)
+                | ((minor & 0xffffff00) << 12)
+                | (minor & 0xff),
+            inode: inode.parse().ok()?,
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_lines_give_exec_file_mappings_with_stat_devices() {
+        let m = parse_exec_mapping(
+            "7f1c2a428000-7f1c2a57d000 r-xp 00028000 fe:01 1836 /usr/lib/x86_64-linux-gnu/libc.so.6",
+        )
+        .unwrap();
+        assert_eq!(
+            (m.start, m.end, m.offset),
+            (0x7f1c2a428000, 0x7f1c2a57d000, 0x28000)
+        );
+        assert_eq!(m.key.inode, 1836);
+        assert!(parse_exec_mapping("7f1c2a428000-7f1c2a57d000 r--p 0 fe:01 1836 /x").is_none());
+        assert!(parse_exec_mapping("7ffd1000-7ffd3000 r-xp 0 00:00 0 [vdso]").is_none());
+        // Our own libc: the device we compute is what stat says.
+        let maps = exec_mappings(std::process::id()).unwrap();
+        let libc = maps
+            .iter()
+            .find(|m| {
+                fs::read_link(format!("/proc/self/map_files/{:x}-{:x}", m.start, m.end))
+                    .is_ok_and(|p| p.to_string_lossy().contains("libc.so"))
+            })
+            .expect("libc mapped");
+        let data = read_mapped(std::process::id(), libc);
+        assert!(data.is_some(), "device and inode match the file");
+    }
+}
