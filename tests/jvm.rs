@@ -203,6 +203,25 @@ fn pool_report(url: &str, pid: u32, seconds: u64, name: &str) -> serde_json::Val
         .clone()
 }
 
+/// Share of the rows' weight whose stack holds `chain` in this order.
+fn share_with_chain(rows: &Rows, chain: &[&str]) -> f64 {
+    let holds = |stack: &[String]| {
+        let mut at = 0;
+        chain
+            .iter()
+            .all(|want| match stack[at..].iter().position(|f| f == want) {
+                Some(i) => {
+                    at += i + 1;
+                    true
+                }
+                None => false,
+            })
+    };
+    let total: u64 = rows.iter().map(|r| r.1).sum();
+    let with: u64 = rows.iter().filter(|r| holds(&r.0)).map(|r| r.1).sum();
+    with as f64 / total.max(1) as f64
+}
+
 /// Share of a `/threads` row's wall time in `field`.
 fn share(row: &serde_json::Value, field: &str) -> f64 {
     row[field].as_u64().unwrap() as f64 / row["wall_us"].as_u64().unwrap().max(1) as f64
@@ -269,7 +288,7 @@ fn named_pools_have_one_root_each_with_their_full_names() {
 }
 
 #[test]
-fn forkjoin_churn_parks_on_futex_with_the_stack_the_unwinder_can_get() {
+fn forkjoin_churn_parks_on_futex_with_complete_park_stacks() {
     if !ready() {
         return;
     }
@@ -292,28 +311,39 @@ fn forkjoin_churn_parks_on_futex_with_the_stack_the_unwinder_can_get() {
         .filter(|r| r.0.get(1).map(String::as_str) == Some("ForkJoinPool-1-worker-*"))
         .collect();
     assert!(!workers.is_empty(), "futex stacks of the workers");
-    // With frame pointers only, the walk ends in glibc's futex wait (glibc
-    // keeps no frame pointer); where it gets further, it must pass through
-    // the park path, never through made-up frames.
-    for (stack, _) in &workers {
-        assert_eq!(stack.last().unwrap(), "[syscall futex]", "{stack:?}");
-        let java: Vec<&String> = stack.iter().filter(|f| f.ends_with("_[j]")).collect();
-        assert!(
-            java.is_empty() || stack.iter().any(|f| f.contains(".park")),
-            "{stack:?}"
-        );
-    }
-    let in_libc_wait: u64 = workers
-        .iter()
-        .filter(|r| r.0.iter().any(|f| f.contains("futex_abstimed_wait")))
-        .map(|r| r.1)
-        .sum();
-    let total: u64 = workers.iter().map(|r| r.1).sum();
+    // Unwind tables walk glibc (no frame pointers), frame pointers walk
+    // libjvm and the JIT code: from the futex wait through the park path
+    // and the pool's Java loop down to the thread start.
+    let chain = [
+        "start_thread",
+        "java.util.concurrent.ForkJoinPool.awaitWork_[j]",
+        "jdk.internal.misc.Unsafe.park_[j]",
+        "Parker::park(bool, long)",
+        "__futex_abstimed_wait_common",
+        "[syscall futex]",
+    ];
+    let complete = share_with_chain(&workers, &chain);
     assert!(
-        in_libc_wait as f64 / total as f64 > 0.9,
-        "parked workers wait in glibc's futex wait:\n{}",
+        complete > 0.7,
+        "parked workers' stacks from the futex wait to the thread start:\n{}",
         show(&workers)
     );
+    // A thread parked in SynchronousQueue.take, the other common park.
+    let rows = folded(url, &format!("pid={pid}&kind=futex&group=pool&seconds=10"));
+    let handoff: Rows = rows
+        .into_iter()
+        .filter(|r| r.0.get(1).map(String::as_str) == Some("handoff"))
+        .collect();
+    let parked = share_with_chain(
+        &handoff,
+        &[
+            "start_thread",
+            "jdk.internal.misc.Unsafe.park_[j]",
+            "Parker::park(bool, long)",
+            "[syscall futex]",
+        ],
+    );
+    assert!(parked > 0.7, "handoff thread:\n{}", show(&handoff));
 }
 
 #[test]

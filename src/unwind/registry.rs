@@ -67,6 +67,8 @@ enum FileTable {
 }
 
 struct ProcState {
+    /// The executable, to notice an exec (new mappings, same pid).
+    exe: Option<FileKey>,
     read: Instant,
     seen: Instant,
     files: Vec<FileKey>,
@@ -79,9 +81,48 @@ pub struct Registry {
     /// `p_vaddr - p_offset` of the segment mapped at each (file, offset).
     deltas: HashMap<(FileKey, u64), i64>,
     procs: HashMap<u32, ProcState>,
-    /// Free row ranges (start, len), sorted by start.
-    free: Vec<(u32, u32)>,
+    free: RowSpace,
     stats: UnwindStats,
+}
+
+/// Free ranges of the row array: first fit, neighbours merged on release.
+#[derive(Debug)]
+struct RowSpace {
+    /// (start, len), sorted by start.
+    free: Vec<(u32, u32)>,
+}
+
+impl RowSpace {
+    fn new(capacity: u32) -> RowSpace {
+        RowSpace {
+            free: vec![(0, capacity)],
+        }
+    }
+
+    fn allocate(&mut self, len: u32) -> Option<u32> {
+        let i = self.free.iter().position(|&(_, l)| l >= len)?;
+        let (start, l) = self.free[i];
+        if l == len {
+            self.free.remove(i);
+        } else {
+            self.free[i] = (start + len, l - len);
+        }
+        Some(start)
+    }
+
+    fn release(&mut self, start: u32, len: u32) {
+        let i = self.free.partition_point(|&(s, _)| s < start);
+        self.free.insert(i, (start, len));
+        // Merge neighbours.
+        let mut merged: Vec<(u32, u32)> = Vec::with_capacity(self.free.len());
+        for &(s, l) in &self.free {
+            match merged.last_mut() {
+                Some((ps, pl)) if *ps + *pl == s => *pl += l,
+                _ => merged.push((s, l)),
+            }
+        }
+        self.free = merged;
+    }
 }
 
 /// An executable file mapping of a process.
@@ -101,7 +142,7 @@ impl Registry {
             files: HashMap::new(),
             deltas: HashMap::new(),
             procs: HashMap::new(),
-            free: vec![(0, capacity)],
+            free: RowSpace::new(capacity),
             stats: UnwindStats {
                 rows_capacity: u64::from(capacity),
                 ..UnwindStats::default()
@@ -123,7 +164,7 @@ impl Registry {
                 continue;
             }
             match self.procs.get_mut(&pid) {
-                Some(p) if now - p.read < REREAD_AFTER => p.seen = now,
+                Some(p) if now - p.read < REREAD_AFTER && p.exe == exe_of(pid) => p.seen = now,
                 _ => self.register(pid, now),
             }
         }
@@ -178,6 +219,7 @@ impl Registry {
         self.procs.insert(
             pid,
             ProcState {
+                exe: exe_of(pid),
                 read: now,
                 seen: now,
                 files,
@@ -250,7 +292,7 @@ impl Registry {
             return None;
         }
         let start = loop {
-            if let Some(start) = self.allocate(len) {
+            if let Some(start) = self.free.allocate(len) {
                 break start;
             }
             if !self.evict_oldest() {
@@ -260,7 +302,7 @@ impl Registry {
         for (i, row) in table.rows.iter().enumerate() {
             if let Err(err) = self.maps.rows.set(start + i as u32, row, 0) {
                 tracing::warn!("writing unwind rows: {err}");
-                self.release(start, len);
+                self.free.release(start, len);
                 return None;
             }
         }
@@ -271,31 +313,6 @@ impl Registry {
             len,
             last_used: now,
         })
-    }
-
-    fn allocate(&mut self, len: u32) -> Option<u32> {
-        let i = self.free.iter().position(|&(_, l)| l >= len)?;
-        let (start, l) = self.free[i];
-        if l == len {
-            self.free.remove(i);
-        } else {
-            self.free[i] = (start + len, l - len);
-        }
-        Some(start)
-    }
-
-    fn release(&mut self, start: u32, len: u32) {
-        let i = self.free.partition_point(|&(s, _)| s < start);
-        self.free.insert(i, (start, len));
-        // Merge neighbours.
-        let mut merged: Vec<(u32, u32)> = Vec::with_capacity(self.free.len());
-        for &(s, l) in &self.free {
-            match merged.last_mut() {
-                Some((ps, pl)) if *ps + *pl == s => *pl += l,
-                _ => merged.push((s, l)),
-            }
-        }
-        self.free = merged;
     }
 
     /// Evicts the least recently used table; the processes using it are
@@ -313,7 +330,7 @@ impl Registry {
             return false;
         };
         if let Some(FileTable::Loaded { start, len, .. }) = self.files.remove(&key) {
-            self.release(start, len);
+            self.free.release(start, len);
             self.stats.rows_in_use -= u64::from(len);
             self.stats.tables_evicted += 1;
         }
@@ -356,6 +373,15 @@ fn read_mapped(pid: u32, m: &ExecMapping) -> Option<Vec<u8>> {
         return None;
     }
     fs::read(path).ok()
+}
+
+/// The file `pid` executes.
+fn exe_of(pid: u32) -> Option<FileKey> {
+    let meta = fs::metadata(format!("/proc/{pid}/exe")).ok()?;
+    Some(FileKey {
+        dev: meta.dev(),
+        inode: meta.ino(),
+    })
 }
 
 /// The path of a mapping's file, for logs.
@@ -403,6 +429,21 @@ fn parse_exec_mapping(line: &str) -> Option<ExecMapping> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn row_space_reuses_released_ranges_and_merges_them() {
+        let mut space = RowSpace::new(100);
+        assert_eq!(space.allocate(40), Some(0));
+        assert_eq!(space.allocate(40), Some(40));
+        assert_eq!(space.allocate(30), None, "20 rows left");
+        space.release(0, 40);
+        assert_eq!(space.allocate(30), Some(0), "first fit");
+        space.release(0, 30);
+        space.release(40, 40);
+        assert_eq!(space.free, vec![(0, 100)], "merged back into one range");
+        assert_eq!(space.allocate(100), Some(0));
+        assert_eq!(space.allocate(1), None);
+    }
 
     #[test]
     fn maps_lines_give_exec_file_mappings_with_stat_devices() {

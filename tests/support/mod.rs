@@ -32,25 +32,37 @@ pub fn ebpf_available() -> bool {
 /// Compiles `tests/workloads/NAME.c` with frame pointers, once per test
 /// binary (tests run in parallel and share the binary).
 pub fn workload(name: &str) -> PathBuf {
+    // Frame pointers everywhere, leaf functions included, and no tail
+    // calls: the stacks the tests expect are then exact.
+    let flags = [
+        "-O1",
+        "-fno-omit-frame-pointer",
+        "-mno-omit-leaf-frame-pointer",
+    ];
+    build_workload(name, &flags)
+}
+
+/// Compiles `tests/workloads/NAME.c` optimized and without frame pointers.
+pub fn workload_without_frame_pointers(name: &str) -> PathBuf {
+    build_workload(name, &["-O2", "-fomit-frame-pointer"])
+}
+
+fn build_workload(name: &str, flags: &[&str]) -> PathBuf {
     static BUILT: Mutex<Vec<String>> = Mutex::new(Vec::new());
     let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/workloads/{name}.c"));
-    let dir =
-        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("workloads-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let out = dir.join(name);
+    let out = workloads_dir().join(name);
     if built.iter().any(|b| b == name) {
         return out;
     }
     let status = Command::new("clang")
-        .args(["-O1", "-g", "-fno-inline", "-pthread"])
-        // Frame pointers everywhere, leaf functions included, and no tail
-        // calls: the stacks the tests expect are then exact.
         .args([
-            "-fno-omit-frame-pointer",
-            "-mno-omit-leaf-frame-pointer",
+            "-g",
+            "-fno-inline",
+            "-pthread",
             "-fno-optimize-sibling-calls",
         ])
+        .args(flags)
         .arg("-o")
         .arg(&out)
         .arg(&src)
@@ -59,6 +71,35 @@ pub fn workload(name: &str) -> PathBuf {
     assert!(status.success(), "compiling {}", src.display());
     built.push(name.to_string());
     out
+}
+
+/// Compiles `tests/workloads/NAME.rs` as a release build without frame
+/// pointers, with the rustc that runs the tests.
+pub fn rust_workload(name: &str) -> PathBuf {
+    static BUILT: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/workloads/{name}.rs"));
+    let out = workloads_dir().join(name);
+    if !built.iter().any(|b| b == name) {
+        let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+        let status = Command::new(rustc)
+            .args(["--edition", "2021", "-C", "opt-level=2"])
+            .args(["-C", "force-frame-pointers=no", "-o"])
+            .arg(&out)
+            .arg(&src)
+            .status()
+            .expect("running rustc");
+        assert!(status.success(), "compiling {}", src.display());
+        built.push(name.to_string());
+    }
+    out
+}
+
+fn workloads_dir() -> PathBuf {
+    let dir =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("workloads-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
 }
 
 /// A started workload that printed `ready <pid>`.

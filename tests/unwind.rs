@@ -1,0 +1,198 @@
+//! Stacks through code without frame pointers (issue 5): the same workload
+//! watched at once by a daemon walking with unwind tables (the default) and
+//! one walking frame pointers only (`--unwind fp`). Needs root (eBPF).
+
+mod support;
+
+use std::{path::Path, thread};
+
+use support::{
+    daemon, ebpf_available, get, parse_folded, rust_workload, workload_without_frame_pointers,
+    Daemon, Workload, SETTLE,
+};
+
+type Rows = Vec<(Vec<String>, u64)>;
+
+fn folded(url: &str, query: &str) -> Rows {
+    let (status, body) = get(&format!("{url}/folded?{query}"));
+    assert_eq!(status, 200, "{query}: {body}");
+    parse_folded(&body)
+}
+
+/// Share of the rows' weight whose stack holds `chain` in this order
+/// (other frames may sit between).
+fn share_with_chain(rows: &Rows, chain: &[&str]) -> f64 {
+    let holds = |stack: &[String]| {
+        let mut at = 0;
+        for want in chain {
+            match stack[at..].iter().position(|f| f == want) {
+                Some(i) => at += i + 1,
+                None => return false,
+            }
+        }
+        true
+    };
+    let total: u64 = rows.iter().map(|r| r.1).sum();
+    let with: u64 = rows.iter().filter(|r| holds(&r.0)).map(|r| r.1).sum();
+    with as f64 / total.max(1) as f64
+}
+
+fn show(rows: &Rows) -> String {
+    let mut rows = rows.clone();
+    rows.sort_by_key(|r| std::cmp::Reverse(r.1));
+    rows.iter()
+        .take(5)
+        .map(|(s, v)| format!("{} {v}", s.join(";")))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Runs `bin 6` under both daemons; returns (tables, fp) rows for `kind`s.
+fn watch(bin: &Path, kinds: &[&str]) -> Vec<(Rows, Rows)> {
+    let tables = daemon();
+    let fp = Daemon::start(&["--unwind", "fp"]);
+    let w = Workload::start(bin, &["6"]);
+    let pid = w.pid;
+    w.wait();
+    thread::sleep(SETTLE);
+    kinds
+        .iter()
+        .map(|kind| {
+            let q = format!("pid={pid}&kind={kind}&seconds=30");
+            (folded(tables, &q), folded(&fp.url, &q))
+        })
+        .collect()
+}
+
+/// The first second of a process runs before its tables are registered
+/// (they are set up at the first drain that sees it): most, not all.
+const COMPLETE: f64 = 0.7;
+
+#[test]
+fn c_without_frame_pointers_has_complete_stacks_with_tables_only() {
+    if !ebpf_available() {
+        return;
+    }
+    let bin = workload_without_frame_pointers("nofp");
+    let views = watch(&bin, &["cpu", "sleep"]);
+    let (cpu, cpu_fp) = &views[0];
+    let (sleep, sleep_fp) = &views[1];
+    let cpu_chain = ["main", "run", "stage_one", "stage_two", "burn"];
+    let sleep_chain = ["start_thread", "sleeper", "nap_outer", "nap_inner"];
+
+    let (with, without) = (
+        share_with_chain(cpu, &cpu_chain),
+        share_with_chain(cpu_fp, &cpu_chain),
+    );
+    eprintln!("cpu: complete {with:.2} with tables, {without:.2} with frame pointers");
+    assert!(with >= COMPLETE, "tables, cpu:\n{}", show(cpu));
+    assert!(
+        without < 0.2,
+        "frame pointers alone, cpu:\n{}",
+        show(cpu_fp)
+    );
+
+    let (with, without) = (
+        share_with_chain(sleep, &sleep_chain),
+        share_with_chain(sleep_fp, &sleep_chain),
+    );
+    eprintln!("sleep: complete {with:.2} with tables, {without:.2} with frame pointers");
+    assert!(with >= COMPLETE, "tables, sleep:\n{}", show(sleep));
+    assert!(
+        without < 0.2,
+        "frame pointers alone, sleep:\n{}",
+        show(sleep_fp)
+    );
+    // Frame pointers alone: one or two frames above the syscall.
+    let user_frames = |s: &Vec<String>| s.iter().skip(1).filter(|f| !f.starts_with('[')).count();
+    let short: u64 = sleep_fp
+        .iter()
+        .filter(|r| user_frames(&r.0) <= 2)
+        .map(|r| r.1)
+        .sum();
+    let total: u64 = sleep_fp.iter().map(|r| r.1).sum();
+    assert!(short as f64 > 0.8 * total as f64, "{}", show(sleep_fp));
+}
+
+#[test]
+fn rust_release_build_without_frame_pointers_has_complete_stacks() {
+    if !ebpf_available() {
+        return;
+    }
+    let bin = rust_workload("nofp_rust");
+    let views = watch(&bin, &["cpu", "sleep"]);
+    let (cpu, cpu_fp) = &views[0];
+    let (sleep, sleep_fp) = &views[1];
+    let cpu_chain = [
+        "main",
+        "nofp_rust::main",
+        "nofp_rust::outer",
+        "nofp_rust::middle",
+        "nofp_rust::spin",
+    ];
+    let sleep_chain = [
+        "start_thread",
+        "nofp_rust::doze_outer",
+        "nofp_rust::doze_inner",
+        "std::thread::functions::sleep",
+    ];
+    let cpu_share = share_with_chain(cpu, &cpu_chain);
+    let sleep_share = share_with_chain(sleep, &sleep_chain);
+    eprintln!(
+        "rust: complete cpu {cpu_share:.2} (fp {:.2}), sleep {sleep_share:.2} (fp {:.2})",
+        share_with_chain(cpu_fp, &cpu_chain),
+        share_with_chain(sleep_fp, &sleep_chain)
+    );
+    assert!(cpu_share >= COMPLETE, "cpu:\n{}", show(cpu));
+    assert!(sleep_share >= COMPLETE, "sleep:\n{}", show(sleep));
+    assert!(
+        share_with_chain(cpu_fp, &cpu_chain) < 0.2,
+        "{}",
+        show(cpu_fp)
+    );
+}
+
+#[test]
+fn tables_that_do_not_fit_are_counted_not_fatal() {
+    if !ebpf_available() {
+        return;
+    }
+    // 1 MiB holds about 87k rows: glibc's table fits, the daemon's own
+    // binary (over 100k rows) does not.
+    let small = Daemon::start(&["--unwind-table-mb", "1"]);
+    let bin = workload_without_frame_pointers("nofp");
+    let w = Workload::start(&bin, &["4"]);
+    let pid = w.pid;
+    w.wait();
+    thread::sleep(SETTLE);
+    let (status, body) = get(&format!("{}/healthz", small.url));
+    assert_eq!(status, 200);
+    let health: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let unwind = &health["pipeline"]["unwind"];
+    let n = |k: &str| unwind[k].as_u64().unwrap_or(0);
+    assert!(n("tables_too_big") + n("tables_evicted") >= 1, "{unwind}");
+    assert!(n("tables_loaded") >= 1, "{unwind}");
+    assert!(n("rows_in_use") <= n("rows_capacity"), "{unwind}");
+    let rows = folded(&small.url, &format!("pid={pid}&kind=cpu&seconds=30"));
+    let chain = ["main", "run", "stage_one", "stage_two", "burn"];
+    assert!(
+        share_with_chain(&rows, &chain) >= COMPLETE,
+        "{}",
+        show(&rows)
+    );
+    // Every way a walk can end early has its counter.
+    let (_, metrics) = get(&format!("{}/metrics", small.url));
+    for reason in [
+        "unwind_no_info",
+        "unwind_unsupported_rule",
+        "unwind_read_failed",
+        "unwind_truncated",
+    ] {
+        assert!(
+            metrics.contains(&format!(
+                "wallscope_bpf_events_total{{counter=\"{reason}\"}}"
+            )),
+            "{reason} missing from /metrics"
+        );
+    }
+}
