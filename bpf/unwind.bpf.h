@@ -40,14 +40,23 @@ struct {
 	__type(value, struct ws_unwind_proc);
 } unwind_procs SEC(".maps");
 
-struct ws_unwind_state {
+/* One walk, per CPU: registers, progress, and a copy of the process's
+ * mappings so that a step reads them without a hash lookup. */
+struct ws_unwind_walk {
 	__u64 pc;
 	__u64 sp;
 	__u64 bp;
-	__u32 pid;
 	__u32 len;
 	__u32 stop; /* 0 while walking, else the ws_stat of an early end, or ~0 */
+	struct ws_unwind_proc proc;
 };
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct ws_unwind_walk);
+} unwind_walk SEC(".maps");
 
 #define WS_UNWIND_DONE 0xffffffffu
 
@@ -78,16 +87,29 @@ static long ws_unwind_search_step(__u32 index, void *data)
 	return 0;
 }
 
-/* The last row of table [start, start + count) with pc <= vaddr. */
-static __always_inline struct ws_unwind_row *ws_unwind_find(__u32 start, __u32 count,
+/* The last row with pc <= vaddr in mapping m's table: the page index
+ * narrows the range to one page's rows, then a binary search. */
+static __always_inline struct ws_unwind_row *ws_unwind_find(struct ws_unwind_mapping *m,
 							     __u64 vaddr)
 {
-	struct ws_unwind_search q = { .vaddr = vaddr, .lo = start, .hi = start + count };
+	__u32 rows = m->index_start + m->page_count + 1, count = m->row_count;
+	struct ws_unwind_search q = { .vaddr = vaddr, .lo = rows, .hi = rows + count };
 	struct ws_unwind_row *row;
+	__u64 page = vaddr >> 12;
 	__u32 lo;
 
 	if (count == 0 || vaddr > 0xffffffffULL)
 		return NULL;
+	if (page >= m->page_base && page - m->page_base < m->page_count) {
+		__u32 k = m->index_start + (__u32)(page - m->page_base), k1 = k + 1;
+		struct ws_unwind_row *a = bpf_map_lookup_elem(&unwind_rows, &k);
+		struct ws_unwind_row *b = bpf_map_lookup_elem(&unwind_rows, &k1);
+
+		if (a && b && a->pc <= b->pc && b->pc < count) {
+			q.lo = rows + a->pc;
+			q.hi = rows + b->pc + 1;
+		}
+	}
 	bpf_loop(WS_UNWIND_SEARCH_STEPS, ws_unwind_search_step, &q, 0);
 	lo = q.lo;
 	row = bpf_map_lookup_elem(&unwind_rows, &lo);
@@ -113,62 +135,62 @@ static __always_inline struct ws_unwind_mapping *ws_unwind_mapping(struct ws_unw
 /* One frame: records the pc, then finds the caller's pc, sp and bp. */
 static long ws_unwind_step(__u32 index, void *data)
 {
-	struct ws_unwind_state *st = data;
-	__u32 zero = 0, len = st->len;
+	__u32 zero = 0;
+	struct ws_unwind_walk *w = bpf_map_lookup_elem(&unwind_walk, &zero);
 	struct ws_stack *s = bpf_map_lookup_elem(&stack_scratch, &zero);
-	struct ws_unwind_proc *proc;
 	struct ws_unwind_mapping *m;
-	__u64 ra = 0, bp = st->bp;
+	__u64 ra = 0, bp, at;
+	__u32 len;
 
-	if (!s)
+	if (!w || !s)
 		return 1;
+	len = w->len;
 	if (len >= WS_MAX_STACK_DEPTH) {
-		st->stop = WS_STAT_UNWIND_TRUNCATED;
+		w->stop = WS_STAT_UNWIND_TRUNCATED;
 		return 1;
 	}
-	s->ips[len] = st->pc;
-	st->len = len + 1;
-
-	proc = bpf_map_lookup_elem(&unwind_procs, &st->pid);
+	s->ips[len] = w->pc;
+	w->len = len + 1;
+	bp = w->bp;
 	/* A caller's pc is a return address, maybe just past its function. */
-	m = proc ? ws_unwind_mapping(proc, len ? st->pc - 1 : st->pc) : NULL;
+	at = len ? w->pc - 1 : w->pc;
+	m = ws_unwind_mapping(&w->proc, at);
 	if (!m) {
 		if (!bp || bpf_probe_read_user(&ra, sizeof(ra), (void *)(bp + 8)) ||
 		    bpf_probe_read_user(&bp, sizeof(bp), (void *)bp)) {
-			st->stop = WS_UNWIND_DONE; /* the chain ends */
+			w->stop = WS_UNWIND_DONE; /* the chain ends */
 			return 1;
 		}
-		st->sp = st->bp + 16;
+		w->sp = w->bp + 16;
 	} else {
-		__u64 vaddr = (len ? st->pc - 1 : st->pc) - m->bias;
-		struct ws_unwind_row *row = ws_unwind_find(m->row_start, m->row_count, vaddr);
+		struct ws_unwind_row *row = ws_unwind_find(m, at - m->bias);
 		__u64 cfa;
 
 		if (!row || row->cfa_reg == WS_CFA_NONE) {
-			st->stop = WS_STAT_UNWIND_NO_INFO;
+			w->stop = WS_STAT_UNWIND_NO_INFO;
 			return 1;
 		}
 		if (row->cfa_reg == WS_CFA_END) {
-			st->stop = WS_UNWIND_DONE;
+			w->stop = WS_UNWIND_DONE;
 			return 1;
 		}
 		if (row->cfa_reg > WS_CFA_RBP || row->rbp_rule > WS_RBP_AT_CFA) {
-			st->stop = WS_STAT_UNWIND_UNSUPPORTED;
+			w->stop = WS_STAT_UNWIND_UNSUPPORTED;
 			return 1;
 		}
-		cfa = (row->cfa_reg == WS_CFA_RSP ? st->sp : st->bp) + (__s64)row->cfa_off;
+		cfa = (row->cfa_reg == WS_CFA_RSP ? w->sp : w->bp) + (__s64)row->cfa_off;
 		if (bpf_probe_read_user(&ra, sizeof(ra), (void *)(cfa - 8)) ||
 		    (row->rbp_rule == WS_RBP_AT_CFA &&
 		     bpf_probe_read_user(&bp, sizeof(bp), (void *)(cfa + (__s64)row->rbp_off)))) {
-			st->stop = WS_STAT_UNWIND_READ_FAILED;
+			w->stop = WS_STAT_UNWIND_READ_FAILED;
 			return 1;
 		}
-		st->sp = cfa;
+		w->sp = cfa;
 	}
-	st->bp = bp;
-	st->pc = ra;
+	w->bp = bp;
+	w->pc = ra;
 	if (!ra) {
-		st->stop = WS_UNWIND_DONE;
+		w->stop = WS_UNWIND_DONE;
 		return 1;
 	}
 	return 0;
@@ -178,23 +200,30 @@ static long ws_unwind_step(__u32 index, void *data)
  * tables; returns the number of frames, or -1 to use bpf_get_stack. */
 static __always_inline long ws_unwind_user(struct ws_stack *s)
 {
-	struct ws_unwind_state st = {};
+	__u32 zero = 0, pid;
+	struct ws_unwind_proc *proc;
+	struct ws_unwind_walk *w;
 	struct pt_regs *regs;
 
 	if (!unwind_tables)
 		return -1;
-	st.pid = bpf_get_current_pid_tgid() >> 32;
-	if (!bpf_map_lookup_elem(&unwind_procs, &st.pid))
+	pid = bpf_get_current_pid_tgid() >> 32;
+	proc = bpf_map_lookup_elem(&unwind_procs, &pid);
+	w = bpf_map_lookup_elem(&unwind_walk, &zero);
+	if (!proc || !w)
 		return -1;
+	__builtin_memcpy(&w->proc, proc, sizeof(w->proc));
 	regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
-	st.pc = regs->ip;
-	st.sp = regs->sp;
-	st.bp = regs->bp;
+	w->pc = regs->ip;
+	w->sp = regs->sp;
+	w->bp = regs->bp;
+	w->len = 0;
+	w->stop = 0;
 	ws_stat_inc(WS_STAT_UNWIND_WALKS);
-	bpf_loop(WS_MAX_STACK_DEPTH + 1, ws_unwind_step, &st, 0);
-	if (st.stop && st.stop != WS_UNWIND_DONE)
-		ws_stat_inc(st.stop);
-	return st.len;
+	bpf_loop(WS_MAX_STACK_DEPTH + 1, ws_unwind_step, NULL, 0);
+	if (w->stop && w->stop != WS_UNWIND_DONE)
+		ws_stat_inc(w->stop);
+	return w->len;
 }
 
 #endif /* WALLSCOPE_UNWIND_BPF_H */

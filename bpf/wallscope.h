@@ -126,12 +126,20 @@ struct ws_unwind_row {
 	__u8 rbp_rule; /* enum ws_rbp_rule */
 };
 
+/*
+ * A table in unwind_rows starts with a page index, then its rows. Index
+ * entry k (its `pc` field) is the number, counted from the first row, of
+ * the last row with pc <= (page_base + k) * 4096, for k in 0..=page_count:
+ * a lookup narrows to one page's rows before the binary search.
+ */
 struct ws_unwind_mapping {
 	__u64 start; /* runtime address range of the executable mapping */
 	__u64 end;
 	__u64 bias;  /* runtime address - module virtual address */
-	__u32 row_start; /* its table: unwind_rows[row_start .. +row_count] */
-	__u32 row_count;
+	__u32 index_start; /* unwind_rows[index_start ..= +page_count]: page index */
+	__u32 row_count;   /* rows follow the index */
+	__u32 page_base;   /* first page (module vaddr / 4096) */
+	__u32 page_count;
 };
 
 struct ws_unwind_proc {
@@ -174,8 +182,8 @@ _Static_assert(sizeof(struct ws_stack_key) == 56, "ws_stack_key size");
 _Static_assert(sizeof(struct ws_stack_value) == 16, "ws_stack_value size");
 _Static_assert(sizeof(struct ws_stack) == 16 + 8 * WS_MAX_STACK_DEPTH, "ws_stack size");
 _Static_assert(sizeof(struct ws_unwind_row) == 12, "ws_unwind_row size");
-_Static_assert(sizeof(struct ws_unwind_mapping) == 32, "ws_unwind_mapping size");
-_Static_assert(sizeof(struct ws_unwind_proc) == 8 + 32 * WS_UNWIND_MAX_MAPPINGS, "ws_unwind_proc size");
+_Static_assert(sizeof(struct ws_unwind_mapping) == 40, "ws_unwind_mapping size");
+_Static_assert(sizeof(struct ws_unwind_proc) == 8 + 40 * WS_UNWIND_MAX_MAPPINGS, "ws_unwind_proc size");
 _Static_assert(sizeof(struct ws_thread_totals) == 96, "ws_thread_totals size");
 _Static_assert(sizeof(struct ws_hist_key) == 16, "ws_hist_key size");
 _Static_assert(sizeof(struct ws_hist) == 8 * WS_HIST_SLOTS, "ws_hist size");

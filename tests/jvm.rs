@@ -5,17 +5,12 @@
 
 mod support;
 
-use std::{
-    collections::BTreeMap,
-    sync::Mutex,
-    thread,
-    time::{Duration, Instant},
-};
+use std::{collections::BTreeMap, sync::Mutex, thread, time::Duration};
 
 use support::{
     daemon, ebpf_available, get,
     java::{self, JavaRun, Jvm},
-    parse_folded, Daemon,
+    rows::{folded_at, json_at, named_pool_stack, share_with_chain, show, within, Rows},
 };
 
 /// JVMs are heavy on 2 CPUs: one scenario at a time.
@@ -23,137 +18,6 @@ static SERIAL: Mutex<()> = Mutex::new(());
 
 fn ready() -> bool {
     ebpf_available() && java::jdk_available()
-}
-
-type Rows = Vec<(Vec<String>, u64)>;
-
-fn folded(url: &str, query: &str) -> Rows {
-    let (status, body) = get(&format!("{url}/folded?{query}"));
-    match status {
-        200 => parse_folded(&body),
-        404 => Vec::new(), // nothing recorded yet
-        _ => panic!("{query}: {status} {body}"),
-    }
-}
-
-fn json(url: &str, path: &str) -> serde_json::Value {
-    let (status, body) = get(&format!("{url}{path}"));
-    assert_eq!(status, 200, "{path}: {body}");
-    serde_json::from_str(&body).unwrap()
-}
-
-/// Polls `check` every second until it returns `Some`, for at most `limit`.
-fn within<T>(limit: Duration, mut check: impl FnMut() -> Option<T>) -> Option<T> {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(v) = check() {
-            return Some(v);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        thread::sleep(Duration::from_secs(1));
-    }
-}
-
-/// A CPU stack from the pool's worker loop down to a workload method, all
-/// of it named: the worker loop, then only Java frames (`_[j]`) or JVM
-/// stubs, ending in a `Pools.` method.
-fn named_pool_stack(rows: &Rows) -> Option<Vec<String>> {
-    rows.iter().map(|r| &r.0).find_map(|stack| {
-        let user: Vec<&String> = stack.iter().take_while(|f| !f.ends_with("_[k]")).collect();
-        let start = user
-            .iter()
-            .position(|f| *f == "java.util.concurrent.ThreadPoolExecutor.runWorker_[j]")?;
-        let below = &user[start + 1..];
-        let leaf = below.last()?;
-        let all_named = below
-            .iter()
-            .all(|f| f.ends_with("_[j]") || f.starts_with("[jvm stub]"));
-        (all_named && leaf.starts_with("Pools.") && leaf.ends_with("_[j]")).then(|| stack.clone())
-    })
-}
-
-fn show(rows: &Rows) -> String {
-    let mut rows = rows.clone();
-    rows.sort_by_key(|r| std::cmp::Reverse(r.1));
-    rows.iter()
-        .take(8)
-        .map(|(s, v)| format!("{} {v}", s.join(";")))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-#[test]
-fn jvm_of_another_user_shows_named_java_stacks_within_30s() {
-    if !ready() {
-        return;
-    }
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let jvm = JavaRun::default().start("Pools", &["60", "1"]);
-    // The JVM runs before wallscope starts: nothing asked it for a map yet.
-    assert!(!std::path::Path::new(&format!("/tmp/perf-{}.map", jvm.pid)).exists());
-    let ws = Daemon::start(&[]);
-    let started = Instant::now();
-    let query = format!("pid={}&kind=cpu&seconds=5", jvm.pid);
-    let mut last = Vec::new();
-    let stack = within(Duration::from_secs(30), || {
-        last = folded(&ws.url, &query);
-        named_pool_stack(&last)
-    });
-    let stack = stack.unwrap_or_else(|| {
-        panic!(
-            "no named Java stack from the worker loop within 30 s; top rows:\n{}",
-            show(&last)
-        )
-    });
-    eprintln!(
-        "named after {:.1} s: {}",
-        started.elapsed().as_secs_f64(),
-        stack.join(";")
-    );
-    // Interpreted frames and stubs are labelled, not unknown.
-    let rows = folded(&ws.url, &query);
-    let from_thread_start: Vec<&Vec<String>> = rows
-        .iter()
-        .map(|r| &r.0)
-        .filter(|s| s.iter().any(|f| f == "start_thread"))
-        .collect();
-    assert!(!from_thread_start.is_empty());
-    assert!(
-        from_thread_start
-            .iter()
-            .any(|s| s.iter().any(|f| f == "Interpreter")),
-        "Thread.run runs interpreted: expected `Interpreter` frames\n{}",
-        show(&rows)
-    );
-    let weight = |unknown: bool| -> u64 {
-        rows.iter()
-            .filter(|r| r.0.iter().any(|f| f == "start_thread"))
-            .filter(|r| !unknown || r.0.iter().any(|f| f == "[unknown]"))
-            .map(|r| r.1)
-            .sum()
-    };
-    assert!(
-        weight(true) * 20 < weight(false),
-        "[unknown] frames in over 5 % of Java thread stacks:\n{}",
-        show(&rows)
-    );
-
-    let processes = json(&ws.url, "/processes?seconds=10");
-    let me = processes
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["pid"] == jvm.pid)
-        .expect("the JVM in /processes");
-    assert_eq!(me["jvm"]["attach"], "attached", "{me}");
-    assert_eq!(me["jvm"]["preserve_frame_pointer"], true, "{me}");
-    assert!(me["jvm"]["perf_map_writes"].as_u64().unwrap() >= 1, "{me}");
-    let map = std::fs::metadata(format!("/tmp/perf-{}.map", jvm.pid)).expect("perf map");
-    use std::os::unix::fs::MetadataExt;
-    assert_eq!(map.uid(), java::USER, "the JVM itself wrote its map");
-    drop(jvm);
 }
 
 #[test]
@@ -173,7 +37,7 @@ fn jvm_in_its_own_pid_and_mount_namespace_is_symbolized() {
     let query = format!("pid={}&kind=cpu&seconds=5", jvm.pid);
     let mut last = Vec::new();
     let found = within(Duration::from_secs(30), || {
-        last = folded(url, &query);
+        last = folded_at(url, &query);
         named_pool_stack(&last)
     });
     assert!(
@@ -196,30 +60,11 @@ fn ns_pid(pid: u32) -> u32 {
 
 /// The `/threads` row of pool `name` of `pid` over the last `seconds`.
 fn pool_report(url: &str, pid: u32, seconds: u64, name: &str) -> serde_json::Value {
-    let report = json(url, &format!("/threads?pid={pid}&seconds={seconds}"));
+    let report = json_at(url, &format!("/threads?pid={pid}&seconds={seconds}"));
     let pools = report["pools"].as_array().unwrap();
     let pool = pools.iter().find(|p| p["pool"] == name);
     pool.unwrap_or_else(|| panic!("no {name} pool: {report}"))
         .clone()
-}
-
-/// Share of the rows' weight whose stack holds `chain` in this order.
-fn share_with_chain(rows: &Rows, chain: &[&str]) -> f64 {
-    let holds = |stack: &[String]| {
-        let mut at = 0;
-        chain
-            .iter()
-            .all(|want| match stack[at..].iter().position(|f| f == want) {
-                Some(i) => {
-                    at += i + 1;
-                    true
-                }
-                None => false,
-            })
-    };
-    let total: u64 = rows.iter().map(|r| r.1).sum();
-    let with: u64 = rows.iter().filter(|r| holds(&r.0)).map(|r| r.1).sum();
-    with as f64 / total.max(1) as f64
 }
 
 /// Share of a `/threads` row's wall time in `field`.
@@ -251,7 +96,7 @@ fn named_pools_have_one_root_each_with_their_full_names() {
     let mut roots = BTreeMap::new();
     within(Duration::from_secs(30), || {
         thread::sleep(Duration::from_secs(2));
-        roots = pool_roots(&folded(url, &query));
+        roots = pool_roots(&folded_at(url, &query));
         (roots.contains_key("MutationStage-*") && roots.contains_key("Native-Transport-Requests-*"))
             .then_some(())
     });
@@ -268,7 +113,7 @@ fn named_pools_have_one_root_each_with_their_full_names() {
         .collect();
     assert!(truncated.is_empty(), "split pools: {names:?}");
 
-    let report = json(url, &format!("/threads?pid={pid}&seconds=10"));
+    let report = json_at(url, &format!("/threads?pid={pid}&seconds=10"));
     let pools = report["pools"].as_array().unwrap();
     for name in ["MutationStage-*", "Native-Transport-Requests-*"] {
         let pool = pools
@@ -305,7 +150,7 @@ fn forkjoin_churn_parks_on_futex_with_complete_park_stacks() {
     let wakeups_per_s = pool["wakeups_received"].as_u64().unwrap() as f64 / 10.0;
     assert!(wakeups_per_s > 500.0, "park/unpark churn: {pool}");
 
-    let rows = folded(url, &format!("pid={pid}&kind=futex&group=pool&seconds=10"));
+    let rows = folded_at(url, &format!("pid={pid}&kind=futex&group=pool&seconds=10"));
     let workers: Rows = rows
         .into_iter()
         .filter(|r| r.0.get(1).map(String::as_str) == Some("ForkJoinPool-1-worker-*"))
@@ -314,22 +159,49 @@ fn forkjoin_churn_parks_on_futex_with_complete_park_stacks() {
     // Unwind tables walk glibc (no frame pointers), frame pointers walk
     // libjvm and the JIT code: from the futex wait through the park path
     // and the pool's Java loop down to the thread start.
+    // The Java caller of Unsafe.park (ForkJoinPool.awaitWork) may still run
+    // interpreted, or be compiled after the perf map was last written.
     let chain = [
         "start_thread",
-        "java.util.concurrent.ForkJoinPool.awaitWork_[j]",
         "jdk.internal.misc.Unsafe.park_[j]",
         "Parker::park(bool, long)",
         "__futex_abstimed_wait_common",
         "[syscall futex]",
     ];
-    let complete = share_with_chain(&workers, &chain);
+    let java_caller: Rows = workers
+        .iter()
+        .filter(|(stack, _)| {
+            let park = stack
+                .iter()
+                .position(|f| f == "jdk.internal.misc.Unsafe.park_[j]");
+            park.and_then(|i| stack.get(i.checked_sub(1)?))
+                .is_some_and(|caller| {
+                    caller.ends_with("_[j]")
+                        || caller == "Interpreter"
+                        || caller == "[jvm code not in perf map]"
+                })
+        })
+        .cloned()
+        .collect();
+    let total: u64 = workers.iter().map(|r| r.1).sum();
+    let complete = share_with_chain(&java_caller, &chain)
+        * java_caller.iter().map(|r| r.1).sum::<u64>() as f64
+        / total.max(1) as f64;
     assert!(
         complete > 0.7,
         "parked workers' stacks from the futex wait to the thread start:\n{}",
         show(&workers)
     );
+    let named = share_with_chain(
+        &workers,
+        &[
+            "java.util.concurrent.ForkJoinPool.awaitWork_[j]",
+            "jdk.internal.misc.Unsafe.park_[j]",
+        ],
+    );
+    eprintln!("complete park stacks {complete:.2}, with the caller named {named:.2}");
     // A thread parked in SynchronousQueue.take, the other common park.
-    let rows = folded(url, &format!("pid={pid}&kind=futex&group=pool&seconds=10"));
+    let rows = folded_at(url, &format!("pid={pid}&kind=futex&group=pool&seconds=10"));
     let handoff: Rows = rows
         .into_iter()
         .filter(|r| r.0.get(1).map(String::as_str) == Some("handoff"))
@@ -364,7 +236,7 @@ fn starved_java_threads_wait_in_the_runqueue_in_their_java_code() {
     // Three CPU-bound threads on one CPU: each runs a third of the time.
     assert!(share(&pool, "runqueue_us") > 0.5, "{pool}");
     assert!(share(&pool, "cpu_us") > 0.2, "{pool}");
-    let rows = folded(
+    let rows = folded_at(
         url,
         &format!("pid={pid}&kind=runqueue&group=pool&seconds=8"),
     );
@@ -389,10 +261,24 @@ fn starved_java_threads_wait_in_the_runqueue_in_their_java_code() {
     );
 }
 
+/// Number of `wallscope serve` processes on the host.
+fn running_daemons() -> usize {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 1;
+    };
+    dir.flatten()
+        .filter(|e| {
+            let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+            let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+            args.first().is_some_and(|a| a.ends_with(b"wallscope")) && args.contains(&&b"serve"[..])
+        })
+        .count()
+}
+
 /// The `jvm` object `/processes` reports for `pid`, once it has one whose
 /// `attach` is no longer `pending`.
 fn jvm_report(url: &str, pid: u32) -> Option<serde_json::Value> {
-    let processes = json(url, "/processes?seconds=10");
+    let processes = json_at(url, "/processes?seconds=10");
     let me = processes.as_array()?.iter().find(|p| p["pid"] == pid)?;
     let jvm = me.get("jvm")?;
     (jvm["attach"] != "pending").then(|| jvm.clone())
@@ -437,10 +323,16 @@ fn jvms_that_refuse_or_lack_frame_pointers_are_reported_once() {
     assert!(text.contains("no -XX:+PreserveFramePointer"), "{text}");
 
     // Not retried: with attach disabled, each SIGQUIT makes HotSpot print a
-    // thread dump instead; over 10 more seconds there must be exactly one.
+    // thread dump instead: one per wallscope daemon on the host (this
+    // test's, and any other that runs), however long the JVM runs.
     thread::sleep(Duration::from_secs(10));
     let printed = refusing.workload.stop();
     let dumps = printed.matches("Full thread dump").count();
-    assert_eq!(dumps, 1, "SIGQUITs sent to the refusing JVM");
+    let daemons = running_daemons();
+    let stamps: Vec<&str> = printed.lines().filter(|l| l.starts_with("20")).collect();
+    assert!(
+        (1..=daemons).contains(&dumps),
+        "{dumps} SIGQUITs from {daemons} daemons to the refusing JVM: {stamps:?}"
+    );
     drop(no_fp);
 }

@@ -7,45 +7,10 @@ mod support;
 use std::{path::Path, thread};
 
 use support::{
-    daemon, ebpf_available, get, parse_folded, rust_workload, workload_without_frame_pointers,
-    Daemon, Workload, SETTLE,
+    daemon, ebpf_available, get,
+    rows::{folded_at as folded, share_with_chain, show, Rows},
+    rust_workload, workload_without_frame_pointers, Daemon, Workload, SETTLE,
 };
-
-type Rows = Vec<(Vec<String>, u64)>;
-
-fn folded(url: &str, query: &str) -> Rows {
-    let (status, body) = get(&format!("{url}/folded?{query}"));
-    assert_eq!(status, 200, "{query}: {body}");
-    parse_folded(&body)
-}
-
-/// Share of the rows' weight whose stack holds `chain` in this order
-/// (other frames may sit between).
-fn share_with_chain(rows: &Rows, chain: &[&str]) -> f64 {
-    let holds = |stack: &[String]| {
-        let mut at = 0;
-        for want in chain {
-            match stack[at..].iter().position(|f| f == want) {
-                Some(i) => at += i + 1,
-                None => return false,
-            }
-        }
-        true
-    };
-    let total: u64 = rows.iter().map(|r| r.1).sum();
-    let with: u64 = rows.iter().filter(|r| holds(&r.0)).map(|r| r.1).sum();
-    with as f64 / total.max(1) as f64
-}
-
-fn show(rows: &Rows) -> String {
-    let mut rows = rows.clone();
-    rows.sort_by_key(|r| std::cmp::Reverse(r.1));
-    rows.iter()
-        .take(5)
-        .map(|(s, v)| format!("{} {v}", s.join(";")))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
 
 /// Runs `bin 6` under both daemons; returns (tables, fp) rows for `kind`s.
 fn watch(bin: &Path, kinds: &[&str]) -> Vec<(Rows, Rows)> {

@@ -183,8 +183,11 @@ pub struct UnwindMapping {
     pub end: u64,
     /// Runtime address minus module virtual address.
     pub bias: u64,
-    pub row_start: u32,
+    /// The table's page index, then its rows (see `bpf/wallscope.h`).
+    pub index_start: u32,
     pub row_count: u32,
+    pub page_base: u32,
+    pub page_count: u32,
 }
 
 /// A process's mappings with tables (`struct ws_unwind_proc`).
@@ -217,8 +220,8 @@ const _: () = assert!(size_of::<StackKey>() == 56);
 const _: () = assert!(size_of::<StackValue>() == 16);
 const _: () = assert!(size_of::<StoredStack>() == 16 + 8 * MAX_STACK_DEPTH);
 const _: () = assert!(size_of::<UnwindRow>() == 12);
-const _: () = assert!(size_of::<UnwindMapping>() == 32);
-const _: () = assert!(size_of::<UnwindProc>() == 8 + 32 * UNWIND_MAX_MAPPINGS);
+const _: () = assert!(size_of::<UnwindMapping>() == 40);
+const _: () = assert!(size_of::<UnwindProc>() == 8 + 40 * UNWIND_MAX_MAPPINGS);
 const _: () = assert!(size_of::<ThreadTotals>() == 96);
 const _: () = assert!(size_of::<HistKey>() == 16);
 const _: () = assert!(size_of::<Hist>() == 8 * HIST_SLOTS);
@@ -379,6 +382,7 @@ mod tests {
         assert_eq!(offset_of!(UnwindRow, rbp_rule), 11);
         assert_eq!(offset_of!(UnwindMapping, bias), 16);
         assert_eq!(offset_of!(UnwindMapping, row_count), 28);
+        assert_eq!(offset_of!(UnwindMapping, page_count), 36);
         assert_eq!(offset_of!(UnwindProc, mappings), 8);
     }
 

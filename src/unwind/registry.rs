@@ -19,7 +19,7 @@ use serde::Serialize;
 
 use super::table::{load_bias, UnwindTable};
 use crate::bpf::{
-    abi::{UnwindMapping, UnwindProc, UNWIND_MAX_MAPPINGS},
+    abi::{UnwindMapping, UnwindProc, UnwindRow, UNWIND_MAX_MAPPINGS},
     UnwindMaps,
 };
 
@@ -58,8 +58,10 @@ struct FileKey {
 
 enum FileTable {
     Loaded {
+        /// Slots in the row array: the page index, then the rows.
         start: u32,
         len: u32,
+        place: TablePlace,
         last_used: Instant,
     },
     NotNeeded,
@@ -83,6 +85,33 @@ pub struct Registry {
     procs: HashMap<u32, ProcState>,
     free: RowSpace,
     stats: UnwindStats,
+}
+
+/// Where a loaded table is, as BPF needs it.
+#[derive(Debug, Clone, Copy)]
+struct TablePlace {
+    index_start: u32,
+    row_count: u32,
+    page_base: u32,
+    page_count: u32,
+}
+
+/// The page index of `rows` (sorted by pc): entry k is the number of the
+/// last row with pc <= (base + k) * 4096 (0 if none), k in 0..=count.
+fn page_index(rows: &[UnwindRow]) -> (u32, Vec<u32>) {
+    let (Some(first), Some(last)) = (rows.first(), rows.last()) else {
+        return (0, Vec::new());
+    };
+    let base = first.pc >> 12;
+    let count = (last.pc >> 12) - base + 1;
+    let index = (0..=count)
+        .map(|k| {
+            let page_start = u64::from(base + k) << 12;
+            let after = rows.partition_point(|r| u64::from(r.pc) <= page_start);
+            after.saturating_sub(1) as u32
+        })
+        .collect();
+    (base, index)
 }
 
 /// Free ranges of the row array: first fit, neighbours merged on release.
@@ -188,7 +217,7 @@ impl Registry {
         let mut entry = UnwindProc::default();
         let mut files = Vec::new();
         for m in &mappings {
-            let Some((start, len)) = self.table_for(pid, m, now) else {
+            let Some(place) = self.table_for(pid, m, now) else {
                 continue;
             };
             let Some(delta) = self.delta(pid, m) else {
@@ -203,8 +232,10 @@ impl Registry {
                 start: m.start,
                 end: m.end,
                 bias: m.start.wrapping_sub(m.offset).wrapping_sub(delta as u64),
-                row_start: start,
-                row_count: len,
+                index_start: place.index_start,
+                row_count: place.row_count,
+                page_base: place.page_base,
+                page_count: place.page_count,
             };
             entry.count += 1;
             files.push(m.key);
@@ -229,16 +260,14 @@ impl Registry {
 
     /// The rows of the file behind `m`, building and loading them first if
     /// needed; `None` for files that need no table or have none.
-    fn table_for(&mut self, pid: u32, m: &ExecMapping, now: Instant) -> Option<(u32, u32)> {
+    fn table_for(&mut self, pid: u32, m: &ExecMapping, now: Instant) -> Option<TablePlace> {
         if let Some(t) = self.files.get_mut(&m.key) {
             return match t {
                 FileTable::Loaded {
-                    start,
-                    len,
-                    last_used,
+                    place, last_used, ..
                 } => {
                     *last_used = now;
-                    Some((*start, *len))
+                    Some(*place)
                 }
                 _ => None,
             };
@@ -276,7 +305,7 @@ impl Registry {
             },
         };
         let loaded = match &state {
-            FileTable::Loaded { start, len, .. } => Some((*start, *len)),
+            FileTable::Loaded { place, .. } => Some(*place),
             _ => None,
         };
         self.files.insert(m.key, state);
@@ -286,7 +315,13 @@ impl Registry {
     /// Copies a table's rows into the array, evicting the least recently
     /// used tables while it does not fit.
     fn load(&mut self, table: &UnwindTable, now: Instant) -> Option<FileTable> {
-        let len = u32::try_from(table.rows.len()).ok()?;
+        let (page_base, index) = page_index(&table.rows);
+        let index_rows = index.iter().map(|&n| UnwindRow {
+            pc: n,
+            ..UnwindRow::default()
+        });
+        let slots: Vec<UnwindRow> = index_rows.chain(table.rows.iter().copied()).collect();
+        let len = u32::try_from(slots.len()).ok()?;
         if len > self.maps.capacity {
             self.stats.tables_too_big += 1;
             return None;
@@ -299,8 +334,8 @@ impl Registry {
                 return None;
             }
         };
-        for (i, row) in table.rows.iter().enumerate() {
-            if let Err(err) = self.maps.rows.set(start + i as u32, row, 0) {
+        for (i, slot) in slots.iter().enumerate() {
+            if let Err(err) = self.maps.rows.set(start + i as u32, slot, 0) {
                 tracing::warn!("writing unwind rows: {err}");
                 self.free.release(start, len);
                 return None;
@@ -311,6 +346,12 @@ impl Registry {
         Some(FileTable::Loaded {
             start,
             len,
+            place: TablePlace {
+                index_start: start,
+                row_count: table.rows.len() as u32,
+                page_base,
+                page_count: (index.len() as u32).saturating_sub(1),
+            },
             last_used: now,
         })
     }
@@ -429,6 +470,28 @@ fn parse_exec_mapping(line: &str) -> Option<ExecMapping> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn page_index_brackets_each_page_rows() {
+        let row = |pc| UnwindRow {
+            pc,
+            ..UnwindRow::default()
+        };
+        let rows = [row(0x1010), row(0x1800), row(0x3004), row(0x3100)];
+        let (base, index) = page_index(&rows);
+        assert_eq!(base, 1);
+        // Pages 1, 2, 3 and the end of page 3.
+        assert_eq!(index, vec![0, 1, 1, 3]);
+        // Every address's row lies in [index[k], index[k + 1]].
+        for addr in [0x1010u32, 0x1fff, 0x2500, 0x3004, 0x3050, 0x3fff] {
+            let k = ((addr >> 12) - base) as usize;
+            let want = rows.partition_point(|r| r.pc <= addr) - 1;
+            assert!(
+                index[k] as usize <= want && want <= index[k + 1] as usize,
+                "{addr:#x}"
+            );
+        }
+    }
 
     #[test]
     fn row_space_reuses_released_ranges_and_merges_them() {

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod java;
+pub mod rows;
 
 use std::{
     io::{BufRead, BufReader},
@@ -107,6 +108,8 @@ pub struct Workload {
     pub child: Child,
     pub pid: u32,
     stdout: BufReader<std::process::ChildStdout>,
+    /// What it printed before `ready`.
+    preamble: String,
 }
 
 impl Workload {
@@ -123,21 +126,36 @@ impl Workload {
             .stdout(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("starting {cmd:?}: {e}"));
-        let mut line = String::new();
         let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        stdout.read_line(&mut line).unwrap();
-        let pid = line
-            .trim()
-            .strip_prefix("ready ")
-            .and_then(|p| p.parse().ok());
-        let pid = pid.unwrap_or_else(|| panic!("expected `ready <pid>`, got {line:?}"));
-        Workload { child, pid, stdout }
+        // A JVM may print a thread dump first (SIGQUIT from an attach with
+        // the attach mechanism disabled): keep it, read on to `ready`.
+        let mut preamble = String::new();
+        let pid = loop {
+            let mut line = String::new();
+            if stdout.read_line(&mut line).unwrap() == 0 {
+                panic!("no `ready <pid>` line; printed:\n{preamble}");
+            }
+            if let Some(pid) = line
+                .trim()
+                .strip_prefix("ready ")
+                .and_then(|p| p.parse().ok())
+            {
+                break pid;
+            }
+            preamble.push_str(&line);
+        };
+        Workload {
+            child,
+            pid,
+            stdout,
+            preamble,
+        }
     }
 
     /// Kills the workload; returns the rest of what it printed.
     pub fn stop(mut self) -> String {
         let _ = self.child.kill();
-        let mut rest = String::new();
+        let mut rest = std::mem::take(&mut self.preamble);
         let _ = std::io::Read::read_to_string(&mut self.stdout, &mut rest);
         rest
     }

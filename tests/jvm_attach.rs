@@ -1,0 +1,86 @@
+//! The first contact with a JVM, alone in its test binary so that no other
+//! daemon attaches to the JVM first: a JVM of another user, started with
+//! only `-XX:+PreserveFramePointer`, gets its perf map written and its
+//! Java methods named within 30 s of wallscope starting. Needs root and a JDK.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::{
+    ebpf_available,
+    java::{self, JavaRun},
+    rows::{folded_at, json_at, named_pool_stack, show, within},
+    Daemon,
+};
+
+#[test]
+fn jvm_of_another_user_shows_named_java_stacks_within_30s() {
+    if !ebpf_available() || !java::jdk_available() {
+        return;
+    }
+    let jvm = JavaRun::default().start("Pools", &["60", "1"]);
+    // The JVM runs before wallscope starts: nothing asked it for a map yet.
+    assert!(!std::path::Path::new(&format!("/tmp/perf-{}.map", jvm.pid)).exists());
+    let ws = Daemon::start(&[]);
+    let started = Instant::now();
+    let query = format!("pid={}&kind=cpu&seconds=5", jvm.pid);
+    let mut last = Vec::new();
+    let stack = within(Duration::from_secs(30), || {
+        last = folded_at(&ws.url, &query);
+        named_pool_stack(&last)
+    });
+    let stack = stack.unwrap_or_else(|| {
+        panic!(
+            "no named Java stack from the worker loop within 30 s; top rows:\n{}",
+            show(&last)
+        )
+    });
+    eprintln!(
+        "named after {:.1} s: {}",
+        started.elapsed().as_secs_f64(),
+        stack.join(";")
+    );
+    // Interpreted frames and stubs are labelled, not unknown.
+    let rows = folded_at(&ws.url, &query);
+    let from_thread_start: Vec<&Vec<String>> = rows
+        .iter()
+        .map(|r| &r.0)
+        .filter(|s| s.iter().any(|f| f == "start_thread"))
+        .collect();
+    assert!(!from_thread_start.is_empty());
+    assert!(
+        from_thread_start
+            .iter()
+            .any(|s| s.iter().any(|f| f == "Interpreter")),
+        "Thread.run runs interpreted: expected `Interpreter` frames\n{}",
+        show(&rows)
+    );
+    let weight = |unknown: bool| -> u64 {
+        rows.iter()
+            .filter(|r| r.0.iter().any(|f| f == "start_thread"))
+            .filter(|r| !unknown || r.0.iter().any(|f| f == "[unknown]"))
+            .map(|r| r.1)
+            .sum()
+    };
+    assert!(
+        weight(true) * 20 < weight(false),
+        "[unknown] frames in over 5 % of Java thread stacks:\n{}",
+        show(&rows)
+    );
+
+    let processes = json_at(&ws.url, "/processes?seconds=10");
+    let me = processes
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["pid"] == jvm.pid)
+        .expect("the JVM in /processes");
+    assert_eq!(me["jvm"]["attach"], "attached", "{me}");
+    assert_eq!(me["jvm"]["preserve_frame_pointer"], true, "{me}");
+    assert!(me["jvm"]["perf_map_writes"].as_u64().unwrap() >= 1, "{me}");
+    let map = std::fs::metadata(format!("/tmp/perf-{}.map", jvm.pid)).expect("perf map");
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(map.uid(), java::USER, "the JVM itself wrote its map");
+    drop(jvm);
+}
