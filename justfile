@@ -22,6 +22,7 @@ bench:
     cargo bench --bench offcpu
     cargo bench --bench jvm
     cargo bench --bench jvm_symbols
+    cargo bench --bench unwind
 
 # Rewrite golden files after an intended output change.
 bless:

@@ -122,9 +122,10 @@ fn tables_that_do_not_fit_are_counted_not_fatal() {
     if !ebpf_available() {
         return;
     }
-    // 1 MiB holds about 87k rows: glibc's table fits, the daemon's own
-    // binary (over 100k rows) does not.
-    let small = Daemon::start(&["--unwind-table-mb", "1"]);
+    // 2 MiB hold about 175k rows and no table may take over a quarter:
+    // glibc's table (29k rows) fits, the daemon's own binary's (over 100k
+    // rows) does not.
+    let small = Daemon::start(&["--unwind-table-mb", "2"]);
     let bin = workload_without_frame_pointers("nofp");
     let w = Workload::start(&bin, &["4"]);
     let pid = w.pid;

@@ -25,6 +25,12 @@ use crate::bpf::{
 
 /// A process's mappings are re-read this often while it runs (dlopen).
 const REREAD_AFTER: Duration = Duration::from_secs(10);
+/// An evicted table waits this long before it may be loaded again.
+const EVICTED_COOLDOWN: Duration = Duration::from_secs(60);
+/// No table may take more than this share of the row array: one huge
+/// module (a compiler's shared library) would evict every other table.
+const MAX_TABLE_SHARE: u32 = 4;
+
 /// A process not seen for this long is dropped from the BPF map.
 const FORGET_AFTER: Duration = Duration::from_secs(60);
 
@@ -39,7 +45,7 @@ pub struct UnwindStats {
     pub tables_failed: u64,
     /// Tables evicted to make room.
     pub tables_evicted: u64,
-    /// Tables larger than the whole row array.
+    /// Tables larger than a quarter of the row array (not loaded).
     pub tables_too_big: u64,
     /// Rows of the array in use, and its capacity.
     pub rows_in_use: u64,
@@ -66,6 +72,9 @@ enum FileTable {
     },
     NotNeeded,
     Failed,
+    /// Evicted at this time: not loaded again before [`EVICTED_COOLDOWN`],
+    /// so that tables competing for too little room do not thrash.
+    Evicted(Instant),
 }
 
 struct ProcState {
@@ -261,16 +270,16 @@ impl Registry {
     /// The rows of the file behind `m`, building and loading them first if
     /// needed; `None` for files that need no table or have none.
     fn table_for(&mut self, pid: u32, m: &ExecMapping, now: Instant) -> Option<TablePlace> {
-        if let Some(t) = self.files.get_mut(&m.key) {
-            return match t {
-                FileTable::Loaded {
-                    place, last_used, ..
-                } => {
-                    *last_used = now;
-                    Some(*place)
-                }
-                _ => None,
-            };
+        match self.files.get_mut(&m.key) {
+            Some(FileTable::Loaded {
+                place, last_used, ..
+            }) => {
+                *last_used = now;
+                return Some(*place);
+            }
+            Some(FileTable::Evicted(at)) if now - *at >= EVICTED_COOLDOWN => {}
+            Some(_) => return None,
+            None => {}
         }
         let table = read_mapped(pid, m).and_then(|data| {
             let delta = load_bias(&data, m.start, m.offset)
@@ -322,7 +331,7 @@ impl Registry {
         });
         let slots: Vec<UnwindRow> = index_rows.chain(table.rows.iter().copied()).collect();
         let len = u32::try_from(slots.len()).ok()?;
-        if len > self.maps.capacity {
+        if len > self.maps.capacity / MAX_TABLE_SHARE {
             self.stats.tables_too_big += 1;
             return None;
         }
@@ -375,6 +384,7 @@ impl Registry {
             self.stats.rows_in_use -= u64::from(len);
             self.stats.tables_evicted += 1;
         }
+        self.files.insert(key, FileTable::Evicted(Instant::now()));
         // Stale entries would point at rows that now hold another table.
         let users: Vec<u32> = self
             .procs
