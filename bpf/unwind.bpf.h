@@ -48,6 +48,8 @@ struct ws_unwind_walk {
 	__u64 bp;
 	__u32 len;
 	__u32 stop; /* 0 while walking, else the ws_stat of an early end, or ~0 */
+	__u32 pid;
+	__u32 _pad;
 	struct ws_unwind_proc proc;
 };
 
@@ -57,6 +59,30 @@ struct {
 	__type(key, __u32);
 	__type(value, struct ws_unwind_walk);
 } unwind_walk SEC(".maps");
+
+/*
+ * The rule found for a pc, per CPU, direct-mapped: the same return
+ * addresses come back walk after walk, and a hit skips the mapping scan
+ * and the search. Keyed by pid, registration epoch and pc, so an exec or a
+ * re-registration (new mappings, tables evicted) never reuses a rule.
+ */
+#define WS_UNWIND_CACHE 1024
+#define WS_UNWIND_FP_STEP 0xff /* cached: not in a table, take a frame-pointer step */
+
+struct ws_unwind_cached {
+	__u64 pc;
+	__u32 pid;
+	__u32 epoch;
+	struct ws_unwind_row row;
+	__u32 _pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, WS_UNWIND_CACHE);
+	__type(key, __u32);
+	__type(value, struct ws_unwind_cached);
+} unwind_cache SEC(".maps");
 
 #define WS_UNWIND_DONE 0xffffffffu
 
@@ -139,8 +165,10 @@ static long ws_unwind_step(__u32 index, void *data)
 	struct ws_unwind_walk *w = bpf_map_lookup_elem(&unwind_walk, &zero);
 	struct ws_stack *s = bpf_map_lookup_elem(&stack_scratch, &zero);
 	struct ws_unwind_mapping *m;
+	struct ws_unwind_cached *c;
+	struct ws_unwind_row *row;
 	__u64 ra = 0, bp, at;
-	__u32 len;
+	__u32 len, slot;
 
 	if (!w || !s)
 		return 1;
@@ -154,8 +182,27 @@ static long ws_unwind_step(__u32 index, void *data)
 	bp = w->bp;
 	/* A caller's pc is a return address, maybe just past its function. */
 	at = len ? w->pc - 1 : w->pc;
-	m = ws_unwind_mapping(&w->proc, at);
-	if (!m) {
+	slot = (__u32)((at ^ (at >> 17) ^ w->pid) * 0x9e3779b1u) % WS_UNWIND_CACHE;
+	c = bpf_map_lookup_elem(&unwind_cache, &slot);
+	if (!c)
+		return 1;
+	if (c->pc != at || c->pid != w->pid || c->epoch != w->proc.epoch) {
+		m = ws_unwind_mapping(&w->proc, at);
+		c->pc = at;
+		c->pid = w->pid;
+		c->epoch = w->proc.epoch;
+		c->row.cfa_reg = WS_UNWIND_FP_STEP;
+		if (m) {
+			struct ws_unwind_row *found = ws_unwind_find(m, at - m->bias);
+
+			if (found)
+				c->row = *found;
+			else
+				c->row.cfa_reg = WS_CFA_NONE;
+		}
+	}
+	row = &c->row;
+	if (row->cfa_reg == WS_UNWIND_FP_STEP) {
 		if (!bp || bpf_probe_read_user(&ra, sizeof(ra), (void *)(bp + 8)) ||
 		    bpf_probe_read_user(&bp, sizeof(bp), (void *)bp)) {
 			w->stop = WS_UNWIND_DONE; /* the chain ends */
@@ -163,10 +210,9 @@ static long ws_unwind_step(__u32 index, void *data)
 		}
 		w->sp = w->bp + 16;
 	} else {
-		struct ws_unwind_row *row = ws_unwind_find(m, at - m->bias);
 		__u64 cfa;
 
-		if (!row || row->cfa_reg == WS_CFA_NONE) {
+		if (row->cfa_reg == WS_CFA_NONE) {
 			w->stop = WS_STAT_UNWIND_NO_INFO;
 			return 1;
 		}
@@ -219,6 +265,7 @@ static __always_inline long ws_unwind_user(struct ws_stack *s)
 	w->bp = regs->bp;
 	w->len = 0;
 	w->stop = 0;
+	w->pid = pid;
 	ws_stat_inc(WS_STAT_UNWIND_WALKS);
 	bpf_loop(WS_MAX_STACK_DEPTH + 1, ws_unwind_step, NULL, 0);
 	if (w->stop && w->stop != WS_UNWIND_DONE)

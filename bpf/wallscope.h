@@ -144,7 +144,7 @@ struct ws_unwind_mapping {
 
 struct ws_unwind_proc {
 	__u32 count; /* mappings used */
-	__u32 _pad;
+	__u32 epoch; /* changes at every registration: cached lookups expire */
 	struct ws_unwind_mapping mappings[WS_UNWIND_MAX_MAPPINGS];
 };
 

@@ -195,7 +195,8 @@ pub struct UnwindMapping {
 #[repr(C)]
 pub struct UnwindProc {
     pub count: u32,
-    pub _pad: u32,
+    /// Changes at every registration, so BPF's cached lookups expire.
+    pub epoch: u32,
     pub mappings: [UnwindMapping; UNWIND_MAX_MAPPINGS],
 }
 

@@ -94,6 +94,8 @@ pub struct Registry {
     procs: HashMap<u32, ProcState>,
     free: RowSpace,
     stats: UnwindStats,
+    /// Registrations so far (each process entry carries its own).
+    epoch: u32,
 }
 
 /// Where a loaded table is, as BPF needs it.
@@ -181,6 +183,7 @@ impl Registry {
             deltas: HashMap::new(),
             procs: HashMap::new(),
             free: RowSpace::new(capacity),
+            epoch: 0,
             stats: UnwindStats {
                 rows_capacity: u64::from(capacity),
                 ..UnwindStats::default()
@@ -223,7 +226,11 @@ impl Registry {
         let Ok(mappings) = exec_mappings(pid) else {
             return;
         };
-        let mut entry = UnwindProc::default();
+        self.epoch = self.epoch.wrapping_add(1);
+        let mut entry = UnwindProc {
+            epoch: self.epoch,
+            ..UnwindProc::default()
+        };
         let mut files = Vec::new();
         for m in &mappings {
             let Some(place) = self.table_for(pid, m, now) else {
