@@ -4,19 +4,28 @@
 
 mod support;
 
-use std::{path::Path, thread};
+use std::{path::Path, thread, time::Duration};
 
 use support::{
     daemon, ebpf_available, get,
-    rows::{folded_at as folded, share_with_chain, show, Rows},
+    rows::{folded_at as folded, json_at, share_with_chain, show, within, Rows},
     rust_workload, workload_without_frame_pointers, Daemon, Workload, SETTLE,
 };
 
-/// Runs `bin 6` under both daemons; returns (tables, fp) rows for `kind`s.
+/// Runs `bin 8` under both daemons; returns (tables, fp) rows for `kind`s.
 fn watch(bin: &Path, kinds: &[&str]) -> Vec<(Rows, Rows)> {
     let tables = daemon();
     let fp = Daemon::start(&["--unwind", "fp"]);
-    let w = Workload::start(bin, &["6"]);
+    // The first drains build tables for every binary on the host: start
+    // once they are done, so that the workload's own registration is quick.
+    for url in [tables, fp.url.as_str()] {
+        let warm = within(Duration::from_secs(60), || {
+            let health = json_at(url, "/healthz");
+            (health["pipeline"]["drains"].as_u64()? >= 3).then_some(())
+        });
+        assert!(warm.is_some(), "{url} never drained 3 times");
+    }
+    let w = Workload::start(bin, &["8"]);
     let pid = w.pid;
     w.wait();
     thread::sleep(SETTLE);
