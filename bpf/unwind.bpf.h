@@ -273,4 +273,29 @@ static __always_inline long ws_unwind_user(struct ws_stack *s)
 	return w->len;
 }
 
+/* A new process starts with its parent's mappings: it takes the parent's
+ * tables at once instead of waiting for user space to register it. */
+static __always_inline void ws_unwind_on_fork(struct task_struct *parent,
+					      struct task_struct *child)
+{
+	__u32 ppid = parent->tgid, cpid = child->tgid;
+	struct ws_unwind_proc *proc;
+
+	if (!unwind_tables || ppid == cpid)
+		return;
+	proc = bpf_map_lookup_elem(&unwind_procs, &ppid);
+	if (proc)
+		bpf_map_update_elem(&unwind_procs, &cpid, proc, BPF_NOEXIST);
+}
+
+/* An exec replaces the mappings: until user space registers the new image,
+ * walk with frame pointers rather than with the old image's tables. */
+static __always_inline void ws_unwind_on_exec(void)
+{
+	__u32 pid = bpf_get_current_pid_tgid() >> 32;
+
+	if (unwind_tables)
+		bpf_map_delete_elem(&unwind_procs, &pid);
+}
+
 #endif /* WALLSCOPE_UNWIND_BPF_H */

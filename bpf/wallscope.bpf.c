@@ -64,4 +64,18 @@ int BPF_PROG(on_wakeup_new, struct task_struct *p)
 	return 0;
 }
 
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
+{
+	ws_unwind_on_fork(parent, child);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(on_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
+{
+	ws_unwind_on_exec();
+	return 0;
+}
+
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -171,3 +171,38 @@ fn tables_that_do_not_fit_are_counted_not_fatal() {
         );
     }
 }
+
+#[test]
+fn a_forked_child_walks_with_its_parents_tables_at_once() {
+    if !ebpf_available() {
+        return;
+    }
+    let url = daemon();
+    let warm = within(Duration::from_secs(60), || {
+        let health = json_at(url, "/healthz");
+        (health["pipeline"]["drains"].as_u64()? >= 3).then_some(())
+    });
+    assert!(warm.is_some());
+    // User space registers the child at the first drain that sees it, up
+    // to a second or two into its two-second life; until then its tables
+    // come from the parent, copied at fork.
+    let w = Workload::start(&workload_without_frame_pointers("forker"), &[]);
+    let out = w.wait();
+    let child: u32 = out
+        .trim()
+        .strip_prefix("child ")
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no child pid in {out:?}"));
+    thread::sleep(SETTLE);
+    let rows = folded(url, &format!("pid={child}&kind=sleep&seconds=30"));
+    let complete = share_with_chain(
+        &rows,
+        &[
+            "main",
+            "child_loop",
+            "child_nap",
+            "[syscall clock_nanosleep]",
+        ],
+    );
+    assert!(complete > 0.95, "child:\n{}", show(&rows));
+}

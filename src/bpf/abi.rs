@@ -331,10 +331,12 @@ pub mod names {
     pub const STATS: &str = "stats";
     pub const ON_CPU_PROGRAM: &str = "on_cpu_sample";
     /// tp_btf programs and the tracepoint each attaches to.
-    pub const SCHED_PROGRAMS: [(&str, &str); 3] = [
+    pub const SCHED_PROGRAMS: [(&str, &str); 5] = [
         ("on_switch", "sched_switch"),
         ("on_wakeup", "sched_wakeup"),
         ("on_wakeup_new", "sched_wakeup_new"),
+        ("on_fork", "sched_process_fork"),
+        ("on_exec", "sched_process_exec"),
     ];
     pub const INCLUDE_IDLE: &str = "include_idle";
     pub const OFFCPU_MIN_NS: &str = "offcpu_min_ns";

@@ -204,8 +204,19 @@ impl Registry {
             if pid == 0 {
                 continue;
             }
-            match self.procs.get_mut(&pid) {
-                Some(p) if now - p.read < REREAD_AFTER && p.exe == exe_of(pid) => p.seen = now,
+            // BPF drops a process's entry when it execs (even into the same
+            // binary): register again then too.
+            let current = |p: &ProcState| {
+                now - p.read < REREAD_AFTER
+                    && p.exe == exe_of(pid)
+                    && (p.files.is_empty() || self.maps.procs.get(&pid, 0).is_ok())
+            };
+            match self.procs.get(&pid) {
+                Some(p) if current(p) => {
+                    if let Some(p) = self.procs.get_mut(&pid) {
+                        p.seen = now;
+                    }
+                }
                 _ => self.register(pid, now),
             }
         }
