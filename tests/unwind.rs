@@ -12,19 +12,23 @@ use support::{
     rust_workload, workload_without_frame_pointers, Daemon, Workload, SETTLE,
 };
 
+/// Waits until the daemon at `url` drained 3 times: its first drains build
+/// tables for every binary on the host; a workload started after them gets
+/// its own registration quickly.
+fn wait_warm(url: &str) {
+    let warm = within(Duration::from_secs(60), || {
+        let health = json_at(url, "/healthz");
+        (health["pipeline"]["drains"].as_u64()? >= 3).then_some(())
+    });
+    assert!(warm.is_some(), "{url} never drained 3 times");
+}
+
 /// Runs `bin 8` under both daemons; returns (tables, fp) rows for `kind`s.
 fn watch(bin: &Path, kinds: &[&str]) -> Vec<(Rows, Rows)> {
     let tables = daemon();
     let fp = Daemon::start(&["--unwind", "fp"]);
-    // The first drains build tables for every binary on the host: start
-    // once they are done, so that the workload's own registration is quick.
-    for url in [tables, fp.url.as_str()] {
-        let warm = within(Duration::from_secs(60), || {
-            let health = json_at(url, "/healthz");
-            (health["pipeline"]["drains"].as_u64()? >= 3).then_some(())
-        });
-        assert!(warm.is_some(), "{url} never drained 3 times");
-    }
+    wait_warm(tables);
+    wait_warm(&fp.url);
     let w = Workload::start(bin, &["8"]);
     let pid = w.pid;
     w.wait();
@@ -135,8 +139,9 @@ fn tables_that_do_not_fit_are_counted_not_fatal() {
     // glibc's table (29k rows) fits, the daemon's own binary's (over 100k
     // rows) does not.
     let small = Daemon::start(&["--unwind-table-mb", "2"]);
+    wait_warm(&small.url);
     let bin = workload_without_frame_pointers("nofp");
-    let w = Workload::start(&bin, &["4"]);
+    let w = Workload::start(&bin, &["8"]);
     let pid = w.pid;
     w.wait();
     thread::sleep(SETTLE);
@@ -178,11 +183,7 @@ fn a_forked_child_walks_with_its_parents_tables_at_once() {
         return;
     }
     let url = daemon();
-    let warm = within(Duration::from_secs(60), || {
-        let health = json_at(url, "/healthz");
-        (health["pipeline"]["drains"].as_u64()? >= 3).then_some(())
-    });
-    assert!(warm.is_some());
+    wait_warm(url);
     // User space registers the child at the first drain that sees it, up
     // to a second or two into its two-second life; until then its tables
     // come from the parent, copied at fork.
