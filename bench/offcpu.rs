@@ -221,9 +221,9 @@ fn stop(c: &Config, tool: Option<&mut Guard>, tmp: &Path) -> Result<()> {
 /// Runs the workload `cmd` once; fails unless perf prints its total time.
 fn run_workload(cmd: &str) -> Result<Run> {
     let argv: Vec<&str> = cmd.split(' ').collect();
-    let before = context_switches()?;
+    let before = common::context_switches()?;
     let out = Command::new(argv[0]).args(&argv[1..]).output()?;
-    let switches = context_switches()? - before;
+    let switches = common::context_switches()? - before;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     ensure!(out.status.success(), "`{cmd}` failed: {stderr}");
@@ -231,13 +231,6 @@ fn run_workload(cmd: &str) -> Result<Run> {
     let secs = total.and_then(|t| t.split_whitespace().next()?.parse().ok());
     let secs = secs.with_context(|| format!("no total time in perf's output:\n{stdout}"))?;
     Ok(Run { secs, switches })
-}
-
-/// Context switches on all CPUs since boot (`ctxt` in `/proc/stat`).
-fn context_switches() -> Result<u64> {
-    let stat = fs::read_to_string("/proc/stat")?;
-    let ctxt = stat.lines().find_map(|l| l.strip_prefix("ctxt "));
-    Ok(ctxt.context("no ctxt in /proc/stat")?.trim().parse()?)
 }
 
 /// Whether `pid` has a child process running `comm`.

@@ -274,7 +274,7 @@ fn measure(daemon: Option<&Daemon>, bpf_stats: bool) -> Result<(Run, Progs)> {
     };
     let counters = || daemon.map_or(Ok(Counters::new()), Daemon::unwind_counters);
     let (unwind0, others0) = (counters()?, others_loaded(daemon)?);
-    let (mut progs0, mut switches0) = (stats()?, context_switches()?);
+    let (mut progs0, mut switches0) = (stats()?, common::context_switches()?);
     let argv: Vec<&str> = PIPE.split(' ').collect();
     let mut cmd = Command::new(argv[0]);
     cmd.args(&argv[1..])
@@ -286,13 +286,13 @@ fn measure(daemon: Option<&Daemon>, bpf_stats: bool) -> Result<(Run, Progs)> {
     while waiting && child.try_wait()?.is_none() {
         let walking = !tables || walks(&counters()?) > walks(&unwind0);
         if walking && started.elapsed() >= STEADY_AFTER {
-            (progs0, switches0, waiting) = (stats()?, context_switches()?, false);
+            (progs0, switches0, waiting) = (stats()?, common::context_switches()?, false);
         }
         sleep(Duration::from_millis(200));
     }
     ensure!(!waiting, "the run ended before its BPF stats window opened");
     let out = child.wait_with_output()?;
-    let switches = context_switches()? - switches0;
+    let switches = common::context_switches()? - switches0;
     let mut progs = Progs::new();
     for (id, (prog, cnt, ns)) in stats()? {
         let (cnt0, ns0) = progs0.get(&id).map_or((0, 0), |b| (b.1, b.2));
@@ -318,13 +318,6 @@ fn measure(daemon: Option<&Daemon>, bpf_stats: bool) -> Result<(Run, Progs)> {
         disturbed,
     };
     Ok((run, progs))
-}
-
-/// Context switches on all CPUs since boot (`ctxt` in `/proc/stat`).
-fn context_switches() -> Result<u64> {
-    let stat = fs::read_to_string("/proc/stat")?;
-    let ctxt = stat.lines().find_map(|l| l.strip_prefix("ctxt "));
-    Ok(ctxt.context("no ctxt in /proc/stat")?.trim().parse()?)
 }
 
 /// A daemon with `--unwind MODE`, then the Churn JVM, queried [`WAIT_S`]

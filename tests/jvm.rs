@@ -263,16 +263,7 @@ fn starved_java_threads_wait_in_the_runqueue_in_their_java_code() {
 
 /// Number of `wallscope serve` processes on the host.
 fn running_daemons() -> usize {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return 1;
-    };
-    dir.flatten()
-        .filter(|e| {
-            let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
-            let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-            args.first().is_some_and(|a| a.ends_with(b"wallscope")) && args.contains(&&b"serve"[..])
-        })
-        .count()
+    support::processes_running("wallscope", "serve").len()
 }
 
 /// The `jvm` object `/processes` reports for `pid`, once it has one whose

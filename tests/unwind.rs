@@ -58,29 +58,15 @@ fn c_without_frame_pointers_has_complete_stacks_with_tables_only() {
     let cpu_chain = ["main", "run", "stage_one", "stage_two", "burn"];
     let sleep_chain = ["start_thread", "sleeper", "nap_outer", "nap_inner"];
 
-    let (with, without) = (
-        share_with_chain(cpu, &cpu_chain),
-        share_with_chain(cpu_fp, &cpu_chain),
-    );
-    eprintln!("cpu: complete {with:.2} with tables, {without:.2} with frame pointers");
-    assert!(with >= COMPLETE, "tables, cpu:\n{}", show(cpu));
-    assert!(
-        without < 0.2,
-        "frame pointers alone, cpu:\n{}",
-        show(cpu_fp)
-    );
-
-    let (with, without) = (
-        share_with_chain(sleep, &sleep_chain),
-        share_with_chain(sleep_fp, &sleep_chain),
-    );
-    eprintln!("sleep: complete {with:.2} with tables, {without:.2} with frame pointers");
-    assert!(with >= COMPLETE, "tables, sleep:\n{}", show(sleep));
-    assert!(
-        without < 0.2,
-        "frame pointers alone, sleep:\n{}",
-        show(sleep_fp)
-    );
+    for (kind, (tables, fp), chain) in [
+        ("cpu", (cpu, cpu_fp), &cpu_chain[..]),
+        ("sleep", (sleep, sleep_fp), &sleep_chain[..]),
+    ] {
+        let (with, without) = (share_with_chain(tables, chain), share_with_chain(fp, chain));
+        eprintln!("{kind}: complete {with:.2} with tables, {without:.2} with frame pointers");
+        assert!(with >= COMPLETE, "tables, {kind}:\n{}", show(tables));
+        assert!(without < 0.2, "frame pointers alone, {kind}:\n{}", show(fp));
+    }
     // Frame pointers alone: one or two frames above the syscall.
     let user_frames = |s: &Vec<String>| s.iter().skip(1).filter(|f| !f.starts_with('[')).count();
     let short: u64 = sleep_fp

@@ -49,6 +49,13 @@ impl Guard {
     }
 }
 
+/// Context switches on all CPUs since boot (`ctxt` in `/proc/stat`).
+pub fn context_switches() -> Result<u64> {
+    let stat = fs::read_to_string("/proc/stat")?;
+    let ctxt = stat.lines().find_map(|l| l.strip_prefix("ctxt "));
+    Ok(ctxt.context("no ctxt in /proc/stat")?.trim().parse()?)
+}
+
 /// Fails with `why` unless running as root.
 pub fn require_root(why: &str) -> Result<()> {
     // SAFETY: geteuid has no preconditions.

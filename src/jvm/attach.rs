@@ -21,6 +21,8 @@ use std::{
 
 use thiserror::Error;
 
+use crate::symbolize::maps::ProcMaps;
+
 /// The answer of one command can be a thread dump of thousands of threads;
 /// more than this is cut off.
 const MAX_REPLY: u64 = 16 << 20;
@@ -187,13 +189,10 @@ fn parse_reply(command: &str, reply: &str) -> Result<String, AttachError> {
     Ok(rest.to_string())
 }
 
-/// Whether `pid` maps HotSpot's `libjvm.so`. OpenJ9 ships a `libjvm.so`
-/// too, next to its `libj9vm*.so`: it answers SIGQUIT with a javacore file,
-/// not an attach socket, so it does not count.
+/// Whether `pid` is a HotSpot JVM (see [`super::is_hotspot`]).
 pub fn maps_libjvm(pid: u32) -> Result<bool, AttachError> {
-    let maps = fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|_| AttachError::Gone)?;
-    let mapped = |name: &str| maps.lines().any(|l| l.contains(name));
-    Ok(mapped("/libjvm.so") && !mapped("/libj9vm"))
+    let maps = ProcMaps::read(pid).map_err(|_| AttachError::Gone)?;
+    Ok(super::is_hotspot(&maps))
 }
 
 /// Whether `pid` has a handler for `sig` (`SigCgt` in `/proc/PID/status`):

@@ -18,6 +18,25 @@ use std::{
 
 use serde::Serialize;
 
+use crate::symbolize::maps::{Backing, ProcMaps};
+
+/// Whether a process with these executable mappings is a HotSpot JVM: it
+/// maps `libjvm.so`. OpenJ9 ships a `libjvm.so` too, next to its
+/// `libj9vm*.so`; it answers SIGQUIT with a javacore file, not an attach
+/// socket, so it does not count.
+pub fn is_hotspot(maps: &ProcMaps) -> bool {
+    let mapped = |want: &dyn Fn(&str) -> bool| {
+        maps.iter().any(|m| match &m.backing {
+            Backing::File { path, .. } => path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| want(n.trim_end_matches(" (deleted)"))),
+            _ => false,
+        })
+    };
+    mapped(&|n| n == "libjvm.so") && !mapped(&|n| n.starts_with("libj9vm"))
+}
+
 /// What the reports say about one JVM.
 #[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
 pub struct JvmReport {

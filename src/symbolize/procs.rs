@@ -32,7 +32,7 @@ pub enum Found {
 
 struct ProcEntry {
     name: Option<String>,
-    /// Maps HotSpot's `libjvm.so`.
+    /// A HotSpot JVM ([`crate::jvm::is_hotspot`]).
     jvm: bool,
     maps: ProcMaps,
     last_seen: u64,
@@ -101,7 +101,7 @@ impl Procs {
                 register_files(&mut self.files, pid, &maps);
                 self.procs.entry(pid).or_insert(ProcEntry {
                     name,
-                    jvm: maps_libjvm(&maps),
+                    jvm: crate::jvm::is_hotspot(&maps),
                     maps,
                     last_seen: batch,
                     refreshed: batch,
@@ -116,7 +116,7 @@ impl Procs {
             entry.refreshed = batch;
             if let Ok(maps) = ProcMaps::read(pid) {
                 register_files(&mut self.files, pid, &maps);
-                entry.jvm = maps_libjvm(&maps);
+                entry.jvm = crate::jvm::is_hotspot(&maps);
                 entry.maps = maps;
             }
         }
@@ -144,13 +144,6 @@ impl Procs {
             Backing::Anon { .. } => Found::Anon,
         }
     }
-}
-
-fn maps_libjvm(maps: &ProcMaps) -> bool {
-    maps.iter().any(|m| {
-        matches!(&m.backing, Backing::File { path, .. }
-            if path.file_name().is_some_and(|n| n == "libjvm.so"))
-    })
 }
 
 /// Records how to open each file of `maps` that is not known yet.

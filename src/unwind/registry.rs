@@ -22,6 +22,7 @@ use crate::bpf::{
     abi::{UnwindMapping, UnwindProc, UnwindRow, UNWIND_MAX_MAPPINGS},
     UnwindMaps,
 };
+use crate::symbolize::maps::{Backing, ProcMaps};
 
 /// A process's mappings are re-read this often while it runs (dlopen).
 const REREAD_AFTER: Duration = Duration::from_secs(10);
@@ -171,6 +172,7 @@ struct ExecMapping {
     end: u64,
     offset: u64,
     key: FileKey,
+    path: PathBuf,
 }
 
 impl Registry {
@@ -205,11 +207,15 @@ impl Registry {
                 continue;
             }
             // BPF drops a process's entry when it execs (even into the same
-            // binary): register again then too.
+            // binary): one map lookup tells. A process without tables has no
+            // entry to drop; its executable tells instead.
             let current = |p: &ProcState| {
                 now - p.read < REREAD_AFTER
-                    && p.exe == exe_of(pid)
-                    && (p.files.is_empty() || self.maps.procs.get(&pid, 0).is_ok())
+                    && if p.files.is_empty() {
+                        p.exe == exe_of(pid)
+                    } else {
+                        self.maps.procs.get(&pid, 0).is_ok()
+                    }
             };
             match self.procs.get(&pid) {
                 Some(p) if current(p) => {
@@ -311,7 +317,7 @@ impl Registry {
         if let Some(t) = &table {
             tracing::debug!(
                 pid,
-                file = %read_link_name(pid, m),
+                file = %m.path.display(),
                 rows = t.rows.len(),
                 frame_pointer_share = t.frame_pointer_share,
                 "unwind table"
@@ -453,46 +459,25 @@ fn exe_of(pid: u32) -> Option<FileKey> {
     })
 }
 
-/// The path of a mapping's file, for logs.
-fn read_link_name(pid: u32, m: &ExecMapping) -> String {
-    fs::read_link(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end))
-        .map(|p| p.display().to_string())
-        .unwrap_or_default()
-}
-
-/// Executable file mappings of `pid` from `/proc/PID/maps`.
+/// Executable file mappings of `pid`, from the symbolizer's parser.
 fn exec_mappings(pid: u32) -> std::io::Result<Vec<ExecMapping>> {
-    let text = fs::read_to_string(format!("/proc/{pid}/maps"))?;
-    Ok(text.lines().filter_map(parse_exec_mapping).collect())
-}
-
-fn parse_exec_mapping(line: &str) -> Option<ExecMapping> {
-    let mut f = line.split_whitespace();
-    let (range, perms, offset, dev, inode) =
-        (f.next()?, f.next()?, f.next()?, f.next()?, f.next()?);
-    let path = f.next()?;
-    if !perms.contains('x') || !path.starts_with('/') {
-        return None;
-    }
-    let (start, end) = range.split_once('-')?;
-    let (major, minor) = dev.split_once(':')?;
-    let (major, minor) = (
-        u64::from_str_radix(major, 16).ok()?,
-        u64::from_str_radix(minor, 16).ok()?,
-    );
-    Some(ExecMapping {
-        start: u64::from_str_radix(start, 16).ok()?,
-        end: u64::from_str_radix(end, 16).ok()?,
-        offset: u64::from_str_radix(offset, 16).ok()?,
-        // The same encoding as st_dev (glibc's makedev).
-        key: FileKey {
-            dev: ((major & 0xfffff000) << 32)
-                | ((major & 0xfff) << 8)
-                | ((minor & 0xffffff00) << 12)
-                | (minor & 0xff),
-            inode: inode.parse().ok()?,
-        },
-    })
+    let maps = ProcMaps::read(pid)?;
+    Ok(maps
+        .iter()
+        .filter_map(|m| match &m.backing {
+            Backing::File { path, dev, inode } => Some(ExecMapping {
+                start: m.start,
+                end: m.end,
+                offset: m.offset,
+                key: FileKey {
+                    dev: *dev,
+                    inode: *inode,
+                },
+                path: path.clone(),
+            }),
+            _ => None,
+        })
+        .collect())
 }
 
 #[cfg(test)]
@@ -537,26 +522,13 @@ mod tests {
     }
 
     #[test]
-    fn maps_lines_give_exec_file_mappings_with_stat_devices() {
-        let m = parse_exec_mapping(
-            "7f1c2a428000-7f1c2a57d000 r-xp 00028000 fe:01 1836 /usr/lib/x86_64-linux-gnu/libc.so.6",
-        )
-        .unwrap();
-        assert_eq!(
-            (m.start, m.end, m.offset),
-            (0x7f1c2a428000, 0x7f1c2a57d000, 0x28000)
-        );
-        assert_eq!(m.key.inode, 1836);
-        assert!(parse_exec_mapping("7f1c2a428000-7f1c2a57d000 r--p 0 fe:01 1836 /x").is_none());
-        assert!(parse_exec_mapping("7ffd1000-7ffd3000 r-xp 0 00:00 0 [vdso]").is_none());
-        // Our own libc: the device we compute is what stat says.
+    fn exec_mappings_reach_their_files_by_device_and_inode() {
+        // Our own libc: the device and inode from /proc/PID/maps are what
+        // stat says of the file behind the mapping.
         let maps = exec_mappings(std::process::id()).unwrap();
         let libc = maps
             .iter()
-            .find(|m| {
-                fs::read_link(format!("/proc/self/map_files/{:x}-{:x}", m.start, m.end))
-                    .is_ok_and(|p| p.to_string_lossy().contains("libc.so"))
-            })
+            .find(|m| m.path.to_string_lossy().contains("libc.so"))
             .expect("libc mapped");
         let data = read_mapped(std::process::id(), libc);
         assert!(data.is_some(), "device and inode match the file");

@@ -134,20 +134,8 @@ impl JavaRun {
 fn find_by_marker(marker: &str) -> u32 {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        for entry in fs::read_dir("/proc").unwrap().flatten() {
-            let Some(pid) = entry
-                .file_name()
-                .to_str()
-                .and_then(|s| s.parse::<u32>().ok())
-            else {
-                continue;
-            };
-            let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-            let is_java = args.first().is_some_and(|a| a.ends_with(b"java"));
-            if is_java && args.contains(&marker.as_bytes()) {
-                return pid;
-            }
+        if let Some(&pid) = super::processes_running("java", marker).first() {
+            return pid;
         }
         assert!(Instant::now() < deadline, "no java process with {marker}");
         thread::sleep(Duration::from_millis(50));

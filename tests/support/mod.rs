@@ -292,6 +292,23 @@ fn spawner() -> mpsc::Sender<SpawnRequest> {
         .clone()
 }
 
+/// Pids of the processes whose program name ends in `program` and whose
+/// arguments include `arg`.
+pub fn processes_running(program: &str, arg: &str) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| {
+            let pid = e.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+            let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+            let named = args.first()?.ends_with(program.as_bytes());
+            (named && args.contains(&arg.as_bytes())).then_some(pid)
+        })
+        .collect()
+}
+
 /// GET returning status and body (any status).
 pub fn get(url: &str) -> (u16, String) {
     match ureq::get(url).timeout(Duration::from_secs(30)).call() {
