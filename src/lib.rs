@@ -4,13 +4,16 @@
 //! [`collect`] drains their maps, [`symbolize`] names the frames (with
 //! [`jvm`] for Java),
 //! [`profile`] stores, queries and renders, [`api`] serves it over HTTP;
-//! [`pipeline`] wires them together.
+//! [`pipeline`] wires them together. Files that profiled processes control
+//! are opened only through [`untrusted`].
 
 pub mod api;
 pub mod bpf;
 pub mod collect;
 pub mod jvm;
 pub mod pipeline;
+pub mod procinfo;
 pub mod profile;
 pub mod symbolize;
+pub mod untrusted;
 pub mod unwind;

@@ -3,7 +3,7 @@
 
 use std::{
     sync::{
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
         mpsc, Arc, Mutex, RwLock,
     },
     thread::{self, JoinHandle},
@@ -59,7 +59,23 @@ pub struct Health {
     pub missing_stacks: u64,
     /// Unwind tables: loaded, evicted, processes using them.
     pub unwind: UnwindStats,
+    /// Drained batches dropped because the symbolizer was that far behind
+    /// (its queue holds [`BATCH_QUEUE`]).
+    pub batches_dropped: u64,
+    /// JVM sightings dropped because the JVM agent was busy.
+    pub jvm_sightings_dropped: u64,
+    /// Bytes of frame names the symbolizer holds.
+    pub frame_name_bytes: u64,
+    /// ELF files the symbolizer holds open.
+    pub elf_files_open: u64,
 }
+
+/// Drained batches waiting for the symbolizer; a drain that finds the
+/// queue full drops its batch (counted) rather than holding BPF data back
+/// or growing without bound.
+pub const BATCH_QUEUE: usize = 4;
+/// Longest [`Pipeline::stop`] waits for the last drain and symbolization.
+pub const STOP_TIMEOUT: Duration = Duration::from_millis(800);
 
 /// State that the API reads.
 pub struct Shared {
@@ -106,7 +122,7 @@ impl Pipeline {
             .map(Registry::new);
         let shared = Shared::new(Store::new(opts.retention), probes.attached.clone());
         let stop = Arc::new(AtomicBool::new(false));
-        let (tx, rx) = mpsc::channel::<RawBatch>();
+        let (tx, rx) = mpsc::sync_channel::<RawBatch>(BATCH_QUEUE);
 
         let collector = {
             let (stop, shared, interval) = (stop.clone(), shared.clone(), opts.drain_interval);
@@ -137,6 +153,7 @@ impl Pipeline {
                     source,
                 }
             })?,
+            dropped: Arc::new(AtomicU64::new(0)),
         };
         let symbolizer = {
             let shared = shared.clone();
@@ -163,18 +180,37 @@ impl Pipeline {
     }
 
     /// Stops sampling after a last drain of both buffers and waits until
-    /// everything is in the store.
-    pub fn stop(self) {
+    /// everything is in the store, for at most [`STOP_TIMEOUT`].
+    pub fn stop(self) -> bool {
+        self.stop_within(STOP_TIMEOUT)
+    }
+
+    /// Like [`Pipeline::stop`], waiting at most `timeout` for the threads;
+    /// the programs are detached either way. False when a thread was still
+    /// busy (its last batch is then lost; the threads end with the process).
+    pub fn stop_within(self, timeout: Duration) -> bool {
         self.stop.store(true, Ordering::SeqCst);
-        let _ = self.collector.join();
-        let _ = self.symbolizer.join();
+        let deadline = Instant::now() + timeout;
+        let done = |p: &Pipeline| p.collector.is_finished() && p.symbolizer.is_finished();
+        while !done(&self) && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(5));
+        }
+        let finished = done(&self);
+        if finished {
+            let _ = self.collector.join();
+            let _ = self.symbolizer.join();
+        } else {
+            tracing::warn!("pipeline threads still busy after {timeout:?}: not waiting for them");
+        }
+        drop(self._probes);
+        finished
     }
 }
 
 fn collect_loop(
     drainer: &mut Drainer,
     mut registry: Option<&mut Registry>,
-    tx: &mpsc::Sender<RawBatch>,
+    tx: &mpsc::SyncSender<RawBatch>,
     stop: &AtomicBool,
     shared: &Shared,
     interval: Duration,
@@ -193,12 +229,22 @@ fn collect_loop(
                 Ok(batch) => {
                     record_drain(shared, &batch);
                     let pids: Vec<u32> = batch.records.iter().map(|r| r.pid).collect();
-                    if tx.send(batch).is_err() {
-                        return;
+                    match tx.try_send(batch) {
+                        Ok(()) => {}
+                        Err(mpsc::TrySendError::Full(_)) => {
+                            tracing::warn!("symbolizer behind: batch dropped");
+                            shared
+                                .health
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .batches_dropped += 1;
+                        }
+                        Err(mpsc::TrySendError::Disconnected(_)) => return,
                     }
                     // After the send: building a table for a new library
-                    // takes tens of milliseconds, the symbolizer need not wait.
-                    if let Some(registry) = registry.as_deref_mut() {
+                    // takes tens of milliseconds, the symbolizer need not
+                    // wait; on the way out, nobody needs new tables.
+                    if let (Some(registry), false) = (registry.as_deref_mut(), stopping) {
                         registry.update(pids);
                         shared
                             .health
@@ -232,6 +278,7 @@ fn record_drain(shared: &Shared, batch: &RawBatch) {
 }
 
 fn symbolize_loop(rx: &mpsc::Receiver<RawBatch>, shared: &Shared, link: JvmLink) {
+    let dropped = link.dropped.clone();
     let mut symbolizer = Symbolizer::with_jvms(link);
     for batch in rx {
         let started = Instant::now();
@@ -241,10 +288,11 @@ fn symbolize_loop(rx: &mpsc::Receiver<RawBatch>, shared: &Shared, link: JvmLink)
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .push(slice);
-        shared
-            .health
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .last_symbolize_us = started.elapsed().as_micros() as u64;
+        let (name_bytes, elf_files) = symbolizer.held();
+        let mut h = shared.health.lock().unwrap_or_else(|e| e.into_inner());
+        h.last_symbolize_us = started.elapsed().as_micros() as u64;
+        h.jvm_sightings_dropped = dropped.load(Ordering::Relaxed);
+        h.frame_name_bytes = name_bytes as u64;
+        h.elf_files_open = elf_files as u64;
     }
 }

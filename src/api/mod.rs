@@ -309,6 +309,7 @@ async fn healthz(State(shared): State<Arc<Shared>>) -> Json<serde_json::Value> {
         "samples_lost": lost_samples,
         "lost": counters(true),
         "events": counters(false),
+        "refused": crate::untrusted::refusals::report(),
         "pipeline": health,
         "retention_s": retention.as_secs(),
         "slices": slices,

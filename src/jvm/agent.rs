@@ -13,7 +13,7 @@ use super::{
     attach::{AttachError, Target},
     output, JvmReport, Jvms, NO_FRAME_POINTER_WARNING,
 };
-use crate::symbolize::perfmap::ns_pid;
+use crate::procinfo;
 
 /// Whether wallscope attaches to JVMs (`--jvm`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -47,10 +47,14 @@ const FORGET_AFTER: Duration = Duration::from_secs(600);
 /// Attempts on a JVM that is still starting before giving up.
 const STARTING_RETRIES: u32 = 3;
 
+/// Sightings waiting for the agent; more are dropped (and counted by the
+/// symbolizer): the next batch sends them again.
+const QUEUE: usize = 256;
+
 /// Starts the agent thread; the symbolizer sends [`Sighting`]s through the
 /// returned channel. The thread ends when the sender is dropped.
-pub fn spawn(jvms: Arc<Jvms>, mode: JvmMode) -> std::io::Result<mpsc::Sender<Sighting>> {
-    let (tx, rx) = mpsc::channel();
+pub fn spawn(jvms: Arc<Jvms>, mode: JvmMode) -> std::io::Result<mpsc::SyncSender<Sighting>> {
+    let (tx, rx) = mpsc::sync_channel(QUEUE);
     thread::Builder::new()
         .name("ws-jvm".into())
         .spawn(move || Agent::new(jvms, mode).run(&rx))?;
@@ -120,7 +124,7 @@ impl Agent {
             Tracked {
                 target: Target {
                     pid: s.pid,
-                    ns_pid: ns_pid(s.pid),
+                    ns_pid: procinfo::Status::read(s.pid).map_or(s.pid, |st| st.ns_pid),
                 },
                 phase: Phase::Pending {
                     tries: 0,

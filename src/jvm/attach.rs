@@ -8,26 +8,32 @@
 //! `/proc/PID/root` and name files by the JVM's own (namespaced) pid.
 
 use std::{
-    fs,
     io::{self, Read, Write},
     os::{
         fd::{AsRawFd, FromRawFd, OwnedFd},
-        unix::{fs::FileTypeExt, net::UnixStream},
+        unix::net::UnixStream,
     },
-    path::{Path, PathBuf},
+    path::Path,
     thread,
     time::{Duration, Instant},
 };
 
 use thiserror::Error;
 
-use crate::symbolize::maps::ProcMaps;
+use crate::{
+    procinfo::Status,
+    symbolize::maps::ProcMaps,
+    untrusted::{self, Dir, OpenError, Reason, What},
+};
 
 /// The answer of one command can be a thread dump of thousands of threads;
 /// more than this is cut off.
 const MAX_REPLY: u64 = 16 << 20;
-/// Time for one command's reply (a thread dump of a big JVM takes a while).
+/// Time for one command's whole reply (a thread dump of a big JVM takes a
+/// while); a JVM that trickles bytes is cut off then too.
 const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time for `connect` (a full listen backlog would block it).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Why a command could not be run in a JVM.
 #[derive(Debug, Error)]
@@ -48,8 +54,19 @@ pub enum AttachError {
         code: i32,
         message: String,
     },
+    #[error("unsafe attach file: {0}")]
+    Unsafe(OpenError),
     #[error("talking to the JVM: {0}")]
     Io(#[from] io::Error),
+}
+
+impl From<OpenError> for AttachError {
+    fn from(e: OpenError) -> AttachError {
+        match e {
+            OpenError::Io(e) => AttachError::Io(e),
+            refused => AttachError::Unsafe(refused),
+        }
+    }
 }
 
 /// A JVM to attach to: its pid here and in its own pid namespace.
@@ -60,40 +77,55 @@ pub struct Target {
 }
 
 impl Target {
-    fn socket_path(&self) -> PathBuf {
-        self.in_tmp(&format!(".java_pid{}", self.ns_pid))
-    }
-
-    /// A path in the target's `/tmp`, reached from our mount namespace.
-    fn in_tmp(&self, name: &str) -> PathBuf {
-        PathBuf::from(format!("/proc/{}/root/tmp/{name}", self.pid))
-    }
-
     /// Runs one diagnostic command (`jcmd` syntax, e.g. `Thread.print`) and
     /// returns its output. Starts the JVM's attach listener first when its
     /// socket is not there, waiting up to `start_timeout` for it.
     pub fn jcmd(&self, command: &str, start_timeout: Duration) -> Result<String, AttachError> {
-        let stream = match self.connect() {
+        let status = Status::read(self.pid).ok_or(AttachError::Gone)?;
+        let stream = match self.connect(&status) {
             Ok(s) => s,
+            Err(err @ AttachError::Unsafe(_)) => return Err(err),
             Err(_) => {
-                self.start_listener(start_timeout)?;
-                self.connect()?
+                self.start_listener(&status, start_timeout)?;
+                self.connect(&status)?
             }
         };
         self.request(stream, command)
     }
 
-    fn connect(&self) -> io::Result<UnixStream> {
-        let path = self.socket_path();
-        let meta = fs::symlink_metadata(&path)?;
-        if !meta.file_type().is_socket() {
-            return Err(io::Error::other("not a socket"));
+    /// The JVM's `/tmp`, reached from our mount namespace through
+    /// `/proc/PID/root`, without following a symlink on the way.
+    fn tmp(&self, what: What) -> Result<Dir, AttachError> {
+        Ok(Dir::proc_link(self.pid, "root")?.sub("tmp", what)?)
+    }
+
+    /// Connects to `/tmp/.java_pid<NSPID>` after checking that it is a
+    /// socket of the JVM's user (or root), and then that the process on the
+    /// other end is this very JVM (`SO_PEERCRED`), so that a socket planted
+    /// by someone else, or swapped in after the check, is never talked to.
+    fn connect(&self, status: &Status) -> Result<UnixStream, AttachError> {
+        let tmp = self.tmp(What::AttachSocket)?;
+        let name = format!(".java_pid{}", self.ns_pid);
+        let st = tmp.stat(&name)?;
+        let shown = || format!("/proc/{}/root/tmp/{name}", self.pid);
+        if st.st_mode & libc::S_IFMT != libc::S_IFSOCK {
+            return Err(OpenError::refuse(What::AttachSocket, Reason::WrongType, shown()).into());
         }
-        UnixStream::connect(path)
+        if st.st_uid != status.euid && st.st_uid != 0 {
+            return Err(OpenError::refuse(What::AttachSocket, Reason::Owner, shown()).into());
+        }
+        let addr = socket2::SockAddr::unix(tmp.fd_path().join(&name))?;
+        let socket = socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None)?;
+        socket.connect_timeout(&addr, CONNECT_TIMEOUT)?;
+        let stream = UnixStream::from(OwnedFd::from(socket));
+        if peer_pid(&stream)? != self.pid {
+            return Err(OpenError::refuse(What::AttachSocket, Reason::WrongPeer, shown()).into());
+        }
+        Ok(stream)
     }
 
     fn request(&self, mut stream: UnixStream, command: &str) -> Result<String, AttachError> {
-        stream.set_read_timeout(Some(REPLY_TIMEOUT))?;
+        let deadline = Instant::now() + REPLY_TIMEOUT;
         stream.set_write_timeout(Some(REPLY_TIMEOUT))?;
         // Protocol version 1: version, operation and three arguments, each
         // NUL-terminated; `jcmd` takes the whole command line as one.
@@ -104,28 +136,47 @@ impl Target {
         }
         stream.write_all(&msg)?;
         let mut reply = Vec::new();
-        stream.take(MAX_REPLY).read_to_end(&mut reply)?;
+        let mut buf = [0u8; 64 << 10];
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                untrusted::refusals::count(What::AttachSocket, Reason::Timeout);
+                return Err(io::Error::from(io::ErrorKind::TimedOut).into());
+            }
+            stream.set_read_timeout(Some(left))?;
+            let n = stream.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            let room = (MAX_REPLY as usize).saturating_sub(reply.len());
+            reply.extend_from_slice(&buf[..n.min(room)]);
+            if room <= n {
+                break;
+            }
+        }
         parse_reply(command, &String::from_utf8_lossy(&reply))
     }
 
     /// Creates the trigger file and sends SIGQUIT, after checking through a
     /// pidfd that the very process signalled maps libjvm: SIGQUIT kills any
     /// other process with a core dump.
-    fn start_listener(&self, timeout: Duration) -> Result<(), AttachError> {
+    fn start_listener(&self, status: &Status, timeout: Duration) -> Result<(), AttachError> {
         let pidfd = pidfd_open(self.pid).map_err(|_| AttachError::Gone)?;
         if !maps_libjvm(self.pid)? {
             return Err(AttachError::NotHotspot);
         }
-        if !catches(self.pid, libc::SIGQUIT)? {
+        if !status.catches(libc::SIGQUIT) {
             return Err(AttachError::SigquitNotHandled);
         }
-        let trigger = self.create_trigger()?;
+        let (dir, name, created) = self.create_trigger(status)?;
         let result = (|| {
             pidfd_send_signal(&pidfd, libc::SIGQUIT).map_err(|_| AttachError::Gone)?;
             let deadline = Instant::now() + timeout;
             while Instant::now() < deadline {
-                if self.connect().is_ok() {
-                    return Ok(());
+                match self.connect(status) {
+                    Ok(_) => return Ok(()),
+                    Err(err @ AttachError::Unsafe(_)) => return Err(err),
+                    Err(_) => {}
                 }
                 if !Path::new(&format!("/proc/{}", self.pid)).exists() {
                     return Err(AttachError::Gone);
@@ -134,34 +185,85 @@ impl Target {
             }
             Err(AttachError::NoSocket(timeout))
         })();
-        let _ = fs::remove_file(trigger);
+        dir.remove_if_same(&name, &created);
         result
     }
 
-    /// `.attach_pid<NSPID>` in the JVM's working directory, else its `/tmp`,
-    /// owned by the JVM's user (HotSpot accepts its own user or root; inside
-    /// a user namespace our root is not its root).
-    fn create_trigger(&self) -> Result<PathBuf, AttachError> {
+    /// Creates `.attach_pid<NSPID>` in the JVM's working directory, else in
+    /// its `/tmp`, as a new file only (a name already there, a symlink
+    /// above all, is left alone and counted), and as the JVM's user: with
+    /// this thread's fsuid/fsgid set to the JVM's, the kernel checks the
+    /// permissions `jcmd` run as that user would have, and the file is
+    /// owned by that user, as HotSpot requires.
+    fn create_trigger(&self, status: &Status) -> Result<(Dir, String, OwnedFd), AttachError> {
         let name = format!(".attach_pid{}", self.ns_pid);
-        let cwd = PathBuf::from(format!("/proc/{}/cwd/{name}", self.pid));
-        let (uid, gid) = owner(self.pid)?;
-        let mut last = None;
-        for path in [cwd, self.in_tmp(&name)] {
-            match fs::File::create(&path) {
-                Ok(file) => {
-                    // Best effort: root-owned triggers work for JVMs that
-                    // see us as root.
-                    // SAFETY: fchown on a descriptor we own.
-                    unsafe { libc::fchown(file.as_raw_fd(), uid, gid) };
-                    return Ok(path);
+        let mut last = AttachError::Io(io::Error::other("no place for the trigger file"));
+        let dirs = [
+            Dir::proc_link(self.pid, "cwd").map_err(AttachError::from),
+            self.tmp(What::AttachTrigger),
+        ];
+        for dir in dirs {
+            let dir = match dir {
+                Ok(d) => d,
+                Err(e) => {
+                    last = e;
+                    continue;
                 }
-                Err(e) => last = Some(e),
+            };
+            match as_user(status.euid, status.egid, || dir.create_new(&name, 0o600)) {
+                Ok(fd) => return Ok((dir, name, fd)),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                    let shown = format!("{}/{name}", self.pid);
+                    last = OpenError::refuse(What::AttachTrigger, Reason::Exists, shown).into();
+                }
+                Err(e) => last = e.into(),
             }
         }
-        Err(AttachError::Io(last.unwrap_or_else(|| {
-            io::Error::other("no place for the trigger file")
-        })))
+        Err(last)
     }
+}
+
+/// Runs `f` with this thread's filesystem uid and gid set to `uid`/`gid`
+/// (per thread on Linux: other threads keep root's), then restores root's.
+/// Leaving fsuid 0 drops the filesystem capabilities (DAC override) for the
+/// duration, so the kernel checks permissions as for that user.
+fn as_user<T>(uid: u32, gid: u32, f: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
+    // SAFETY: plain syscalls without memory arguments.
+    let (old_gid, old_uid) = unsafe { (libc::setfsgid(gid), libc::setfsuid(uid)) };
+    // SAFETY: as above; -1 reads the current value without changing it.
+    let switched = unsafe { libc::setfsuid(u32::MAX) } as u32 == uid;
+    let result = if switched {
+        f()
+    } else {
+        Err(io::Error::other(format!("cannot act as uid {uid}")))
+    };
+    // SAFETY: plain syscalls without memory arguments.
+    unsafe {
+        libc::setfsuid(old_uid as u32);
+        libc::setfsgid(old_gid as u32);
+    }
+    result
+}
+
+/// The pid (in our namespace) of the process that opened the other end.
+fn peer_pid(stream: &UnixStream) -> io::Result<u32> {
+    // SAFETY: an all-zero ucred is valid.
+    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: valid descriptor, buffer and length.
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(cred.pid as u32)
 }
 
 /// Splits a reply into its status line and output.
@@ -195,33 +297,6 @@ pub fn maps_libjvm(pid: u32) -> Result<bool, AttachError> {
     Ok(super::is_hotspot(&maps))
 }
 
-/// Whether `pid` has a handler for `sig` (`SigCgt` in `/proc/PID/status`):
-/// a JVM before its signal setup, or run with `-Xrs`, would die of SIGQUIT.
-fn catches(pid: u32, sig: i32) -> Result<bool, AttachError> {
-    let status =
-        fs::read_to_string(format!("/proc/{pid}/status")).map_err(|_| AttachError::Gone)?;
-    let mask = status
-        .lines()
-        .find_map(|l| l.strip_prefix("SigCgt:"))
-        .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
-        .ok_or(AttachError::Gone)?;
-    Ok(mask & (1 << (sig - 1)) != 0)
-}
-
-/// Effective uid and gid of `pid`.
-fn owner(pid: u32) -> Result<(u32, u32), AttachError> {
-    let status =
-        fs::read_to_string(format!("/proc/{pid}/status")).map_err(|_| AttachError::Gone)?;
-    let field = |key: &str| -> Option<u32> {
-        let line = status.lines().find(|l| l.starts_with(key))?;
-        line.split_whitespace().nth(2)?.parse().ok()
-    };
-    match (field("Uid:"), field("Gid:")) {
-        (Some(uid), Some(gid)) => Ok((uid, gid)),
-        _ => Err(AttachError::Gone),
-    }
-}
-
 fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
     // SAFETY: plain syscall; the result is a new descriptor or -1.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
@@ -252,6 +327,7 @@ fn pidfd_send_signal(pidfd: &OwnedFd, sig: i32) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     #[test]
     fn replies_split_into_status_and_output() {

@@ -1,20 +1,28 @@
 //! Per-process perf maps for JIT frames, re-read when the file changes
 //! (checked at most once per batch per process). Each entry's frame is
 //! made once per map read: a busy JVM's stacks are mostly JIT frames.
+//!
+//! Bounds: a map is forgotten after [`FORGET_AFTER_BATCHES`] batches
+//! without a lookup, and all maps together hold at most
+//! [`BUDGET_BYTES`] of names (least recently used maps are dropped first;
+//! each is at most [`super::perfmap::MAX_BYTES`]).
 
 use rustc_hash::FxHashMap;
 
-use super::perfmap::{self, PerfMap};
-use crate::profile::Frame;
+use super::perfmap::PerfMap;
+use crate::{procinfo, profile::Frame};
 
 /// Batches after which a process with no JIT lookup is forgotten.
 const FORGET_AFTER_BATCHES: u64 = 120;
+/// Names held by all perf maps together.
+pub const BUDGET_BYTES: usize = 256 << 20;
 
 struct Entry {
     map: PerfMap,
     /// Frames of the map's entries, made on first use.
     frames: Vec<Option<Frame>>,
-    path: std::path::PathBuf,
+    ns_pid: u32,
+    bytes: usize,
     checked: u64,
     used: u64,
 }
@@ -35,6 +43,14 @@ impl JitMaps {
             .retain(|_, e| batch - e.used < FORGET_AFTER_BATCHES);
     }
 
+    /// Drops every frame made so far (the symbolizer's name budget ran
+    /// out); maps stay and make their frames again on use.
+    pub fn clear_frames(&mut self) {
+        for e in self.maps.values_mut() {
+            e.frames.iter_mut().for_each(|f| *f = None);
+        }
+    }
+
     /// The frame for `addr` in `pid`, if its perf map names it; `make`
     /// turns an entry's name into its frame (once per entry and map read).
     pub fn find(&mut self, pid: u32, addr: u64, make: impl FnOnce(&str) -> Frame) -> Option<Frame> {
@@ -42,23 +58,50 @@ impl JitMaps {
         let entry = self.maps.entry(pid).or_insert_with(|| Entry {
             map: PerfMap::default(),
             frames: Vec::new(),
-            path: perfmap::path_for(pid, perfmap::ns_pid(pid)),
+            ns_pid: procinfo::Status::read(pid).map_or(pid, |s| s.ns_pid),
+            bytes: 0,
             checked: 0,
             used: batch,
         });
         entry.used = batch;
         if entry.checked != batch {
             entry.checked = batch;
-            if entry.map.is_stale(&entry.path) {
-                // A process without a perf map (or a gone one) keeps what it had.
-                if let Ok(map) = PerfMap::read(&entry.path) {
-                    entry.frames = vec![None; map.entry_count()];
-                    entry.map = map;
+            if entry.map.is_stale(pid, entry.ns_pid) {
+                // A process without a perf map (or a refused one) keeps
+                // what it had.
+                match PerfMap::read(pid, entry.ns_pid) {
+                    Ok(map) => {
+                        entry.frames = vec![None; map.entry_count()];
+                        entry.bytes = map.name_bytes();
+                        entry.map = map;
+                        self.enforce_budget(pid);
+                    }
+                    Err(err) => tracing::debug!(pid, "perf map: {err}"),
                 }
             }
         }
+        let entry = self.maps.get_mut(&pid)?;
         let i = entry.map.index_of(addr)?;
         let slot = &mut entry.frames[i];
         Some(slot.get_or_insert_with(|| make(entry.map.name(i))).clone())
+    }
+
+    /// Drops the least recently used maps other than `keep`'s while all
+    /// maps hold more than [`BUDGET_BYTES`] of names.
+    fn enforce_budget(&mut self, keep: u32) {
+        let mut total: usize = self.maps.values().map(|e| e.bytes).sum();
+        while total > BUDGET_BYTES {
+            let Some((&oldest, e)) = self
+                .maps
+                .iter()
+                .filter(|(pid, _)| **pid != keep)
+                .min_by_key(|(_, e)| e.used)
+            else {
+                return;
+            };
+            total -= e.bytes;
+            tracing::debug!(pid = oldest, "perf map dropped: over the JIT name budget");
+            self.maps.remove(&oldest);
+        }
     }
 }

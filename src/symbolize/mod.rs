@@ -6,18 +6,27 @@
 //! blazesym; results are cached per file and offset, so a library mapped by
 //! many processes is looked up once and repeated queries read no ELF file.
 
+mod elf_files;
+mod interner;
 mod jit;
 pub mod maps;
 pub(crate) mod perfmap;
 mod procs;
 mod syscalls;
 
-use std::{collections::HashMap, path::PathBuf, sync::Arc, time::SystemTime};
+use std::{
+    collections::HashMap,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
+    time::SystemTime,
+};
 
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashMap;
 
 use blazesym::symbolize::{
-    source::{Elf, Kernel, Source},
+    source::{Kernel, Source},
     Input, Symbolized, Symbolizer as Blaze,
 };
 
@@ -27,10 +36,19 @@ use crate::{
     jvm::{agent::Sighting, frames, Jvms},
     profile::{Frame, Sample, Slice, Stack, ThreadInfo, Wakeup},
 };
+use elf_files::ElfFiles;
+pub use elf_files::{MAX_ELF_BYTES, MAX_OPEN as MAX_OPEN_ELF_FILES};
+use interner::Interner;
+pub use interner::MAX_FRAME_BYTES;
 use procs::{FileKey, Found, Procs};
 
 /// Caches grow with the code that runs; past this many entries they start over.
 const CACHE_LIMIT: usize = 1 << 20;
+/// Batches between two prunings of the name interner.
+const PRUNE_EVERY_BATCHES: u64 = 30;
+/// Bytes of frame names the interner may hold after pruning; past this the
+/// frame caches start over, so that names no slice uses any more go.
+pub const NAME_BUDGET_BYTES: usize = 128 << 20;
 
 /// Where one user address points, before symbolization.
 #[derive(Debug, Clone)]
@@ -49,17 +67,23 @@ enum Location {
 /// names from.
 pub struct JvmLink {
     pub jvms: Arc<Jvms>,
-    pub sightings: std::sync::mpsc::Sender<Sighting>,
+    /// Bounded: a JVM agent busy with a slow JVM must not hold up drains.
+    pub sightings: std::sync::mpsc::SyncSender<Sighting>,
+    /// Sightings dropped because the agent's queue was full.
+    pub dropped: Arc<AtomicU64>,
 }
 
 /// Symbolizes [`RawBatch`]es into [`Slice`]s. Not `Send` (blazesym's
 /// symbolizer is not): it lives on the thread that created it.
 pub struct Symbolizer {
+    /// For kernel frames; user files have their own, in `elf`.
     blaze: Blaze,
+    elf: ElfFiles,
     procs: Procs,
     user_cache: FxHashMap<(FileKey, u64), Frame>,
     kernel_cache: FxHashMap<u64, Frame>,
-    interner: FxHashSet<Frame>,
+    interner: Interner,
+    batches: u64,
     jit: jit::JitMaps,
     jvm: Option<JvmLink>,
     /// JVMs of the current batch, and whether JIT lookups missed in them.
@@ -81,10 +105,12 @@ impl Symbolizer {
             .build();
         Symbolizer {
             blaze,
+            elf: ElfFiles::default(),
             procs: Procs::default(),
             user_cache: FxHashMap::default(),
             kernel_cache: FxHashMap::default(),
-            interner: FxHashSet::default(),
+            interner: Interner::default(),
+            batches: 0,
             jit: jit::JitMaps::default(),
             jvm: None,
             jvms_seen: HashMap::new(),
@@ -107,6 +133,10 @@ impl Symbolizer {
         }
         if self.kernel_cache.len() > CACHE_LIMIT {
             self.kernel_cache.clear();
+        }
+        self.batches += 1;
+        if self.batches % PRUNE_EVERY_BATCHES == 0 {
+            self.prune_names();
         }
         self.procs.begin_batch();
         self.jit.begin_batch();
@@ -168,6 +198,7 @@ impl Symbolizer {
         }
         self.report_jvms(&threads);
         self.procs.end_batch();
+        self.elf.end_batch();
         let start = batch
             .end
             .checked_sub(batch.interval)
@@ -198,16 +229,37 @@ impl Symbolizer {
                 .filter(|(tid, t)| t.pid == pid && !link.jvms.knows_thread(pid, **tid))
                 .map(|(tid, _)| *tid)
                 .collect();
-            let _ = link.sightings.send(Sighting {
+            let sighting = Sighting {
                 pid,
                 jit_misses,
                 unnamed_tids,
-            });
+            };
+            if let Err(std::sync::mpsc::TrySendError::Full(_)) = link.sightings.try_send(sighting)
+            {
+                link.dropped.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 
     fn intern(&mut self, name: &str) -> Frame {
-        intern_in(&mut self.interner, name)
+        self.interner.get(name)
+    }
+
+    /// Lets go of names no stored slice uses; when that is not enough to
+    /// get under [`NAME_BUDGET_BYTES`], the frame caches start over too.
+    fn prune_names(&mut self) {
+        self.interner.prune();
+        if self.interner.bytes() > NAME_BUDGET_BYTES {
+            self.user_cache.clear();
+            self.kernel_cache.clear();
+            self.jit.clear_frames();
+            self.interner.prune();
+        }
+    }
+
+    /// Bytes of frame names held, and ELF files open (for `/healthz`).
+    pub fn held(&self) -> (usize, usize) {
+        (self.interner.bytes(), self.elf.len())
     }
 
     fn locate_user(&mut self, record: &RawRecord) -> Vec<Location> {
@@ -243,9 +295,9 @@ impl Symbolizer {
     /// Code in anonymous executable memory: JIT code if a perf map names it.
     fn locate_jit(&mut self, pid: u32, addr: u64, jvm: bool) -> Location {
         let interner = &mut self.interner;
-        let found = self.jit.find(pid, addr, |name| {
-            intern_in(interner, &frames::frame_name(&sanitize(name), jvm))
-        });
+        let found = self
+            .jit
+            .find(pid, addr, |name| interner.get(&frames::frame_name(name, jvm)));
         match found {
             Some(frame) => Location::Jit(frame),
             None if jvm => {
@@ -268,28 +320,18 @@ impl Symbolizer {
         for (file, mut offsets) in wanted {
             offsets.sort_unstable();
             offsets.dedup();
-            let Some(path) = self.procs.open_path(file).map(PathBuf::from) else {
+            let Some(locator) = self.procs.locator(file) else {
                 continue;
             };
+            let names = self.elf.symbolize(file, locator, &offsets);
             let module = self
                 .procs
                 .display_name(file)
                 .unwrap_or("[unknown]")
                 .to_string();
-            let mut elf = Elf::new(path);
-            elf.debug_syms = true;
-            let src = Source::Elf(elf);
-            let names: Vec<Option<String>> =
-                match self.blaze.symbolize(&src, Input::FileOffset(&offsets)) {
-                    Ok(syms) => syms.into_iter().map(sym_name).collect(),
-                    Err(err) => {
-                        tracing::debug!(%module, "ELF symbolization failed: {err}");
-                        vec![None; offsets.len()]
-                    }
-                };
             for (offset, name) in offsets.into_iter().zip(names) {
                 let text = name.unwrap_or_else(|| format!("{module}+{offset:#x}"));
-                let frame = self.intern(&sanitize(&text));
+                let frame = self.intern(&text);
                 self.user_cache.insert((file, offset), frame);
             }
         }
@@ -326,7 +368,7 @@ impl Symbolizer {
             }
         };
         for (addr, name) in addrs.into_iter().zip(names) {
-            let text = format!("{}_[k]", sanitize(name.as_deref().unwrap_or("[unknown]")));
+            let text = format!("{}_[k]", name.as_deref().unwrap_or("[unknown]"));
             let frame = self.intern(&text);
             self.kernel_cache.insert(addr, frame);
         }
@@ -368,16 +410,6 @@ impl Symbolizer {
     }
 }
 
-/// The shared copy of `name`.
-fn intern_in(interner: &mut FxHashSet<Frame>, name: &str) -> Frame {
-    if let Some(f) = interner.get(name) {
-        return f.clone();
-    }
-    let f: Frame = Arc::from(name);
-    interner.insert(f.clone());
-    f
-}
-
 fn kernel_lookup_addr(i: usize, ip: u64) -> u64 {
     if i == 0 {
         ip
@@ -388,10 +420,4 @@ fn kernel_lookup_addr(i: usize, ip: u64) -> u64 {
 
 fn sym_name(sym: Symbolized<'_>) -> Option<String> {
     sym.into_sym().map(|s| s.name.into_owned())
-}
-
-/// Folded stacks use `;` between frames and end with ` count`: keep frame
-/// names from breaking that.
-fn sanitize(name: &str) -> String {
-    name.replace(';', ":").replace(['\n', '\r'], " ")
 }

@@ -1,19 +1,31 @@
 //! JIT symbols from perf maps (`/tmp/perf-PID.map`: `START SIZE NAME` per
 //! line, hex with or without `0x`), parsed here rather than by blazesym:
 //! its parser rejects the `0x` fields JDK 17 writes and then fails the whole
-//! symbolize call. Files belong to other users, so reads are bounded and
-//! never follow symlinks.
+//! symbolize call, and it reads files whole. A perf map belongs to the
+//! profiled process's user, so it is opened through [`crate::untrusted`]
+//! (no symlink, no FIFO, owner checked, size capped, not older than the
+//! process) and read with caps on lines and entries.
 
 use std::{
-    fs::File,
-    io::{self, Read},
-    os::unix::fs::{MetadataExt, OpenOptionsExt},
-    path::{Path, PathBuf},
-    time::SystemTime,
+    io::{self, BufRead, BufReader, Read},
+    time::{Duration, SystemTime},
 };
 
-/// Largest perf map read (a busy JVM writes a few MiB).
-const MAX_BYTES: u64 = 64 << 20;
+use crate::{
+    procinfo,
+    untrusted::{self, Dir, Expect, OpenError, Reason, What},
+};
+
+/// Largest perf map read: a busy JVM writes a few MiB.
+pub const MAX_BYTES: u64 = 64 << 20;
+/// Longest line kept; longer ones are skipped and counted. JDK method
+/// signatures stay well below.
+pub const MAX_LINE: usize = 4096;
+/// Most entries kept from one map (a large JVM has a few 100k).
+pub const MAX_ENTRIES: usize = 1 << 20;
+/// A map written this long before the process started is an earlier
+/// process's with the same pid (the slack covers clock granularity).
+const STALE_SLACK: Duration = Duration::from_secs(1);
 
 /// One JIT symbol.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,29 +78,81 @@ impl PerfMap {
         }
     }
 
-    /// Reads a perf map file, refusing symlinks and files over 64 MiB.
-    pub fn read(path: &Path) -> io::Result<PerfMap> {
-        let file = File::options()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(path)?;
-        let meta = file.metadata()?;
-        if !meta.is_file() {
-            return Err(io::Error::other("not a regular file"));
-        }
+    /// Parses perf map text from `reader`, keeping lines up to
+    /// [`MAX_LINE`] bytes and at most [`MAX_ENTRIES`] entries (both counted
+    /// when exceeded). Never holds more than one line in memory.
+    pub fn from_reader(reader: impl Read) -> io::Result<PerfMap> {
+        let mut reader = BufReader::with_capacity(64 << 10, reader);
         let mut text = String::new();
-        file.take(MAX_BYTES).read_to_string(&mut text)?;
-        let mut map = PerfMap::parse(&text);
-        map.stamp = Some((meta.size(), meta.modified()?));
+        let mut line = Vec::with_capacity(256);
+        let (mut entries, mut long_lines) = (0usize, 0u64);
+        loop {
+            line.clear();
+            let (complete, too_long) = read_capped_line(&mut reader, &mut line, MAX_LINE)?;
+            if too_long {
+                long_lines += 1;
+            } else if !line.is_empty() {
+                if entries == MAX_ENTRIES {
+                    untrusted::refusals::count(What::PerfMap, Reason::TooManyEntries);
+                    break;
+                }
+                entries += 1;
+                text.push_str(&String::from_utf8_lossy(&line));
+                text.push('\n');
+            }
+            if !complete {
+                break;
+            }
+        }
+        if long_lines > 0 {
+            untrusted::refusals::count(What::PerfMap, Reason::LongLine);
+        }
+        Ok(PerfMap::parse(&text))
+    }
+
+    /// Reads the perf map of process `pid` (`ns_pid` in its own namespace)
+    /// from its `/tmp`, if it has one that passes the checks.
+    pub fn read(pid: u32, ns_pid: u32) -> Result<PerfMap, OpenError> {
+        let status = procinfo::Status::read(pid).ok_or_else(gone)?;
+        let started = procinfo::start_time(pid).ok_or_else(gone)?;
+        let tmp = Dir::proc_link(pid, "root")?.sub("tmp", What::PerfMap)?;
+        let name = file_name(ns_pid);
+        let opened = tmp.open(
+            &name,
+            What::PerfMap,
+            &Expect {
+                owner: Some(status.euid),
+                max_bytes: MAX_BYTES,
+                identity: None,
+            },
+        )?;
+        let stamp = stamp_of(&opened.stat);
+        if stamp.1 + STALE_SLACK < started {
+            return Err(OpenError::refuse(
+                What::PerfMap,
+                Reason::Stale,
+                format!("/proc/{pid}/root/tmp/{name}"),
+            ));
+        }
+        let mut map = PerfMap::from_reader(opened.file.take(MAX_BYTES))?;
+        map.stamp = Some(stamp);
         Ok(map)
     }
 
-    /// Whether the file at `path` changed since this map was read.
-    pub fn is_stale(&self, path: &Path) -> bool {
-        let now = std::fs::symlink_metadata(path)
+    /// Whether process `pid`'s perf map changed since this map was read
+    /// (or appeared, for an empty map).
+    pub fn is_stale(&self, pid: u32, ns_pid: u32) -> bool {
+        let now = Dir::proc_link(pid, "root")
             .ok()
-            .and_then(|m| Some((m.size(), m.modified().ok()?)));
+            .and_then(|root| root.sub("tmp", What::PerfMap).ok())
+            .and_then(|tmp| tmp.stat(&file_name(ns_pid)).ok())
+            .map(|st| stamp_of(&st));
         now != self.stamp
+    }
+
+    /// Bytes of names held (for the symbolizer's memory budget).
+    pub fn name_bytes(&self) -> usize {
+        self.entries.iter().map(|e| e.name.len()).sum()
     }
 
     /// The symbol covering `addr`.
@@ -137,21 +201,48 @@ fn parse_line(line: &str) -> Option<Entry> {
     })
 }
 
-/// Where `pid`'s perf map is, as seen from our mount namespace: the JVM
-/// names it by its own (namespaced) pid, in its own `/tmp`.
-pub fn path_for(pid: u32, ns_pid: u32) -> PathBuf {
-    PathBuf::from(format!("/proc/{pid}/root/tmp/perf-{ns_pid}.map"))
+fn file_name(ns_pid: u32) -> String {
+    format!("perf-{ns_pid}.map")
 }
 
-/// The innermost pid of `pid` (`NSpid` in `/proc/PID/status`), or `pid`.
-pub fn ns_pid(pid: u32) -> u32 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            let line = s.lines().find(|l| l.starts_with("NSpid:"))?;
-            line.split_whitespace().last()?.parse().ok()
-        })
-        .unwrap_or(pid)
+fn gone() -> OpenError {
+    OpenError::Io(io::Error::from(io::ErrorKind::NotFound))
+}
+
+fn stamp_of(st: &libc::stat) -> (u64, SystemTime) {
+    let mtime = SystemTime::UNIX_EPOCH
+        + Duration::new(st.st_mtime.max(0) as u64, st.st_mtime_nsec.clamp(0, 999_999_999) as u32);
+    (st.st_size.max(0) as u64, mtime)
+}
+
+/// Reads one line into `line` (without its newline), keeping at most
+/// `max` bytes: returns (more input may follow, the line was too long and
+/// was skipped to its end).
+fn read_capped_line(reader: &mut impl BufRead, line: &mut Vec<u8>, max: usize) -> io::Result<(bool, bool)> {
+    let mut too_long = false;
+    loop {
+        let buf = reader.fill_buf()?;
+        if buf.is_empty() {
+            return Ok((false, too_long));
+        }
+        let (chunk, newline) = match buf.iter().position(|&b| b == b'\n') {
+            Some(i) => (&buf[..i], Some(i)),
+            None => (buf, None),
+        };
+        if !too_long {
+            if line.len() + chunk.len() > max {
+                too_long = true;
+                line.clear();
+            } else {
+                line.extend_from_slice(chunk);
+            }
+        }
+        let used = newline.map_or(chunk.len(), |i| i + 1);
+        reader.consume(used);
+        if newline.is_some() {
+            return Ok((true, too_long));
+        }
+    }
 }
 
 #[cfg(test)]
@@ -179,24 +270,57 @@ mod tests {
     }
 
     #[test]
-    fn reads_files_but_not_symlinks() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("perf-1.map");
-        std::fs::write(&file, "1000 10 a\n").unwrap();
-        let map = PerfMap::read(&file).unwrap();
-        assert_eq!(map.find(0x1008), Some("a"));
-        assert!(!map.is_stale(&file));
-        std::fs::write(&file, "1000 10 a\n2000 10 b\n").unwrap();
-        assert!(map.is_stale(&file));
-        let link = dir.path().join("perf-2.map");
-        std::os::unix::fs::symlink(&file, &link).unwrap();
-        assert!(PerfMap::read(&link).is_err());
+    fn long_lines_are_skipped_without_being_held() {
+        let before = untrusted::refusals::get(What::PerfMap, Reason::LongLine);
+        let mut text = String::from("1000 10 a\n");
+        text.push_str(&format!("2000 10 {}\n", "x".repeat(10 << 20)));
+        text.push_str("3000 10 c");
+        let map = PerfMap::from_reader(io::Cursor::new(text)).unwrap();
+        assert_eq!(map.find(0x1001), Some("a"));
+        assert_eq!(map.find(0x2001), None);
+        assert_eq!(map.find(0x3001), Some("c"), "a last line without newline");
+        assert!(untrusted::refusals::get(What::PerfMap, Reason::LongLine) > before);
+        assert!(map.name_bytes() < 10);
     }
 
     #[test]
-    fn namespaced_pid_falls_back_to_the_pid() {
-        assert_eq!(ns_pid(std::process::id()), std::process::id());
-        assert_eq!(ns_pid(u32::MAX), u32::MAX);
-        assert_eq!(path_for(7, 1), PathBuf::from("/proc/7/root/tmp/perf-1.map"));
+    fn our_own_perf_map_is_read_checked_and_refused_when_unsafe() {
+        // One test for every variant: they share our pid's file name.
+        let me = std::process::id();
+        let path = std::path::PathBuf::from(format!("/tmp/perf-{me}.map"));
+        let _ = std::fs::remove_file(&path);
+        std::fs::write(&path, "1000 10 a\n").unwrap();
+        let map = PerfMap::read(me, me).unwrap();
+        assert_eq!(map.find(0x1008), Some("a"));
+        assert!(!map.is_stale(me, me));
+        std::fs::write(&path, "1000 10 a\n2000 10 b\n").unwrap();
+        assert!(map.is_stale(me, me));
+
+        // Older than the process: an earlier process's with our pid.
+        let old = std::fs::File::options().write(true).open(&path).unwrap();
+        old.set_modified(SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000))
+            .unwrap();
+        drop(old);
+        let reason = |r: Result<PerfMap, OpenError>| r.err().and_then(|e| e.reason());
+        assert_eq!(reason(PerfMap::read(me, me)), Some(Reason::Stale));
+
+        std::fs::remove_file(&path).unwrap();
+        let target = std::path::PathBuf::from(format!("/tmp/perf-target-{me}"));
+        std::fs::write(&target, "1000 10 secret\n").unwrap();
+        std::os::unix::fs::symlink(&target, &path).unwrap();
+        assert_eq!(reason(PerfMap::read(me, me)), Some(Reason::Symlink));
+        std::fs::remove_file(&path).unwrap();
+        std::fs::remove_file(&target).unwrap();
+
+        let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+        // SAFETY: valid C string.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        assert_eq!(reason(PerfMap::read(me, me)), Some(Reason::WrongType));
+        std::fs::remove_file(&path).unwrap();
+
+        std::fs::File::create(&path).unwrap().set_len(2 << 30).unwrap();
+        assert_eq!(reason(PerfMap::read(me, me)), Some(Reason::TooBig));
+        std::fs::remove_file(&path).unwrap();
+        assert!(matches!(PerfMap::read(me, me), Err(OpenError::Io(_))));
     }
 }

@@ -2,13 +2,12 @@
 //! captured while they are alive so that exited processes still symbolize.
 
 use rustc_hash::FxHashMap as HashMap;
-use std::{
-    fs,
-    os::unix::fs::MetadataExt,
-    path::{Path, PathBuf},
-};
+use std::fs;
 
-use super::maps::{Backing, Mapping, ProcMaps};
+use super::{
+    elf_files::Locator,
+    maps::{Backing, Mapping, ProcMaps},
+};
 
 /// Batches after which a process that sent nothing is forgotten.
 const FORGET_AFTER_BATCHES: u64 = 120;
@@ -40,10 +39,12 @@ struct ProcEntry {
 }
 
 struct FileEntry {
-    /// A path that opens this very file from our mount namespace.
-    open_path: PathBuf,
+    /// How to reach the file (opened only when a frame needs it).
+    locator: Locator,
     /// Base name, for `module+0xOFF` frames.
     display: String,
+    /// Last batch a process was seen mapping it.
+    seen: u64,
 }
 
 /// Per-process maps and names, and the table of mapped files.
@@ -65,6 +66,8 @@ impl Procs {
         let batch = self.batch;
         self.procs
             .retain(|_, p| batch - p.last_seen < FORGET_AFTER_BATCHES);
+        self.files
+            .retain(|_, f| batch - f.seen < FORGET_AFTER_BATCHES);
     }
 
     /// The process's name (`/proc/PID/comm`), if it was alive when first seen.
@@ -77,9 +80,9 @@ impl Procs {
         self.procs.get(&pid).is_some_and(|p| p.jvm)
     }
 
-    /// Path to open a mapped file with.
-    pub fn open_path(&self, file: FileKey) -> Option<&Path> {
-        Some(&self.files.get(&file)?.open_path)
+    /// How to reach a mapped file.
+    pub fn locator(&self, file: FileKey) -> Option<&Locator> {
+        Some(&self.files.get(&file)?.locator)
     }
 
     /// Short name of a mapped file.
@@ -98,7 +101,7 @@ impl Procs {
                     .ok()
                     .map(|s| s.trim_end().to_string());
                 let maps = ProcMaps::read(pid).unwrap_or_default();
-                register_files(&mut self.files, pid, &maps);
+                register_files(&mut self.files, pid, &maps, batch);
                 self.procs.entry(pid).or_insert(ProcEntry {
                     name,
                     jvm: crate::jvm::is_hotspot(&maps),
@@ -115,39 +118,51 @@ impl Procs {
         if entry.maps.find(addr).is_none() && batch - entry.refreshed >= REFRESH_EVERY_BATCHES {
             entry.refreshed = batch;
             if let Ok(maps) = ProcMaps::read(pid) {
-                register_files(&mut self.files, pid, &maps);
+                register_files(&mut self.files, pid, &maps, batch);
                 entry.jvm = crate::jvm::is_hotspot(&maps);
                 entry.maps = maps;
             }
         }
         let mapping = self.procs.get(&pid)?.maps.find(addr)?;
-        Some(self.classify(mapping, addr))
-    }
-
-    fn classify(&self, mapping: &Mapping, addr: u64) -> Found {
-        match &mapping.backing {
-            Backing::File { dev, inode, .. } => {
-                let file = FileKey {
-                    dev: *dev,
-                    inode: *inode,
-                };
-                if self.files.contains_key(&file) {
-                    Found::File {
-                        file,
-                        offset: mapping.file_offset(addr),
-                    }
-                } else {
-                    Found::Anon
-                }
-            }
-            Backing::Vdso => Found::Vdso,
-            Backing::Anon { .. } => Found::Anon,
-        }
+        Some(classify(&mut self.files, mapping, addr, batch))
     }
 }
 
-/// Records how to open each file of `maps` that is not known yet.
-fn register_files(files: &mut HashMap<FileKey, FileEntry>, pid: u32, maps: &ProcMaps) {
+fn classify(
+    files: &mut HashMap<FileKey, FileEntry>,
+    mapping: &Mapping,
+    addr: u64,
+    batch: u64,
+) -> Found {
+    match &mapping.backing {
+        Backing::File { dev, inode, .. } => {
+            let file = FileKey {
+                dev: *dev,
+                inode: *inode,
+            };
+            if let Some(entry) = files.get_mut(&file) {
+                entry.seen = batch;
+                Found::File {
+                    file,
+                    offset: mapping.file_offset(addr),
+                }
+            } else {
+                Found::Anon
+            }
+        }
+        Backing::Vdso => Found::Vdso,
+        Backing::Anon { .. } => Found::Anon,
+    }
+}
+
+/// Records how to reach each file of `maps` that is not known yet. Files
+/// are not opened here: most mapped files never get a sample.
+fn register_files(
+    files: &mut HashMap<FileKey, FileEntry>,
+    pid: u32,
+    maps: &ProcMaps,
+    batch: u64,
+) {
     for m in maps.iter() {
         let Backing::File { path, dev, inode } = &m.backing else {
             continue;
@@ -156,42 +171,33 @@ fn register_files(files: &mut HashMap<FileKey, FileEntry>, pid: u32, maps: &Proc
             dev: *dev,
             inode: *inode,
         };
-        if files.contains_key(&key) {
+        let locator = Locator {
+            pid,
+            start: m.start,
+            end: m.end,
+            path: path.clone(),
+        };
+        if let Some(known) = files.get_mut(&key) {
+            // The newest process to map it is the likeliest to be alive.
+            known.locator = locator;
+            known.seen = batch;
             continue;
         }
-        if let Some(open_path) = openable_path(pid, m, path, key) {
-            let display = path
-                .file_name()
-                .map(|n| {
-                    n.to_string_lossy()
-                        .trim_end_matches(" (deleted)")
-                        .to_string()
-                })
-                .unwrap_or_else(|| path.display().to_string());
-            files.insert(key, FileEntry { open_path, display });
-        }
+        let display = path
+            .file_name()
+            .map(|n| {
+                n.to_string_lossy()
+                    .trim_end_matches(" (deleted)")
+                    .to_string()
+            })
+            .unwrap_or_else(|| path.display().to_string());
+        files.insert(
+            key,
+            FileEntry {
+                locator,
+                display,
+                seen: batch,
+            },
+        );
     }
-}
-
-/// A path from our mount namespace that reaches the very file mapped:
-/// the path itself for host processes, through `/proc/PID/root` for
-/// containers, through `/proc/PID/map_files` for deleted files.
-fn openable_path(pid: u32, m: &Mapping, path: &Path, key: FileKey) -> Option<PathBuf> {
-    let same_file = |p: &Path| {
-        // symlink_metadata: a path that is a link now is not the mapped file.
-        fs::symlink_metadata(p)
-            .map(|md| md.dev() == key.dev && md.ino() == key.inode)
-            .unwrap_or(false)
-    };
-    let in_root = PathBuf::from(format!("/proc/{pid}/root")).join(path.strip_prefix("/").ok()?);
-    let map_file = PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end));
-    [path.to_path_buf(), in_root]
-        .into_iter()
-        .find(|p| same_file(p))
-        .or_else(|| {
-            fs::metadata(&map_file)
-                .map(|md| md.dev() == key.dev && md.ino() == key.inode)
-                .unwrap_or(false)
-                .then_some(map_file)
-        })
 }

@@ -17,12 +17,18 @@ use std::{
 
 use serde::Serialize;
 
-use super::table::{load_bias, UnwindTable};
+use super::table::{load_bias_of, UnwindTable};
 use crate::bpf::{
     abi::{UnwindMapping, UnwindProc, UnwindRow, UNWIND_MAX_MAPPINGS},
     UnwindMaps,
 };
-use crate::symbolize::maps::{Backing, ProcMaps};
+use crate::{
+    symbolize::{
+        maps::{Backing, ProcMaps},
+        MAX_ELF_BYTES,
+    },
+    untrusted::{self, Expect, Last, What},
+};
 
 /// A process's mappings are re-read this often while it runs (dlopen).
 const REREAD_AFTER: Duration = Duration::from_secs(10);
@@ -305,14 +311,16 @@ impl Registry {
             Some(_) => return None,
             None => {}
         }
-        let table = read_mapped(pid, m).and_then(|data| {
-            let delta = load_bias(&data, m.start, m.offset)
+        let table = open_mapped(pid, m).and_then(|file| {
+            let delta = load_bias_of(&file, m.start, m.offset)
                 .ok()
                 .map(|bias| m.start.wrapping_sub(m.offset).wrapping_sub(bias) as i64);
             if let Some(delta) = delta {
                 self.deltas.insert((m.key, m.offset), delta);
             }
-            UnwindTable::from_elf(&data).ok()
+            UnwindTable::from_file(&file)
+                .map_err(|err| tracing::debug!(file = %m.path.display(), "no unwind table: {err}"))
+                .ok()
         });
         if let Some(t) = &table {
             tracing::debug!(
@@ -431,23 +439,29 @@ impl Registry {
         if let Some(d) = self.deltas.get(&(m.key, m.offset)) {
             return Some(*d);
         }
-        let data = read_mapped(pid, m)?;
-        let bias = load_bias(&data, m.start, m.offset).ok()?;
+        let file = open_mapped(pid, m)?;
+        let bias = load_bias_of(&file, m.start, m.offset).ok()?;
         let delta = m.start.wrapping_sub(m.offset).wrapping_sub(bias) as i64;
         self.deltas.insert((m.key, m.offset), delta);
         Some(delta)
     }
 }
 
-/// The file behind a mapping, read through `/proc/PID/map_files`, which
-/// reaches it whatever mount namespace or deleted state it is in.
-fn read_mapped(pid: u32, m: &ExecMapping) -> Option<Vec<u8>> {
+/// The file behind a mapping, opened through `/proc/PID/map_files`, which
+/// reaches it whatever mount namespace or deleted state it is in, and
+/// checked (regular, the mapped file, at most [`MAX_ELF_BYTES`]). Only its
+/// headers and `.eh_frame` are read from it, never the whole file.
+fn open_mapped(pid: u32, m: &ExecMapping) -> Option<fs::File> {
     let path = PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end));
-    let meta = fs::metadata(&path).ok()?;
-    if meta.dev() != m.key.dev || meta.ino() != m.key.inode {
-        return None;
-    }
-    fs::read(path).ok()
+    let expect = Expect {
+        owner: None,
+        max_bytes: MAX_ELF_BYTES,
+        identity: Some((m.key.dev, m.key.inode)),
+    };
+    untrusted::open_path(&path, Last::MagicLink, What::Elf, &expect)
+        .map_err(|err| tracing::debug!(pid, "unwind: {err}"))
+        .ok()
+        .map(|c| c.file)
 }
 
 /// The file `pid` executes.
@@ -530,7 +544,7 @@ mod tests {
             .iter()
             .find(|m| m.path.to_string_lossy().contains("libc.so"))
             .expect("libc mapped");
-        let data = read_mapped(std::process::id(), libc);
-        assert!(data.is_some(), "device and inode match the file");
+        let file = open_mapped(std::process::id(), libc);
+        assert!(file.is_some(), "device and inode match the file");
     }
 }

@@ -14,14 +14,14 @@
 //! other base registers, signal frames) a [`cfa::UNSUPPORTED`] row.
 //! Consecutive rows with identical rules are merged.
 
-use std::path::Path;
+use std::{fs::File, path::Path};
 
 use gimli::{
     BaseAddresses, CfaRule, CieOrFde, EhFrame, EndianSlice, LittleEndian, Register, RegisterRule,
     UnwindContext, UnwindSection,
 };
-use object::read::elf::{ElfFile64, FileHeader, ProgramHeader};
-use object::{elf, Endianness, Object, ObjectSection};
+use object::read::elf::{FileHeader, ProgramHeader, SectionHeader, SectionTable};
+use object::{elf, Endianness, ReadCache, ReadRef};
 
 pub use crate::bpf::abi::{cfa, rbp, UnwindRow};
 
@@ -42,6 +42,8 @@ pub enum TableError {
     NotX86_64,
     #[error("no .eh_frame section")]
     NoEhFrame,
+    #[error("{what} too large ({size} bytes, at most {max})")]
+    TooLarge { what: &'static str, size: u64, max: u64 },
     #[error("address {0:#x} does not fit in 32 bits")]
     AddressOverflow(u64),
     #[error("no PT_LOAD segment contains file offset {0:#x}")]
@@ -152,43 +154,106 @@ struct FdeRows {
     rows: Vec<UnwindRow>,
 }
 
-fn parse_elf(data: &[u8]) -> Result<ElfFile64<'_, Endianness>, TableError> {
-    if data.get(..4) != Some(&elf::ELFMAG[..]) {
+/// Largest `.eh_frame` read (the biggest seen, a compiler's shared
+/// library, has about 20 MiB).
+pub const MAX_EH_FRAME: u64 = 64 << 20;
+/// Most section headers read: more than ELF's own 16-bit count is a
+/// crafted file.
+const MAX_SECTIONS: usize = 0xffff;
+
+/// An ELF file's header, program headers and section headers, read without
+/// touching anything else (symbol tables, debug info): a file another user
+/// maps may claim a section of gigabytes.
+struct Elf<'d, R: ReadRef<'d>> {
+    data: R,
+    header: &'d elf::FileHeader64<Endianness>,
+    endian: Endianness,
+    sections: SectionTable<'d, elf::FileHeader64<Endianness>, R>,
+}
+
+fn parse_elf<'d, R: ReadRef<'d>>(data: R) -> Result<Elf<'d, R>, TableError> {
+    let ident = data.read_bytes_at(0, 5).map_err(|_| TableError::NotElf)?;
+    if ident[..4] != elf::ELFMAG[..] {
         return Err(TableError::NotElf);
     }
-    // e_ident[EI_CLASS]
-    if data.get(4) != Some(&elf::ELFCLASS64) {
+    if ident[4] != elf::ELFCLASS64 {
         return Err(TableError::NotX86_64);
     }
-    let file = ElfFile64::<Endianness>::parse(data)?;
-    if file.elf_header().e_machine(file.endian()) != elf::EM_X86_64 {
+    let header = elf::FileHeader64::<Endianness>::parse(data)?;
+    let endian = header.endian()?;
+    if header.e_machine(endian) != elf::EM_X86_64 {
         return Err(TableError::NotX86_64);
     }
-    Ok(file)
+    let count = header.shnum(endian, data)?;
+    if count > MAX_SECTIONS {
+        return Err(TableError::TooLarge {
+            what: "section header table",
+            size: count as u64,
+            max: MAX_SECTIONS as u64,
+        });
+    }
+    let sections = header.sections(endian, data)?;
+    Ok(Elf {
+        data,
+        header,
+        endian,
+        sections,
+    })
+}
+
+impl<'d, R: ReadRef<'d>> Elf<'d, R> {
+    fn section(&self, name: &str) -> Option<&'d elf::SectionHeader64<Endianness>> {
+        self.sections
+            .section_by_name(self.endian, name.as_bytes())
+            .map(|(_, s)| s)
+    }
+
+    fn program_headers(&self) -> Result<&'d [elf::ProgramHeader64<Endianness>], TableError> {
+        Ok(self.header.program_headers(self.endian, self.data)?)
+    }
 }
 
 impl UnwindTable {
     /// Builds the table of an x86-64 ELF file's `.eh_frame`.
     pub fn from_elf(data: &[u8]) -> Result<UnwindTable, TableError> {
+        Self::from_read_ref(data)
+    }
+
+    /// Builds the table of an open ELF file, reading only its headers and
+    /// `.eh_frame` (at most [`MAX_EH_FRAME`] bytes).
+    pub fn from_file(file: &File) -> Result<UnwindTable, TableError> {
+        Self::from_read_ref(&ReadCache::new(file))
+    }
+
+    fn from_read_ref<'d, R: ReadRef<'d>>(data: R) -> Result<UnwindTable, TableError> {
         let file = parse_elf(data)?;
-        let endian = file.endian();
-        for ph in file.elf_program_headers() {
+        let endian = file.endian;
+        for ph in file.program_headers()? {
             let end = ph.p_vaddr(endian).saturating_add(ph.p_memsz(endian));
             if ph.p_type(endian) == elf::PT_LOAD && end > 1 << 32 {
                 return Err(TableError::AddressOverflow(end));
             }
         }
-        let section = file
-            .section_by_name(".eh_frame")
-            .ok_or(TableError::NoEhFrame)?;
-        let mut bases = BaseAddresses::default().set_eh_frame(section.address());
-        if let Some(text) = file.section_by_name(".text") {
-            bases = bases.set_text(text.address());
+        let section = file.section(".eh_frame").ok_or(TableError::NoEhFrame)?;
+        let size = section.sh_size(endian);
+        if size > MAX_EH_FRAME {
+            return Err(TableError::TooLarge {
+                what: ".eh_frame",
+                size,
+                max: MAX_EH_FRAME,
+            });
         }
-        if let Some(got) = file.section_by_name(".got") {
-            bases = bases.set_got(got.address());
+        let mut bases = BaseAddresses::default().set_eh_frame(section.sh_addr(endian));
+        if let Some(text) = file.section(".text") {
+            bases = bases.set_text(text.sh_addr(endian));
         }
-        let eh_frame = EhFrame::new(section.data()?, LittleEndian);
+        if let Some(got) = file.section(".got") {
+            bases = bases.set_got(got.sh_addr(endian));
+        }
+        let bytes = section
+            .data(endian, data)
+            .map_err(|_| TableError::NoEhFrame)?;
+        let eh_frame = EhFrame::new(bytes, LittleEndian);
 
         let mut ctx = Box::new(UnwindContext::new());
         let mut fdes = Vec::new();
@@ -273,16 +338,29 @@ impl UnwindTable {
 /// segment containing that file offset (executable segments preferred):
 /// `bias = map_start - map_offset - (p_vaddr - p_offset)`.
 pub fn load_bias(data: &[u8], map_start: u64, map_offset: u64) -> Result<u64, TableError> {
+    load_bias_in(data, map_start, map_offset)
+}
+
+/// [`load_bias`] of an open file, reading only its headers.
+pub fn load_bias_of(file: &File, map_start: u64, map_offset: u64) -> Result<u64, TableError> {
+    load_bias_in(&ReadCache::new(file), map_start, map_offset)
+}
+
+fn load_bias_in<'d, R: ReadRef<'d>>(
+    data: R,
+    map_start: u64,
+    map_offset: u64,
+) -> Result<u64, TableError> {
     const PAGE: u64 = 4096;
     let file = parse_elf(data)?;
-    let endian = file.endian();
+    let endian = file.endian;
     let contains = |ph: &&elf::ProgramHeader64<Endianness>| {
         let off = ph.p_offset(endian);
         ph.p_type(endian) == elf::PT_LOAD
             && off & !(PAGE - 1) <= map_offset
             && map_offset < off.saturating_add(ph.p_filesz(endian))
     };
-    let headers = file.elf_program_headers();
+    let headers = file.program_headers()?;
     let ph = headers
         .iter()
         .filter(contains)
@@ -297,7 +375,7 @@ pub fn load_bias(data: &[u8], map_start: u64, map_offset: u64) -> Result<u64, Ta
 #[cfg(test)]
 mod tests {
     use super::*;
-    use object::ObjectSymbol;
+    use object::{Object, ObjectSection, ObjectSymbol};
     use std::time::Instant;
 
     const LIBC: &str = "/lib/x86_64-linux-gnu/libc.so.6";

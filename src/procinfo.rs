@@ -1,0 +1,99 @@
+//! Facts about a process that the kernel keeps (`/proc/PID/status`,
+//! `/proc/PID/stat`): who it runs as, its pid in its own namespace, the
+//! signals it handles, when it started. These files are the kernel's, not
+//! the process's, so plain reads are safe.
+
+use std::{
+    fs,
+    time::{Duration, SystemTime},
+};
+
+/// The fields of `/proc/PID/status` the daemon uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Status {
+    /// Effective user and group: whom its files belong to.
+    pub euid: u32,
+    pub egid: u32,
+    /// Its pid in its own (innermost) pid namespace.
+    pub ns_pid: u32,
+    /// Signals it has a handler for (`SigCgt`).
+    pub caught: u64,
+}
+
+impl Status {
+    /// Reads `/proc/PID/status`; `None` when the process is gone.
+    pub fn read(pid: u32) -> Option<Status> {
+        Status::parse(&fs::read_to_string(format!("/proc/{pid}/status")).ok()?, pid)
+    }
+
+    fn parse(text: &str, pid: u32) -> Option<Status> {
+        let field = |key: &str| text.lines().find_map(|l| l.strip_prefix(key));
+        let second = |key: &str| -> Option<u32> {
+            field(key)?.split_whitespace().nth(1)?.parse().ok()
+        };
+        Some(Status {
+            euid: second("Uid:")?,
+            egid: second("Gid:")?,
+            ns_pid: field("NSpid:")
+                .and_then(|l| l.split_whitespace().last()?.parse().ok())
+                .unwrap_or(pid),
+            caught: u64::from_str_radix(field("SigCgt:")?.trim(), 16).ok()?,
+        })
+    }
+
+    /// Whether the process handles signal `sig`.
+    pub fn catches(&self, sig: i32) -> bool {
+        (1..=64).contains(&sig) && self.caught & (1 << (sig - 1)) != 0
+    }
+}
+
+/// When `pid` started (wall clock), from its start time in clock ticks
+/// after boot and the boot time.
+pub fn start_time(pid: u32) -> Option<SystemTime> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: fields start after
+    // the last `)`. starttime is field 22, the 20th after it.
+    let after = &stat[stat.rfind(')')? + 1..];
+    let ticks: u64 = after.split_whitespace().nth(19)?.parse().ok()?;
+    let boot: u64 = fs::read_to_string("/proc/stat")
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("btime "))?
+        .trim()
+        .parse()
+        .ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    let since_boot = Duration::from_millis(ticks * 1000 / hz);
+    Some(SystemTime::UNIX_EPOCH + Duration::from_secs(boot) + since_boot)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn our_own_status_and_start() {
+        let me = std::process::id();
+        let s = Status::read(me).unwrap();
+        // SAFETY: geteuid has no preconditions.
+        assert_eq!(s.euid, unsafe { libc::geteuid() });
+        assert_eq!(s.ns_pid, me);
+        assert!(!s.catches(libc::SIGQUIT));
+        let started = start_time(me).unwrap();
+        let age = SystemTime::now().duration_since(started).unwrap();
+        assert!(age < Duration::from_secs(3600), "{age:?}");
+        assert!(Status::read(u32::MAX).is_none());
+    }
+
+    #[test]
+    fn parses_namespaced_pids_and_masks() {
+        let text = "Name:\tjava\nUid:\t1000\t1001\t1001\t1001\nGid:\t50\t51\t51\t51\n\
+                    NSpid:\t4242\t7\nSigCgt:\t0000000000000004\n";
+        let s = Status::parse(text, 4242).unwrap();
+        assert_eq!((s.euid, s.egid, s.ns_pid), (1001, 51, 7));
+        assert!(s.catches(libc::SIGQUIT));
+        assert!(!s.catches(libc::SIGTERM));
+        assert!(!s.catches(0));
+    }
+}

@@ -1,0 +1,249 @@
+//! ELF files held open for symbolization, each with its own blazesym
+//! symbolizer, in a bounded cache.
+//!
+//! blazesym caches every file it ever opened, for the life of its
+//! symbolizer: on a host that runs many short-lived binaries that is one
+//! descriptor per binary for ever, deleted files included. Here each file
+//! gets a symbolizer of its own that is dropped with the file: at most
+//! [`MAX_OPEN`] files are open (least recently used closed first), a file
+//! unused for [`IDLE_BATCHES`] batches is closed, and a deleted file as
+//! soon as a batch passes without it. Each open file costs two
+//! descriptors (ours, checked, and blazesym's reopening of it).
+//!
+//! Files are opened through [`crate::untrusted`]: by the process's
+//! `/proc/PID/map_files` link when the mapping still exists (the very file
+//! mapped, whatever namespace or deleted state it is in), else by path
+//! without following a final symlink, and always checked to be the
+//! mapped file (device and inode), regular, and at most [`MAX_ELF_BYTES`].
+//! blazesym then reads it through `/proc/self/fd/N`, which no user can
+//! redirect.
+
+use std::path::{Path, PathBuf};
+
+use blazesym::symbolize::{source::Elf, source::Source, Input, Symbolized, Symbolizer as Blaze};
+use rustc_hash::FxHashMap;
+
+use super::procs::FileKey;
+use crate::untrusted::{self, Checked, Expect, Last, OpenError, What};
+
+/// Most ELF files open at once.
+pub const MAX_OPEN: usize = 64;
+/// Batches (seconds) after which an unused file is closed.
+pub const IDLE_BATCHES: u64 = 60;
+/// Largest ELF file symbolized: bigger ones (none seen in practice) show
+/// as `module+0xOFF` frames.
+pub const MAX_ELF_BYTES: u64 = 2 << 30;
+
+/// How to reach a mapped file: the mapping of a process that maps it, and
+/// the path the process sees.
+#[derive(Debug, Clone)]
+pub struct Locator {
+    pub pid: u32,
+    pub start: u64,
+    pub end: u64,
+    pub path: PathBuf,
+}
+
+struct OpenFile {
+    file: Checked,
+    blaze: Blaze,
+    used: u64,
+}
+
+/// The open files, by device and inode.
+#[derive(Default)]
+pub struct ElfFiles {
+    open: FxHashMap<FileKey, OpenFile>,
+    batch: u64,
+}
+
+impl ElfFiles {
+    /// Symbol names at `offsets` (file offsets) of `key`'s file, `None` for
+    /// each when the file cannot be opened or read.
+    pub fn symbolize(&mut self, key: FileKey, at: &Locator, offsets: &[u64]) -> Vec<Option<String>> {
+        let batch = self.batch;
+        if !self.open.contains_key(&key) {
+            match open(key, at) {
+                Ok(file) => {
+                    self.make_room();
+                    let blaze = Blaze::builder()
+                        .enable_code_info(false)
+                        .enable_inlined_fns(false)
+                        .build();
+                    self.open.insert(
+                        key,
+                        OpenFile {
+                            file,
+                            blaze,
+                            used: batch,
+                        },
+                    );
+                }
+                Err(err) => {
+                    tracing::debug!(file = %at.path.display(), "not symbolized: {err}");
+                    return vec![None; offsets.len()];
+                }
+            }
+        }
+        let Some(open) = self.open.get_mut(&key) else {
+            return vec![None; offsets.len()];
+        };
+        open.used = batch;
+        let mut elf = Elf::new(open.file.fd_path());
+        elf.debug_syms = true;
+        match open
+            .blaze
+            .symbolize(&Source::Elf(elf), Input::FileOffset(offsets))
+        {
+            Ok(syms) => syms.into_iter().map(sym_name).collect(),
+            Err(err) => {
+                tracing::debug!(file = %at.path.display(), "ELF symbolization failed: {err}");
+                vec![None; offsets.len()]
+            }
+        }
+    }
+
+    /// Ends a batch: closes idle files and deleted ones not used in it.
+    pub fn end_batch(&mut self) {
+        let batch = self.batch;
+        self.open.retain(|_, f| {
+            let idle = batch - f.used;
+            idle < IDLE_BATCHES && (idle == 0 || !deleted(&f.file))
+        });
+        self.batch += 1;
+    }
+
+    /// Files open now.
+    pub fn len(&self) -> usize {
+        self.open.len()
+    }
+
+    /// True when no file is open.
+    #[cfg(test)]
+    pub fn is_empty(&self) -> bool {
+        self.open.is_empty()
+    }
+
+    fn make_room(&mut self) {
+        while self.open.len() >= MAX_OPEN {
+            let Some(oldest) = self.open.iter().min_by_key(|(_, f)| f.used).map(|(k, _)| *k)
+            else {
+                return;
+            };
+            self.open.remove(&oldest);
+        }
+    }
+}
+
+/// Whether the file has no name left (unlinked while open).
+fn deleted(file: &Checked) -> bool {
+    file.file.metadata().map_or(true, |m| {
+        use std::os::unix::fs::MetadataExt;
+        m.nlink() == 0
+    })
+}
+
+/// Opens the file behind a mapping, see the module documentation.
+fn open(key: FileKey, at: &Locator) -> Result<Checked, OpenError> {
+    let expect = Expect {
+        owner: None,
+        max_bytes: MAX_ELF_BYTES,
+        identity: Some((key.dev, key.inode)),
+    };
+    let map_file = PathBuf::from(format!(
+        "/proc/{}/map_files/{:x}-{:x}",
+        at.pid, at.start, at.end
+    ));
+    match untrusted::open_path(&map_file, Last::MagicLink, What::Elf, &expect) {
+        Ok(f) => return Ok(f),
+        Err(err @ OpenError::Refused { .. }) => return Err(err),
+        Err(OpenError::Io(_)) => {}
+    }
+    let in_root = at
+        .path
+        .strip_prefix("/")
+        .ok()
+        .map(|rel| Path::new(&format!("/proc/{}/root", at.pid)).join(rel));
+    let mut last = None;
+    for path in std::iter::once(at.path.clone()).chain(in_root) {
+        match untrusted::open_path(&path, Last::NoFollow, What::Elf, &expect) {
+            Ok(f) => return Ok(f),
+            Err(err) => last = Some(err),
+        }
+    }
+    Err(last.unwrap_or_else(|| OpenError::Io(std::io::ErrorKind::NotFound.into())))
+}
+
+fn sym_name(sym: Symbolized<'_>) -> Option<String> {
+    sym.into_sym().map(|s| s.name.into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    fn key_of(path: &Path) -> FileKey {
+        let m = std::fs::metadata(path).unwrap();
+        FileKey {
+            dev: m.dev(),
+            inode: m.ino(),
+        }
+    }
+
+    fn open_fds() -> usize {
+        std::fs::read_dir("/proc/self/fd").unwrap().count()
+    }
+
+    #[test]
+    fn files_are_bounded_and_deleted_ones_released() {
+        let dir = tempfile::tempdir().unwrap();
+        let exe = std::env::current_exe().unwrap();
+        let mut files = ElfFiles::default();
+        let fds = open_fds();
+        let mut paths = Vec::new();
+        for i in 0..MAX_OPEN + 8 {
+            // Distinct inodes (copies), found by path: no such mapping.
+            let path = dir.path().join(format!("copy{i}"));
+            if i < 3 {
+                std::fs::copy(&exe, &path).unwrap();
+            } else {
+                std::fs::write(&path, b"\x7fELF not really").unwrap();
+            }
+            let at = Locator {
+                pid: std::process::id(),
+                start: 1,
+                end: 2,
+                path: path.clone(),
+            };
+            let names = files.symbolize(key_of(&path), &at, &[0x1000]);
+            assert_eq!(names.len(), 1);
+            paths.push(path);
+        }
+        files.end_batch();
+        assert_eq!(files.len(), MAX_OPEN, "least recently used closed");
+        for p in &paths {
+            std::fs::remove_file(p).unwrap();
+        }
+        files.end_batch();
+        assert!(files.is_empty(), "deleted files released");
+        assert!(open_fds() <= fds + 1, "{} fds, were {fds}", open_fds());
+    }
+
+    #[test]
+    fn a_file_replaced_by_another_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a");
+        let b = dir.path().join("b");
+        std::fs::write(&a, "a").unwrap();
+        std::fs::write(&b, "b").unwrap();
+        let at = Locator {
+            pid: std::process::id(),
+            start: 1,
+            end: 2,
+            path: a,
+        };
+        let err = open(key_of(&b), &at).unwrap_err();
+        assert_eq!(err.reason(), Some(untrusted::Reason::Replaced));
+    }
+}
