@@ -404,6 +404,44 @@ mod tests {
     }
 
     #[test]
+    fn reading_only_headers_and_eh_frame_gives_the_same_table() {
+        let data = std::fs::read(LIBC).unwrap();
+        let whole = UnwindTable::from_elf(&data).unwrap();
+        let file = File::open(LIBC).unwrap();
+        let parts = UnwindTable::from_file(&file).unwrap();
+        assert_eq!(whole.rows, parts.rows);
+        assert_eq!(
+            load_bias(&data, 0x7f0000028000, 0x28000).unwrap(),
+            load_bias_of(&file, 0x7f0000028000, 0x28000).unwrap()
+        );
+    }
+
+    #[test]
+    fn crafted_sizes_are_refused_before_reading() {
+        // A 3 GB sparse file whose only section claims a 2 GB .eh_frame.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("crafted.so");
+        let mut data = std::fs::read(LIBC).unwrap();
+        let file = object::File::parse(&*data).unwrap();
+        let eh = file.section_by_name(".eh_frame").unwrap();
+        let (offset, _) = eh.file_range().unwrap();
+        // Find the section header whose sh_offset is .eh_frame's and grow
+        // its sh_size (offset 32 in an Elf64_Shdr).
+        let shoff = u64::from_le_bytes(data[0x28..0x30].try_into().unwrap()) as usize;
+        let shnum = u16::from_le_bytes(data[0x3c..0x3e].try_into().unwrap()) as usize;
+        let hdr = (0..shnum)
+            .map(|i| shoff + i * 64)
+            .find(|&h| u64::from_le_bytes(data[h + 24..h + 32].try_into().unwrap()) == offset)
+            .unwrap();
+        data[hdr + 32..hdr + 40].copy_from_slice(&(2u64 << 30).to_le_bytes());
+        std::fs::write(&path, &data).unwrap();
+        let f = File::options().write(true).open(&path).unwrap();
+        f.set_len(3 << 30).unwrap();
+        let err = UnwindTable::from_file(&File::open(&path).unwrap()).unwrap_err();
+        assert!(matches!(err, TableError::TooLarge { .. }), "{err}");
+    }
+
+    #[test]
     fn libc_table() {
         let data = std::fs::read(LIBC).unwrap();
         let t0 = Instant::now();

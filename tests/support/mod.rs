@@ -262,6 +262,28 @@ impl Daemon {
     }
 }
 
+impl Daemon {
+    /// The daemon's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends SIGTERM and waits up to `limit` for the daemon to exit; the
+    /// time it took, or `None` if it was still running (then killed).
+    pub fn terminate(&mut self, limit: Duration) -> Option<Duration> {
+        let started = Instant::now();
+        // SAFETY: plain syscall.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        while started.elapsed() < limit {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return Some(started.elapsed());
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+        None
+    }
+}
+
 impl Drop for Daemon {
     fn drop(&mut self) {
         let _ = self.child.kill();

@@ -1,0 +1,338 @@
+//! What a local unprivileged user (`nobody`) can do to the daemon running
+//! as root: plant symlinks where the JVM attach client creates its trigger,
+//! put FIFOs, symlinks, huge or absurd files where perf maps are read, map
+//! huge sparse files executable, run thousands of distinct binaries. Each
+//! is refused and counted, costs no memory, leaks no descriptor, and the
+//! daemon keeps profiling and still stops on SIGTERM. Needs root.
+
+mod support;
+
+use std::{
+    fs,
+    os::unix::fs::{MetadataExt, PermissionsExt},
+    path::{Path, PathBuf},
+    process::Command,
+    thread,
+    time::{Duration, Instant},
+};
+
+use support::{ebpf_available, get, rows::json_at, rows::within, workload, Daemon, Workload};
+
+const NOBODY: u32 = 65534;
+
+/// One test at a time: each runs its own daemon, and every daemon would
+/// symbolize the others' workloads (1,200 binaries), which is noise for the
+/// memory and descriptor measurements.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A directory every user can enter, for this test binary.
+fn scratch() -> PathBuf {
+    let dir = PathBuf::from(format!("/var/tmp/wallscope-security-{}", std::process::id()));
+    fs::create_dir_all(&dir).unwrap();
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+    dir
+}
+
+/// The attacker workload, where `nobody` can run it.
+fn attacker() -> PathBuf {
+    let bin = scratch().join("attacker");
+    if !bin.exists() {
+        fs::copy(workload("attacker"), &bin).unwrap();
+        fs::set_permissions(&bin, fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    bin
+}
+
+fn chown(path: &Path, uid: u32) {
+    std::os::unix::fs::lchown(path, Some(uid), Some(uid)).unwrap();
+}
+
+/// Starts the attacker as `nobody` in `cwd`.
+fn as_nobody(cwd: &Path, args: &[&str]) -> Workload {
+    let mut cmd = Command::new("setpriv");
+    cmd.args(["--reuid", &NOBODY.to_string(), "--regid", &NOBODY.to_string()])
+        .args(["--clear-groups", "--"])
+        .arg(attacker())
+        .args(args)
+        .current_dir(cwd);
+    Workload::spawn(cmd)
+}
+
+fn refused(url: &str, what: &str, reason: &str) -> u64 {
+    json_at(url, "/healthz")["refused"][what][reason]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no refused.{what}.{reason} in /healthz"))
+}
+
+/// Waits until the `what`/`reason` refusal count exceeds `before`.
+fn wait_refused(url: &str, what: &str, reason: &str, before: u64) {
+    let seen = within(Duration::from_secs(20), || {
+        (refused(url, what, reason) > before).then_some(())
+    });
+    assert!(
+        seen.is_some(),
+        "{what} never refused for {reason} within 20 s"
+    );
+}
+
+struct Snapshot {
+    content: Vec<u8>,
+    uid: u32,
+    mode: u32,
+}
+
+fn snapshot(path: &Path) -> Snapshot {
+    let meta = fs::symlink_metadata(path).unwrap();
+    Snapshot {
+        content: fs::read(path).unwrap(),
+        uid: meta.uid(),
+        mode: meta.mode(),
+    }
+}
+
+#[test]
+fn planted_attach_triggers_are_refused_and_their_targets_untouched() {
+    if !ebpf_available() {
+        return;
+    }
+    let _serial = one_at_a_time();
+    let ws = Daemon::start(&[]);
+    let dir = scratch().join("trigger");
+    fs::create_dir_all(&dir).unwrap();
+    // A root-owned secret in a root-owned directory, and a libjvm.so look-alike.
+    let victim = dir.join("victim");
+    fs::write(&victim, "root:x:0:0:root:/root:/bin/bash\n").unwrap();
+    fs::set_permissions(&victim, fs::Permissions::from_mode(0o600)).unwrap();
+    let libjvm = dir.join("libjvm.so");
+    fs::copy("/lib/x86_64-linux-gnu/libm.so.6", &libjvm).unwrap();
+    fs::set_permissions(&libjvm, fs::Permissions::from_mode(0o644)).unwrap();
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+    let cwd = dir.join("cwd");
+    fs::create_dir_all(&cwd).unwrap();
+    chown(&cwd, NOBODY);
+    let before = snapshot(&victim);
+    let refusals = refused(&ws.url, "attach_trigger", "exists");
+
+    let fake = as_nobody(&cwd, &["fakejvm", libjvm.to_str().unwrap()]);
+    let name = format!(".attach_pid{}", fake.pid);
+    let planted = [cwd.join(&name), PathBuf::from("/tmp").join(&name)];
+    for link in &planted {
+        std::os::unix::fs::symlink(&victim, link).unwrap();
+        chown(link, NOBODY);
+    }
+    thread::sleep(Duration::from_secs(10));
+
+    let after = snapshot(&victim);
+    assert_eq!(after.content, before.content, "victim's content changed");
+    assert_eq!(after.uid, before.uid, "victim's owner changed");
+    assert_eq!(after.mode, before.mode, "victim's mode changed");
+    // Both places were tried and refused, not truncated nor chowned.
+    let now = refused(&ws.url, "attach_trigger", "exists");
+    assert!(now >= refusals + 2, "refusals {refusals} -> {now}");
+    // Reported as a JVM that could not be attached, not retried.
+    let mut last = serde_json::Value::Null;
+    let report = within(Duration::from_secs(15), || {
+        last = json_at(&ws.url, "/processes");
+        let row = last.as_array()?.iter().find(|p| p["pid"] == fake.pid)?;
+        (row["jvm"]["attach"] == "refused").then(|| row.clone())
+    });
+    assert!(report.is_some(), "fake JVM not reported as refused: {last}");
+    for link in &planted {
+        let _ = fs::remove_file(link);
+    }
+}
+
+#[test]
+fn hostile_perf_maps_are_refused_and_profiling_goes_on() {
+    if !ebpf_available() {
+        return;
+    }
+    let _serial = one_at_a_time();
+    let mut ws = Daemon::start(&[]);
+    let dir = scratch().join("perfmap");
+    fs::create_dir_all(&dir).unwrap();
+    let secret = dir.join("secret");
+    fs::write(&secret, "7f0000000000 1000 root-only\n").unwrap();
+    fs::set_permissions(&secret, fs::Permissions::from_mode(0o600)).unwrap();
+
+    type Plant = fn(&Path, &Path);
+    let variants: [(&str, Plant); 4] = [
+        ("symlink", |map, secret| {
+            std::os::unix::fs::symlink(secret, map).unwrap()
+        }),
+        ("too_big", |map, _| {
+            // 2 GB, sparse.
+            fs::File::create(map).unwrap().set_len(2 << 30).unwrap()
+        }),
+        ("long_line", |map, _| {
+            let line = format!("7f0000000000 10 {}\n", "x".repeat(10 << 20));
+            fs::write(map, line.repeat(3)).unwrap()
+        }),
+        // Last: it stays in place for the SIGTERM below.
+        ("wrong_type", |map, _| {
+            let c = std::ffi::CString::new(map.to_str().unwrap()).unwrap();
+            // SAFETY: valid C string.
+            assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        }),
+    ];
+    let mut running = Vec::new();
+    let mut maps = Vec::new();
+    for (reason, plant) in variants {
+        let before = refused(&ws.url, "perf_map", reason);
+        let w = as_nobody(&dir, &["anonexec"]);
+        let map = PathBuf::from(format!("/tmp/perf-{}.map", w.pid));
+        plant(&map, &secret);
+        chown(&map, NOBODY);
+        wait_refused(&ws.url, "perf_map", reason, before);
+        maps.push(map);
+        running.push(w);
+    }
+    // Still profiling: the spinning attackers themselves are busy processes.
+    let listed = within(Duration::from_secs(10), || {
+        let list = json_at(&ws.url, "/processes?seconds=5");
+        let busy = list
+            .as_array()?
+            .iter()
+            .filter(|p| running.iter().any(|w| p["pid"] == w.pid))
+            .filter(|p| p["cpu_us"].as_u64().unwrap_or(0) > 0)
+            .count();
+        (busy == running.len()).then_some(())
+    });
+    assert!(listed.is_some(), "/processes stopped listing busy processes");
+    let (status, body) = get(&format!("{}/folded?pid={}&seconds=5", ws.url, running[0].pid));
+    assert_eq!(status, 200, "{body}");
+
+    // The FIFO is still there: the daemon must still stop promptly.
+    let took = ws.terminate(Duration::from_secs(2));
+    assert!(took.is_some(), "SIGTERM did not stop the daemon within 2 s");
+    eprintln!("stopped in {:?}", took.unwrap());
+    for map in maps {
+        let _ = fs::remove_file(map);
+    }
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn a_huge_sparse_file_mapped_executable_costs_no_memory() {
+    if !ebpf_available() {
+        return;
+    }
+    let _serial = one_at_a_time();
+    let ws = Daemon::start(&[]);
+    let dir = scratch().join("sparse");
+    fs::create_dir_all(&dir).unwrap();
+    let big = dir.join("big.so");
+    let file = fs::File::create(&big).unwrap();
+    file.set_len(3 << 30).unwrap();
+    drop(file);
+    fs::set_permissions(&big, fs::Permissions::from_mode(0o644)).unwrap();
+    // Let the daemon settle: its first drains symbolize and build unwind
+    // tables for every process on the host.
+    let mut last = rss_kib(ws.pid());
+    let settled = within(Duration::from_secs(30), || {
+        thread::sleep(Duration::from_secs(2));
+        let now = rss_kib(ws.pid());
+        let steady = now < last + 4096;
+        last = now;
+        steady.then_some(())
+    });
+    assert!(settled.is_some(), "daemon RSS never settled");
+    let refusals = refused(&ws.url, "elf", "too_big");
+    let base = rss_kib(ws.pid());
+    let w = as_nobody(&dir, &["mapbig", big.to_str().unwrap()]);
+    let mut peak = base;
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(8) {
+        peak = peak.max(rss_kib(ws.pid()));
+        thread::sleep(Duration::from_millis(20));
+    }
+    // The process was seen (so its mappings were read).
+    let (status, body) = get(&format!("{}/folded?pid={}&seconds=5", ws.url, w.pid));
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        refused(&ws.url, "elf", "too_big") > refusals,
+        "the 3 GB file was never looked at"
+    );
+    let grew = (peak - base.min(peak)) / 1024;
+    eprintln!("RSS {} MiB -> peak {} MiB", base / 1024, peak / 1024);
+    assert!(grew < 50, "RSS grew by {grew} MiB");
+    drop(w);
+    let _ = fs::remove_file(big);
+}
+
+/// Descriptors of `pid` and how many point to deleted files.
+fn fds(pid: u32) -> (usize, Vec<String>) {
+    let mut deleted = Vec::new();
+    let mut n = 0;
+    for e in fs::read_dir(format!("/proc/{pid}/fd")).unwrap().flatten() {
+        n += 1;
+        if let Ok(target) = fs::read_link(e.path()) {
+            let t = target.to_string_lossy().to_string();
+            // memfds always read as deleted; they pin nothing on disk.
+            if t.ends_with(" (deleted)") && !t.starts_with("/memfd:") {
+                deleted.push(t);
+            }
+        }
+    }
+    (n, deleted)
+}
+
+#[test]
+fn distinct_short_lived_binaries_leave_no_descriptors_behind() {
+    if !ebpf_available() {
+        return;
+    }
+    let _serial = one_at_a_time();
+    let ws = Daemon::start(&["--frequency", "499"]);
+    let dir = scratch().join("binaries");
+    fs::create_dir_all(&dir).unwrap();
+    thread::sleep(Duration::from_secs(3));
+    let (fds_before, _) = fds(ws.pid());
+    // 1,200 copies: distinct inodes, so distinct files to symbolize.
+    let copies: Vec<PathBuf> = (0..1200)
+        .map(|i| {
+            let p = dir.join(format!("bin{i}"));
+            fs::copy(attacker(), &p).unwrap();
+            p
+        })
+        .collect();
+    let (mut max_fds, mut ran) = (0, 0);
+    for pair in copies.chunks(2) {
+        let mut children: Vec<_> = pair
+            .iter()
+            .map(|p| Command::new(p).args(["burn", "20"]).spawn().unwrap())
+            .collect();
+        for c in &mut children {
+            assert!(c.wait().unwrap().success());
+            ran += 1;
+        }
+        if ran % 100 == 0 {
+            max_fds = max_fds.max(fds(ws.pid()).0);
+        }
+    }
+    thread::sleep(Duration::from_secs(2));
+    for p in &copies {
+        fs::remove_file(p).unwrap();
+    }
+    // Two batches for the last files to be released.
+    thread::sleep(Duration::from_secs(3));
+    let (after, deleted) = fds(ws.pid());
+    eprintln!("fds: {fds_before} before, at most {max_fds} while running, {after} after");
+    let health = json_at(&ws.url, "/healthz");
+    eprintln!("pipeline: {}", health["pipeline"]);
+    assert!(deleted.is_empty(), "fds to deleted files: {deleted:?}");
+    let bound = fds_before + 2 * 64;
+    assert!(max_fds <= bound, "{max_fds} fds while running, bound {bound}");
+    assert!(after <= bound, "{after} fds after, bound {bound}");
+}
