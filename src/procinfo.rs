@@ -23,14 +23,16 @@ pub struct Status {
 impl Status {
     /// Reads `/proc/PID/status`; `None` when the process is gone.
     pub fn read(pid: u32) -> Option<Status> {
-        Status::parse(&fs::read_to_string(format!("/proc/{pid}/status")).ok()?, pid)
+        Status::parse(
+            &fs::read_to_string(format!("/proc/{pid}/status")).ok()?,
+            pid,
+        )
     }
 
     fn parse(text: &str, pid: u32) -> Option<Status> {
         let field = |key: &str| text.lines().find_map(|l| l.strip_prefix(key));
-        let second = |key: &str| -> Option<u32> {
-            field(key)?.split_whitespace().nth(1)?.parse().ok()
-        };
+        let second =
+            |key: &str| -> Option<u32> { field(key)?.split_whitespace().nth(1)?.parse().ok() };
         Some(Status {
             euid: second("Uid:")?,
             egid: second("Gid:")?,

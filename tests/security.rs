@@ -30,7 +30,10 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
 
 /// A directory every user can enter, for this test binary.
 fn scratch() -> PathBuf {
-    let dir = PathBuf::from(format!("/var/tmp/wallscope-security-{}", std::process::id()));
+    let dir = PathBuf::from(format!(
+        "/var/tmp/wallscope-security-{}",
+        std::process::id()
+    ));
     fs::create_dir_all(&dir).unwrap();
     fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
     dir
@@ -53,12 +56,29 @@ fn chown(path: &Path, uid: u32) {
 /// Starts the attacker as `nobody` in `cwd`.
 fn as_nobody(cwd: &Path, args: &[&str]) -> Workload {
     let mut cmd = Command::new("setpriv");
-    cmd.args(["--reuid", &NOBODY.to_string(), "--regid", &NOBODY.to_string()])
-        .args(["--clear-groups", "--"])
-        .arg(attacker())
-        .args(args)
-        .current_dir(cwd);
+    cmd.args([
+        "--reuid",
+        &NOBODY.to_string(),
+        "--regid",
+        &NOBODY.to_string(),
+    ])
+    .args(["--clear-groups", "--"])
+    .arg(attacker())
+    .args(args)
+    .current_dir(cwd);
     Workload::spawn(cmd)
+}
+
+/// Paths removed when the test ends, failed or not.
+struct Cleanup(Vec<PathBuf>);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for p in &self.0 {
+            let _ = fs::remove_file(p);
+            let _ = fs::remove_dir_all(p);
+        }
+    }
 }
 
 fn refused(url: &str, what: &str, reason: &str) -> u64 {
@@ -102,6 +122,7 @@ fn planted_attach_triggers_are_refused_and_their_targets_untouched() {
     let ws = Daemon::start(&[]);
     let dir = scratch().join("trigger");
     fs::create_dir_all(&dir).unwrap();
+    let mut cleanup = Cleanup(vec![dir.clone()]);
     // A root-owned secret in a root-owned directory, and a libjvm.so look-alike.
     let victim = dir.join("victim");
     fs::write(&victim, "root:x:0:0:root:/root:/bin/bash\n").unwrap();
@@ -119,6 +140,7 @@ fn planted_attach_triggers_are_refused_and_their_targets_untouched() {
     let fake = as_nobody(&cwd, &["fakejvm", libjvm.to_str().unwrap()]);
     let name = format!(".attach_pid{}", fake.pid);
     let planted = [cwd.join(&name), PathBuf::from("/tmp").join(&name)];
+    cleanup.0.extend(planted.iter().cloned());
     for link in &planted {
         std::os::unix::fs::symlink(&victim, link).unwrap();
         chown(link, NOBODY);
@@ -140,9 +162,6 @@ fn planted_attach_triggers_are_refused_and_their_targets_untouched() {
         (row["jvm"]["attach"] == "refused").then(|| row.clone())
     });
     assert!(report.is_some(), "fake JVM not reported as refused: {last}");
-    for link in &planted {
-        let _ = fs::remove_file(link);
-    }
 }
 
 #[test]
@@ -154,6 +173,7 @@ fn hostile_perf_maps_are_refused_and_profiling_goes_on() {
     let mut ws = Daemon::start(&[]);
     let dir = scratch().join("perfmap");
     fs::create_dir_all(&dir).unwrap();
+    let mut cleanup = Cleanup(vec![dir.clone()]);
     let secret = dir.join("secret");
     fs::write(&secret, "7f0000000000 1000 root-only\n").unwrap();
     fs::set_permissions(&secret, fs::Permissions::from_mode(0o600)).unwrap();
@@ -179,15 +199,14 @@ fn hostile_perf_maps_are_refused_and_profiling_goes_on() {
         }),
     ];
     let mut running = Vec::new();
-    let mut maps = Vec::new();
     for (reason, plant) in variants {
         let before = refused(&ws.url, "perf_map", reason);
         let w = as_nobody(&dir, &["anonexec"]);
         let map = PathBuf::from(format!("/tmp/perf-{}.map", w.pid));
+        cleanup.0.push(map.clone());
         plant(&map, &secret);
         chown(&map, NOBODY);
         wait_refused(&ws.url, "perf_map", reason, before);
-        maps.push(map);
         running.push(w);
     }
     // Still profiling: the spinning attackers themselves are busy processes.
@@ -201,17 +220,20 @@ fn hostile_perf_maps_are_refused_and_profiling_goes_on() {
             .count();
         (busy == running.len()).then_some(())
     });
-    assert!(listed.is_some(), "/processes stopped listing busy processes");
-    let (status, body) = get(&format!("{}/folded?pid={}&seconds=5", ws.url, running[0].pid));
+    assert!(
+        listed.is_some(),
+        "/processes stopped listing busy processes"
+    );
+    let (status, body) = get(&format!(
+        "{}/folded?pid={}&seconds=5",
+        ws.url, running[0].pid
+    ));
     assert_eq!(status, 200, "{body}");
 
     // The FIFO is still there: the daemon must still stop promptly.
     let took = ws.terminate(Duration::from_secs(2));
     assert!(took.is_some(), "SIGTERM did not stop the daemon within 2 s");
     eprintln!("stopped in {:?}", took.unwrap());
-    for map in maps {
-        let _ = fs::remove_file(map);
-    }
 }
 
 fn rss_kib(pid: u32) -> u64 {
@@ -232,6 +254,7 @@ fn a_huge_sparse_file_mapped_executable_costs_no_memory() {
     let ws = Daemon::start(&[]);
     let dir = scratch().join("sparse");
     fs::create_dir_all(&dir).unwrap();
+    let _cleanup = Cleanup(vec![dir.clone()]);
     let big = dir.join("big.so");
     let file = fs::File::create(&big).unwrap();
     file.set_len(3 << 30).unwrap();
@@ -268,7 +291,6 @@ fn a_huge_sparse_file_mapped_executable_costs_no_memory() {
     eprintln!("RSS {} MiB -> peak {} MiB", base / 1024, peak / 1024);
     assert!(grew < 50, "RSS grew by {grew} MiB");
     drop(w);
-    let _ = fs::remove_file(big);
 }
 
 /// Descriptors of `pid` and how many point to deleted files.
@@ -297,6 +319,7 @@ fn distinct_short_lived_binaries_leave_no_descriptors_behind() {
     let ws = Daemon::start(&["--frequency", "499"]);
     let dir = scratch().join("binaries");
     fs::create_dir_all(&dir).unwrap();
+    let _cleanup = Cleanup(vec![dir.clone()]);
     thread::sleep(Duration::from_secs(3));
     let (fds_before, _) = fds(ws.pid());
     // 1,200 copies: distinct inodes, so distinct files to symbolize.
@@ -333,6 +356,9 @@ fn distinct_short_lived_binaries_leave_no_descriptors_behind() {
     eprintln!("pipeline: {}", health["pipeline"]);
     assert!(deleted.is_empty(), "fds to deleted files: {deleted:?}");
     let bound = fds_before + 2 * 64;
-    assert!(max_fds <= bound, "{max_fds} fds while running, bound {bound}");
+    assert!(
+        max_fds <= bound,
+        "{max_fds} fds while running, bound {bound}"
+    );
     assert!(after <= bound, "{after} fds after, bound {bound}");
 }

@@ -133,14 +133,22 @@ pub fn render(shared: &Shared, now: SystemTime) -> String {
     let help = "Files and sockets of profiled processes refused (symlink, FIFO, owner, size...), by what and why";
     out.family(name, "counter", help);
     for (what, reason, n) in crate::untrusted::refusals::all() {
-        let labels = format!("{},{}", label("what", what.name()), label("reason", reason.name()));
+        let labels = format!(
+            "{},{}",
+            label("what", what.name()),
+            label("reason", reason.name())
+        );
         out.sample(name, &labels, n);
     }
     let name = "wallscope_pipeline_dropped_total";
     let help = "Work the daemon dropped rather than queue without bound";
     out.family(name, "counter", help);
     out.sample(name, &label("what", "batch"), health.batches_dropped);
-    out.sample(name, &label("what", "jvm_sighting"), health.jvm_sightings_dropped);
+    out.sample(
+        name,
+        &label("what", "jvm_sighting"),
+        health.jvm_sightings_dropped,
+    );
     let secs = |us: u64| Some(us as f64 / 1e6);
     let values = [
         Some(health.drains as f64),

@@ -60,7 +60,12 @@ pub struct ElfFiles {
 impl ElfFiles {
     /// Symbol names at `offsets` (file offsets) of `key`'s file, `None` for
     /// each when the file cannot be opened or read.
-    pub fn symbolize(&mut self, key: FileKey, at: &Locator, offsets: &[u64]) -> Vec<Option<String>> {
+    pub fn symbolize(
+        &mut self,
+        key: FileKey,
+        at: &Locator,
+        offsets: &[u64],
+    ) -> Vec<Option<String>> {
         let batch = self.batch;
         if !self.open.contains_key(&key) {
             match open(key, at) {
@@ -126,7 +131,11 @@ impl ElfFiles {
 
     fn make_room(&mut self) {
         while self.open.len() >= MAX_OPEN {
-            let Some(oldest) = self.open.iter().min_by_key(|(_, f)| f.used).map(|(k, _)| *k)
+            let Some(oldest) = self
+                .open
+                .iter()
+                .min_by_key(|(_, f)| f.used)
+                .map(|(k, _)| *k)
             else {
                 return;
             };

@@ -80,7 +80,11 @@ mod tests {
         assert!(Arc::ptr_eq(&a, &names.get("a;b\nc")));
         let long = "é".repeat(MAX_FRAME_BYTES);
         let cut = names.get(&long);
-        assert!(cut.len() <= MAX_FRAME_BYTES && cut.ends_with('…'), "{}", cut.len());
+        assert!(
+            cut.len() <= MAX_FRAME_BYTES && cut.ends_with('…'),
+            "{}",
+            cut.len()
+        );
         assert_eq!(names.bytes(), a.len() + cut.len());
         drop(cut);
         names.prune();

@@ -135,7 +135,7 @@ impl Symbolizer {
             self.kernel_cache.clear();
         }
         self.batches += 1;
-        if self.batches % PRUNE_EVERY_BATCHES == 0 {
+        if self.batches.is_multiple_of(PRUNE_EVERY_BATCHES) {
             self.prune_names();
         }
         self.procs.begin_batch();
@@ -234,8 +234,7 @@ impl Symbolizer {
                 jit_misses,
                 unnamed_tids,
             };
-            if let Err(std::sync::mpsc::TrySendError::Full(_)) = link.sightings.try_send(sighting)
-            {
+            if let Err(std::sync::mpsc::TrySendError::Full(_)) = link.sightings.try_send(sighting) {
                 link.dropped.fetch_add(1, Ordering::Relaxed);
             }
         }
@@ -295,9 +294,9 @@ impl Symbolizer {
     /// Code in anonymous executable memory: JIT code if a perf map names it.
     fn locate_jit(&mut self, pid: u32, addr: u64, jvm: bool) -> Location {
         let interner = &mut self.interner;
-        let found = self
-            .jit
-            .find(pid, addr, |name| interner.get(&frames::frame_name(name, jvm)));
+        let found = self.jit.find(pid, addr, |name| {
+            interner.get(&frames::frame_name(name, jvm))
+        });
         match found {
             Some(frame) => Location::Jit(frame),
             None if jvm => {

@@ -211,14 +211,21 @@ fn gone() -> OpenError {
 
 fn stamp_of(st: &libc::stat) -> (u64, SystemTime) {
     let mtime = SystemTime::UNIX_EPOCH
-        + Duration::new(st.st_mtime.max(0) as u64, st.st_mtime_nsec.clamp(0, 999_999_999) as u32);
+        + Duration::new(
+            st.st_mtime.max(0) as u64,
+            st.st_mtime_nsec.clamp(0, 999_999_999) as u32,
+        );
     (st.st_size.max(0) as u64, mtime)
 }
 
 /// Reads one line into `line` (without its newline), keeping at most
 /// `max` bytes: returns (more input may follow, the line was too long and
 /// was skipped to its end).
-fn read_capped_line(reader: &mut impl BufRead, line: &mut Vec<u8>, max: usize) -> io::Result<(bool, bool)> {
+fn read_capped_line(
+    reader: &mut impl BufRead,
+    line: &mut Vec<u8>,
+    max: usize,
+) -> io::Result<(bool, bool)> {
     let mut too_long = false;
     loop {
         let buf = reader.fill_buf()?;
@@ -318,7 +325,10 @@ mod tests {
         assert_eq!(reason(PerfMap::read(me, me)), Some(Reason::WrongType));
         std::fs::remove_file(&path).unwrap();
 
-        std::fs::File::create(&path).unwrap().set_len(2 << 30).unwrap();
+        std::fs::File::create(&path)
+            .unwrap()
+            .set_len(2 << 30)
+            .unwrap();
         assert_eq!(reason(PerfMap::read(me, me)), Some(Reason::TooBig));
         std::fs::remove_file(&path).unwrap();
         assert!(matches!(PerfMap::read(me, me), Err(OpenError::Io(_))));

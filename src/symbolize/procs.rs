@@ -157,12 +157,7 @@ fn classify(
 
 /// Records how to reach each file of `maps` that is not known yet. Files
 /// are not opened here: most mapped files never get a sample.
-fn register_files(
-    files: &mut HashMap<FileKey, FileEntry>,
-    pid: u32,
-    maps: &ProcMaps,
-    batch: u64,
-) {
+fn register_files(files: &mut HashMap<FileKey, FileEntry>, pid: u32, maps: &ProcMaps, batch: u64) {
     for m in maps.iter() {
         let Backing::File { path, dev, inode } = &m.backing else {
             continue;

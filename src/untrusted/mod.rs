@@ -86,7 +86,8 @@ impl Checked {
     }
 }
 
-const OPEN_FLAGS: libc::c_int = libc::O_RDONLY | libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY;
+const OPEN_FLAGS: libc::c_int =
+    libc::O_RDONLY | libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY;
 
 fn cstr(name: &str) -> io::Result<CString> {
     CString::new(name).map_err(|_| io::Error::other("NUL in a path"))
@@ -301,7 +302,12 @@ pub enum Last {
 /// Opens a regular file by path for reading and checks it. Directories on
 /// the way are resolved normally, so give `expect.identity` (or use a
 /// [`Dir`]) when they may be another user's.
-pub fn open_path(path: &Path, last: Last, what: What, expect: &Expect) -> Result<Checked, OpenError> {
+pub fn open_path(
+    path: &Path,
+    last: Last,
+    what: What,
+    expect: &Expect,
+) -> Result<Checked, OpenError> {
     let shown = || path.display().to_string();
     let c = CString::new(path.as_os_str().as_encoded_bytes())
         .map_err(|_| io::Error::other("NUL in a path"))?;
@@ -403,7 +409,9 @@ mod tests {
         let rel = dir.path().strip_prefix("/").unwrap();
         let mut d = root;
         for part in rel.components() {
-            d = d.sub(part.as_os_str().to_str().unwrap(), What::PerfMap).unwrap();
+            d = d
+                .sub(part.as_os_str().to_str().unwrap(), What::PerfMap)
+                .unwrap();
         }
         std::fs::create_dir(dir.path().join("real")).unwrap();
         std::fs::write(dir.path().join("real/f"), "x").unwrap();

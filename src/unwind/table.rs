@@ -43,7 +43,11 @@ pub enum TableError {
     #[error("no .eh_frame section")]
     NoEhFrame,
     #[error("{what} too large ({size} bytes, at most {max})")]
-    TooLarge { what: &'static str, size: u64, max: u64 },
+    TooLarge {
+        what: &'static str,
+        size: u64,
+        max: u64,
+    },
     #[error("address {0:#x} does not fit in 32 bits")]
     AddressOverflow(u64),
     #[error("no PT_LOAD segment contains file offset {0:#x}")]
