@@ -218,7 +218,9 @@ fn serve(
     ))?;
     tracing::info!(%listen, frequency = sampling.frequency, "wallscope serving on http://{listen}/");
     let served = runtime.block_on(api::serve(listener, pipeline.shared(), access));
+    let stopping = Instant::now();
     pipeline.stop();
+    tracing::info!(took = ?stopping.elapsed(), "HTTP server and pipeline stopped");
     served.context("serving HTTP")
 }
 

@@ -198,7 +198,9 @@ fn collect_loop(
                     }
                     // After the send: building a table for a new library
                     // takes tens of milliseconds, the symbolizer need not wait.
-                    if let Some(registry) = registry.as_deref_mut() {
+                    // Not when stopping: tables for new processes would never
+                    // be used, and building them delayed exit by seconds.
+                    if let Some(registry) = registry.as_deref_mut().filter(|_| !stopping) {
                         registry.update(pids);
                         shared
                             .health

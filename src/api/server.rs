@@ -10,7 +10,7 @@
 //! room for the new one. Requests being served are never cut by these rules.
 
 use std::{
-    collections::HashMap,
+    collections::{BTreeSet, HashMap},
     convert::Infallible,
     future::Future,
     io,
@@ -227,90 +227,72 @@ pub fn connection_cap(fd_limit: u64) -> usize {
         .clamp(MIN_CONNECTIONS, MAX_CONNECTIONS)
 }
 
-/// Where a connection is, for the idle and eviction rules.
+/// Where an open connection is, for the idle and eviction rules.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     /// No complete request header since this instant: just accepted, or
-    /// the last response fully written.
+    /// its last response fully written.
     Waiting(Instant),
     /// Serving this many requests (handler running or response body not
     /// fully written).
     Serving(u32),
-    /// Chosen to be closed; its task drops it.
-    Closing,
 }
 
-/// One open connection's shared state.
-#[derive(Debug)]
+/// One open connection, as its task sees it.
+#[derive(Debug, Default)]
 struct Connection {
-    phase: Mutex<Phase>,
-    /// Wakes the connection's task to drop it.
+    /// Wakes the connection's task to drop it (idle, evicted).
     close: Notify,
 }
 
-impl Connection {
-    fn new(now: Instant) -> Connection {
-        Connection {
-            phase: Mutex::new(Phase::Waiting(now)),
-            close: Notify::new(),
-        }
-    }
-
-    fn phase(&self) -> std::sync::MutexGuard<'_, Phase> {
-        self.phase.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// A request header arrived: the connection is busy until the returned
-    /// guard is dropped.
-    fn request_started(self: &Arc<Self>) -> InFlight {
-        let mut phase = self.phase();
-        *phase = match *phase {
-            Phase::Waiting(_) => Phase::Serving(1),
-            Phase::Serving(n) => Phase::Serving(n + 1),
-            Phase::Closing => Phase::Closing,
-        };
-        InFlight(self.clone())
-    }
-
-    /// Marks the connection closing if it has been waiting since at or
-    /// before `waiting_since` (any waiting one if `None`), and wakes its
-    /// task; whether it did.
-    fn close_if_waiting(&self, waiting_since: Option<Instant>) -> bool {
-        let mut phase = self.phase();
-        let close = match (*phase, waiting_since) {
-            (Phase::Waiting(_), None) => true,
-            (Phase::Waiting(since), Some(limit)) => since <= limit,
-            _ => false,
-        };
-        if close {
-            *phase = Phase::Closing;
-            self.close.notify_one();
-        }
-        close
-    }
-}
-
-/// A request in progress on a connection; when dropped, the connection
-/// waits for its next request (if this was its last one in progress).
+/// An open connection in the table.
 #[derive(Debug)]
-struct InFlight(Arc<Connection>);
+struct Entry {
+    phase: Phase,
+    conn: Arc<Connection>,
+}
 
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        let mut phase = self.0.phase();
-        *phase = match *phase {
-            Phase::Serving(n) if n > 1 => Phase::Serving(n - 1),
-            Phase::Serving(_) => Phase::Waiting(Instant::now()),
-            other => other,
+/// The open connections, and the waiting ones ordered by how long they
+/// have waited, so that the longest-waiting one is found without a scan.
+#[derive(Debug, Default)]
+struct Table {
+    entries: HashMap<u64, Entry>,
+    waiting: BTreeSet<(Instant, u64)>,
+    next_id: u64,
+}
+
+impl Table {
+    /// Removes connection `id` (if still there); returns it.
+    fn remove(&mut self, id: u64) -> Option<Arc<Connection>> {
+        let entry = self.entries.remove(&id)?;
+        if let Phase::Waiting(since) = entry.phase {
+            self.waiting.remove(&(since, id));
+        }
+        Some(entry.conn)
+    }
+
+    /// Closes the connection that has waited longest, if it has waited
+    /// since `limit` or earlier (any if `None`); whether one was.
+    fn close_oldest_waiting(&mut self, limit: Option<Instant>) -> bool {
+        let Some(&(since, id)) = self.waiting.first() else {
+            return false;
         };
+        if limit.is_some_and(|limit| since > limit) {
+            return false;
+        }
+        if let Some(conn) = self.remove(id) {
+            conn.close.notify_one();
+        }
+        true
     }
 }
 
-/// The open connections.
+/// The open connections of a server. One lock guards every phase change,
+/// so a connection chosen to be closed cannot start a request at the same
+/// moment.
 #[derive(Debug)]
 struct Connections {
-    table: Mutex<HashMap<u64, Arc<Connection>>>,
-    next_id: AtomicU64,
+    table: Mutex<Table>,
     cap: usize,
 }
 
@@ -323,23 +305,90 @@ struct Admitted {
     connections: Arc<Connections>,
 }
 
+impl Admitted {
+    /// A request header arrived: the connection is busy until the returned
+    /// guard is dropped.
+    fn request_started(&self) -> InFlight {
+        let mut table = self.connections.table();
+        let id = self.id;
+        let waited = match table.entries.get_mut(&id) {
+            Some(entry) => match entry.phase {
+                Phase::Waiting(since) => {
+                    entry.phase = Phase::Serving(1);
+                    Some(since)
+                }
+                Phase::Serving(n) => {
+                    entry.phase = Phase::Serving(n + 1);
+                    None
+                }
+            },
+            // Chosen to be closed a moment ago: its task is dropping it.
+            None => None,
+        };
+        if let Some(since) = waited {
+            table.waiting.remove(&(since, id));
+        }
+        InFlight {
+            id,
+            connections: self.connections.clone(),
+        }
+    }
+
+    /// Closes this connection if it is waiting for a request; whether it was.
+    fn close_if_waiting(&self) -> bool {
+        let mut table = self.connections.table();
+        match table.entries.get(&self.id).map(|e| e.phase) {
+            Some(Phase::Waiting(_)) => {
+                table.remove(self.id);
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
 impl Drop for Admitted {
     fn drop(&mut self) {
-        self.connections.table().remove(&self.id);
+        self.connections.table().remove(self.id);
         STATS.connections_open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A request in progress on a connection; when dropped, the connection
+/// waits for its next request (if this was its last one in progress).
+#[derive(Debug)]
+struct InFlight {
+    id: u64,
+    connections: Arc<Connections>,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let now = Instant::now();
+        let mut table = self.connections.table();
+        let Some(entry) = table.entries.get_mut(&self.id) else {
+            return;
+        };
+        match entry.phase {
+            Phase::Serving(n) if n > 1 => entry.phase = Phase::Serving(n - 1),
+            Phase::Serving(_) => {
+                entry.phase = Phase::Waiting(now);
+                table.waiting.insert((now, self.id));
+            }
+            Phase::Waiting(_) => {}
+        }
     }
 }
 
 impl Connections {
     fn new(cap: usize) -> Connections {
         Connections {
-            table: Mutex::new(HashMap::new()),
-            next_id: AtomicU64::new(0),
+            table: Mutex::new(Table::default()),
             cap,
         }
     }
 
-    fn table(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Connection>>> {
+    fn table(&self) -> std::sync::MutexGuard<'_, Table> {
         self.table.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -349,28 +398,21 @@ impl Connections {
     /// then be closed).
     fn admit(self: &Arc<Self>, now: Instant) -> Option<Admitted> {
         let mut table = self.table();
-        while table.len() >= self.cap {
-            let oldest = table
-                .iter()
-                .filter_map(|(id, c)| match *c.phase() {
-                    Phase::Waiting(since) => Some((since, *id)),
-                    _ => None,
-                })
-                .min()?;
-            // Its phase may have changed since the scan (a request header
-            // arrived): then look again.
-            let (since, id) = oldest;
-            if table
-                .get(&id)
-                .is_some_and(|c| c.close_if_waiting(Some(since)))
-            {
-                table.remove(&id);
-                bump(&STATS.closed_evicted);
+        while table.entries.len() >= self.cap {
+            if !table.close_oldest_waiting(None) {
+                return None;
             }
+            bump(&STATS.closed_evicted);
         }
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let conn = Arc::new(Connection::new(now));
-        table.insert(id, conn.clone());
+        let id = table.next_id;
+        table.next_id += 1;
+        let conn = Arc::new(Connection::default());
+        let entry = Entry {
+            phase: Phase::Waiting(now),
+            conn: conn.clone(),
+        };
+        table.entries.insert(id, entry);
+        table.waiting.insert((now, id));
         bump(&STATS.connections_accepted);
         bump(&STATS.connections_open);
         Some(Admitted {
@@ -387,13 +429,9 @@ impl Connections {
             return;
         };
         let mut table = self.table();
-        table.retain(|_, conn| {
-            let closed = conn.close_if_waiting(Some(limit));
-            if closed {
-                bump(&STATS.closed_idle_timeout);
-            }
-            !closed
-        });
+        while table.close_oldest_waiting(Some(limit)) {
+            bump(&STATS.closed_idle_timeout);
+        }
     }
 }
 
@@ -510,14 +548,14 @@ async fn run_connection(
 ) {
     // Responses are written whole; Nagle would only delay the last segment.
     let _ = stream.set_nodelay(true);
-    let conn = admitted.conn.clone();
+    let admitted = Arc::new(admitted);
     let service = {
-        let conn = conn.clone();
+        let admitted = admitted.clone();
         let router = TowerToHyperService::new(router);
         service_fn(move |req: Request<Incoming>| {
             // Marked busy as soon as hyper has a complete request header,
             // before the handler runs.
-            let in_flight = conn.request_started();
+            let in_flight = admitted.request_started();
             let response = router.call(req);
             async move {
                 let response = response.await?;
@@ -539,10 +577,10 @@ async fn run_connection(
                 }
                 break;
             }
-            () = conn.close.notified() => break,
+            () = admitted.conn.close.notified() => break,
             _ = stop.changed(), if !stopping => {
                 stopping = true;
-                if conn.close_if_waiting(None) {
+                if admitted.close_if_waiting() {
                     break;
                 }
                 // Finish the request in progress, then close.
@@ -550,7 +588,6 @@ async fn run_connection(
             }
         }
     }
-    drop(admitted);
 }
 
 #[cfg(test)]
@@ -565,6 +602,11 @@ mod tests {
         assert_eq!(connection_cap(u64::MAX), MAX_CONNECTIONS);
     }
 
+    /// The phase of connection `c`, `None` once chosen to be closed.
+    fn phase(c: &Admitted) -> Option<Phase> {
+        c.connections.table().entries.get(&c.id).map(|e| e.phase)
+    }
+
     #[test]
     fn full_table_evicts_the_longest_waiting_connection() {
         let t0 = Instant::now();
@@ -574,36 +616,49 @@ mod tests {
         let b = conns.admit(at(1)).unwrap();
         let c = conns.admit(at(2)).unwrap();
         // `a` is serving, so `b` has waited longest.
-        let serving = a.conn.request_started();
+        let serving = a.request_started();
         let d = conns.admit(at(3)).unwrap();
-        assert_eq!(*b.conn.phase(), Phase::Closing);
-        assert_eq!(*c.conn.phase(), Phase::Waiting(at(2)));
-        assert_eq!(conns.table().len(), 3);
+        assert_eq!(phase(&b), None);
+        assert_eq!(phase(&c), Some(Phase::Waiting(at(2))));
+        assert_eq!(conns.table().entries.len(), 3);
         // Every connection busy: no room.
-        let _busy = [c.conn.request_started(), d.conn.request_started()];
+        let _busy = [c.request_started(), d.request_started()];
         assert!(conns.admit(at(4)).is_none());
         // A finished request makes its connection evictable again.
         drop(serving);
-        assert!(matches!(*a.conn.phase(), Phase::Waiting(_)));
+        assert!(matches!(phase(&a), Some(Phase::Waiting(_))));
         assert!(conns.admit(at(5)).is_some());
-        assert_eq!(*a.conn.phase(), Phase::Closing);
+        assert_eq!(phase(&a), None);
+        // The evicted connection's task was told to close it.
+        let closing = b.conn.close.notified();
+        tokio::pin!(closing);
+        assert!(closing.as_mut().enable(), "a stored permit");
     }
 
     #[test]
     fn only_connections_waiting_past_the_timeout_are_closed() {
-        let t0 = Instant::now();
+        // In the past, so that a wait starting now comes after all of them.
+        let t0 = Instant::now().checked_sub(Duration::from_secs(60)).unwrap();
         let conns = Arc::new(Connections::new(10));
         let old = conns.admit(t0).unwrap();
         let busy = conns.admit(t0).unwrap();
         let young = conns.admit(t0 + Duration::from_secs(5)).unwrap();
-        let _in_flight = busy.conn.request_started();
+        let in_flight = busy.request_started();
         conns.close_idle(t0 + IDLE_TIMEOUT);
-        assert_eq!(*old.conn.phase(), Phase::Closing);
-        assert_eq!(*busy.conn.phase(), Phase::Serving(1));
+        assert_eq!(phase(&old), None);
+        assert_eq!(phase(&busy), Some(Phase::Serving(1)));
         assert_eq!(
-            *young.conn.phase(),
-            Phase::Waiting(t0 + Duration::from_secs(5))
+            phase(&young),
+            Some(Phase::Waiting(t0 + Duration::from_secs(5)))
         );
-        assert_eq!(conns.table().len(), 2);
+        // A connection that was serving waits from the end of its response.
+        drop(in_flight);
+        conns.close_idle(t0 + IDLE_TIMEOUT + Duration::from_secs(5));
+        assert_eq!(phase(&young), None);
+        assert!(matches!(phase(&busy), Some(Phase::Waiting(_))));
+        assert_eq!(conns.table().waiting.len(), 1);
+        drop(young);
+        drop(old);
+        assert_eq!(conns.table().entries.len(), 1);
     }
 }
