@@ -183,12 +183,16 @@ fn access(listen: SocketAddr, security: &Security) -> Result<api::Access> {
         ),
         None => None,
     };
-    if !listen.ip().to_canonical().is_loopback() && token.is_none() && !security.insecure_listen {
+    let exposed = !listen.ip().to_canonical().is_loopback() && token.is_none();
+    if exposed && !security.insecure_listen {
         bail!(Usage(format!(
             "refusing to listen on {listen}, which is not a loopback address, without \
              --token-file: anyone who can reach it could read every process's stacks. \
              Give --token-file FILE, or --insecure-listen if something else guards the port"
         )));
+    }
+    if exposed {
+        tracing::warn!(%listen, "--insecure-listen: serving every process's stacks without a token");
     }
     Ok(api::Access::new(security.allow_host.clone(), token))
 }
@@ -219,8 +223,11 @@ fn serve(
     tracing::info!(%listen, frequency = sampling.frequency, "wallscope serving on http://{listen}/");
     let served = runtime.block_on(api::serve(listener, pipeline.shared(), access));
     let stopping = Instant::now();
+    // A flame graph still rendering on a blocking thread must not hold the
+    // exit: its client is gone.
+    runtime.shutdown_background();
     pipeline.stop();
-    tracing::info!(took = ?stopping.elapsed(), "HTTP server and pipeline stopped");
+    tracing::info!(took = ?stopping.elapsed(), "pipeline stopped");
     served.context("serving HTTP")
 }
 

@@ -395,6 +395,8 @@ async fn runqueue_errors_name_the_parameter() {
         ("/runqueue?pid=500&cgroup=1", "`cgroup`"),
         ("/runqueue?cgroup=system.slice", "`cgroup`"),
         ("/runqueue?cgroup=-3", "`cgroup`"),
+        ("/runqueue?cgroup=%2B5", "`cgroup`"),
+        ("/runqueue?cgroup=5%20", "`cgroup`"),
         ("/runqueue?pid=500&format=svg", "`format`"),
         ("/runqueue?pid=500&tid=1", "`tid`"),
     ] {
@@ -743,4 +745,153 @@ async fn healthz_and_metrics_report_http_counters() {
             "{event}: {body}"
         );
     }
+}
+
+/// The server's connection rules in-process, on the API router plus slow
+/// routes: eviction at the cap, refusal when every connection is busy, and
+/// a shutdown that neither cuts a short request nor waits for a stuck one
+/// or for idle clients.
+#[test]
+fn server_evicts_refuses_and_stops_promptly() {
+    use std::{
+        io::{ErrorKind, Read, Write},
+        net::TcpStream,
+        sync::atomic::{AtomicUsize, Ordering},
+        time::Instant,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    // Handlers count their start, so the test knows a request is being
+    // served (not just sent); `/busy` then waits for `release`.
+    let started = Arc::new(AtomicUsize::new(0));
+    let (release, released) = tokio::sync::watch::channel(false);
+    let sleeper = |ms: u64| {
+        let started = started.clone();
+        axum::routing::get(move || async move {
+            started.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            "done"
+        })
+    };
+    let busy_route = {
+        let started = started.clone();
+        axum::routing::get(move || async move {
+            started.fetch_add(1, Ordering::SeqCst);
+            let _ = released.clone().wait_for(|r| *r).await;
+            "done"
+        })
+    };
+    let router = app()
+        .route("/slow", sleeper(300))
+        .route("/stuck", sleeper(60_000))
+        .route("/busy", busy_route);
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = runtime.spawn(api::server::serve(listener, router, async {
+        let _ = stopped.await;
+    }));
+    let connect = || {
+        let s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s
+    };
+    let send = |path: &str| {
+        let mut s = connect();
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        s
+    };
+    let answer = |mut s: TcpStream| {
+        let mut text = String::new();
+        let _ = s.read_to_string(&mut text);
+        text
+    };
+    // Whether the server closed `s` (within a second) without answering.
+    let closed = |mut s: &TcpStream| {
+        s.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+        let mut buf = [0u8; 64];
+        match s.read(&mut buf) {
+            Ok(0) => true,
+            Ok(_) => false,
+            Err(e) => !matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut),
+        }
+    };
+    let wait_until = |what: &str, ready: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !ready() {
+            assert!(Instant::now() < deadline, "waiting for {what}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    let stats = || api::server::STATS.snapshot();
+    wait_until("the server", &|| stats().connection_limit > 0);
+    let cap = stats().connection_limit as usize;
+    let before = stats();
+
+    // At the cap, a new client still gets an answer: the connection that
+    // waited longest makes room.
+    let idle: Vec<TcpStream> = (0..cap).map(|_| connect()).collect();
+    wait_until("idle connections", &|| {
+        stats().connections_open as usize >= cap
+    });
+    let reply = answer(send("/healthz"));
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    assert!(closed(&idle[0]), "the longest-waiting connection is closed");
+    assert!(!closed(&idle[cap - 1]), "the newest idle one is not");
+    assert!(stats().closed_evicted > before.closed_evicted);
+
+    // Every connection busy serving: a new one is closed at once.
+    let busy: Vec<TcpStream> = (0..cap).map(|_| send("/busy")).collect();
+    wait_until("busy requests", &|| started.load(Ordering::SeqCst) >= cap);
+    assert!(closed(&connect()), "refused when every connection is busy");
+    assert!(stats().refused_full > before.refused_full);
+    release.send(true).unwrap();
+    for s in busy {
+        let reply = answer(s);
+        assert!(
+            reply.starts_with("HTTP/1.1 200") && reply.ends_with("done"),
+            "busy requests are not cut: {reply}"
+        );
+    }
+    drop(idle);
+
+    // Shutdown: a short request in progress completes; a stuck one, idle
+    // and slowloris clients do not hold the server.
+    let idle: Vec<TcpStream> = (0..50).map(|_| connect()).collect();
+    let mut slowloris = connect();
+    slowloris.write_all(b"GET / HTTP/1.1\r\nHost: 12").unwrap();
+    let serving = started.load(Ordering::SeqCst);
+    let short = send("/slow");
+    let stuck = send("/stuck");
+    wait_until("short and stuck requests", &|| {
+        started.load(Ordering::SeqCst) >= serving + 2
+    });
+    let stopping = Instant::now();
+    stop.send(()).unwrap();
+    runtime
+        .block_on(async { tokio::time::timeout(Duration::from_secs(2), server).await })
+        .expect("serve returned")
+        .unwrap()
+        .unwrap();
+    let took = stopping.elapsed();
+    assert!(
+        took < Duration::from_secs(1),
+        "serve took {took:?} to return"
+    );
+    let reply = answer(short);
+    assert!(
+        reply.starts_with("HTTP/1.1 200") && reply.ends_with("done"),
+        "{reply}"
+    );
+    assert!(!answer(stuck).contains("done"));
+    assert!(idle.iter().all(closed) && closed(&slowloris));
 }

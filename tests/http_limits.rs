@@ -148,6 +148,52 @@ fn probe(addr: SocketAddr, path: &str) -> (u16, Duration, String) {
     }
 }
 
+/// Sends GET `path` on an open keep-alive connection and reads one
+/// response: its status (0 if the connection failed).
+fn keep_alive_get(s: &mut TcpStream, addr: SocketAddr, path: &str) -> u16 {
+    let mut answer = || -> std::io::Result<u16> {
+        write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n")?;
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            s.read_exact(&mut byte)?;
+            head.push(byte[0]);
+        }
+        let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+        let length: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        s.read_exact(&mut vec![0; length])?;
+        Ok(head
+            .split(' ')
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0))
+    };
+    answer().unwrap_or(0)
+}
+
+/// A keep-alive client that sends a request every `gap` (shorter than the
+/// idle timeout) on one connection, `n` times: the statuses it got. Its
+/// waits add up to more than the idle timeout, but each starts at the end
+/// of a response, so none may be closed.
+fn keep_alive_client(addr: SocketAddr, gap: Duration, n: usize) -> JoinHandle<Vec<u16>> {
+    thread::spawn(move || {
+        let mut s = connect(addr).expect("keep-alive connect");
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        (0..n)
+            .map(|i| {
+                if i > 0 {
+                    thread::sleep(gap);
+                }
+                keep_alive_get(&mut s, addr, "/healthz")
+            })
+            .collect()
+    })
+}
+
 /// Whether the server closed `s`: a read gives EOF or a reset rather than
 /// blocking.
 fn closed_by_server(mut s: &TcpStream) -> bool {
@@ -202,6 +248,8 @@ fn floods_of_idle_and_slowloris_connections_are_survived_and_closed() {
         slow.conns.len(),
         held_since - started
     );
+
+    let keep_alive = keep_alive_client(addr, IDLE_TIMEOUT * 2 / 3, 3);
 
     // Profiling goes on while the flood is held.
     let workload = Workload::start(&workload("cpu_shares"), &["3"]);
@@ -268,6 +316,17 @@ fn floods_of_idle_and_slowloris_connections_are_survived_and_closed() {
     }
     drop(slow);
     drop(idle);
+    let statuses = keep_alive.join().unwrap();
+    eprintln!(
+        "keep-alive requests {:?} apart: {statuses:?}",
+        IDLE_TIMEOUT * 2 / 3
+    );
+    if statuses != [200; 3] {
+        failures.push(format!(
+            "a keep-alive connection with requests {:?} apart was cut: {statuses:?}",
+            IDLE_TIMEOUT * 2 / 3
+        ));
+    }
 
     let http = healthz_http(&daemon.url);
     eprintln!("healthz http: {http}");

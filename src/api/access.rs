@@ -59,7 +59,7 @@ impl Access {
     fn host_allowed(&self, value: &str) -> bool {
         match parse_host(value) {
             Some(Host::Ip) => true,
-            Some(Host::Name(name)) => self.hosts.iter().any(|h| *h == name),
+            Some(Host::Name(name)) => self.hosts.contains(&name),
             None => false,
         }
     }

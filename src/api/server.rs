@@ -74,6 +74,12 @@ pub const REAP_INTERVAL: Duration = Duration::from_millis(500);
 /// promptly whatever its clients do.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_millis(800);
 
+/// Buffer size past which hyper stops reading a request header and answers
+/// 431 (its default is about 400 KiB; the last read may take it up to twice
+/// this). The API's requests are GETs with a few small headers; at the
+/// connection cap this bounds header memory to some 64 MiB, not 400.
+const MAX_HEADER_BUFFER: usize = 64 * 1024;
+
 /// Pause after an accept that failed for lack of resources (no fd left,
 /// no memory): retrying at once would spin a CPU.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
@@ -465,7 +471,8 @@ impl hyper::body::Body for TrackedBody {
 
 /// Serves `router` on `listener` until `shutdown` completes, then lets
 /// requests in progress finish for at most [`SHUTDOWN_GRACE`] and drops
-/// every connection.
+/// every connection. Raises the process's fd limit first
+/// ([`raise_fd_limit`]) and caps connections under it.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
@@ -566,7 +573,9 @@ async fn run_connection(
             }
         })
     };
-    let http = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+    let http = http1::Builder::new()
+        .max_buf_size(MAX_HEADER_BUFFER)
+        .serve_connection(TokioIo::new(stream), service);
     tokio::pin!(http);
     let mut stopping = false;
     loop {
