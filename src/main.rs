@@ -61,6 +61,26 @@ struct Sampling {
     unwind_table_mb: u64,
 }
 
+/// Who may use the HTTP API.
+#[derive(clap::Args, Clone)]
+struct Security {
+    /// File holding a bearer token (whitespace trimmed): every endpoint but
+    /// /healthz then requires `Authorization: Bearer <token>`. The file must
+    /// be a regular file (not a symlink) that other users cannot read or
+    /// write.
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<PathBuf>,
+    /// Accept this name in the Host header too (repeatable). Without it only
+    /// IP addresses, localhost and this machine's host name are served,
+    /// which stops DNS rebinding.
+    #[arg(long = "allow-host", value_name = "NAME", value_parser = api::access::parse_allowed_host)]
+    allow_host: Vec<String>,
+    /// Allow --listen on a non-loopback address without --token-file, for
+    /// when something else (a firewall, an authenticating proxy) guards it.
+    #[arg(long)]
+    insecure_listen: bool,
+}
+
 /// How user stacks are walked (`--unwind`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum Unwind {
@@ -72,10 +92,12 @@ enum Unwind {
 enum Command {
     /// Run the profiler daemon and serve its HTTP API.
     Serve {
-        /// Address to listen on. The API has no authentication: keep it on
-        /// loopback unless something else guards it.
+        /// Address to listen on. A non-loopback address needs --token-file
+        /// (or --insecure-listen).
         #[arg(long, default_value = "127.0.0.1:7070")]
         listen: SocketAddr,
+        #[command(flatten)]
+        security: Security,
         /// Minutes of history kept in memory.
         #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=1440))]
         retention: u64,
@@ -110,9 +132,10 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve {
             listen,
+            security,
             retention,
             sampling,
-        } => serve(listen, retention, &sampling),
+        } => serve(listen, &security, retention, &sampling),
         Command::Record {
             pid,
             duration,
@@ -149,7 +172,38 @@ fn pipeline_options(sampling: &Sampling, retention: Duration) -> PipelineOptions
     }
 }
 
-fn serve(listen: SocketAddr, retention_min: u64, sampling: &Sampling) -> Result<()> {
+/// The API's access rules from the flags. Checked before anything is
+/// loaded: a daemon that would expose every process's stacks to the network
+/// must not start at all.
+fn access(listen: SocketAddr, security: &Security) -> Result<api::Access> {
+    let token = match &security.token_file {
+        Some(path) => Some(
+            api::token::Token::from_file(path)
+                .map_err(|e| Usage(format!("--token-file {}: {e}", path.display())))?,
+        ),
+        None => None,
+    };
+    let exposed = !listen.ip().to_canonical().is_loopback() && token.is_none();
+    if exposed && !security.insecure_listen {
+        bail!(Usage(format!(
+            "refusing to listen on {listen}, which is not a loopback address, without \
+             --token-file: anyone who can reach it could read every process's stacks. \
+             Give --token-file FILE, or --insecure-listen if something else guards the port"
+        )));
+    }
+    if exposed {
+        tracing::warn!(%listen, "--insecure-listen: serving every process's stacks without a token");
+    }
+    Ok(api::Access::new(security.allow_host.clone(), token))
+}
+
+fn serve(
+    listen: SocketAddr,
+    security: &Security,
+    retention_min: u64,
+    sampling: &Sampling,
+) -> Result<()> {
+    let access = access(listen, security)?;
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     // Bind first: a taken port should fail before anything is loaded.
     let listener = runtime
@@ -167,8 +221,13 @@ fn serve(listen: SocketAddr, retention_min: u64, sampling: &Sampling) -> Result<
         Duration::from_secs(retention_min * 60),
     ))?;
     tracing::info!(%listen, frequency = sampling.frequency, "wallscope serving on http://{listen}/");
-    let served = runtime.block_on(api::serve(listener, pipeline.shared()));
+    let served = runtime.block_on(api::serve(listener, pipeline.shared(), access));
+    let stopping = Instant::now();
+    // A flame graph still rendering on a blocking thread must not hold the
+    // exit: its client is gone.
+    runtime.shutdown_background();
     pipeline.stop();
+    tracing::info!(took = ?stopping.elapsed(), "pipeline stopped");
     served.context("serving HTTP")
 }
 
@@ -193,7 +252,9 @@ fn record(pid: u32, duration: Duration, output: &Path, sampling: &Sampling) -> R
         );
     }
     let shared = pipeline.shared();
-    pipeline.stop();
+    // Nothing waits on us here: give the last drain and its symbolization
+    // time to reach the store.
+    pipeline.stop_within(Duration::from_secs(10));
 
     let filter = Filter::cpu(Some(pid), None, retention.as_secs());
     let folded = {

@@ -242,9 +242,10 @@ fn collect_loop(
                         Err(mpsc::TrySendError::Disconnected(_)) => return,
                     }
                     // After the send: building a table for a new library
-                    // takes tens of milliseconds, the symbolizer need not
-                    // wait; on the way out, nobody needs new tables.
-                    if let (Some(registry), false) = (registry.as_deref_mut(), stopping) {
+                    // takes tens of milliseconds, the symbolizer need not wait.
+                    // Not when stopping: tables for new processes would never
+                    // be used, and building them delayed exit by seconds.
+                    if let Some(registry) = registry.as_deref_mut().filter(|_| !stopping) {
                         registry.update(pids);
                         shared
                             .health

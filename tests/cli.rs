@@ -54,3 +54,66 @@ fn serve_reports_a_taken_port() {
         "{err}"
     );
 }
+
+#[test]
+fn serve_refuses_a_non_loopback_address_without_a_token() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    for addr in [format!("0.0.0.0:{port}"), format!("[::]:{port}")] {
+        let (code, err) = wallscope(&["serve", "--listen", &addr]);
+        assert_eq!(code, 2, "{addr}: {err}");
+        assert!(
+            err.contains(&addr)
+                && err.contains("--token-file")
+                && err.contains("--insecure-listen"),
+            "{addr}: {err}"
+        );
+    }
+}
+
+/// A token file with `text` and `mode` in a fresh directory.
+fn token_file(text: &str, mode: u32) -> (tempfile::TempDir, std::path::PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("token");
+    std::fs::write(&path, text).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+    (dir, path)
+}
+
+#[test]
+fn serve_refuses_unsafe_or_missing_token_files() {
+    let (_dir, readable) = token_file("s3cret\n", 0o644);
+    let (_dir2, empty) = token_file(" \n", 0o600);
+    let missing = readable.with_file_name("missing");
+    for (path, message) in [
+        (&readable, "other users"),
+        (&empty, "no token"),
+        (&missing, "cannot open"),
+    ] {
+        let path = path.to_str().unwrap();
+        // On a loopback address too: the file is checked first, before
+        // anything is loaded.
+        for listen in ["127.0.0.1:1", "0.0.0.0:1"] {
+            let (code, err) = wallscope(&["serve", "--listen", listen, "--token-file", path]);
+            assert_eq!(code, 2, "{path}: {err}");
+            assert!(
+                err.contains("--token-file") && err.contains(path) && err.contains(message),
+                "{path}: {err}"
+            );
+        }
+    }
+}
+
+#[test]
+fn serve_rejects_a_port_in_allow_host() {
+    let (code, err) = wallscope(&["serve", "--allow-host", "prof.example:7070"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--allow-host") && err.contains("not a host name"),
+        "{err}"
+    );
+}

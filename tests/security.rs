@@ -232,8 +232,9 @@ fn hostile_perf_maps_are_refused_and_profiling_goes_on() {
 
     // The FIFO is still there: the daemon must still stop promptly.
     let took = ws.terminate(Duration::from_secs(2));
-    assert!(took.is_some(), "SIGTERM did not stop the daemon within 2 s");
-    eprintln!("stopped in {:?}", took.unwrap());
+    let (took, status) = took.expect("SIGTERM did not stop the daemon within 2 s");
+    eprintln!("stopped in {took:?}: {status}");
+    assert!(status.success(), "{status}");
 }
 
 fn rss_kib(pid: u32) -> u64 {

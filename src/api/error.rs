@@ -1,7 +1,7 @@
 //! API errors and their HTTP status codes.
 
 use axum::{
-    http::StatusCode,
+    http::{header, HeaderValue, StatusCode},
     response::{IntoResponse, Response},
     Json,
 };
@@ -17,6 +17,15 @@ pub enum ApiError {
     NotFound(String),
     #[error("rendering failed: {0}")]
     Render(#[source] std::io::Error),
+    /// A `Host` this server does not answer to (DNS rebinding protection).
+    #[error(
+        "this server does not answer to host `{0}`: use its IP address, localhost or \
+         its host name, or start wallscope with `--allow-host NAME` for this name"
+    )]
+    MisdirectedHost(String),
+    /// No or a wrong bearer token (`--token-file`).
+    #[error("{0} (this wallscope requires the token of its --token-file)")]
+    Unauthorized(String),
 }
 
 impl ApiError {
@@ -33,6 +42,8 @@ impl ApiError {
             ApiError::BadParam { .. } => StatusCode::BAD_REQUEST,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::Render(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::MisdirectedHost(_) => StatusCode::MISDIRECTED_REQUEST,
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
         }
     }
 }
@@ -43,10 +54,18 @@ impl IntoResponse for ApiError {
         if status.is_server_error() {
             tracing::error!("{self}");
         }
-        (
+        let challenge = matches!(self, ApiError::Unauthorized(_));
+        let mut response = (
             status,
             Json(serde_json::json!({ "error": self.to_string() })),
         )
-            .into_response()
+            .into_response();
+        if challenge {
+            // RFC 6750: a 401 says which scheme it wants.
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
     }
 }

@@ -170,7 +170,22 @@ pub fn render(shared: &Shared, now: SystemTime) -> String {
             out.sample(name, "", value);
         }
     }
+    http_series(&mut out);
     out.0
+}
+
+/// The HTTP server's connection gauge and event counters.
+fn http_series(out: &mut Out) {
+    let http = super::server::STATS.snapshot();
+    let name = "wallscope_http_connections_open";
+    out.family(name, "gauge", "Open HTTP connections");
+    out.sample(name, "", http.connections_open);
+    let name = "wallscope_http_events_total";
+    let help = "HTTP connections accepted, closed (idle_timeout, evicted), refused (full) and requests rejected (host, token) since start";
+    out.family(name, "counter", help);
+    for (event, n) in http.events() {
+        out.sample(name, &label("event", event), n);
+    }
 }
 
 /// The [`TOP`] processes by wall time in the last [`TOP_WINDOW_S`] s, with

@@ -1,9 +1,12 @@
 //! The HTTP API (axum): folded stacks, flame graphs, process list, health,
 //! and the web UI at `/`.
 
+pub mod access;
 pub mod error;
 mod metrics;
 pub mod params;
+pub mod server;
+pub mod token;
 
 use std::{path::Path, sync::Arc, time::SystemTime};
 
@@ -27,6 +30,7 @@ use crate::{
         threads,
     },
 };
+pub use access::Access;
 use error::ApiError;
 use params::Params;
 
@@ -38,8 +42,21 @@ pub const DEFAULT_SECONDS: u64 = 30;
 
 const INDEX_HTML: &str = include_str!("../../web/index.html");
 
-/// The API's routes over the daemon's shared state.
+/// The API's routes over the daemon's shared state, with the default
+/// access rules ([`Access::local`]: the Host check, no token).
 pub fn router(shared: Arc<Shared>) -> Router {
+    router_with(shared, Access::local())
+}
+
+/// The API's routes behind `access`'s Host and token checks.
+pub fn router_with(shared: Arc<Shared>, access: Access) -> Router {
+    routes(shared).layer(axum::middleware::from_fn_with_state(
+        Arc::new(access),
+        access::check,
+    ))
+}
+
+fn routes(shared: Arc<Shared>) -> Router {
     Router::new()
         .route("/", get(index))
         .route("/folded", get(folded))
@@ -314,14 +331,18 @@ async fn healthz(State(shared): State<Arc<Shared>>) -> Json<serde_json::Value> {
         "retention_s": retention.as_secs(),
         "slices": slices,
         "stacks": stacks,
+        "http": server::STATS.snapshot(),
     }))
 }
 
-/// Serves the API until ctrl-c or SIGTERM.
-pub async fn serve(listener: tokio::net::TcpListener, shared: Arc<Shared>) -> std::io::Result<()> {
-    axum::serve(listener, router(shared))
-        .with_graceful_shutdown(shutdown_signal())
-        .await
+/// Serves the API behind `access` until ctrl-c or SIGTERM, then returns
+/// within about a second whatever the clients do (see [`server`]).
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    shared: Arc<Shared>,
+    access: Access,
+) -> std::io::Result<()> {
+    server::serve(listener, router_with(shared, access), shutdown_signal()).await
 }
 
 async fn shutdown_signal() {

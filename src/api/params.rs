@@ -4,6 +4,19 @@ use std::collections::HashMap;
 
 use super::error::ApiError;
 
+/// Most digits an integer parameter may have: enough for any pid, tid,
+/// cgroup-free count or window, and few enough that no value overflows.
+const MAX_DIGITS: usize = 10;
+
+/// An unsigned integer written as plain ASCII digits: no sign, no
+/// whitespace, at most [`MAX_DIGITS`]. `str::parse` takes `+5`, and a
+/// trimmed `5%20` would pass too; a parameter must mean exactly one thing.
+fn strict_u64(raw: &str) -> Option<u64> {
+    let digits =
+        !raw.is_empty() && raw.len() <= MAX_DIGITS && raw.bytes().all(|b| b.is_ascii_digit());
+    digits.then(|| raw.parse().ok()).flatten()
+}
+
 /// Parsed query parameters of one request.
 #[derive(Debug, Default)]
 pub struct Params {
@@ -44,10 +57,12 @@ impl Params {
         let Some(raw) = self.values.get(name) else {
             return Ok(None);
         };
-        let n: u64 = raw
-            .trim()
-            .parse()
-            .map_err(|_| ApiError::bad(name, format!("expected a whole number, got `{raw}`")))?;
+        let n = strict_u64(raw).ok_or_else(|| {
+            ApiError::bad(
+                name,
+                format!("expected a whole number (digits only, at most {MAX_DIGITS}), got `{raw}`"),
+            )
+        })?;
         if n < min || n > max {
             return Err(ApiError::bad(
                 name,
@@ -118,5 +133,30 @@ mod tests {
         assert!(msg(p.choice("format", &["svg", "folded"]).unwrap_err()).contains("svg|folded"));
         let p = Params::parse(Some("pid=0"), &["pid"]).unwrap();
         assert!(p.id("pid").is_err());
+    }
+
+    #[test]
+    fn integers_are_plain_digits() {
+        for raw in [
+            "+5",
+            "5%20",
+            "%205",
+            "",
+            "-5",
+            "5 ",
+            "0x5",
+            "5_0",
+            "12345678901",
+            "٥",
+        ] {
+            let p = Params::parse(Some(&format!("pid={raw}")), &["pid"]).unwrap();
+            let e = p.id("pid").expect_err(raw);
+            assert!(msg(e).contains("`pid`"), "{raw}");
+        }
+        for (raw, n) in [("5", 5), ("0042", 42), ("4294967295", 4_294_967_295)] {
+            let p = Params::parse(Some(&format!("pid={raw}")), &["pid"]).unwrap();
+            assert_eq!(p.id("pid").unwrap(), Some(n), "{raw}");
+        }
+        assert_eq!(strict_u64("9999999999"), Some(9_999_999_999));
     }
 }

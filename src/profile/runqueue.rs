@@ -102,10 +102,18 @@ pub fn owner(pid: Option<u32>, cgroup: Option<&str>) -> Result<HistOwner, OwnerE
             Some(id) => Ok(HistOwner::Cgroup(id)),
             None => Err(OwnerError::NoSuchCgroup(format!("no cgroup at {arg}"))),
         },
-        (None, Some(arg)) => arg.parse().map(HistOwner::Cgroup).map_err(|_| {
-            let message = format!("expected an id or a path such as /system.slice, got `{arg}`");
-            OwnerError::Param("cgroup", message)
-        }),
+        // Plain digits only: `str::parse` would also take `+5`.
+        (None, Some(arg)) => arg
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+            .then(|| arg.parse().ok())
+            .flatten()
+            .map(HistOwner::Cgroup)
+            .ok_or_else(|| {
+                let message =
+                    format!("expected an id or a path such as /system.slice, got `{arg}`");
+                OwnerError::Param("cgroup", message)
+            }),
     }
 }
 

@@ -260,27 +260,29 @@ impl Daemon {
         }
         Daemon { url, child }
     }
+
+    /// Sends SIGTERM and waits up to `limit` for the daemon to exit: how
+    /// long it took and how it exited, or `None` if it still runs (it is
+    /// killed when dropped).
+    pub fn terminate(&mut self, limit: Duration) -> Option<(Duration, std::process::ExitStatus)> {
+        let started = Instant::now();
+        // SAFETY: kill has no memory preconditions; the child is not reaped
+        // yet, so its pid is still ours.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        while started.elapsed() < limit {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some((started.elapsed(), status));
+            }
+            thread::sleep(Duration::from_millis(5));
+        }
+        None
+    }
 }
 
 impl Daemon {
     /// The daemon's process id.
     pub fn pid(&self) -> u32 {
         self.child.id()
-    }
-
-    /// Sends SIGTERM and waits up to `limit` for the daemon to exit; the
-    /// time it took, or `None` if it was still running (then killed).
-    pub fn terminate(&mut self, limit: Duration) -> Option<Duration> {
-        let started = Instant::now();
-        // SAFETY: plain syscall.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        while started.elapsed() < limit {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return Some(started.elapsed());
-            }
-            thread::sleep(Duration::from_millis(10));
-        }
-        None
     }
 }
 

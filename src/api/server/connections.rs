@@ -1,0 +1,287 @@
+//! The open connections and where each one is (waiting for a request or
+//! serving one), for the idle timeout and the eviction at the cap.
+
+use std::{
+    collections::{BTreeSet, HashMap},
+    sync::{atomic::Ordering, Arc, Mutex},
+    time::Instant,
+};
+
+use tokio::sync::Notify;
+
+use super::{bump, IDLE_TIMEOUT, STATS};
+
+/// Where an open connection is, for the idle and eviction rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// No complete request header since this instant: just accepted, or
+    /// its last response fully written.
+    Waiting(Instant),
+    /// Serving this many requests (handler running or response body not
+    /// fully written).
+    Serving(u32),
+}
+
+/// One open connection, as its task sees it.
+#[derive(Debug, Default)]
+pub(super) struct Connection {
+    /// Wakes the connection's task to drop it (idle, evicted).
+    pub(super) close: Notify,
+}
+
+/// An open connection in the table.
+#[derive(Debug)]
+struct Entry {
+    phase: Phase,
+    conn: Arc<Connection>,
+}
+
+/// The open connections, and the waiting ones ordered by how long they
+/// have waited, so that the longest-waiting one is found without a scan.
+#[derive(Debug, Default)]
+struct Table {
+    entries: HashMap<u64, Entry>,
+    waiting: BTreeSet<(Instant, u64)>,
+    next_id: u64,
+}
+
+impl Table {
+    /// Removes connection `id` (if still there); returns it.
+    fn remove(&mut self, id: u64) -> Option<Arc<Connection>> {
+        let entry = self.entries.remove(&id)?;
+        if let Phase::Waiting(since) = entry.phase {
+            self.waiting.remove(&(since, id));
+        }
+        Some(entry.conn)
+    }
+
+    /// Closes the connection that has waited longest, if it has waited
+    /// since `limit` or earlier (any if `None`); whether one was.
+    fn close_oldest_waiting(&mut self, limit: Option<Instant>) -> bool {
+        let Some(&(since, id)) = self.waiting.first() else {
+            return false;
+        };
+        if limit.is_some_and(|limit| since > limit) {
+            return false;
+        }
+        if let Some(conn) = self.remove(id) {
+            conn.close.notify_one();
+        }
+        true
+    }
+}
+
+/// The open connections of a server. One lock guards every phase change,
+/// so a connection chosen to be closed cannot start a request at the same
+/// moment.
+#[derive(Debug)]
+pub(super) struct Connections {
+    table: Mutex<Table>,
+    cap: usize,
+}
+
+/// A connection's place in [`Connections`], given up when dropped (when
+/// its task ends, however it ends).
+#[derive(Debug)]
+pub(super) struct Admitted {
+    id: u64,
+    pub(super) conn: Arc<Connection>,
+    connections: Arc<Connections>,
+}
+
+impl Admitted {
+    /// A request header arrived: the connection is busy until the returned
+    /// guard is dropped.
+    pub(super) fn request_started(&self) -> InFlight {
+        let mut table = self.connections.table();
+        let id = self.id;
+        let waited = match table.entries.get_mut(&id) {
+            Some(entry) => match entry.phase {
+                Phase::Waiting(since) => {
+                    entry.phase = Phase::Serving(1);
+                    Some(since)
+                }
+                Phase::Serving(n) => {
+                    entry.phase = Phase::Serving(n + 1);
+                    None
+                }
+            },
+            // Chosen to be closed a moment ago: its task is dropping it.
+            None => None,
+        };
+        if let Some(since) = waited {
+            table.waiting.remove(&(since, id));
+        }
+        InFlight {
+            id,
+            connections: self.connections.clone(),
+        }
+    }
+
+    /// Closes this connection if it is waiting for a request; whether it was.
+    pub(super) fn close_if_waiting(&self) -> bool {
+        let mut table = self.connections.table();
+        match table.entries.get(&self.id).map(|e| e.phase) {
+            Some(Phase::Waiting(_)) => {
+                table.remove(self.id);
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        self.connections.table().remove(self.id);
+        STATS.connections_open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A request in progress on a connection; when dropped, the connection
+/// waits for its next request (if this was its last one in progress).
+#[derive(Debug)]
+pub(super) struct InFlight {
+    id: u64,
+    connections: Arc<Connections>,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let now = Instant::now();
+        let mut table = self.connections.table();
+        let Some(entry) = table.entries.get_mut(&self.id) else {
+            return;
+        };
+        match entry.phase {
+            Phase::Serving(n) if n > 1 => entry.phase = Phase::Serving(n - 1),
+            Phase::Serving(_) => {
+                entry.phase = Phase::Waiting(now);
+                table.waiting.insert((now, self.id));
+            }
+            Phase::Waiting(_) => {}
+        }
+    }
+}
+
+impl Connections {
+    pub(super) fn new(cap: usize) -> Connections {
+        Connections {
+            table: Mutex::new(Table::default()),
+            cap,
+        }
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Registers a new connection. At the cap, the connection that has
+    /// been waiting for a request the longest is closed to make room;
+    /// `None` if every connection is serving a request (the new one must
+    /// then be closed).
+    pub(super) fn admit(self: &Arc<Self>, now: Instant) -> Option<Admitted> {
+        let mut table = self.table();
+        while table.entries.len() >= self.cap {
+            if !table.close_oldest_waiting(None) {
+                return None;
+            }
+            bump(&STATS.closed_evicted);
+        }
+        let id = table.next_id;
+        table.next_id += 1;
+        let conn = Arc::new(Connection::default());
+        let entry = Entry {
+            phase: Phase::Waiting(now),
+            conn: conn.clone(),
+        };
+        table.entries.insert(id, entry);
+        table.waiting.insert((now, id));
+        bump(&STATS.connections_accepted);
+        bump(&STATS.connections_open);
+        Some(Admitted {
+            id,
+            conn,
+            connections: self.clone(),
+        })
+    }
+
+    /// Closes every connection that has been waiting for a request for
+    /// [`IDLE_TIMEOUT`] or longer at `now`.
+    pub(super) fn close_idle(&self, now: Instant) {
+        let Some(limit) = now.checked_sub(IDLE_TIMEOUT) else {
+            return;
+        };
+        let mut table = self.table();
+        while table.close_oldest_waiting(Some(limit)) {
+            bump(&STATS.closed_idle_timeout);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// The phase of connection `c`, `None` once chosen to be closed.
+    fn phase(c: &Admitted) -> Option<Phase> {
+        c.connections.table().entries.get(&c.id).map(|e| e.phase)
+    }
+
+    #[test]
+    fn full_table_evicts_the_longest_waiting_connection() {
+        let t0 = Instant::now();
+        let conns = Arc::new(Connections::new(3));
+        let at = |s| t0 + Duration::from_secs(s);
+        let a = conns.admit(at(0)).unwrap();
+        let b = conns.admit(at(1)).unwrap();
+        let c = conns.admit(at(2)).unwrap();
+        // `a` is serving, so `b` has waited longest.
+        let serving = a.request_started();
+        let d = conns.admit(at(3)).unwrap();
+        assert_eq!(phase(&b), None);
+        assert_eq!(phase(&c), Some(Phase::Waiting(at(2))));
+        assert_eq!(conns.table().entries.len(), 3);
+        // Every connection busy: no room.
+        let _busy = [c.request_started(), d.request_started()];
+        assert!(conns.admit(at(4)).is_none());
+        // A finished request makes its connection evictable again.
+        drop(serving);
+        assert!(matches!(phase(&a), Some(Phase::Waiting(_))));
+        assert!(conns.admit(at(5)).is_some());
+        assert_eq!(phase(&a), None);
+        // The evicted connection's task was told to close it.
+        let closing = b.conn.close.notified();
+        tokio::pin!(closing);
+        assert!(closing.as_mut().enable(), "a stored permit");
+    }
+
+    #[test]
+    fn only_connections_waiting_past_the_timeout_are_closed() {
+        // In the past, so that a wait starting now comes after all of them.
+        let t0 = Instant::now().checked_sub(Duration::from_secs(60)).unwrap();
+        let conns = Arc::new(Connections::new(10));
+        let old = conns.admit(t0).unwrap();
+        let busy = conns.admit(t0).unwrap();
+        let young = conns.admit(t0 + Duration::from_secs(5)).unwrap();
+        let in_flight = busy.request_started();
+        conns.close_idle(t0 + IDLE_TIMEOUT);
+        assert_eq!(phase(&old), None);
+        assert_eq!(phase(&busy), Some(Phase::Serving(1)));
+        assert_eq!(
+            phase(&young),
+            Some(Phase::Waiting(t0 + Duration::from_secs(5)))
+        );
+        // A connection that was serving waits from the end of its response.
+        drop(in_flight);
+        conns.close_idle(t0 + IDLE_TIMEOUT + Duration::from_secs(5));
+        assert_eq!(phase(&young), None);
+        assert!(matches!(phase(&busy), Some(Phase::Waiting(_))));
+        assert_eq!(conns.table().waiting.len(), 1);
+        drop(young);
+        drop(old);
+        assert_eq!(conns.table().entries.len(), 1);
+    }
+}
