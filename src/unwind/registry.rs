@@ -27,7 +27,7 @@ use crate::{
         maps::{Backing, ProcMaps},
         MAX_ELF_BYTES,
     },
-    untrusted::{self, Expect, Last, What},
+    untrusted::{self, Expect, Last, OpenError, What},
 };
 
 /// A process's mappings are re-read this often while it runs (dlopen).
@@ -311,7 +311,21 @@ impl Registry {
             Some(_) => return None,
             None => {}
         }
-        let table = open_mapped(pid, m).and_then(|file| {
+        // A process that exits while its mappings are read leaves nothing
+        // to open: that says nothing of the file, which another process
+        // may map (glibc, libjvm), so it is not marked failed.
+        let file = match open_mapped(pid, m) {
+            Ok(file) => Some(file),
+            Err(OpenError::Io(err)) => {
+                tracing::debug!(pid, file = %m.path.display(), "unwind: {err}");
+                return None;
+            }
+            Err(refused) => {
+                tracing::debug!(pid, "unwind: {refused}");
+                None
+            }
+        };
+        let table = file.and_then(|file| {
             let delta = load_bias_of(&file, m.start, m.offset)
                 .ok()
                 .map(|bias| m.start.wrapping_sub(m.offset).wrapping_sub(bias) as i64);
@@ -439,7 +453,7 @@ impl Registry {
         if let Some(d) = self.deltas.get(&(m.key, m.offset)) {
             return Some(*d);
         }
-        let file = open_mapped(pid, m)?;
+        let file = open_mapped(pid, m).ok()?;
         let bias = load_bias_of(&file, m.start, m.offset).ok()?;
         let delta = m.start.wrapping_sub(m.offset).wrapping_sub(bias) as i64;
         self.deltas.insert((m.key, m.offset), delta);
@@ -451,17 +465,14 @@ impl Registry {
 /// reaches it whatever mount namespace or deleted state it is in, and
 /// checked (regular, the mapped file, at most [`MAX_ELF_BYTES`]). Only its
 /// headers and `.eh_frame` are read from it, never the whole file.
-fn open_mapped(pid: u32, m: &ExecMapping) -> Option<fs::File> {
+fn open_mapped(pid: u32, m: &ExecMapping) -> Result<fs::File, OpenError> {
     let path = PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end));
     let expect = Expect {
         owner: None,
         max_bytes: MAX_ELF_BYTES,
         identity: Some((m.key.dev, m.key.inode)),
     };
-    untrusted::open_path(&path, Last::MagicLink, What::Elf, &expect)
-        .map_err(|err| tracing::debug!(pid, "unwind: {err}"))
-        .ok()
-        .map(|c| c.file)
+    untrusted::open_path(&path, Last::MagicLink, What::Elf, &expect).map(|c| c.file)
 }
 
 /// The file `pid` executes.
@@ -545,6 +556,6 @@ mod tests {
             .find(|m| m.path.to_string_lossy().contains("libc.so"))
             .expect("libc mapped");
         let file = open_mapped(std::process::id(), libc);
-        assert!(file.is_some(), "device and inode match the file");
+        assert!(file.is_ok(), "device and inode match the file");
     }
 }
