@@ -9,7 +9,7 @@
 
 use rustc_hash::FxHashMap;
 
-use super::perfmap::PerfMap;
+use super::perfmap::{self, PerfMap, Stamp};
 use crate::{procinfo, profile::Frame};
 
 /// Batches after which a process with no JIT lookup is forgotten.
@@ -22,6 +22,9 @@ struct Entry {
     /// Frames of the map's entries, made on first use.
     frames: Vec<Option<Frame>>,
     ns_pid: u32,
+    /// The file as it was when refused: not tried (nor counted) again
+    /// until it changes.
+    refused: Option<Stamp>,
     bytes: usize,
     checked: u64,
     used: u64,
@@ -59,6 +62,7 @@ impl JitMaps {
             map: PerfMap::default(),
             frames: Vec::new(),
             ns_pid: procinfo::Status::read(pid).map_or(pid, |s| s.ns_pid),
+            refused: None,
             bytes: 0,
             checked: 0,
             used: batch,
@@ -66,7 +70,8 @@ impl JitMaps {
         entry.used = batch;
         if entry.checked != batch {
             entry.checked = batch;
-            if entry.map.is_stale(pid, entry.ns_pid) {
+            let now = perfmap::stamp(pid, entry.ns_pid);
+            if now != entry.map.read_stamp() && (now.is_none() || now != entry.refused) {
                 // A process without a perf map (or a refused one) keeps
                 // what it had.
                 match PerfMap::read(pid, entry.ns_pid) {
@@ -76,7 +81,12 @@ impl JitMaps {
                         entry.map = map;
                         self.enforce_budget(pid);
                     }
-                    Err(err) => tracing::debug!(pid, "perf map: {err}"),
+                    Err(err) => {
+                        if err.reason().is_some() {
+                            entry.refused = now;
+                        }
+                        tracing::debug!(pid, "perf map: {err}");
+                    }
                 }
             }
         }

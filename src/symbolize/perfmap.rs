@@ -139,15 +139,9 @@ impl PerfMap {
         Ok(map)
     }
 
-    /// Whether process `pid`'s perf map changed since this map was read
-    /// (or appeared, for an empty map).
-    pub fn is_stale(&self, pid: u32, ns_pid: u32) -> bool {
-        let now = Dir::proc_link(pid, "root")
-            .ok()
-            .and_then(|root| root.sub("tmp", What::PerfMap).ok())
-            .and_then(|tmp| tmp.stat(&file_name(ns_pid)).ok())
-            .map(|st| stamp_of(&st));
-        now != self.stamp
+    /// Size and mtime of the file when this map was read.
+    pub fn read_stamp(&self) -> Option<Stamp> {
+        self.stamp
     }
 
     /// Bytes of names held (for the symbolizer's memory budget).
@@ -208,6 +202,18 @@ fn file_name(ns_pid: u32) -> String {
 fn gone() -> OpenError {
     OpenError::Io(io::Error::from(io::ErrorKind::NotFound))
 }
+
+/// Size and mtime of process `pid`'s perf map now, if there is one.
+pub fn stamp(pid: u32, ns_pid: u32) -> Option<Stamp> {
+    Dir::proc_link(pid, "root")
+        .ok()
+        .and_then(|root| root.sub("tmp", What::PerfMap).ok())
+        .and_then(|tmp| tmp.stat(&file_name(ns_pid)).ok())
+        .map(|st| stamp_of(&st))
+}
+
+/// Size and mtime of a perf map: a change means the JIT wrote it again.
+pub type Stamp = (u64, SystemTime);
 
 fn stamp_of(st: &libc::stat) -> (u64, SystemTime) {
     let mtime = SystemTime::UNIX_EPOCH
@@ -299,9 +305,9 @@ mod tests {
         std::fs::write(&path, "1000 10 a\n").unwrap();
         let map = PerfMap::read(me, me).unwrap();
         assert_eq!(map.find(0x1008), Some("a"));
-        assert!(!map.is_stale(me, me));
+        assert_eq!(stamp(me, me), map.read_stamp());
         std::fs::write(&path, "1000 10 a\n2000 10 b\n").unwrap();
-        assert!(map.is_stale(me, me));
+        assert_ne!(stamp(me, me), map.read_stamp());
 
         // Older than the process: an earlier process's with our pid.
         let old = std::fs::File::options().write(true).open(&path).unwrap();
