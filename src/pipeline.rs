@@ -89,6 +89,11 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// The daemon's health figures, locked for a short update or read.
+    pub fn health(&self) -> std::sync::MutexGuard<'_, Health> {
+        self.health.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Shared state around an existing store (also used by tests).
     pub fn new(store: Store, attached: Vec<(String, usize)>) -> Arc<Self> {
         Arc::new(Shared {
@@ -233,11 +238,7 @@ fn collect_loop(
                         Ok(()) => {}
                         Err(mpsc::TrySendError::Full(_)) => {
                             tracing::warn!("symbolizer behind: batch dropped");
-                            shared
-                                .health
-                                .lock()
-                                .unwrap_or_else(|e| e.into_inner())
-                                .batches_dropped += 1;
+                            shared.health().batches_dropped += 1;
                         }
                         Err(mpsc::TrySendError::Disconnected(_)) => return,
                     }
@@ -247,20 +248,12 @@ fn collect_loop(
                     // be used, and building them delayed exit by seconds.
                     if let Some(registry) = registry.as_deref_mut().filter(|_| !stopping) {
                         registry.update(pids);
-                        shared
-                            .health
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .unwind = registry.stats();
+                        shared.health().unwind = registry.stats();
                     }
                 }
                 Err(err) => {
                     tracing::error!("drain failed: {err}");
-                    shared
-                        .health
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .drain_errors += 1;
+                    shared.health().drain_errors += 1;
                 }
             }
         }
@@ -271,7 +264,7 @@ fn collect_loop(
 }
 
 fn record_drain(shared: &Shared, batch: &RawBatch) {
-    let mut h = shared.health.lock().unwrap_or_else(|e| e.into_inner());
+    let mut h = shared.health();
     h.drains += 1;
     h.last_drain_us = batch.drain_time.as_micros() as u64;
     h.max_drain_us = h.max_drain_us.max(h.last_drain_us);
@@ -290,7 +283,7 @@ fn symbolize_loop(rx: &mpsc::Receiver<RawBatch>, shared: &Shared, link: JvmLink)
             .unwrap_or_else(|e| e.into_inner())
             .push(slice);
         let (name_bytes, elf_files) = symbolizer.held();
-        let mut h = shared.health.lock().unwrap_or_else(|e| e.into_inner());
+        let mut h = shared.health();
         h.last_symbolize_us = started.elapsed().as_micros() as u64;
         h.jvm_sightings_dropped = dropped.load(Ordering::Relaxed);
         h.frame_name_bytes = name_bytes as u64;

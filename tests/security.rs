@@ -69,6 +69,34 @@ fn as_nobody(cwd: &Path, args: &[&str]) -> Workload {
     Workload::spawn(cmd)
 }
 
+/// What every test here starts with: its turn, its own daemon, and a
+/// directory of its own removed at the end.
+struct Scene {
+    ws: Daemon,
+    dir: PathBuf,
+    cleanup: Cleanup,
+    _serial: std::sync::MutexGuard<'static, ()>,
+}
+
+impl Scene {
+    /// `None` when eBPF tests are skipped (never under CI=true).
+    fn start(name: &str, daemon_args: &[&str]) -> Option<Scene> {
+        if !ebpf_available() {
+            return None;
+        }
+        let serial = one_at_a_time();
+        let ws = Daemon::start(daemon_args);
+        let dir = scratch().join(name);
+        fs::create_dir_all(&dir).unwrap();
+        Some(Scene {
+            ws,
+            cleanup: Cleanup(vec![dir.clone()]),
+            dir,
+            _serial: serial,
+        })
+    }
+}
+
 /// Paths removed when the test ends, failed or not.
 struct Cleanup(Vec<PathBuf>);
 
@@ -115,14 +143,11 @@ fn snapshot(path: &Path) -> Snapshot {
 
 #[test]
 fn planted_attach_triggers_are_refused_and_their_targets_untouched() {
-    if !ebpf_available() {
+    let Some(mut scene) = Scene::start("trigger", &[]) else {
         return;
-    }
-    let _serial = one_at_a_time();
-    let ws = Daemon::start(&[]);
-    let dir = scratch().join("trigger");
-    fs::create_dir_all(&dir).unwrap();
-    let mut cleanup = Cleanup(vec![dir.clone()]);
+    };
+    let dir = scene.dir.clone();
+    let ws = &scene.ws;
     // A root-owned secret in a root-owned directory, and a libjvm.so look-alike.
     let victim = dir.join("victim");
     fs::write(&victim, "root:x:0:0:root:/root:/bin/bash\n").unwrap();
@@ -140,7 +165,7 @@ fn planted_attach_triggers_are_refused_and_their_targets_untouched() {
     let fake = as_nobody(&cwd, &["fakejvm", libjvm.to_str().unwrap()]);
     let name = format!(".attach_pid{}", fake.pid);
     let planted = [cwd.join(&name), PathBuf::from("/tmp").join(&name)];
-    cleanup.0.extend(planted.iter().cloned());
+    scene.cleanup.0.extend(planted.iter().cloned());
     for link in &planted {
         std::os::unix::fs::symlink(&victim, link).unwrap();
         chown(link, NOBODY);
@@ -166,14 +191,11 @@ fn planted_attach_triggers_are_refused_and_their_targets_untouched() {
 
 #[test]
 fn hostile_perf_maps_are_refused_and_profiling_goes_on() {
-    if !ebpf_available() {
+    let Some(mut scene) = Scene::start("perfmap", &[]) else {
         return;
-    }
-    let _serial = one_at_a_time();
-    let mut ws = Daemon::start(&[]);
-    let dir = scratch().join("perfmap");
-    fs::create_dir_all(&dir).unwrap();
-    let mut cleanup = Cleanup(vec![dir.clone()]);
+    };
+    let dir = scene.dir.clone();
+    let ws = &mut scene.ws;
     let secret = dir.join("secret");
     fs::write(&secret, "7f0000000000 1000 root-only\n").unwrap();
     fs::set_permissions(&secret, fs::Permissions::from_mode(0o600)).unwrap();
@@ -203,7 +225,7 @@ fn hostile_perf_maps_are_refused_and_profiling_goes_on() {
         let before = refused(&ws.url, "perf_map", reason);
         let w = as_nobody(&dir, &["anonexec"]);
         let map = PathBuf::from(format!("/tmp/perf-{}.map", w.pid));
-        cleanup.0.push(map.clone());
+        scene.cleanup.0.push(map.clone());
         plant(&map, &secret);
         chown(&map, NOBODY);
         wait_refused(&ws.url, "perf_map", reason, before);
@@ -248,14 +270,11 @@ fn rss_kib(pid: u32) -> u64 {
 
 #[test]
 fn a_huge_sparse_file_mapped_executable_costs_no_memory() {
-    if !ebpf_available() {
+    let Some(scene) = Scene::start("sparse", &[]) else {
         return;
-    }
-    let _serial = one_at_a_time();
-    let ws = Daemon::start(&[]);
-    let dir = scratch().join("sparse");
-    fs::create_dir_all(&dir).unwrap();
-    let _cleanup = Cleanup(vec![dir.clone()]);
+    };
+    let dir = scene.dir.clone();
+    let ws = &scene.ws;
     let big = dir.join("big.so");
     let file = fs::File::create(&big).unwrap();
     file.set_len(3 << 30).unwrap();
@@ -313,14 +332,11 @@ fn fds(pid: u32) -> (usize, Vec<String>) {
 
 #[test]
 fn distinct_short_lived_binaries_leave_no_descriptors_behind() {
-    if !ebpf_available() {
+    let Some(scene) = Scene::start("binaries", &["--frequency", "499"]) else {
         return;
-    }
-    let _serial = one_at_a_time();
-    let ws = Daemon::start(&["--frequency", "499"]);
-    let dir = scratch().join("binaries");
-    fs::create_dir_all(&dir).unwrap();
-    let _cleanup = Cleanup(vec![dir.clone()]);
+    };
+    let dir = scene.dir.clone();
+    let ws = &scene.ws;
     thread::sleep(Duration::from_secs(3));
     let (fds_before, _) = fds(ws.pid());
     // 1,200 copies: distinct inodes, so distinct files to symbolize.

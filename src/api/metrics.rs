@@ -71,11 +71,7 @@ pub fn render(shared: &Shared, now: SystemTime) -> String {
             store.stack_count(),
         )
     };
-    let health = shared
-        .health
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone();
+    let health = shared.health().clone();
     let mut out = Out::default();
 
     let name = "wallscope_process_state_seconds_total";

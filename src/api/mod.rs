@@ -305,11 +305,7 @@ async fn healthz(State(shared): State<Arc<Shared>>) -> Json<serde_json::Value> {
             store.all().count(),
         )
     };
-    let health = shared
-        .health
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone();
+    let health = shared.health().clone();
     let counters = |loss: bool| -> serde_json::Map<String, serde_json::Value> {
         Stat::ALL
             .iter()

@@ -2,6 +2,7 @@
 //! running the daemon, plain HTTP.
 #![allow(dead_code)]
 
+pub mod api;
 pub mod java;
 pub mod rows;
 
