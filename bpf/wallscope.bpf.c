@@ -6,6 +6,7 @@
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_tracing.h>
 #include "offcpu.bpf.h"
+#include "lifecycle.bpf.h"
 
 /* Set by user space before load. */
 const volatile bool include_idle = false;
@@ -68,6 +69,7 @@ SEC("tp_btf/sched_process_fork")
 int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
 {
 	ws_unwind_on_fork(parent, child);
+	ws_lifecycle_on_fork(parent, child);
 	return 0;
 }
 
@@ -75,6 +77,21 @@ SEC("tp_btf/sched_process_exec")
 int BPF_PROG(on_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
 {
 	ws_unwind_on_exec();
+	ws_lifecycle_on_exec(p);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(on_exit, struct task_struct *p)
+{
+	ws_lifecycle_on_exit(p);
+	return 0;
+}
+
+SEC("tp_btf/task_rename")
+int BPF_PROG(on_rename, struct task_struct *task, const char *comm)
+{
+	ws_lifecycle_on_rename(task, comm);
 	return 0;
 }
 

@@ -174,7 +174,30 @@ enum ws_stat {
 	WS_STAT_UNWIND_UNSUPPORTED = 17, /* walk ended early: expression CFA, signal frame... */
 	WS_STAT_UNWIND_READ_FAILED = 18, /* walk ended early: stack memory unreadable */
 	WS_STAT_UNWIND_TRUNCATED = 19, /* walk ended early: WS_MAX_STACK_DEPTH frames */
-	WS_STAT_COUNT = 20,
+	WS_STAT_PROC_EVENTS_LOST = 20, /* process event dropped: ring buffer full */
+	WS_STAT_COUNT = 21,
+};
+
+/*
+ * Process lifecycle, sent one event at a time through the `proc_events`
+ * ring buffer (few: one per fork, exec, exit or rename of a process, not of
+ * its threads). They feed the daemon's one process table.
+ */
+enum ws_proc_event_kind {
+	WS_PROC_FORK = 0,   /* a new process: pid, its parent in `parent` */
+	WS_PROC_EXEC = 1,   /* pid runs a new program, named `comm` */
+	WS_PROC_EXIT = 2,   /* the last thread of pid exits; its mm is still there */
+	WS_PROC_RENAME = 3, /* pid's main thread renamed itself (prctl) to `comm` */
+};
+
+struct ws_proc_event {
+	__u32 kind;   /* enum ws_proc_event_kind */
+	__u32 pid;    /* tgid, in the initial pid namespace */
+	__u32 parent; /* WS_PROC_FORK: the parent's tgid, else 0 */
+	__u32 _pad;
+	__u64 start_ns; /* the process's start, ns since boot (start_boottime) */
+	__u64 time_ns;  /* when it happened, ns since boot */
+	char comm[WS_COMM_LEN];
 };
 
 #ifdef __BPF__
@@ -187,6 +210,7 @@ _Static_assert(sizeof(struct ws_unwind_proc) == 8 + 40 * WS_UNWIND_MAX_MAPPINGS,
 _Static_assert(sizeof(struct ws_thread_totals) == 96, "ws_thread_totals size");
 _Static_assert(sizeof(struct ws_hist_key) == 16, "ws_hist_key size");
 _Static_assert(sizeof(struct ws_hist) == 8 * WS_HIST_SLOTS, "ws_hist size");
+_Static_assert(sizeof(struct ws_proc_event) == 48, "ws_proc_event size");
 #endif
 
 #endif /* WALLSCOPE_H */

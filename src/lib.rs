@@ -12,6 +12,7 @@ pub mod bpf;
 pub mod collect;
 pub mod jvm;
 pub mod pipeline;
+pub mod process;
 pub mod procinfo;
 pub mod profile;
 pub mod symbolize;

@@ -17,6 +17,7 @@ use crate::{
     bpf::{self, LoadError, ProbeOptions},
     collect::{Drainer, RawBatch},
     jvm::{agent, agent::JvmMode, Jvms},
+    process::{self, ProcessTable, TableStats},
     profile::store::Store,
     symbolize::{JvmLink, Symbolizer},
     unwind::registry::{Registry, UnwindStats},
@@ -68,12 +69,19 @@ pub struct Health {
     pub frame_name_bytes: u64,
     /// ELF files the symbolizer holds open.
     pub elf_files_open: u64,
+    /// The process table: processes and images held, events applied.
+    pub processes: TableStats,
+    /// Unwind registrations skipped because the registry was still busy
+    /// with the previous drain's processes (they come again next drain).
+    pub unwind_updates_skipped: u64,
 }
 
 /// Drained batches waiting for the symbolizer; a drain that finds the
 /// queue full drops its batch (counted) rather than holding BPF data back
 /// or growing without bound.
 pub const BATCH_QUEUE: usize = 4;
+/// Batches between two returns of freed memory to the kernel.
+const TRIM_EVERY_BATCHES: u64 = 10;
 /// Longest [`Pipeline::stop`] waits for the last drain and symbolization.
 pub const STOP_TIMEOUT: Duration = Duration::from_millis(800);
 
@@ -112,6 +120,7 @@ pub struct Pipeline {
     stop: Arc<AtomicBool>,
     collector: JoinHandle<()>,
     symbolizer: JoinHandle<()>,
+    procs: JoinHandle<()>,
     /// Dropped last: detaches the programs.
     _probes: bpf::Probes,
 }
@@ -128,23 +137,29 @@ impl Pipeline {
         let shared = Shared::new(Store::new(opts.retention), probes.attached.clone());
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, rx) = mpsc::sync_channel::<RawBatch>(BATCH_QUEUE);
+        let table = Arc::new(ProcessTable::default());
+        let procs = match maps.proc_events.take() {
+            Some(ring) => process::spawn_reader(ring, table.clone(), stop.clone()),
+            None => thread::Builder::new().spawn(|| {}),
+        }
+        .map_err(|source| PipelineError::Thread {
+            name: "process table",
+            source,
+        })?;
+        let unwind = registry
+            .map(|registry| spawn_unwind(registry, shared.clone()))
+            .transpose()
+            .map_err(|source| PipelineError::Thread {
+                name: "unwind",
+                source,
+            })?;
 
         let collector = {
             let (stop, shared, interval) = (stop.clone(), shared.clone(), opts.drain_interval);
             let mut drainer = Drainer::new(maps);
-            let mut registry = registry;
             thread::Builder::new()
                 .name("ws-collect".into())
-                .spawn(move || {
-                    collect_loop(
-                        &mut drainer,
-                        registry.as_mut(),
-                        &tx,
-                        &stop,
-                        &shared,
-                        interval,
-                    )
-                })
+                .spawn(move || collect_loop(&mut drainer, unwind, &tx, &stop, &shared, interval))
                 .map_err(|source| PipelineError::Thread {
                     name: "collector",
                     source,
@@ -164,7 +179,7 @@ impl Pipeline {
             let shared = shared.clone();
             thread::Builder::new()
                 .name("ws-symbolize".into())
-                .spawn(move || symbolize_loop(&rx, &shared, link))
+                .spawn(move || symbolize_loop(&rx, &shared, table, link))
                 .map_err(|source| PipelineError::Thread {
                     name: "symbolizer",
                     source,
@@ -175,6 +190,7 @@ impl Pipeline {
             stop,
             collector,
             symbolizer,
+            procs,
             _probes: probes,
         })
     }
@@ -196,7 +212,9 @@ impl Pipeline {
     pub fn stop_within(self, timeout: Duration) -> bool {
         self.stop.store(true, Ordering::SeqCst);
         let deadline = Instant::now() + timeout;
-        let done = |p: &Pipeline| p.collector.is_finished() && p.symbolizer.is_finished();
+        let done = |p: &Pipeline| {
+            p.collector.is_finished() && p.symbolizer.is_finished() && p.procs.is_finished()
+        };
         while !done(&self) && Instant::now() < deadline {
             thread::sleep(Duration::from_millis(5));
         }
@@ -204,6 +222,7 @@ impl Pipeline {
         if finished {
             let _ = self.collector.join();
             let _ = self.symbolizer.join();
+            let _ = self.procs.join();
         } else {
             tracing::warn!("pipeline threads still busy after {timeout:?}: not waiting for them");
         }
@@ -212,9 +231,29 @@ impl Pipeline {
     }
 }
 
+/// Runs unwind registration on a thread of its own: building a table for
+/// a new library takes tens of milliseconds, which neither the drain nor
+/// the symbolizer should wait for. It is handed the pids of each drain;
+/// while it is busy, newer drains' pids are skipped (they come again).
+fn spawn_unwind(
+    mut registry: Registry,
+    shared: Arc<Shared>,
+) -> std::io::Result<mpsc::SyncSender<Vec<u32>>> {
+    let (tx, rx) = mpsc::sync_channel::<Vec<u32>>(1);
+    thread::Builder::new()
+        .name("ws-unwind".into())
+        .spawn(move || {
+            for pids in rx {
+                registry.update(pids);
+                shared.health().unwind = registry.stats();
+            }
+        })?;
+    Ok(tx)
+}
+
 fn collect_loop(
     drainer: &mut Drainer,
-    mut registry: Option<&mut Registry>,
+    unwind: Option<mpsc::SyncSender<Vec<u32>>>,
     tx: &mpsc::SyncSender<RawBatch>,
     stop: &AtomicBool,
     shared: &Shared,
@@ -233,7 +272,9 @@ fn collect_loop(
             match drainer.drain() {
                 Ok(batch) => {
                     record_drain(shared, &batch);
-                    let pids: Vec<u32> = batch.records.iter().map(|r| r.pid).collect();
+                    let mut pids: Vec<u32> = batch.records.iter().map(|r| r.pid).collect();
+                    pids.sort_unstable();
+                    pids.dedup();
                     match tx.try_send(batch) {
                         Ok(()) => {}
                         Err(mpsc::TrySendError::Full(_)) => {
@@ -242,13 +283,12 @@ fn collect_loop(
                         }
                         Err(mpsc::TrySendError::Disconnected(_)) => return,
                     }
-                    // After the send: building a table for a new library
-                    // takes tens of milliseconds, the symbolizer need not wait.
                     // Not when stopping: tables for new processes would never
-                    // be used, and building them delayed exit by seconds.
-                    if let Some(registry) = registry.as_deref_mut().filter(|_| !stopping) {
-                        registry.update(pids);
-                        shared.health().unwind = registry.stats();
+                    // be used.
+                    if let Some(unwind) = unwind.as_ref().filter(|_| !stopping) {
+                        if let Err(mpsc::TrySendError::Full(_)) = unwind.try_send(pids) {
+                            shared.health().unwind_updates_skipped += 1;
+                        }
                     }
                 }
                 Err(err) => {
@@ -271,9 +311,14 @@ fn record_drain(shared: &Shared, batch: &RawBatch) {
     h.missing_stacks += batch.missing_stacks;
 }
 
-fn symbolize_loop(rx: &mpsc::Receiver<RawBatch>, shared: &Shared, link: JvmLink) {
+fn symbolize_loop(
+    rx: &mpsc::Receiver<RawBatch>,
+    shared: &Shared,
+    table: Arc<ProcessTable>,
+    link: JvmLink,
+) {
     let dropped = link.dropped.clone();
-    let mut symbolizer = Symbolizer::with_jvms(link);
+    let mut symbolizer = Symbolizer::with_jvms(table.clone(), link);
     for batch in rx {
         let started = Instant::now();
         let slice = symbolizer.symbolize(batch);
@@ -288,5 +333,13 @@ fn symbolize_loop(rx: &mpsc::Receiver<RawBatch>, shared: &Shared, link: JvmLink)
         h.jvm_sightings_dropped = dropped.load(Ordering::Relaxed);
         h.frame_name_bytes = name_bytes as u64;
         h.elf_files_open = elf_files as u64;
+        h.processes = table.stats();
+        drop(h);
+        if symbolizer.batches().is_multiple_of(TRIM_EVERY_BATCHES) {
+            // Hands freed memory (ELF files parsed, names pruned) back to
+            // the kernel instead of keeping it in the allocator's free lists.
+            // SAFETY: malloc_trim has no preconditions.
+            unsafe { libc::malloc_trim(0) };
+        }
     }
 }

@@ -227,6 +227,46 @@ const _: () = assert!(size_of::<ThreadTotals>() == 96);
 const _: () = assert!(size_of::<HistKey>() == 16);
 const _: () = assert!(size_of::<Hist>() == 8 * HIST_SLOTS);
 
+/// `enum ws_proc_event_kind`.
+pub mod proc_event {
+    pub const FORK: u32 = 0;
+    pub const EXEC: u32 = 1;
+    pub const EXIT: u32 = 2;
+    pub const RENAME: u32 = 3;
+}
+
+/// A process lifecycle event from the `proc_events` ring buffer
+/// (`struct ws_proc_event`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct ProcEvent {
+    /// See [`proc_event`].
+    pub kind: u32,
+    pub pid: u32,
+    /// Fork: the parent's tgid.
+    pub parent: u32,
+    pub _pad: u32,
+    /// The process's start, ns since boot.
+    pub start_ns: u64,
+    /// When it happened, ns since boot.
+    pub time_ns: u64,
+    pub comm: [u8; COMM_LEN],
+}
+
+impl ProcEvent {
+    /// Reads an event from ring-buffer bytes; `None` when too short.
+    pub fn from_bytes(bytes: &[u8]) -> Option<ProcEvent> {
+        if bytes.len() < size_of::<ProcEvent>() {
+            return None;
+        }
+        // SAFETY: long enough, and every bit pattern is a valid ProcEvent;
+        // read_unaligned because ring-buffer records are only 8-aligned.
+        Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<ProcEvent>()) })
+    }
+}
+
+const _: () = assert!(size_of::<ProcEvent>() == 48);
+
 /// Indexes of the per-CPU `stats` array (`enum ws_stat`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u32)]
@@ -251,11 +291,12 @@ pub enum Stat {
     UnwindUnsupported = 17,
     UnwindReadFailed = 18,
     UnwindTruncated = 19,
+    ProcEventsLost = 20,
 }
 
 impl Stat {
     /// Number of counters (`WS_STAT_COUNT`).
-    pub const COUNT: usize = 20;
+    pub const COUNT: usize = 21;
     /// Every counter, in enum order.
     pub const ALL: [Stat; Stat::COUNT] = [
         Stat::Samples,
@@ -278,6 +319,7 @@ impl Stat {
         Stat::UnwindUnsupported,
         Stat::UnwindReadFailed,
         Stat::UnwindTruncated,
+        Stat::ProcEventsLost,
     ];
 
     /// snake_case name used in `/healthz` and metrics.
@@ -303,6 +345,7 @@ impl Stat {
             Stat::UnwindUnsupported => "unwind_unsupported_rule",
             Stat::UnwindReadFailed => "unwind_read_failed",
             Stat::UnwindTruncated => "unwind_truncated",
+            Stat::ProcEventsLost => "proc_events_lost",
         }
     }
 
@@ -331,13 +374,16 @@ pub mod names {
     pub const STATS: &str = "stats";
     pub const ON_CPU_PROGRAM: &str = "on_cpu_sample";
     /// tp_btf programs and the tracepoint each attaches to.
-    pub const SCHED_PROGRAMS: [(&str, &str); 5] = [
+    pub const SCHED_PROGRAMS: [(&str, &str); 7] = [
         ("on_switch", "sched_switch"),
         ("on_wakeup", "sched_wakeup"),
         ("on_wakeup_new", "sched_wakeup_new"),
         ("on_fork", "sched_process_fork"),
         ("on_exec", "sched_process_exec"),
+        ("on_exit", "sched_process_exit"),
+        ("on_rename", "task_rename"),
     ];
+    pub const PROC_EVENTS: &str = "proc_events";
     pub const INCLUDE_IDLE: &str = "include_idle";
     pub const OFFCPU_MIN_NS: &str = "offcpu_min_ns";
     pub const UNWIND_TABLES: &str = "unwind_tables";
@@ -356,6 +402,17 @@ mod tests {
     use std::mem::offset_of;
 
     use super::*;
+
+    /// Offsets as laid out by `struct ws_proc_event` in bpf/wallscope.h.
+    #[test]
+    fn proc_event_offsets_match_header() {
+        assert_eq!(offset_of!(ProcEvent, kind), 0);
+        assert_eq!(offset_of!(ProcEvent, pid), 4);
+        assert_eq!(offset_of!(ProcEvent, parent), 8);
+        assert_eq!(offset_of!(ProcEvent, start_ns), 16);
+        assert_eq!(offset_of!(ProcEvent, time_ns), 24);
+        assert_eq!(offset_of!(ProcEvent, comm), 32);
+    }
 
     /// Offsets as laid out by `struct ws_stack_key` in bpf/wallscope.h.
     #[test]

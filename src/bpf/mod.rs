@@ -6,7 +6,7 @@ pub mod abi;
 use std::path::Path;
 
 use aya::{
-    maps::{Array, HashMap, MapData, PerCpuArray},
+    maps::{Array, HashMap, MapData, PerCpuArray, RingBuf},
     programs::{
         perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
         BtfTracePoint, PerfEvent,
@@ -88,6 +88,9 @@ pub struct ProbeMaps {
     pub stats: PerCpuArray<MapData, u64>,
     /// Taken by the unwind registry (`None` once taken).
     pub unwind: Option<UnwindMaps>,
+    /// Process lifecycle events, taken by the process table (`None` once
+    /// taken).
+    pub proc_events: Option<RingBuf<MapData>>,
 }
 
 /// Unwind tables and the processes that use them (written by user space).
@@ -216,6 +219,7 @@ fn take_maps(ebpf: &mut Ebpf, unwind_rows: u32) -> Result<ProbeMaps, LoadError> 
             procs: take(ebpf, names::UNWIND_PROCS)?,
             capacity: unwind_rows,
         }),
+        proc_events: Some(take(ebpf, names::PROC_EVENTS)?),
     })
 }
 

@@ -196,16 +196,14 @@ pub fn processes(store: &Store, seconds: u64, now: SystemTime) -> Vec<ProcessSum
     let mut cpu: HashMap<u32, (Arc<str>, u64)> = HashMap::new();
     for slice in store.window(seconds, now) {
         for s in slice.samples.iter().filter(|s| s.state == State::Cpu) {
-            let entry = cpu.entry(s.pid).or_insert_with(|| {
-                (
-                    slice
-                        .processes
-                        .get(&s.pid)
-                        .cloned()
-                        .unwrap_or_else(|| Arc::from("[unknown]")),
-                    0,
-                )
-            });
+            let entry = cpu
+                .entry(s.pid)
+                .or_insert_with(|| (Arc::from("[unknown]"), 0));
+            // Slices come oldest first: the newest name wins (a program
+            // exec'd under the same pid, or a pid reused).
+            if let Some(name) = slice.processes.get(&s.pid) {
+                entry.0 = name.clone();
+            }
             entry.1 += s.ns;
         }
     }

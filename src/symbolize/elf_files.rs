@@ -46,8 +46,20 @@ pub struct Locator {
 
 struct OpenFile {
     file: Checked,
-    blaze: Blaze,
+    /// Created when a batch needs the file, dropped at the end of a batch
+    /// that did not: blazesym maps the whole file and keeps what it parsed
+    /// (symbol tables, DWARF) in memory, which is most of the daemon's RSS
+    /// when it is kept (hundreds of MB for binaries with debug info). The
+    /// frame caches mean a file is rarely needed two batches in a row.
+    blaze: Option<Blaze>,
     used: u64,
+}
+
+fn new_blaze() -> Blaze {
+    Blaze::builder()
+        .enable_code_info(false)
+        .enable_inlined_fns(false)
+        .build()
 }
 
 /// The open files, by device and inode.
@@ -71,15 +83,11 @@ impl ElfFiles {
             match open(key, at) {
                 Ok(file) => {
                     self.make_room();
-                    let blaze = Blaze::builder()
-                        .enable_code_info(false)
-                        .enable_inlined_fns(false)
-                        .build();
                     self.open.insert(
                         key,
                         OpenFile {
                             file,
-                            blaze,
+                            blaze: None,
                             used: batch,
                         },
                     );
@@ -94,27 +102,37 @@ impl ElfFiles {
             return vec![None; offsets.len()];
         };
         open.used = batch;
-        let mut elf = Elf::new(open.file.fd_path());
-        elf.debug_syms = true;
-        match open
-            .blaze
-            .symbolize(&Source::Elf(elf), Input::FileOffset(offsets))
-        {
-            Ok(syms) => syms.into_iter().map(sym_name).collect(),
-            Err(err) => {
-                tracing::debug!(file = %at.path.display(), "ELF symbolization failed: {err}");
-                vec![None; offsets.len()]
+        let blaze = open.blaze.get_or_insert_with(new_blaze);
+        let path = open.file.fd_path();
+        // Symbol tables first: DWARF is read only for what they miss (a
+        // stripped library with a separate debug file). Parsing a binary's
+        // DWARF when its symbol table would do costs memory and time
+        // proportional to the debug info (hundreds of MB for some).
+        let mut names = lookup(blaze, &path, false, offsets);
+        let missed: Vec<usize> = (0..offsets.len()).filter(|&i| names[i].is_none()).collect();
+        if !missed.is_empty() {
+            let retry: Vec<u64> = missed.iter().map(|&i| offsets[i]).collect();
+            for (i, name) in missed.into_iter().zip(lookup(blaze, &path, true, &retry)) {
+                names[i] = name;
             }
         }
+        if names.iter().all(Option::is_none) {
+            tracing::debug!(file = %at.path.display(), "no symbols for {} offsets", offsets.len());
+        }
+        names
     }
 
-    /// Ends a batch: closes idle files and deleted ones not used in it.
+    /// Ends a batch: closes idle files and deleted ones not used in it,
+    /// and lets go of the parsed contents of every file it did not use.
     pub fn end_batch(&mut self) {
         let batch = self.batch;
         self.open.retain(|_, f| {
             let idle = batch - f.used;
             idle < IDLE_BATCHES && (idle == 0 || !deleted(&f.file))
         });
+        for f in self.open.values_mut().filter(|f| f.used != batch) {
+            f.blaze = None;
+        }
         self.batch += 1;
     }
 
@@ -181,6 +199,19 @@ fn open(key: FileKey, at: &Locator) -> Result<Checked, OpenError> {
         }
     }
     Err(last.unwrap_or_else(|| OpenError::Io(std::io::ErrorKind::NotFound.into())))
+}
+
+/// Names at `offsets` of the file at `path`, with or without DWARF.
+fn lookup(blaze: &Blaze, path: &Path, debug_syms: bool, offsets: &[u64]) -> Vec<Option<String>> {
+    let mut elf = Elf::new(path);
+    elf.debug_syms = debug_syms;
+    match blaze.symbolize(&Source::Elf(elf), Input::FileOffset(offsets)) {
+        Ok(syms) => syms.into_iter().map(sym_name).collect(),
+        Err(err) => {
+            tracing::debug!(file = %path.display(), "ELF symbolization failed: {err}");
+            vec![None; offsets.len()]
+        }
+    }
 }
 
 fn sym_name(sym: Symbolized<'_>) -> Option<String> {

@@ -9,7 +9,7 @@
 mod elf_files;
 mod interner;
 mod jit;
-pub mod maps;
+pub use crate::process::maps;
 pub(crate) mod perfmap;
 mod procs;
 mod syscalls;
@@ -20,7 +20,7 @@ use std::{
         atomic::{AtomicU64, Ordering},
         Arc,
     },
-    time::SystemTime,
+    time::{Duration, Instant, SystemTime},
 };
 
 use rustc_hash::FxHashMap;
@@ -34,6 +34,7 @@ use crate::{
     bpf::abi::State,
     collect::{RawBatch, RawRecord, RecordKind},
     jvm::{agent::Sighting, frames, Jvms},
+    process::ProcessTable,
     profile::{Frame, Sample, Slice, Stack, ThreadInfo, Wakeup},
 };
 use elf_files::ElfFiles;
@@ -97,8 +98,14 @@ impl Default for Symbolizer {
 }
 
 impl Symbolizer {
-    /// A symbolizer with empty caches.
+    /// A symbolizer with empty caches and a process table of its own,
+    /// filled from `/proc` as processes are seen (no lifecycle events).
     pub fn new() -> Self {
+        Self::with_table(Arc::default())
+    }
+
+    /// A symbolizer that reads processes from `table`.
+    pub fn with_table(table: Arc<ProcessTable>) -> Self {
         let blaze = Blaze::builder()
             .enable_code_info(false)
             .enable_inlined_fns(false)
@@ -106,7 +113,7 @@ impl Symbolizer {
         Symbolizer {
             blaze,
             elf: ElfFiles::default(),
-            procs: Procs::default(),
+            procs: Procs::new(table),
             user_cache: FxHashMap::default(),
             kernel_cache: FxHashMap::default(),
             interner: Interner::default(),
@@ -117,12 +124,12 @@ impl Symbolizer {
         }
     }
 
-    /// A symbolizer that reports JVMs to the JVM agent and uses the Java
-    /// thread names it finds.
-    pub fn with_jvms(link: JvmLink) -> Self {
+    /// A symbolizer that reads processes from `table`, reports JVMs to the
+    /// JVM agent and uses the Java thread names it finds.
+    pub fn with_jvms(table: Arc<ProcessTable>, link: JvmLink) -> Self {
         Symbolizer {
             jvm: Some(link),
-            ..Symbolizer::new()
+            ..Symbolizer::with_table(table)
         }
     }
 
@@ -138,7 +145,7 @@ impl Symbolizer {
         if self.batches.is_multiple_of(PRUNE_EVERY_BATCHES) {
             self.prune_names();
         }
-        self.procs.begin_batch();
+        self.procs.begin_batch(batch_began(&batch));
         self.jit.begin_batch();
 
         let locations: Vec<Vec<Location>> =
@@ -169,7 +176,7 @@ impl Symbolizer {
                 });
             }
             if let std::collections::hash_map::Entry::Vacant(slot) = processes.entry(pid) {
-                let name = self.procs.name(pid).unwrap_or(comm).to_string();
+                let name = self.procs.name(pid).unwrap_or_else(|| comm.to_string());
                 slot.insert(self.intern(&name));
             }
         }
@@ -256,6 +263,11 @@ impl Symbolizer {
         }
     }
 
+    /// Batches symbolized so far.
+    pub fn batches(&self) -> u64 {
+        self.batches
+    }
+
     /// Bytes of frame names held, and ELF files open (for `/healthz`).
     pub fn held(&self) -> (usize, usize) {
         (self.interner.bytes(), self.elf.len())
@@ -273,10 +285,10 @@ impl Symbolizer {
                 // Callers' frames hold return addresses, which may already
                 // belong to the next line or function: look up the call.
                 let addr = if i == 0 { ip } else { ip.saturating_sub(1) };
-                (addr, self.procs.find(pid, addr))
+                (addr, self.procs.find(pid, &record.comm, addr))
             })
             .collect();
-        let jvm = self.procs.is_jvm(pid);
+        let jvm = self.procs.is_jvm(pid, &record.comm);
         if jvm {
             self.jvms_seen.entry(pid).or_insert(false);
         }
@@ -407,6 +419,18 @@ impl Symbolizer {
         }
         frames.into()
     }
+}
+
+/// When the batch's records began to be taken, on the monotonic clock the
+/// process table keeps (with a margin for the drain's own duration).
+fn batch_began(batch: &RawBatch) -> Instant {
+    let age = SystemTime::now()
+        .duration_since(batch.end)
+        .unwrap_or_default()
+        + batch.interval
+        + batch.drain_time
+        + Duration::from_millis(100);
+    Instant::now().checked_sub(age).unwrap_or_else(Instant::now)
 }
 
 fn kernel_lookup_addr(i: usize, ip: u64) -> u64 {

@@ -1,18 +1,17 @@
-//! What the symbolizer remembers about processes and the files they map,
-//! captured while they are alive so that exited processes still symbolize.
+//! The symbolizer's view of processes (read from the process table, which
+//! snapshots them while they are alive) and of the files they map.
 
 use rustc_hash::FxHashMap as HashMap;
-use std::fs;
+use std::{collections::hash_map::Entry, path::Path, sync::Arc, time::Instant};
 
-use super::{
-    elf_files::Locator,
-    maps::{Backing, Mapping, ProcMaps},
+use super::elf_files::Locator;
+use crate::process::{
+    maps::{Backing, Mapping},
+    Image, ProcessTable,
 };
 
-/// Batches after which a process that sent nothing is forgotten.
+/// Batches after which a file no process was seen mapping is forgotten.
 const FORGET_AFTER_BATCHES: u64 = 120;
-/// Batches between two re-reads of a process's maps after a miss.
-const REFRESH_EVERY_BATCHES: u64 = 10;
 
 /// A mapped file, by device and inode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -29,13 +28,11 @@ pub enum Found {
     Anon,
 }
 
-struct ProcEntry {
-    name: Option<String>,
-    /// A HotSpot JVM ([`crate::jvm::is_hotspot`]).
-    jvm: bool,
-    maps: ProcMaps,
-    last_seen: u64,
-    refreshed: u64,
+/// This batch's view of a process: the image its records are read with.
+struct Chosen {
+    image: Arc<Image>,
+    /// Whether the image's maps were already re-read after a miss.
+    refreshed: bool,
 }
 
 struct FileEntry {
@@ -47,37 +44,54 @@ struct FileEntry {
     seen: u64,
 }
 
-/// Per-process maps and names, and the table of mapped files.
-#[derive(Default)]
+/// The processes of the batch being symbolized, read from the process
+/// table, and the files they map.
 pub struct Procs {
-    procs: HashMap<u32, ProcEntry>,
+    table: Arc<ProcessTable>,
+    /// By pid and thread name (a pid that exec'd or was reused within the
+    /// batch has two images); cleared every batch.
+    chosen: HashMap<(u32, String), Chosen>,
     files: HashMap<FileKey, FileEntry>,
+    /// Records of the batch are at most this old.
+    since: Instant,
     batch: u64,
 }
 
 impl Procs {
-    /// Starts a new batch: maps may be re-read once per process per batch.
-    pub fn begin_batch(&mut self) {
-        self.batch += 1;
+    /// Reads processes from `table`.
+    pub fn new(table: Arc<ProcessTable>) -> Procs {
+        Procs {
+            table,
+            chosen: HashMap::default(),
+            files: HashMap::default(),
+            since: Instant::now(),
+            batch: 0,
+        }
     }
 
-    /// Forgets processes not seen for a while.
+    /// Starts a new batch whose records were taken since `since`.
+    pub fn begin_batch(&mut self, since: Instant) {
+        self.batch += 1;
+        self.since = since;
+        self.chosen.clear();
+    }
+
+    /// Forgets files not mapped by a process seen for a while.
     pub fn end_batch(&mut self) {
         let batch = self.batch;
-        self.procs
-            .retain(|_, p| batch - p.last_seen < FORGET_AFTER_BATCHES);
         self.files
             .retain(|_, f| batch - f.seen < FORGET_AFTER_BATCHES);
     }
 
-    /// The process's name (`/proc/PID/comm`), if it was alive when first seen.
-    pub fn name(&self, pid: u32) -> Option<&str> {
-        self.procs.get(&pid)?.name.as_deref()
+    /// The process's newest name in the batch (after an exec in the batch,
+    /// the new program's).
+    pub fn name(&mut self, pid: u32) -> Option<String> {
+        Some(self.choose(pid, "")?.image.name.clone())
     }
 
-    /// Whether `pid` is a HotSpot JVM, as far as its maps tell.
-    pub fn is_jvm(&self, pid: u32) -> bool {
-        self.procs.get(&pid).is_some_and(|p| p.jvm)
+    /// Whether `pid` (as seen by thread `comm`) is a HotSpot JVM.
+    pub fn is_jvm(&mut self, pid: u32, comm: &str) -> bool {
+        self.choose(pid, comm).is_some_and(|c| c.image.jvm)
     }
 
     /// How to reach a mapped file.
@@ -90,64 +104,78 @@ impl Procs {
         Some(&self.files.get(&file)?.display)
     }
 
-    /// Locates `addr` in `pid`'s executable mappings, re-reading them once
-    /// per batch on a miss (the process may have loaded a library).
-    pub fn find(&mut self, pid: u32, addr: u64) -> Option<Found> {
-        let batch = self.batch;
-        let entry = match self.procs.get_mut(&pid) {
-            Some(e) => e,
-            None => {
-                let name = fs::read_to_string(format!("/proc/{pid}/comm"))
-                    .ok()
-                    .map(|s| s.trim_end().to_string());
-                let maps = ProcMaps::read(pid).unwrap_or_default();
-                register_files(&mut self.files, pid, &maps, batch);
-                self.procs.entry(pid).or_insert(ProcEntry {
-                    name,
-                    jvm: crate::jvm::is_hotspot(&maps),
-                    maps,
-                    last_seen: batch,
-                    refreshed: batch,
-                })
-            }
-        };
-        entry.last_seen = batch;
-        // Frame-pointer walks through code without frame pointers yield
-        // junk addresses that never resolve: re-read at most every few
-        // batches, not on every miss.
-        if entry.maps.find(addr).is_none() && batch - entry.refreshed >= REFRESH_EVERY_BATCHES {
-            entry.refreshed = batch;
-            if let Ok(maps) = ProcMaps::read(pid) {
-                register_files(&mut self.files, pid, &maps, batch);
-                entry.jvm = crate::jvm::is_hotspot(&maps);
-                entry.maps = maps;
+    /// Locates `addr` in the executable mappings of `pid` as thread
+    /// `comm` saw them, re-reading a live process's maps once on a miss
+    /// (it may have loaded a library).
+    pub fn find(&mut self, pid: u32, comm: &str, addr: u64) -> Option<Found> {
+        let table = self.table.clone();
+        let chosen = self.choose(pid, comm)?;
+        if chosen.image.maps.find(addr).is_none() && !chosen.refreshed {
+            chosen.refreshed = true;
+            if let Some(image) = table.refresh(&chosen.image) {
+                chosen.image = image;
             }
         }
-        let mapping = self.procs.get(&pid)?.maps.find(addr)?;
-        Some(classify(&mut self.files, mapping, addr, batch))
+        let image = &self.chosen.get(&(pid, comm.to_string()))?.image;
+        let mapping = image.maps.find(addr)?;
+        Some(classify(&mut self.files, image, mapping, addr, self.batch))
+    }
+
+    fn choose(&mut self, pid: u32, comm: &str) -> Option<&mut Chosen> {
+        let key = (pid, comm.to_string());
+        if !self.chosen.contains_key(&key) {
+            let image = self.table.lookup(pid, comm, self.since)?;
+            self.chosen.insert(
+                key.clone(),
+                Chosen {
+                    image,
+                    refreshed: false,
+                },
+            );
+        }
+        self.chosen.get_mut(&key)
     }
 }
 
 fn classify(
     files: &mut HashMap<FileKey, FileEntry>,
+    image: &Image,
     mapping: &Mapping,
     addr: u64,
     batch: u64,
 ) -> Found {
     match &mapping.backing {
-        Backing::File { dev, inode, .. } => {
+        Backing::File { path, dev, inode } => {
             let file = FileKey {
                 dev: *dev,
                 inode: *inode,
             };
-            if let Some(entry) = files.get_mut(&file) {
-                entry.seen = batch;
-                Found::File {
-                    file,
-                    offset: mapping.file_offset(addr),
+            let locator = || Locator {
+                pid: image.pid,
+                start: mapping.start,
+                end: mapping.end,
+                path: path.clone(),
+            };
+            match files.entry(file) {
+                Entry::Occupied(mut known) => {
+                    let known = known.get_mut();
+                    known.seen = batch;
+                    // A live process is the likeliest way to reach it.
+                    if image.ended.is_none() && known.locator.pid != image.pid {
+                        known.locator = locator();
+                    }
                 }
-            } else {
-                Found::Anon
+                Entry::Vacant(slot) => {
+                    slot.insert(FileEntry {
+                        locator: locator(),
+                        display: display_name(path),
+                        seen: batch,
+                    });
+                }
+            }
+            Found::File {
+                file,
+                offset: mapping.file_offset(addr),
             }
         }
         Backing::Vdso => Found::Vdso,
@@ -155,44 +183,13 @@ fn classify(
     }
 }
 
-/// Records how to reach each file of `maps` that is not known yet. Files
-/// are not opened here: most mapped files never get a sample.
-fn register_files(files: &mut HashMap<FileKey, FileEntry>, pid: u32, maps: &ProcMaps, batch: u64) {
-    for m in maps.iter() {
-        let Backing::File { path, dev, inode } = &m.backing else {
-            continue;
-        };
-        let key = FileKey {
-            dev: *dev,
-            inode: *inode,
-        };
-        let locator = Locator {
-            pid,
-            start: m.start,
-            end: m.end,
-            path: path.clone(),
-        };
-        if let Some(known) = files.get_mut(&key) {
-            // The newest process to map it is the likeliest to be alive.
-            known.locator = locator;
-            known.seen = batch;
-            continue;
-        }
-        let display = path
-            .file_name()
-            .map(|n| {
-                n.to_string_lossy()
-                    .trim_end_matches(" (deleted)")
-                    .to_string()
-            })
-            .unwrap_or_else(|| path.display().to_string());
-        files.insert(
-            key,
-            FileEntry {
-                locator,
-                display,
-                seen: batch,
-            },
-        );
-    }
+/// Base name of a mapped file, for `module+0xOFF` frames.
+fn display_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| {
+            n.to_string_lossy()
+                .trim_end_matches(" (deleted)")
+                .to_string()
+        })
+        .unwrap_or_else(|| path.display().to_string())
 }

@@ -49,12 +49,28 @@ pub fn workload_without_frame_pointers(name: &str) -> PathBuf {
     build_workload(name, &["-O2", "-fomit-frame-pointer"])
 }
 
+/// Compiles `tests/workloads/NAME.c` with frame pointers and extra
+/// `flags` (e.g. `-D` switches) into a binary called `out_name`.
+pub fn workload_variant(name: &str, out_name: &str, flags: &[&str]) -> PathBuf {
+    let mut all = vec![
+        "-O1",
+        "-fno-omit-frame-pointer",
+        "-mno-omit-leaf-frame-pointer",
+    ];
+    all.extend_from_slice(flags);
+    build_workload_as(name, out_name, &all)
+}
+
 fn build_workload(name: &str, flags: &[&str]) -> PathBuf {
+    build_workload_as(name, name, flags)
+}
+
+fn build_workload_as(name: &str, out_name: &str, flags: &[&str]) -> PathBuf {
     static BUILT: Mutex<Vec<String>> = Mutex::new(Vec::new());
     let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/workloads/{name}.c"));
-    let out = workloads_dir().join(name);
-    if built.iter().any(|b| b == name) {
+    let out = workloads_dir().join(out_name);
+    if built.iter().any(|b| b == out_name) {
         return out;
     }
     let status = Command::new("clang")
@@ -71,7 +87,7 @@ fn build_workload(name: &str, flags: &[&str]) -> PathBuf {
         .status()
         .expect("running cc");
     assert!(status.success(), "compiling {}", src.display());
-    built.push(name.to_string());
+    built.push(out_name.to_string());
     out
 }
 

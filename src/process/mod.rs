@@ -1,0 +1,18 @@
+//! The daemon's one table of processes, kept current by the kernel's
+//! lifecycle events (fork, exec, exit, rename) rather than by polling
+//! `/proc`, and the one place that parses a process's `/proc` files.
+//!
+//! A process is identified by its pid and start time; what it runs between
+//! two execs is an [`Image`] (name, executable mappings, whether it is a
+//! JVM). Images are snapshotted while the process lives — shortly after
+//! exec, once the dynamic loader has mapped the libraries — and kept for a
+//! while after it exits or execs again, so samples drained later still
+//! symbolize with the maps and name they were taken under. A reused pid
+//! gets a new entry and never the previous process's image.
+
+pub mod maps;
+mod reader;
+mod table;
+
+pub use reader::spawn_reader;
+pub use table::{Image, ProcessTable, TableStats, KEEP_ENDED, MAX_IMAGES};

@@ -1,0 +1,516 @@
+//! Processes by pid, each with its recent images, newest last.
+//!
+//! Bounds: at most [`MAX_IMAGES`] images in all and [`IMAGES_PER_PID`] per
+//! pid; an image that ended (its process exited or exec'd) is dropped
+//! [`KEEP_ENDED`] after it ended, and past [`MAX_IMAGES`] the ones that
+//! ended first go first, then the oldest live ones (counted as evicted).
+
+use std::{
+    collections::VecDeque,
+    sync::{Arc, Mutex, MutexGuard},
+    time::{Duration, Instant},
+};
+
+use rustc_hash::FxHashMap;
+use serde::Serialize;
+
+use super::maps::ProcMaps;
+use crate::bpf::abi::{comm_str, proc_event, ProcEvent, COMM_LEN};
+
+/// Most images held (live and recently ended, all pids).
+pub const MAX_IMAGES: usize = 32_768;
+/// How long an ended image is kept for the samples still being drained
+/// and symbolized: the drain interval plus the symbolizer's queue, with
+/// room to spare.
+pub const KEEP_ENDED: Duration = Duration::from_secs(30);
+/// Images kept per pid (a process that execs a few times in a row, or a
+/// pid reused quickly).
+const IMAGES_PER_PID: usize = 4;
+/// Wait after an exec before reading the new image's maps: the dynamic
+/// loader maps the libraries within the first milliseconds.
+pub const SETTLE: Duration = Duration::from_millis(10);
+/// A live image's maps are re-read (after a lookup missed them) at most
+/// this often: frame-pointer walks through code without frame pointers
+/// give junk addresses that never resolve.
+const REFRESH_EVERY: Duration = Duration::from_secs(10);
+/// Live processes whose exit event was lost are found this often.
+const SWEEP_EVERY: Duration = Duration::from_secs(10);
+
+/// What one process runs between two execs, as last read.
+#[derive(Debug, Clone)]
+pub struct Image {
+    pub pid: u32,
+    /// The process's start, ns since boot (0 when found without an event):
+    /// with the pid, the process's identity.
+    pub start_ns: u64,
+    /// The process's name (its main thread's), following exec and prctl.
+    pub name: String,
+    /// Executable mappings; shared with the parent after a fork.
+    pub maps: Arc<ProcMaps>,
+    /// A HotSpot JVM, as its maps tell.
+    pub jvm: bool,
+    /// When the maps were read from `/proc` (`None`: not yet, or inherited
+    /// from the parent at fork and not re-read).
+    pub maps_read: Option<Instant>,
+    /// When this image began (exec, fork, or first seen).
+    pub began: Instant,
+    /// When the process exited or exec'd another program.
+    pub ended: Option<Instant>,
+    /// The name before the last rename: an exec renames the process just
+    /// before its exec event, and the old image keeps its old name.
+    renamed_from: Option<String>,
+}
+
+impl Image {
+    fn new(pid: u32, start_ns: u64, name: String, now: Instant) -> Image {
+        Image {
+            pid,
+            start_ns,
+            name,
+            maps: Arc::default(),
+            jvm: false,
+            maps_read: None,
+            began: now,
+            ended: None,
+            renamed_from: None,
+        }
+    }
+
+    fn with_maps(&self, maps: ProcMaps, now: Instant) -> Image {
+        Image {
+            jvm: crate::jvm::is_hotspot(&maps),
+            maps: Arc::new(maps),
+            maps_read: Some(now),
+            ..self.clone()
+        }
+    }
+
+    /// Whether it existed at some time since `since`.
+    fn alive_since(&self, since: Instant) -> bool {
+        self.ended.is_none_or(|end| end >= since)
+    }
+}
+
+/// Counters of the table, for `/healthz` and `/metrics`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct TableStats {
+    /// Live processes known.
+    pub processes: u64,
+    /// Images held (live and recently ended).
+    pub images: u64,
+    pub forks: u64,
+    pub execs: u64,
+    pub exits: u64,
+    pub renames: u64,
+    /// Processes found in `/proc` without an event (running before the
+    /// daemon started, or an event was lost).
+    pub discovered: u64,
+    /// Reads of a process's maps, and those that failed (process gone).
+    pub maps_reads: u64,
+    pub maps_read_failures: u64,
+    /// Images dropped to stay under [`MAX_IMAGES`] while still wanted.
+    pub evicted: u64,
+}
+
+#[derive(Default)]
+struct Inner {
+    pids: FxHashMap<u32, Vec<Arc<Image>>>,
+    images: usize,
+    /// Maps to read once the image has settled: (when, pid, start_ns).
+    due: VecDeque<(Instant, u32, u64)>,
+    stats: TableStats,
+    last_sweep: Option<Instant>,
+}
+
+/// The table every stage reads processes from. Cheap to query: readers get
+/// `Arc<Image>`s and never hold the lock while reading `/proc`.
+#[derive(Default)]
+pub struct ProcessTable {
+    inner: Mutex<Inner>,
+}
+
+impl ProcessTable {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Applies one lifecycle event.
+    pub fn apply(&self, event: &ProcEvent, now: Instant) {
+        let name = comm_str(&event.comm);
+        let (pid, start) = (event.pid, event.start_ns);
+        let mut inner = self.lock();
+        match event.kind {
+            proc_event::FORK => {
+                inner.stats.forks += 1;
+                let parent = inner.live(event.parent).cloned();
+                let mut child = Image::new(pid, start, name, now);
+                match parent {
+                    // The child starts with its parent's address space.
+                    Some(p) if p.maps_read.is_some() => {
+                        child.maps = p.maps.clone();
+                        child.jvm = p.jvm;
+                        child.maps_read = p.maps_read;
+                    }
+                    _ => inner.due.push_back((now + SETTLE, pid, start)),
+                }
+                inner.push(child, now);
+            }
+            proc_event::EXEC => {
+                inner.stats.execs += 1;
+                if let Some(slot) = inner.live_mut(pid) {
+                    if let Some(old) = slot.renamed_from.clone().filter(|_| slot.name == name) {
+                        *slot = Arc::new(Image {
+                            name: old,
+                            renamed_from: None,
+                            ..(**slot).clone()
+                        });
+                    }
+                }
+                inner.push(Image::new(pid, start, name, now), now);
+                inner.due.push_back((now + SETTLE, pid, start));
+            }
+            proc_event::EXIT => {
+                inner.stats.exits += 1;
+                inner.end(pid, now);
+            }
+            proc_event::RENAME => {
+                inner.stats.renames += 1;
+                if let Some(slot) = inner.live_mut(pid) {
+                    *slot = Arc::new(Image {
+                        renamed_from: Some(slot.name.clone()),
+                        name,
+                        ..(**slot).clone()
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Processes whose maps are due for their first read, oldest first.
+    pub fn due_reads(&self, now: Instant) -> Vec<(u32, u64)> {
+        let mut inner = self.lock();
+        let mut due = Vec::new();
+        while inner.due.front().is_some_and(|(at, _, _)| *at <= now) {
+            if let Some((_, pid, start)) = inner.due.pop_front() {
+                due.push((pid, start));
+            }
+        }
+        due
+    }
+
+    /// When the next scheduled read is due.
+    pub fn next_due(&self) -> Option<Instant> {
+        self.lock().due.front().map(|(at, _, _)| *at)
+    }
+
+    /// Reads the maps of `pid`'s live image started at `start_ns` (any
+    /// live image when 0) and stores them; `None` when it is gone.
+    pub fn read_maps(&self, pid: u32, start_ns: u64) -> Option<Arc<Image>> {
+        let read = ProcMaps::read(pid);
+        let now = Instant::now();
+        let mut inner = self.lock();
+        inner.stats.maps_reads += 1;
+        let Ok(maps) = read else {
+            inner.stats.maps_read_failures += 1;
+            return None;
+        };
+        let slot = inner
+            .live_mut(pid)
+            .filter(|i| start_ns == 0 || i.start_ns == start_ns || i.start_ns == 0)?;
+        *slot = Arc::new(slot.with_maps(maps, now));
+        Some(slot.clone())
+    }
+
+    /// The image `pid` ran under while the thread named `comm` was seen,
+    /// at some time since `since`: when the pid changed program (exec) or
+    /// owner (reuse) in that time, the image whose name is `comm`, else the
+    /// newest. A pid not in the table is looked up in `/proc`; a live image
+    /// whose maps were never read is read now.
+    pub fn lookup(&self, pid: u32, comm: &str, since: Instant) -> Option<Arc<Image>> {
+        let found = {
+            let inner = self.lock();
+            inner.pids.get(&pid).and_then(|images| {
+                let mut alive = images.iter().filter(|i| i.alive_since(since));
+                let by_name = alive.clone().rev().find(|i| same_name(&i.name, comm));
+                by_name.or_else(|| alive.next_back()).cloned()
+            })
+        };
+        match found {
+            Some(image) if image.maps_read.is_some() || image.ended.is_some() => Some(image),
+            Some(image) => self.read_maps(pid, image.start_ns).or(Some(image)),
+            None => self.discover(pid),
+        }
+    }
+
+    /// Re-reads a live image's maps after a lookup missed an address in
+    /// them (a library loaded since), at most every [`REFRESH_EVERY`].
+    pub fn refresh(&self, image: &Image) -> Option<Arc<Image>> {
+        let stale = image.ended.is_none()
+            && image
+                .maps_read
+                .is_none_or(|at| at.elapsed() >= REFRESH_EVERY);
+        if !stale {
+            return None;
+        }
+        self.read_maps(image.pid, image.start_ns)
+    }
+
+    /// Drops images that ended more than [`KEEP_ENDED`] ago and, every
+    /// [`SWEEP_EVERY`], ends live ones whose process is gone (their exit
+    /// event was lost).
+    pub fn expire(&self, now: Instant) {
+        let sweep = {
+            let mut inner = self.lock();
+            inner.pids.retain(|_, images| {
+                images.retain(|i| i.ended.is_none_or(|end| now - end < KEEP_ENDED));
+                !images.is_empty()
+            });
+            inner.images = inner.pids.values().map(Vec::len).sum();
+            let due = inner.last_sweep.is_none_or(|at| now - at >= SWEEP_EVERY);
+            if due {
+                inner.last_sweep = Some(now);
+            }
+            due.then(|| inner.live_pids())
+        };
+        let Some(pids) = sweep else {
+            return;
+        };
+        let gone: Vec<u32> = pids
+            .into_iter()
+            .filter(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists())
+            .collect();
+        let mut inner = self.lock();
+        for pid in gone {
+            inner.end(pid, now);
+        }
+    }
+
+    /// The table's counters.
+    pub fn stats(&self) -> TableStats {
+        let inner = self.lock();
+        TableStats {
+            images: inner.images as u64,
+            processes: inner.live_pids().len() as u64,
+            ..inner.stats.clone()
+        }
+    }
+
+    /// Finds a process the table has no live image of in `/proc`.
+    fn discover(&self, pid: u32) -> Option<Arc<Image>> {
+        let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+        let maps = ProcMaps::read(pid);
+        let now = Instant::now();
+        let mut inner = self.lock();
+        inner.stats.discovered += 1;
+        inner.stats.maps_reads += 1;
+        if let Some(live) = inner.live(pid) {
+            // An event came first.
+            return Some(live.clone());
+        }
+        let image = Image::new(pid, 0, name.trim_end().to_string(), now);
+        let image = match maps {
+            Ok(maps) => image.with_maps(maps, now),
+            Err(_) => {
+                inner.stats.maps_read_failures += 1;
+                image
+            }
+        };
+        Some(inner.push(image, now))
+    }
+}
+
+impl Inner {
+    fn live(&self, pid: u32) -> Option<&Arc<Image>> {
+        self.pids
+            .get(&pid)?
+            .iter()
+            .rev()
+            .find(|i| i.ended.is_none())
+    }
+
+    fn live_mut(&mut self, pid: u32) -> Option<&mut Arc<Image>> {
+        self.pids
+            .get_mut(&pid)?
+            .iter_mut()
+            .rev()
+            .find(|i| i.ended.is_none())
+    }
+
+    fn live_pids(&self) -> Vec<u32> {
+        self.pids
+            .iter()
+            .filter(|(_, images)| images.iter().any(|i| i.ended.is_none()))
+            .map(|(pid, _)| *pid)
+            .collect()
+    }
+
+    /// Ends `pid`'s live images.
+    fn end(&mut self, pid: u32, now: Instant) {
+        if let Some(images) = self.pids.get_mut(&pid) {
+            for slot in images.iter_mut().filter(|i| i.ended.is_none()) {
+                *slot = Arc::new(Image {
+                    ended: Some(now),
+                    ..(**slot).clone()
+                });
+            }
+        }
+    }
+
+    /// Adds a new image for its pid, ending the previous one (the pid
+    /// exec'd, or was reused after an exit whose event was lost).
+    fn push(&mut self, image: Image, now: Instant) -> Arc<Image> {
+        self.end(image.pid, now);
+        if self.images >= MAX_IMAGES {
+            self.evict();
+        }
+        let image = Arc::new(image);
+        let images = self.pids.entry(image.pid).or_default();
+        if images.len() >= IMAGES_PER_PID {
+            images.remove(0);
+        } else {
+            self.images += 1;
+        }
+        images.push(image.clone());
+        image
+    }
+
+    /// Makes room for one image: the one that ended first, else the
+    /// oldest live one.
+    fn evict(&mut self) {
+        let oldest = |want_ended: bool| {
+            self.pids
+                .iter()
+                .flat_map(|(pid, images)| images.iter().enumerate().map(move |(k, i)| (*pid, k, i)))
+                .filter(|(_, _, i)| i.ended.is_some() == want_ended)
+                .min_by_key(|(_, _, i)| i.ended.unwrap_or(i.began))
+                .map(|(pid, k, _)| (pid, k))
+        };
+        let Some((pid, k)) = oldest(true).or_else(|| oldest(false)) else {
+            return;
+        };
+        if let Some(images) = self.pids.get_mut(&pid) {
+            images.remove(k);
+            if images.is_empty() {
+                self.pids.remove(&pid);
+            }
+        }
+        self.images -= 1;
+        self.stats.evicted += 1;
+    }
+}
+
+/// Whether a process name matches a kernel thread name (cut to 15 bytes).
+fn same_name(name: &str, comm: &str) -> bool {
+    let cut = |s: &str| {
+        let mut end = s.len().min(COMM_LEN - 1);
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s[..end].to_string()
+    };
+    cut(name) == cut(comm)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(kind: u32, pid: u32, parent: u32, start_ns: u64, name: &str) -> ProcEvent {
+        let mut comm = [0u8; COMM_LEN];
+        comm[..name.len()].copy_from_slice(name.as_bytes());
+        ProcEvent {
+            kind,
+            pid,
+            parent,
+            start_ns,
+            comm,
+            ..ProcEvent::default()
+        }
+    }
+
+    /// A pid that cannot exist, so that no lookup finds it in `/proc`.
+    const PID: u32 = u32::MAX - 7;
+
+    #[test]
+    fn exec_and_rename_are_followed_and_the_old_image_kept_for_its_samples() {
+        let table = ProcessTable::default();
+        let t0 = Instant::now();
+        table.apply(&event(proc_event::FORK, PID, 1, 5, "sh"), t0);
+        let t1 = t0 + Duration::from_secs(2);
+        // As the kernel sends them: the exec's rename, then the exec.
+        table.apply(&event(proc_event::RENAME, PID, 0, 5, "server"), t1);
+        table.apply(&event(proc_event::EXEC, PID, 0, 5, "server"), t1);
+        // Samples of the batch that saw both: each by its thread's name.
+        let since = t1 - Duration::from_secs(1);
+        assert_eq!(table.lookup(PID, "sh", since).unwrap().name, "sh");
+        assert_eq!(table.lookup(PID, "server", since).unwrap().name, "server");
+        // Later batches: only the new program.
+        let later = t1 + Duration::from_millis(1);
+        assert_eq!(table.lookup(PID, "sh", later).unwrap().name, "server");
+        table.apply(&event(proc_event::RENAME, PID, 0, 5, "worker-main"), later);
+        assert_eq!(table.lookup(PID, "x", later).unwrap().name, "worker-main");
+        assert_eq!(table.stats().processes, 1);
+        assert_eq!(table.stats().images, 2);
+    }
+
+    #[test]
+    fn a_reused_pid_never_gets_the_previous_process() {
+        let table = ProcessTable::default();
+        let t0 = Instant::now();
+        table.apply(&event(proc_event::FORK, PID, 1, 5, "old"), t0);
+        table.apply(
+            &event(proc_event::EXIT, PID, 0, 5, "old"),
+            t0 + Duration::from_secs(1),
+        );
+        let t2 = t0 + Duration::from_secs(3);
+        table.apply(&event(proc_event::FORK, PID, 1, 9, "new"), t2);
+        let image = table.lookup(PID, "old", t2).unwrap();
+        assert_eq!((image.name.as_str(), image.start_ns), ("new", 9));
+        // After KEEP_ENDED the old one is gone for good.
+        table.expire(t0 + Duration::from_secs(1) + KEEP_ENDED + Duration::from_secs(1));
+        assert_eq!(table.stats().images, 1);
+    }
+
+    #[test]
+    fn a_forked_child_shares_its_parents_maps() {
+        let table = ProcessTable::default();
+        let me = std::process::id();
+        let parent = table.lookup(me, "", Instant::now()).unwrap();
+        assert!(!parent.maps.is_empty(), "our own maps");
+        table.apply(
+            &event(proc_event::FORK, PID, me, 5, "child"),
+            Instant::now(),
+        );
+        let child = table.lookup(PID, "child", Instant::now()).unwrap();
+        assert!(Arc::ptr_eq(&child.maps, &parent.maps));
+        assert!(
+            table.due_reads(Instant::now() + SETTLE).is_empty(),
+            "nothing to read"
+        );
+    }
+
+    #[test]
+    fn images_are_bounded() {
+        let table = ProcessTable::default();
+        let t0 = Instant::now();
+        for k in 0..(MAX_IMAGES as u32 + 10) {
+            table.apply(&event(proc_event::EXEC, 1_000_000 + k, 0, 1, "p"), t0);
+        }
+        let stats = table.stats();
+        assert_eq!(stats.images, MAX_IMAGES as u64);
+        assert_eq!(stats.evicted, 10);
+        // Per pid too.
+        let table = ProcessTable::default();
+        for _ in 0..10 {
+            table.apply(&event(proc_event::EXEC, PID, 0, 1, "p"), t0);
+        }
+        assert_eq!(table.lock().pids[&PID].len(), IMAGES_PER_PID);
+    }
+
+    #[test]
+    fn names_match_as_the_kernel_cuts_them() {
+        assert!(same_name("a-very-long-process-name", "a-very-long-pro"));
+        assert!(!same_name("java", "javac"));
+    }
+}
