@@ -67,6 +67,18 @@ WS_STACKS(0);
 WS_STACKS(1);
 WS_STACKS(2);
 
+/* Rows inserted into each buffer since user space last emptied it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__type(value, __u64);
+} counts_used SEC(".maps");
+
+/* Rows a buffer takes before new threads' rows are merged per process; set
+ * by user space before load (7/8 of the buffer's size). */
+const volatile __u64 counts_merge_at = WS_COUNTS_ENTRIES - WS_COUNTS_ENTRIES / 8;
+
 /* enum ws_control values, written by user space. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -227,20 +239,44 @@ static __always_inline void *ws_insert(void *map, const void *key,
 	return bpf_map_lookup_elem(map, key);
 }
 
-/* Adds `ns` (and one event) to `key`'s row in the active buffer. */
-static __always_inline void ws_add(struct ws_stack_key *key, __u64 ns)
+/* The row a new key goes to when its buffer is nearly full: its process's
+ * merged row (see WS_MERGED_TID). */
+static __always_inline void ws_merge_key(struct ws_stack_key *key)
 {
-	void *counts = ws_buffer() ? (void *)&counts_1 : (void *)&counts_0;
+	key->tid = WS_MERGED_TID | key->pid;
+	if (key->peer_tid)
+		key->peer_tid = WS_MERGED_TID | key->peer_pid;
+	__builtin_memset(key->comm, 0, sizeof(key->comm));
+}
+
+/* Adds `ns` (and one event) to `key`'s row in the active buffer. A new row
+ * in a nearly full buffer is merged into its process's row (counted) rather
+ * than dropped; only when even that finds no room is the event lost. */
+static __always_inline void ws_add(const struct ws_stack_key *key, __u64 ns)
+{
+	__u32 buffer = ws_buffer();
+	void *counts = buffer ? (void *)&counts_1 : (void *)&counts_0;
+	struct ws_stack_key k = *key;
 	struct ws_stack_value *val;
 
-	ws_check_generation(key);
-	val = bpf_map_lookup_elem(counts, key);
+	ws_check_generation(&k);
+	val = bpf_map_lookup_elem(counts, &k);
 	if (!val) {
 		struct ws_stack_value zero = {};
+		__u64 *used = bpf_map_lookup_elem(&counts_used, &buffer);
 
-		val = ws_insert(counts, key, &zero, WS_STAT_COUNTS_FULL);
-		if (!val)
-			return;
+		if (used && *used >= counts_merge_at && k.tid && !(k.tid & WS_MERGED_TID)) {
+			ws_merge_key(&k);
+			ws_stat_inc(WS_STAT_COUNTS_MERGED);
+			val = bpf_map_lookup_elem(counts, &k);
+		}
+		if (!val) {
+			val = ws_insert(counts, &k, &zero, WS_STAT_COUNTS_FULL);
+			if (!val)
+				return;
+			if (used)
+				__sync_fetch_and_add(used, 1);
+		}
 	}
 	__sync_fetch_and_add(&val->ns, ns);
 	__sync_fetch_and_add(&val->count, 1);

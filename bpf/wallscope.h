@@ -52,6 +52,14 @@ struct ws_stack_key {
 	char comm[WS_COMM_LEN]; /* thread name at the time of the event */
 };
 
+/*
+ * When an aggregation buffer is nearly full, new rows of a thread go to its
+ * process's merged row instead of being dropped: tid (and a wakee's
+ * peer_tid) become WS_MERGED_TID | pid, and comm is cleared. Pids are below
+ * 2^22, so merged tids never collide with real ones.
+ */
+#define WS_MERGED_TID 0x80000000u
+
 /* Value of the aggregation maps: summed time and number of events. */
 struct ws_stack_value {
 	__u64 ns;
@@ -175,7 +183,8 @@ enum ws_stat {
 	WS_STAT_UNWIND_READ_FAILED = 18, /* walk ended early: stack memory unreadable */
 	WS_STAT_UNWIND_TRUNCATED = 19, /* walk ended early: WS_MAX_STACK_DEPTH frames */
 	WS_STAT_PROC_EVENTS_LOST = 20, /* process event dropped: ring buffer full */
-	WS_STAT_COUNT = 21,
+	WS_STAT_COUNTS_MERGED = 21,    /* event added to its process's merged row (map nearly full) */
+	WS_STAT_COUNT = 22,
 };
 
 /*

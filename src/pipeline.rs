@@ -61,8 +61,12 @@ pub struct Health {
     /// Unwind tables: loaded, evicted, processes using them.
     pub unwind: UnwindStats,
     /// Drained batches dropped because the symbolizer was that far behind
-    /// (its queue holds [`BATCH_QUEUE`]).
+    /// (its queue holds [`BATCH_QUEUE`], and one more batch of at most
+    /// [`MAX_WAITING_RECORDS`] rows waits, merged, in the collector).
     pub batches_dropped: u64,
+    /// Drains merged into the next one because the symbolizer's queue was
+    /// full (nothing lost; the slice covers several seconds).
+    pub batches_merged: u64,
     /// JVM sightings dropped because the JVM agent was busy.
     pub jvm_sightings_dropped: u64,
     /// Bytes of frame names the symbolizer holds.
@@ -77,9 +81,13 @@ pub struct Health {
 }
 
 /// Drained batches waiting for the symbolizer; a drain that finds the
-/// queue full drops its batch (counted) rather than holding BPF data back
-/// or growing without bound.
+/// queue full keeps its batch and merges the next drains into it (up to
+/// [`MAX_WAITING_RECORDS`] rows, then drops it, counted) rather than
+/// holding BPF data back or growing without bound.
 pub const BATCH_QUEUE: usize = 4;
+/// Rows a batch waiting for the symbolizer may grow to by merging later
+/// drains (~200 bytes each before symbolization); past it, it is dropped.
+pub const MAX_WAITING_RECORDS: usize = 1 << 20;
 /// Batches between two returns of freed memory to the kernel.
 const TRIM_EVERY_BATCHES: u64 = 10;
 /// Longest [`Pipeline::stop`] waits for the last drain and symbolization.
@@ -260,6 +268,8 @@ fn collect_loop(
     interval: Duration,
 ) {
     let mut next = Instant::now() + interval;
+    // A drained batch the symbolizer had no room for yet.
+    let mut waiting: Option<RawBatch> = None;
     loop {
         while Instant::now() < next && !stop.load(Ordering::SeqCst) {
             thread::sleep((next - Instant::now()).min(Duration::from_millis(20)));
@@ -275,11 +285,25 @@ fn collect_loop(
                     let mut pids: Vec<u32> = batch.records.iter().map(|r| r.pid).collect();
                     pids.sort_unstable();
                     pids.dedup();
+                    let batch = match waiting.take() {
+                        Some(mut earlier) => {
+                            earlier.absorb(batch);
+                            earlier
+                        }
+                        None => batch,
+                    };
                     match tx.try_send(batch) {
                         Ok(()) => {}
-                        Err(mpsc::TrySendError::Full(_)) => {
-                            tracing::warn!("symbolizer behind: batch dropped");
-                            shared.health().batches_dropped += 1;
+                        // The symbolizer is behind: keep the data, merged
+                        // with the next drain's, up to a bound.
+                        Err(mpsc::TrySendError::Full(batch)) => {
+                            if batch.records.len() <= MAX_WAITING_RECORDS {
+                                shared.health().batches_merged += 1;
+                                waiting = Some(batch);
+                            } else {
+                                tracing::warn!("symbolizer behind: batch dropped");
+                                shared.health().batches_dropped += 1;
+                            }
                         }
                         Err(mpsc::TrySendError::Disconnected(_)) => return,
                     }
@@ -298,6 +322,9 @@ fn collect_loop(
             }
         }
         if stopping {
+            if let Some(batch) = waiting.take() {
+                let _ = tx.send(batch);
+            }
             return;
         }
     }

@@ -97,6 +97,15 @@ pub struct ThreadTotals {
     pub wakeups_received: u64,
 }
 
+/// Flag of the tid of a process's merged row (`WS_MERGED_TID`): rows of
+/// threads that found their buffer nearly full, tid `MERGED_TID | pid`.
+pub const MERGED_TID: u32 = 0x8000_0000;
+
+/// Whether `tid` is a process's merged row rather than a thread.
+pub fn is_merged_tid(tid: u32) -> bool {
+    tid & MERGED_TID != 0
+}
+
 /// Key of the runqueue histograms (`struct ws_hist_key`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(C)]
@@ -292,11 +301,12 @@ pub enum Stat {
     UnwindReadFailed = 18,
     UnwindTruncated = 19,
     ProcEventsLost = 20,
+    CountsMerged = 21,
 }
 
 impl Stat {
     /// Number of counters (`WS_STAT_COUNT`).
-    pub const COUNT: usize = 21;
+    pub const COUNT: usize = 22;
     /// Every counter, in enum order.
     pub const ALL: [Stat; Stat::COUNT] = [
         Stat::Samples,
@@ -320,6 +330,7 @@ impl Stat {
         Stat::UnwindReadFailed,
         Stat::UnwindTruncated,
         Stat::ProcEventsLost,
+        Stat::CountsMerged,
     ];
 
     /// snake_case name used in `/healthz` and metrics.
@@ -346,6 +357,7 @@ impl Stat {
             Stat::UnwindReadFailed => "unwind_read_failed",
             Stat::UnwindTruncated => "unwind_truncated",
             Stat::ProcEventsLost => "proc_events_lost",
+            Stat::CountsMerged => "counts_merged",
         }
     }
 
@@ -355,6 +367,7 @@ impl Stat {
         !matches!(
             self,
             Stat::Samples
+                | Stat::CountsMerged
                 | Stat::Switches
                 | Stat::Wakeups
                 | Stat::BelowThreshold
@@ -384,6 +397,8 @@ pub mod names {
         ("on_rename", "task_rename"),
     ];
     pub const PROC_EVENTS: &str = "proc_events";
+    pub const COUNTS_USED: &str = "counts_used";
+    pub const COUNTS_MERGE_AT: &str = "counts_merge_at";
     pub const INCLUDE_IDLE: &str = "include_idle";
     pub const OFFCPU_MIN_NS: &str = "offcpu_min_ns";
     pub const UNWIND_TABLES: &str = "unwind_tables";

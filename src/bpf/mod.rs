@@ -85,6 +85,11 @@ pub struct ProbeMaps {
     /// One stack map per generation, stacks by id.
     pub stacks: [StackMap; 3],
     pub control: Array<MapData, u32>,
+    /// Rows inserted per buffer since it was last emptied (reset by the
+    /// drainer): past 7/8 of the buffer, new rows merge per process.
+    pub counts_used: Array<MapData, u64>,
+    /// Capacity of each counts buffer.
+    pub counts_entries: u32,
     pub stats: PerCpuArray<MapData, u64>,
     /// Taken by the unwind registry (`None` once taken).
     pub unwind: Option<UnwindMaps>,
@@ -122,6 +127,8 @@ pub fn load(opts: &ProbeOptions) -> Result<(Probes, ProbeMaps), LoadError> {
     raise_memlock_limit();
 
     let include_idle = u8::from(opts.include_idle);
+    let counts_entries = counts_entries(host_threads());
+    let merge_at = u64::from(counts_entries - counts_entries / 8);
     let unwind_tables = u8::from(opts.unwind_tables);
     let unwind_rows = opts.unwind_rows.max(1);
     let mut ebpf = EbpfLoader::new()
@@ -131,6 +138,9 @@ pub fn load(opts: &ProbeOptions) -> Result<(Probes, ProbeMaps), LoadError> {
         .override_global(names::OFFCPU_MIN_NS, &opts.offcpu_min_ns, true)
         .override_global(names::UNWIND_TABLES, &unwind_tables, true)
         .map_max_entries(names::UNWIND_ROWS, unwind_rows)
+        .map_max_entries(names::COUNTS[0], counts_entries)
+        .map_max_entries(names::COUNTS[1], counts_entries)
+        .override_global(names::COUNTS_MERGE_AT, &merge_at, true)
         .load(OBJECT)
         .map_err(LoadError::Load)?;
 
@@ -180,7 +190,8 @@ pub fn load(opts: &ProbeOptions) -> Result<(Probes, ProbeMaps), LoadError> {
         attached.push((name.to_string(), 1));
     }
 
-    let maps = take_maps(&mut ebpf, unwind_rows)?;
+    let mut maps = take_maps(&mut ebpf, unwind_rows)?;
+    maps.counts_entries = counts_entries;
     Ok((
         Probes {
             _ebpf: ebpf,
@@ -213,6 +224,8 @@ fn take_maps(ebpf: &mut Ebpf, unwind_rows: u32) -> Result<ProbeMaps, LoadError> 
             take(ebpf, names::STACKS[2])?,
         ],
         control: take(ebpf, names::CONTROL)?,
+        counts_used: take(ebpf, names::COUNTS_USED)?,
+        counts_entries: 0,
         stats: take(ebpf, names::STATS)?,
         unwind: Some(UnwindMaps {
             rows: take(ebpf, names::UNWIND_ROWS)?,
@@ -221,6 +234,26 @@ fn take_maps(ebpf: &mut Ebpf, unwind_rows: u32) -> Result<ProbeMaps, LoadError> 
         }),
         proc_events: Some(take(ebpf, names::PROC_EVENTS)?),
     })
+}
+
+/// Rows each counts buffer holds, from the threads on the host when the
+/// daemon starts: a thread that ran in a drain has a few rows (its CPU
+/// stacks, its off-CPU states, the wakeups it sent). Between 32 Ki and
+/// 256 Ki rows (~120 bytes each, preallocated, two buffers: 8–60 MB of
+/// kernel memory); threads beyond that merge per process rather than drop.
+pub fn counts_entries(threads: u32) -> u32 {
+    (threads.saturating_mul(4))
+        .checked_next_power_of_two()
+        .unwrap_or(u32::MAX)
+        .clamp(32 << 10, 256 << 10)
+}
+
+/// Threads on the host now: the total of `/proc/loadavg`'s 4th field.
+fn host_threads() -> u32 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().nth(3)?.split_once('/')?.1.parse().ok())
+        .unwrap_or(0)
 }
 
 /// Older kernels charge BPF memory to RLIMIT_MEMLOCK; newer ones to the
@@ -236,5 +269,18 @@ fn raise_memlock_limit() {
             "could not raise RLIMIT_MEMLOCK ({}); fine on kernels that charge BPF memory to the memory cgroup",
             std::io::Error::last_os_error()
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_buffers_follow_the_host_within_bounds() {
+        assert_eq!(counts_entries(0), 32 << 10);
+        assert_eq!(counts_entries(10_000), 64 << 10);
+        assert_eq!(counts_entries(u32::MAX), 256 << 10);
+        assert!(host_threads() > 0);
     }
 }

@@ -9,6 +9,8 @@
 //! (see `bpf/aggregate.bpf.h`). They rotate through generations instead, and
 //! a stack is read from the kernel once per generation.
 
+mod batch;
+mod merge;
 mod stacks;
 
 use std::{
@@ -20,7 +22,9 @@ use std::{
 use thiserror::Error;
 
 use crate::bpf::{
-    abi::{comm_str, Control, Hist, HistKey, Stat, State, ThreadTotals, WAKEUP_STATE},
+    abi::{
+        comm_str, is_merged_tid, Control, Hist, HistKey, Stat, State, ThreadTotals, WAKEUP_STATE,
+    },
     ProbeMaps,
 };
 use stacks::StackCache;
@@ -78,6 +82,9 @@ pub enum HistOwner {
     Process(u32),
     Cgroup(u64),
 }
+
+/// Thread name of a process's merged row (see [`is_merged_tid`]).
+pub const MERGED_THREADS: &str = "[merged threads]";
 
 /// Counter deltas since the previous drain, indexed like [`Stat::ALL`].
 pub type StatDeltas = [u64; Stat::COUNT];
@@ -147,6 +154,10 @@ impl Drainer {
 
         let buf = &mut self.maps.buffers[idle as usize];
         let rows = take_all(&mut buf.counts, "counts map")?;
+        self.maps
+            .counts_used
+            .set(idle, 0, 0)
+            .map_err(CollectError::Control)?;
         let threads = take_all(&mut buf.threads, "threads map")?;
         let hists = take_all(&mut buf.runq_hist, "runqueue histograms")?;
 
@@ -175,7 +186,11 @@ impl Drainer {
                 pid: key.pid,
                 tid: key.tid,
                 kind,
-                comm: comm_str(&key.comm),
+                comm: if is_merged_tid(key.tid) {
+                    MERGED_THREADS.to_string()
+                } else {
+                    comm_str(&key.comm)
+                },
                 syscall: key.syscall.checked_sub(1),
                 user_stack,
                 kernel_stack,
@@ -229,20 +244,18 @@ impl Drainer {
     }
 }
 
-/// Reads every entry of a hash map, then deletes what it read.
+/// Reads and deletes every row of a hash map.
 fn take_all<K: aya::Pod, V: aya::Pod>(
     map: &mut aya::maps::HashMap<aya::maps::MapData, K, V>,
     what: &'static str,
 ) -> Result<Vec<(K, V)>, CollectError> {
-    let rows: Vec<(K, V)> = map
-        .iter()
-        .collect::<Result<_, _>>()
-        .map_err(|source| CollectError::Read { what, source })?;
-    for (key, _) in &rows {
-        // A key can only vanish if someone else drains: nothing to count.
-        let _ = map.remove(key);
-    }
-    Ok(rows)
+    batch::take_all(map).map_err(|source| CollectError::Read {
+        what,
+        source: aya::maps::MapError::SyscallError(aya::sys::SyscallError {
+            call: "bpf_map_lookup_and_delete_batch",
+            io_error: source,
+        }),
+    })
 }
 
 fn raw_thread(tid: u32, t: &ThreadTotals) -> RawThread {

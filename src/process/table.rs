@@ -228,18 +228,36 @@ impl ProcessTable {
     /// newest. A pid not in the table is looked up in `/proc`; a live image
     /// whose maps were never read is read now.
     pub fn lookup(&self, pid: u32, comm: &str, since: Instant) -> Option<Arc<Image>> {
+        Some(self.lookup_with_rivals(pid, comm, since)?.0)
+    }
+
+    /// [`ProcessTable::lookup`], also telling whether other images of the
+    /// pid existed since `since` (when not, the thread name did not matter).
+    pub fn lookup_with_rivals(
+        &self,
+        pid: u32,
+        comm: &str,
+        since: Instant,
+    ) -> Option<(Arc<Image>, bool)> {
         let found = {
             let inner = self.lock();
             inner.pids.get(&pid).and_then(|images| {
                 let mut alive = images.iter().filter(|i| i.alive_since(since));
+                let rivals = alive.clone().count() > 1;
                 let by_name = alive.clone().rev().find(|i| same_name(&i.name, comm));
-                by_name.or_else(|| alive.next_back()).cloned()
+                by_name
+                    .or_else(|| alive.next_back())
+                    .map(|i| (i.clone(), rivals))
             })
         };
         match found {
-            Some(image) if image.maps_read.is_some() || image.ended.is_some() => Some(image),
-            Some(image) => self.read_maps(pid, image.start_ns).or(Some(image)),
-            None => self.discover(pid),
+            Some((image, rivals)) if image.maps_read.is_some() || image.ended.is_some() => {
+                Some((image, rivals))
+            }
+            Some((image, rivals)) => {
+                Some((self.read_maps(pid, image.start_ns).unwrap_or(image), rivals))
+            }
+            None => Some((self.discover(pid)?, false)),
         }
     }
 

@@ -31,7 +31,7 @@ use blazesym::symbolize::{
 };
 
 use crate::{
-    bpf::abi::State,
+    bpf::abi::{is_merged_tid, State},
     collect::{RawBatch, RawRecord, RecordKind},
     jvm::{agent::Sighting, frames, Jvms},
     process::ProcessTable,
@@ -233,7 +233,9 @@ impl Symbolizer {
         for (pid, jit_misses) in seen {
             let unnamed_tids = threads
                 .iter()
-                .filter(|(tid, t)| t.pid == pid && !link.jvms.knows_thread(pid, **tid))
+                .filter(|(tid, t)| {
+                    t.pid == pid && !is_merged_tid(**tid) && !link.jvms.knows_thread(pid, **tid)
+                })
                 .map(|(tid, _)| *tid)
                 .collect();
             let sighting = Sighting {

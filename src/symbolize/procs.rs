@@ -50,7 +50,7 @@ pub struct Procs {
     table: Arc<ProcessTable>,
     /// By pid and thread name (a pid that exec'd or was reused within the
     /// batch has two images); cleared every batch.
-    chosen: HashMap<(u32, String), Chosen>,
+    chosen: HashMap<u32, Vec<(String, Chosen)>>,
     files: HashMap<FileKey, FileEntry>,
     /// Records of the batch are at most this old.
     since: Instant,
@@ -86,7 +86,9 @@ impl Procs {
     /// The process's newest name in the batch (after an exec in the batch,
     /// the new program's).
     pub fn name(&mut self, pid: u32) -> Option<String> {
-        Some(self.choose(pid, "")?.image.name.clone())
+        // No thread is called this: the lookup falls back to the newest.
+        const NO_THREAD: &str = "\0";
+        Some(self.choose(pid, NO_THREAD)?.image.name.clone())
     }
 
     /// Whether `pid` (as seen by thread `comm`) is a HotSpot JVM.
@@ -116,24 +118,34 @@ impl Procs {
                 chosen.image = image;
             }
         }
-        let image = &self.chosen.get(&(pid, comm.to_string()))?.image;
+        let image = chosen.image.clone();
         let mapping = image.maps.find(addr)?;
-        Some(classify(&mut self.files, image, mapping, addr, self.batch))
+        Some(classify(&mut self.files, &image, mapping, addr, self.batch))
     }
 
+    /// The image of `pid` for records of thread `comm` (looked up once
+    /// per batch; a pid has one or two names in a batch, so a short list).
     fn choose(&mut self, pid: u32, comm: &str) -> Option<&mut Chosen> {
-        let key = (pid, comm.to_string());
-        if !self.chosen.contains_key(&key) {
-            let image = self.table.lookup(pid, comm, self.since)?;
-            self.chosen.insert(
-                key.clone(),
-                Chosen {
+        let known = self.chosen.entry(pid).or_default();
+        // An entry named "" stands for every thread: the pid had one image.
+        let at = match known.iter().position(|(c, _)| c.is_empty() || c == comm) {
+            Some(at) => at,
+            None => {
+                let (image, rivals) = self.table.lookup_with_rivals(pid, comm, self.since)?;
+                let name = if rivals {
+                    comm.to_string()
+                } else {
+                    String::new()
+                };
+                let chosen = Chosen {
                     image,
                     refreshed: false,
-                },
-            );
-        }
-        self.chosen.get_mut(&key)
+                };
+                known.push((name, chosen));
+                known.len() - 1
+            }
+        };
+        Some(&mut known[at].1)
     }
 }
 

@@ -1,0 +1,97 @@
+//! A process with 10,000 mostly sleeping threads (root; under CI=true the
+//! test fails rather than skips): no row is dropped, every thread is
+//! reported, and the stacks explain the threads' sleep.
+
+mod support;
+
+use std::{thread, time::Duration};
+
+use serde_json::Value;
+use support::*;
+
+const THREADS: usize = 10_000;
+
+fn json(url: &str) -> Value {
+    let (status, body) = get(url);
+    assert_eq!(status, 200, "{url}: {body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+fn counter(health: &Value, name: &str) -> u64 {
+    health["lost"][name]
+        .as_u64()
+        .or_else(|| health["events"][name].as_u64())
+        .unwrap_or_else(|| panic!("{name} in {health}"))
+}
+
+#[test]
+fn ten_thousand_sleeping_threads_lose_no_rows() {
+    if !ebpf_available() {
+        return;
+    }
+    let ws = Daemon::start(&[]);
+    let bin = workload("many_threads");
+    let w = Workload::start(&bin, &[&THREADS.to_string(), "25"]);
+    let pid = w.pid;
+    let before = json(&format!("{}/healthz", ws.url));
+    thread::sleep(Duration::from_secs(15));
+    let after = json(&format!("{}/healthz", ws.url));
+    let delta = |name| counter(&after, name) - counter(&before, name);
+    let (full, merged) = (delta("counts_map_full"), delta("counts_merged"));
+    println!("counts_map_full +{full}, counts_merged +{merged}");
+    assert_eq!(full, 0, "rows dropped: {after}");
+    assert_eq!(delta("threads_map_full"), 0, "{after}");
+
+    thread::sleep(SETTLE);
+    let report = json(&format!("{}/threads?pid={pid}&seconds=20", ws.url));
+    let threads = report["threads"].as_array().unwrap();
+    let workers: Vec<&Value> = threads.iter().filter(|t| t["tid"] != pid).collect();
+    assert!(
+        workers.len() >= THREADS * 99 / 100,
+        "{} threads reported",
+        workers.len()
+    );
+    let sleepy = workers
+        .iter()
+        .filter(|t| t["sleep_us"].as_u64().unwrap() > t["cpu_us"].as_u64().unwrap())
+        .count();
+    assert!(
+        sleepy >= workers.len() * 9 / 10,
+        "{sleepy} of {} mostly asleep",
+        workers.len()
+    );
+
+    // The sleep stacks (merged rows included) explain the threads' sleep.
+    let sleep_us: u64 = threads
+        .iter()
+        .map(|t| t["sleep_us"].as_u64().unwrap())
+        .sum();
+    let (status, body) = get(&format!(
+        "{}/folded?pid={pid}&kind=sleep&group=thread&seconds=20",
+        ws.url
+    ));
+    assert_eq!(status, 200, "{body}");
+    let rows = parse_folded(&body);
+    let in_rows: u64 = rows.iter().map(|r| r.1).sum();
+    let explained = in_rows as f64 / sleep_us.max(1) as f64;
+    assert!(
+        (0.9..=1.1).contains(&explained),
+        "stack rows hold {in_rows} us of {sleep_us} us of sleep"
+    );
+    let in_wait = rows
+        .iter()
+        .filter(|r| r.0.iter().any(|f| f == "idle_wait"))
+        .map(|r| r.1)
+        .sum::<u64>();
+    assert!(
+        in_wait as f64 >= 0.9 * in_rows as f64,
+        "idle_wait: {in_wait} of {in_rows}"
+    );
+    if merged > 0 {
+        assert!(
+            rows.iter().any(|r| r.0[1].starts_with("[merged threads]")),
+            "merged rows are shown as such"
+        );
+    }
+    drop(w);
+}
