@@ -148,10 +148,29 @@ impl Symbolizer {
         self.procs.begin_batch(batch_began(&batch));
         self.jit.begin_batch();
 
-        let locations: Vec<Vec<Location>> =
-            batch.records.iter().map(|r| self.locate_user(r)).collect();
+        // Rows of many threads share their stacks (a pool's workers waiting
+        // in the same place): each distinct stack of a process is located
+        // and named once per batch.
+        let mut distinct: FxHashMap<StackIdentity, usize> = FxHashMap::default();
+        let mut firsts: Vec<&RawRecord> = Vec::new();
+        let which: Vec<usize> = batch
+            .records
+            .iter()
+            .map(|r| {
+                *distinct.entry(StackIdentity::of(r)).or_insert_with(|| {
+                    firsts.push(r);
+                    firsts.len() - 1
+                })
+            })
+            .collect();
+        let locations: Vec<Vec<Location>> = firsts.iter().map(|r| self.locate_user(r)).collect();
         self.resolve_user(&locations);
         self.resolve_kernel(&batch.records);
+        let stacks: Vec<Stack> = firsts
+            .iter()
+            .zip(&locations)
+            .map(|(r, locs)| self.stack(r, locs))
+            .collect();
 
         let mut threads = HashMap::new();
         let mut processes = HashMap::new();
@@ -180,8 +199,8 @@ impl Symbolizer {
                 slot.insert(self.intern(&name));
             }
         }
-        for (record, locs) in batch.records.iter().zip(locations) {
-            let stack = self.stack(record, &locs);
+        for (record, k) in batch.records.iter().zip(which) {
+            let stack = stacks[k].clone();
             let (pid, tid, ns, count) = (record.pid, record.tid, record.ns, record.count);
             match record.kind {
                 RecordKind::Time(state) => samples.push(Sample {
@@ -420,6 +439,32 @@ impl Symbolizer {
             frames.push(unknown);
         }
         frames.into()
+    }
+}
+
+/// What a record's symbolized stack depends on: its process, its captured
+/// stacks (shared `Arc`s: the same id gives the same pointer), and the
+/// syscall frame off-CPU rows without a kernel stack get.
+#[derive(PartialEq, Eq, Hash)]
+struct StackIdentity {
+    pid: u32,
+    user: usize,
+    kernel: usize,
+    syscall: Option<u32>,
+    cpu: bool,
+}
+
+impl StackIdentity {
+    fn of(r: &RawRecord) -> StackIdentity {
+        let ptr =
+            |s: &Option<crate::collect::RawStack>| s.as_ref().map_or(0, |s| s.as_ptr() as usize);
+        StackIdentity {
+            pid: r.pid,
+            user: ptr(&r.user_stack),
+            kernel: ptr(&r.kernel_stack),
+            syscall: r.syscall,
+            cpu: r.kind == RecordKind::Time(State::Cpu),
+        }
     }
 }
 
