@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use super::{
     kind::{pool_name, state_frame, thread_frame, Group, Kind},
-    store::Store,
+    store::Snapshot,
     Slice,
 };
 use crate::bpf::abi::State;
@@ -102,7 +102,7 @@ fn prefix(names: &Names, filter: &Filter, pid: u32, tid: u32) -> Vec<String> {
 }
 
 /// Folds the samples that match `filter`; the root frame is the process name.
-pub fn folded(store: &Store, filter: &Filter, now: SystemTime) -> Folded {
+pub fn folded(store: &Snapshot, filter: &Filter, now: SystemTime) -> Folded {
     let mut out = Folded::default();
     let names = Names::of(store.window(filter.seconds, now));
     // Per (tid, state): exact totals and what stack rows explain (wall only).
@@ -192,7 +192,7 @@ pub struct ProcessSummary {
 }
 
 /// Processes by CPU time in the last `seconds`, busiest first.
-pub fn processes(store: &Store, seconds: u64, now: SystemTime) -> Vec<ProcessSummary> {
+pub fn processes(store: &Snapshot, seconds: u64, now: SystemTime) -> Vec<ProcessSummary> {
     let mut cpu: HashMap<u32, (Arc<str>, u64)> = HashMap::new();
     for slice in store.window(seconds, now) {
         for s in slice.samples.iter().filter(|s| s.state == State::Cpu) {
@@ -223,12 +223,12 @@ pub fn processes(store: &Store, seconds: u64, now: SystemTime) -> Vec<ProcessSum
 }
 
 /// Whether anything was recorded for `pid` during the whole retention.
-pub fn pid_recorded(store: &Store, pid: u32) -> bool {
+pub fn pid_recorded(store: &Snapshot, pid: u32) -> bool {
     store.all().any(|s| s.processes.contains_key(&pid))
 }
 
 /// Whether anything was recorded for thread `tid` during the whole retention.
-pub fn tid_recorded(store: &Store, tid: u32) -> bool {
+pub fn tid_recorded(store: &Snapshot, tid: u32) -> bool {
     store.all().any(|s| s.threads.contains_key(&tid))
 }
 
@@ -247,6 +247,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::profile::store::Store;
     use crate::profile::{Sample, Slice, Stack};
 
     fn sample(pid: u32, tid: u32, frames: &[&str], ns: u64) -> Sample {
@@ -297,7 +298,7 @@ mod tests {
     fn folds_by_process_and_filters_by_pid_and_tid() {
         let (store, now) = store();
         let all = Filter::cpu(None, None, 30);
-        let f = folded(&store, &all, now);
+        let f = folded(&store.snapshot(), &all, now);
         assert_eq!(f.total_ns, 15_000);
         assert_eq!(
             f.stacks["ten;main;a"], 4_000,
@@ -306,7 +307,7 @@ mod tests {
         assert_eq!(f.stacks["twenty;main"], 9_000);
 
         let f = folded(
-            &store,
+            &store.snapshot(),
             &Filter {
                 pid: Some(10),
                 tid: Some(11),
@@ -319,7 +320,7 @@ mod tests {
 
         let later = now + Duration::from_secs(60);
         assert!(
-            folded(&store, &all, later).stacks.is_empty(),
+            folded(&store.snapshot(), &all, later).stacks.is_empty(),
             "outside the window"
         );
     }
@@ -327,7 +328,7 @@ mod tests {
     #[test]
     fn processes_sorted_by_cpu() {
         let (store, now) = store();
-        let rows = processes(&store, 30, now);
+        let rows = processes(&store.snapshot(), 30, now);
         assert_eq!(
             rows[0],
             ProcessSummary {
@@ -338,8 +339,8 @@ mod tests {
             }
         );
         assert_eq!(rows[1].pid, 10);
-        assert!(pid_recorded(&store, 10) && !pid_recorded(&store, 11));
-        assert!(tid_recorded(&store, 11) && !tid_recorded(&store, 99));
+        assert!(pid_recorded(&store.snapshot(), 10) && !pid_recorded(&store.snapshot(), 11));
+        assert!(tid_recorded(&store.snapshot(), 11) && !tid_recorded(&store.snapshot(), 99));
     }
 
     #[test]
