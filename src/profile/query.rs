@@ -8,10 +8,12 @@ use std::{
 
 use serde::Serialize;
 
+use rustc_hash::FxHashMap;
+
 use super::{
     kind::{pool_name, state_frame, thread_frame, Group, Kind},
     store::Snapshot,
-    Slice,
+    Frame, Slice, Stack,
 };
 use crate::bpf::abi::State;
 
@@ -101,6 +103,10 @@ fn prefix(names: &Names, filter: &Filter, pid: u32, tid: u32) -> Vec<String> {
     }
 }
 
+/// Samples that fold into one line: pid, tid (0 unless grouped by thread or
+/// pool), state (wall graphs only) and the stack's address.
+type RowKey = (u32, u32, Option<State>, usize);
+
 /// Folds the samples that match `filter`; the root frame is the process name.
 pub fn folded(store: &Snapshot, filter: &Filter, now: SystemTime) -> Folded {
     let mut out = Folded::default();
@@ -108,21 +114,29 @@ pub fn folded(store: &Snapshot, filter: &Filter, now: SystemTime) -> Folded {
     // Per (tid, state): exact totals and what stack rows explain (wall only).
     let mut explained: HashMap<(u32, State), u64> = HashMap::new();
     let mut totals: HashMap<(u32, State), (u64, Vec<String>)> = HashMap::new();
+    // Samples summed per (pid, tid if grouped by thread, state if wall,
+    // stack) before any text is built: the store interns stacks, so the
+    // stack's address stands for its frames, and the window's many rows
+    // fold into few keys at the cost of a hash of four integers each.
+    let mut rows: FxHashMap<RowKey, (&Stack, u64)> = FxHashMap::default();
     for slice in store.window(filter.seconds, now) {
         for s in &slice.samples {
             if !filter.matches(s.pid, s.tid) || !filter.kind.includes(s.state) {
                 continue;
             }
-            let head = prefix(&names, filter, s.pid, s.tid);
-            let state = (filter.kind == Kind::Wall).then(|| state_frame(s.state));
-            let mut frames: Vec<&str> = head.iter().map(String::as_str).collect();
-            if let Some(state) = &state {
-                frames.push(state);
+            let state = (filter.kind == Kind::Wall).then_some(s.state);
+            if state.is_some() {
                 *explained.entry((s.tid, s.state)).or_default() += s.ns;
             }
-            frames.extend(s.stack.iter().map(|f| &**f));
-            note_process(&mut out, &names, s.pid);
-            out.add(&frames, s.ns);
+            let tid = if filter.group == Group::Process {
+                0
+            } else {
+                s.tid
+            };
+            let stack = Arc::as_ptr(&s.stack) as *const Frame as usize;
+            rows.entry((s.pid, tid, state, stack))
+                .or_insert((&s.stack, 0))
+                .1 += s.ns;
         }
         if filter.kind == Kind::Wakeup {
             for w in &slice.wakeups {
@@ -158,6 +172,15 @@ pub fn folded(store: &Snapshot, filter: &Filter, now: SystemTime) -> Folded {
                 }
             }
         }
+    }
+    for ((pid, tid, state, _), (stack, ns)) in rows {
+        let head = prefix(&names, filter, pid, tid);
+        let state = state.map(state_frame);
+        let mut frames: Vec<&str> = head.iter().map(String::as_str).collect();
+        frames.extend(state.as_deref());
+        frames.extend(stack.iter().map(|f| &**f));
+        note_process(&mut out, &names, pid);
+        out.add(&frames, ns);
     }
     // Wall graphs add up to each thread's wall time: what no stack row
     // explains (short intervals, sampling error) shows as [unattributed].
