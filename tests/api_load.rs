@@ -19,7 +19,7 @@ use wallscope::{
     profile::{store::Store, truncate::Limits, Frame, Sample, Slice, Stack, ThreadInfo},
 };
 
-const SLICES: u64 = 240;
+const SLICES: u64 = 120;
 const ROWS_PER_SLICE: usize = 2_000;
 /// More than the API's stack bound, so whole-window answers are truncated.
 const STACKS: usize = 30_000;
@@ -43,11 +43,24 @@ fn fixture() -> &'static (Arc<Shared>, Vec<Stack>) {
                 frames.into()
             })
             .collect();
+        let rss_before = api::memory::Rss::of_self().map(|r| r.anon_bytes);
         let now = SystemTime::now();
         let mut store = Store::new(Duration::from_secs(600)).with_max_bytes(usize::MAX / 2);
         for i in 0..SLICES {
             let end = now - Duration::from_secs(SLICES - i);
             store.push(slice(i, end, &stacks));
+        }
+        // How the estimate compares with what the allocations cost.
+        let rss_after = api::memory::Rss::of_self().map(|r| r.anon_bytes);
+        if let (Some(before), Some(after)) = (rss_before, rss_after) {
+            let stats = store.stats();
+            eprintln!(
+                "store estimate {} KiB ({} slices, {} stacks); anon RSS grew {} KiB",
+                stats.bytes >> 10,
+                stats.slices,
+                stats.stacks,
+                after.saturating_sub(before) >> 10
+            );
         }
         (Shared::new(store, Vec::new()), stacks)
     })
@@ -232,4 +245,28 @@ async fn whole_window_answers_are_bounded_and_say_what_they_left_out() {
         STACKS,
         "every stack kept or merged"
     );
+}
+
+/// A push holds the store's write lock while it interns a slice's stacks
+/// (milliseconds on a busy host): `/healthz` reads published figures.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthz_does_not_wait_for_the_store_lock() {
+    let shared = support::api::shared();
+    let router = api::router(shared.clone());
+    let (locked, is_locked) = std::sync::mpsc::channel();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let holder = std::thread::spawn(move || {
+        let _store = shared.store.write().unwrap();
+        locked.send(()).unwrap();
+        let _ = released.recv();
+    });
+    is_locked.recv().unwrap();
+    let health = tokio::spawn(async move { healthz(&router).await });
+    let answered = tokio::time::timeout(Duration::from_secs(30), health).await;
+    release.send(()).unwrap();
+    holder.join().unwrap();
+    let health = answered
+        .expect("/healthz waited for the store's write lock")
+        .unwrap();
+    assert_eq!(health["store"]["slices"], 1, "{health}");
 }

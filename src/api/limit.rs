@@ -5,6 +5,10 @@
 //! At most [`MAX_RUNNING`] queries run at once; up to [`MAX_WAITING`] more
 //! wait for a turn, each for at most [`MAX_WAIT`]. Past either bound the
 //! request gets 503 with a message and `Retry-After`, counted as refused.
+//! Queries run at nice [`QUERY_NICE`]: on a small host two of them could
+//! take every core, and the profiled workloads, the daemon's pipeline and
+//! `/healthz` come first.
+//!
 //! A query whose client went away still runs to its end (a blocking thread
 //! cannot be interrupted) but keeps its turn while it does, so abandoned
 //! queries cannot pile up beyond the bound.
@@ -28,6 +32,9 @@ pub const MAX_RUNNING: usize = 2;
 pub const MAX_WAITING: usize = 16;
 /// Longest a query waits for a turn.
 pub const MAX_WAIT: Duration = Duration::from_secs(10);
+
+/// Nice value of a thread while it runs a query.
+pub const QUERY_NICE: libc::c_int = 5;
 
 /// The bound on running queries, with its counters.
 pub struct Queries {
@@ -95,6 +102,7 @@ impl Queries {
         };
         let result = tokio::task::spawn_blocking(move || {
             let _turn = turn;
+            let _nice = Nice::set(QUERY_NICE);
             query()
         })
         .await;
@@ -137,6 +145,40 @@ impl Queries {
             max_waiting: self.max_waiting,
             completed: self.completed.load(Ordering::Relaxed),
             refused: self.refused.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// This thread's nice value, raised for a while: the pool's threads run
+/// other work after, so it is restored when dropped.
+struct Nice(Option<libc::c_int>);
+
+impl Nice {
+    fn set(nice: libc::c_int) -> Nice {
+        // SAFETY: plain syscalls on this thread; errno is checked because
+        // -1 is also a valid nice value.
+        unsafe {
+            let tid = libc::gettid() as libc::id_t;
+            *libc::__errno_location() = 0;
+            let before = libc::getpriority(libc::PRIO_PROCESS, tid);
+            if *libc::__errno_location() != 0 || before >= nice {
+                return Nice(None);
+            }
+            let set = libc::setpriority(libc::PRIO_PROCESS, tid, nice) == 0;
+            Nice(set.then_some(before))
+        }
+    }
+}
+
+impl Drop for Nice {
+    fn drop(&mut self) {
+        if let Some(before) = self.0 {
+            // Lowering it back needs CAP_SYS_NICE, which the daemon (root)
+            // has; without it the thread stays at QUERY_NICE, which is safe.
+            // SAFETY: as in `Nice::set`.
+            unsafe {
+                libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, before);
+            }
         }
     }
 }
@@ -197,5 +239,11 @@ mod tests {
         release.send(()).unwrap();
         assert!(first.await.unwrap());
         assert_eq!(queries.run(|| 1).await.unwrap(), 1, "turns are given back");
+        // SAFETY: getpriority has no preconditions.
+        let nice = queries
+            .run(|| unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) })
+            .await
+            .unwrap();
+        assert!(nice >= QUERY_NICE, "queries run niced: {nice}");
     }
 }

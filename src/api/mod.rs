@@ -11,7 +11,10 @@ mod queries;
 pub mod server;
 pub mod token;
 
-use std::{sync::Arc, time::SystemTime};
+use std::{
+    sync::{Arc, Mutex},
+    time::SystemTime,
+};
 
 use axum::{
     extract::{FromRef, State},
@@ -22,7 +25,7 @@ use axum::{
 };
 use serde_json::json;
 
-use crate::{bpf::abi::Stat, pipeline::Shared};
+use crate::{bpf::abi::Stat, pipeline::Shared, profile::store::Published};
 pub use access::Access;
 use error::ApiError;
 use limit::Queries;
@@ -35,6 +38,8 @@ const INDEX_HTML: &str = include_str!("../../web/index.html");
 struct ApiState {
     shared: Arc<Shared>,
     queries: Arc<Queries>,
+    /// The store's figures, readable without its lock.
+    store: Arc<Mutex<Published>>,
 }
 
 impl FromRef<ApiState> for Arc<Shared> {
@@ -58,9 +63,15 @@ pub fn router_with(shared: Arc<Shared>, access: Access) -> Router {
 }
 
 fn routes(shared: Arc<Shared>) -> Router {
+    let store = shared
+        .store
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .published();
     let state = ApiState {
         shared,
         queries: Arc::new(Queries::default()),
+        store,
     };
     Router::new()
         .route("/", get(index))
@@ -90,13 +101,15 @@ async fn metrics(State(state): State<ApiState>) -> Result<Response, ApiError> {
     Ok(([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response())
 }
 
-/// Counters only, read under short locks: it answers while queries run.
+/// Counters only, read under short locks and never the store's: it answers
+/// while queries run and while the symbolizer pushes.
 async fn healthz(State(state): State<ApiState>) -> Json<serde_json::Value> {
     let shared = &state.shared;
-    let (totals, retention, store) = {
-        let store = shared.store.read().unwrap_or_else(|e| e.into_inner());
-        (*store.totals(), store.retention(), store.stats())
-    };
+    let Published {
+        stats: store,
+        totals,
+        retention,
+    } = *state.store.lock().unwrap_or_else(|e| e.into_inner());
     let health = shared.health().clone();
     let counters = |loss: bool| -> serde_json::Map<String, serde_json::Value> {
         Stat::ALL

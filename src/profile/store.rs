@@ -8,7 +8,7 @@
 
 use std::{
     collections::{HashMap, VecDeque},
-    sync::Arc,
+    sync::{Arc, Mutex},
     time::{Duration, SystemTime},
 };
 
@@ -76,6 +76,17 @@ pub struct StoreStats {
     pub evicted_rows: u64,
 }
 
+/// What [`Store::push`] publishes after each push, for readers that must
+/// not wait for the store's lock (`/healthz`): a push holds it while it
+/// interns a slice's stacks, milliseconds on a busy host.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Published {
+    pub stats: StoreStats,
+    /// BPF loss counters summed since start.
+    pub totals: StatDeltas,
+    pub retention: Duration,
+}
+
 /// Slices of recent history, oldest first. Memory is bounded by the
 /// retention (one slice per drain), by the BPF map sizes (rows per slice)
 /// and by `max_bytes` (oldest slices dropped past it, counted).
@@ -94,6 +105,7 @@ pub struct Store {
     max_bytes: usize,
     evicted_slices: u64,
     evicted_rows: u64,
+    published: Arc<Mutex<Published>>,
 }
 
 /// The slices of a store at one instant, readable without its lock.
@@ -139,7 +151,17 @@ impl Store {
             max_bytes: DEFAULT_MAX_BYTES,
             evicted_slices: 0,
             evicted_rows: 0,
+            published: Arc::new(Mutex::new(Published {
+                retention,
+                ..Published::default()
+            })),
         }
+    }
+
+    /// Where the store's figures are published after each push; read it
+    /// without taking the store's lock.
+    pub fn published(&self) -> Arc<Mutex<Published>> {
+        self.published.clone()
     }
 
     /// The same store bounded to `max_bytes` (estimated) instead.
@@ -198,6 +220,12 @@ impl Store {
             self.sweep_stacks();
         }
         self.enforce_max_bytes();
+        let published = Published {
+            stats: self.stats(),
+            totals: self.totals,
+            retention: self.retention,
+        };
+        *self.published.lock().unwrap_or_else(|e| e.into_inner()) = published;
     }
 
     /// Estimated bytes held (slices and stacks).
@@ -475,6 +503,8 @@ mod tests {
         );
         assert_eq!(stats.stacks, stats.slices * 100, "evicted stacks swept");
         assert_eq!(stats.history_s, stats.slices as u64);
+        let published = *store.published().lock().unwrap();
+        assert_eq!(published.stats, stats, "published after each push");
     }
 
     #[test]
