@@ -17,7 +17,7 @@ use std::{
 };
 
 use axum::{
-    extract::{FromRef, State},
+    extract::State,
     http::header,
     response::{Html, IntoResponse, Response},
     routing::get,
@@ -40,12 +40,6 @@ struct ApiState {
     queries: Arc<Queries>,
     /// The store's figures, readable without its lock.
     store: Arc<Mutex<Published>>,
-}
-
-impl FromRef<ApiState> for Arc<Shared> {
-    fn from_ref(state: &ApiState) -> Self {
-        state.shared.clone()
-    }
 }
 
 /// The API's routes over the daemon's shared state, with the default
