@@ -237,7 +237,11 @@ fn query(slice: Slice) -> String {
     let mut store = Store::new(Duration::from_secs(600));
     store.push(slice);
     let filter = query::Filter::cpu(Some(std::process::id()), None, 60);
-    render::folded_text(&query::folded(&store, &filter, SystemTime::now()))
+    render::folded_text(&query::folded(
+        &store.snapshot(),
+        &filter,
+        SystemTime::now(),
+    ))
 }
 
 /// Fails unless there is one row per stack, each `process;thread_start;...`.

@@ -18,6 +18,7 @@ use wallscope::{
     profile::{
         query::{self, Filter},
         render::{self, GraphLabels},
+        store::DEFAULT_MAX_BYTES,
     },
 };
 
@@ -101,6 +102,11 @@ enum Command {
         /// Minutes of history kept in memory.
         #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=1440))]
         retention: u64,
+        /// Bound, in MiB, of the history's estimated size: past it the
+        /// oldest seconds are dropped (counted in /healthz and /metrics),
+        /// so less than --retention may be kept on a busy host.
+        #[arg(long, default_value_t = (DEFAULT_MAX_BYTES >> 20) as u64, value_parser = clap::value_parser!(u64).range(1..=65_536))]
+        max_memory_mb: u64,
         #[command(flatten)]
         sampling: Sampling,
     },
@@ -140,8 +146,15 @@ fn main() -> ExitCode {
             listen,
             security,
             retention,
+            max_memory_mb,
             sampling,
-        } => serve(listen, &security, retention, &sampling),
+        } => {
+            let history = History {
+                retention: Duration::from_secs(retention * 60),
+                max_bytes: (max_memory_mb << 20) as usize,
+            };
+            serve(listen, &security, history, &sampling)
+        }
         Command::Record {
             pid,
             duration,
@@ -163,7 +176,13 @@ fn main() -> ExitCode {
 #[error("{0}")]
 struct Usage(String);
 
-fn pipeline_options(sampling: &Sampling, retention: Duration) -> PipelineOptions {
+/// What the store keeps: `--retention` and `--max-memory-mb`.
+struct History {
+    retention: Duration,
+    max_bytes: usize,
+}
+
+fn pipeline_options(sampling: &Sampling, history: History) -> PipelineOptions {
     PipelineOptions {
         probes: ProbeOptions {
             frequency_hz: sampling.frequency,
@@ -173,7 +192,8 @@ fn pipeline_options(sampling: &Sampling, retention: Duration) -> PipelineOptions
             unwind_rows: (sampling.unwind_table_mb * 1024 * 1024 / 12) as u32,
         },
         drain_interval: Duration::from_secs(1),
-        retention,
+        retention: history.retention,
+        store_max_bytes: history.max_bytes,
         jvm: sampling.jvm,
     }
 }
@@ -206,7 +226,7 @@ fn access(listen: SocketAddr, security: &Security) -> Result<api::Access> {
 fn serve(
     listen: SocketAddr,
     security: &Security,
-    retention_min: u64,
+    history: History,
     sampling: &Sampling,
 ) -> Result<()> {
     let access = access(listen, security)?;
@@ -222,10 +242,7 @@ fn serve(
             };
             anyhow::anyhow!("cannot listen on {listen}: {e}{hint}")
         })?;
-    let pipeline = Pipeline::start(&pipeline_options(
-        sampling,
-        Duration::from_secs(retention_min * 60),
-    ))?;
+    let pipeline = Pipeline::start(&pipeline_options(sampling, history))?;
     tracing::info!(%listen, frequency = sampling.frequency, "wallscope serving on http://{listen}/");
     let served = runtime.block_on(api::serve(listener, pipeline.shared(), access));
     let stopping = Instant::now();
@@ -250,7 +267,11 @@ fn record(pid: u32, duration: Duration, output: &Path, sampling: &Sampling) -> R
         bail!(Usage(format!("no process with pid {pid}")));
     }
     let retention = duration + Duration::from_secs(60);
-    let pipeline = Pipeline::start(&pipeline_options(sampling, retention))?;
+    let history = History {
+        retention,
+        max_bytes: DEFAULT_MAX_BYTES,
+    };
+    let pipeline = Pipeline::start(&pipeline_options(sampling, history))?;
     let started = Instant::now();
     while started.elapsed() < duration && Path::new(&format!("/proc/{pid}")).exists() {
         std::thread::sleep(
@@ -263,10 +284,12 @@ fn record(pid: u32, duration: Duration, output: &Path, sampling: &Sampling) -> R
     pipeline.stop_within(Duration::from_secs(10));
 
     let filter = Filter::cpu(Some(pid), None, retention.as_secs());
-    let folded = {
-        let store = shared.store.read().unwrap_or_else(|e| e.into_inner());
-        query::folded(&store, &filter, SystemTime::now())
-    };
+    let snapshot = shared
+        .store
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .snapshot();
+    let folded = query::folded(&snapshot, &filter, SystemTime::now());
     if folded.stacks.is_empty() {
         bail!(
             "no CPU samples for pid {pid} in {:.1} s (was it idle?)",

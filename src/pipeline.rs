@@ -44,6 +44,8 @@ pub struct PipelineOptions {
     pub drain_interval: Duration,
     /// History kept in the store.
     pub retention: Duration,
+    /// Bound of the store's estimated size; past it the oldest slices go.
+    pub store_max_bytes: usize,
     /// Whether to attach to JVMs.
     pub jvm: JvmMode,
 }
@@ -142,7 +144,8 @@ impl Pipeline {
             .take()
             .filter(|_| opts.probes.unwind_tables)
             .map(Registry::new);
-        let shared = Shared::new(Store::new(opts.retention), probes.attached.clone());
+        let store = Store::new(opts.retention).with_max_bytes(opts.store_max_bytes);
+        let shared = Shared::new(store, probes.attached.clone());
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, rx) = mpsc::sync_channel::<RawBatch>(BATCH_QUEUE);
         let table = Arc::new(ProcessTable::default());

@@ -23,6 +23,12 @@ pub enum ApiError {
          its host name, or start wallscope with `--allow-host NAME` for this name"
     )]
     MisdirectedHost(String),
+    /// Too many queries running or waiting (see [`super::limit`]).
+    #[error("busy: {0}")]
+    Busy(String),
+    /// A query that failed on its own (a bug: it panicked).
+    #[error("{0}")]
+    Failed(String),
     /// No or a wrong bearer token (`--token-file`).
     #[error("{0} (this wallscope requires the token of its --token-file)")]
     Unauthorized(String),
@@ -41,7 +47,8 @@ impl ApiError {
         match self {
             ApiError::BadParam { .. } => StatusCode::BAD_REQUEST,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
-            ApiError::Render(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::Render(_) | ApiError::Failed(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::MisdirectedHost(_) => StatusCode::MISDIRECTED_REQUEST,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
         }
@@ -51,7 +58,8 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
-        if status.is_server_error() {
+        let busy = matches!(self, ApiError::Busy(_));
+        if status.is_server_error() && !busy {
             tracing::error!("{self}");
         }
         let challenge = matches!(self, ApiError::Unauthorized(_));
@@ -65,6 +73,12 @@ impl IntoResponse for ApiError {
             response
                 .headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        if busy {
+            // Queries take seconds: ask for a pause, not a tight loop.
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
         }
         response
     }

@@ -13,12 +13,13 @@ use std::{
     time::SystemTime,
 };
 
+use super::{limit::QueryStats, memory::Rss};
 use crate::{
     bpf::abi::{Stat, State},
-    pipeline::Shared,
+    pipeline::{Health, Shared},
     profile::{
         runqueue::slot_bounds_us,
-        store::{ProcessTotals, Store},
+        store::{ProcessTotals, Snapshot, StoreStats},
     },
 };
 
@@ -61,16 +62,21 @@ const DAEMON: [(&str, &str); 7] = [
 
 const RETAINED: &str = "since wallscope first saw the process";
 
-/// The exposition of the daemon's state at `now`.
-pub fn render(shared: &Shared, now: SystemTime) -> String {
-    let (procs, totals, stacks) = {
+/// The exposition of the daemon's state at `now`. The store is locked
+/// twice, briefly: for a snapshot and its counters, then for the running
+/// totals of the [`TOP`] processes ranked from the snapshot without it.
+pub fn render(shared: &Shared, queries: &QueryStats, now: SystemTime) -> String {
+    let (snapshot, totals, store) = {
         let store = shared.store.read().unwrap_or_else(|e| e.into_inner());
-        (
-            top_processes(&store, now),
-            *store.totals(),
-            store.stack_count(),
-        )
+        (store.snapshot(), *store.totals(), store.stats())
     };
+    let ranked = top_pids(&snapshot, now);
+    drop(snapshot);
+    let procs = {
+        let store = shared.store.read().unwrap_or_else(|e| e.into_inner());
+        with_totals(ranked, store.process_totals())
+    };
+    let stacks = store.stacks;
     let health = shared.health().clone();
     let mut out = Out::default();
 
@@ -166,8 +172,77 @@ pub fn render(shared: &Shared, now: SystemTime) -> String {
             out.sample(name, "", value);
         }
     }
+    memory_series(&mut out, &store, &health);
+    query_series(&mut out, queries);
     http_series(&mut out);
     out.0
+}
+
+/// The daemon's resident memory by kind and the size of what it holds.
+fn memory_series(out: &mut Out, store: &StoreStats, health: &Health) {
+    if let Some(rss) = Rss::of_self() {
+        let name = "wallscope_daemon_rss_bytes";
+        out.family(
+            name,
+            "gauge",
+            "Resident memory of the daemon by kind (RssAnon, RssFile, RssShmem)",
+        );
+        for (kind, v) in [
+            ("anon", rss.anon_bytes),
+            ("file", rss.file_bytes),
+            ("shmem", rss.shmem_bytes),
+        ] {
+            out.sample(name, &label("kind", kind), v);
+        }
+    }
+    let name = "wallscope_held_bytes";
+    let help = "Estimated bytes the daemon holds, by table (store slices and stacks, the bound on them, symbolizer frame names)";
+    out.family(name, "gauge", help);
+    for (what, v) in [
+        ("store_slices", store.slice_bytes),
+        ("store_stacks", store.stack_bytes),
+        ("store_max", store.max_bytes),
+        ("frame_names", health.frame_name_bytes as usize),
+    ] {
+        out.sample(name, &label("what", what), v);
+    }
+    let name = "wallscope_held_entries";
+    out.family(name, "gauge", "Entries the daemon holds, by table");
+    for (what, v) in [
+        ("store_slices", store.slices as u64),
+        ("store_process_totals", store.process_totals as u64),
+        ("elf_files_open", health.elf_files_open),
+    ] {
+        out.sample(name, &label("what", what), v);
+    }
+    let name = "wallscope_store_history_seconds";
+    out.family(
+        name,
+        "gauge",
+        "History the store holds (below the retention when its memory bound evicted slices)",
+    );
+    out.sample(name, "", store.history_s);
+    let name = "wallscope_store_evicted_total";
+    let help = "Slices and their stack rows dropped, oldest first, to keep the store within --max-memory-mb";
+    out.family(name, "counter", help);
+    out.sample(name, &label("what", "slices"), store.evicted_slices);
+    out.sample(name, &label("what", "rows"), store.evicted_rows);
+}
+
+/// The bound on concurrent queries.
+fn query_series(out: &mut Out, q: &QueryStats) {
+    let name = "wallscope_queries";
+    out.family(name, "gauge", "Store queries running or waiting for a turn");
+    out.sample(name, &label("state", "running"), q.running);
+    out.sample(name, &label("state", "waiting"), q.waiting);
+    let name = "wallscope_queries_total";
+    out.family(
+        name,
+        "counter",
+        "Store queries completed, and refused with 503 (too many waiting, or no turn in time)",
+    );
+    out.sample(name, &label("outcome", "completed"), q.completed);
+    out.sample(name, &label("outcome", "refused"), q.refused);
 }
 
 /// The HTTP server's connection gauge and event counters.
@@ -184,9 +259,9 @@ fn http_series(out: &mut Out) {
     }
 }
 
-/// The [`TOP`] processes by wall time in the last [`TOP_WINDOW_S`] s, with
-/// their running totals, busiest first.
-fn top_processes(store: &Store, now: SystemTime) -> Vec<Process> {
+/// The [`TOP`] processes by wall time in the last [`TOP_WINDOW_S`] s,
+/// busiest first.
+fn top_pids(store: &Snapshot, now: SystemTime) -> Vec<u32> {
     let mut wall: HashMap<u32, u64> = HashMap::new();
     for t in store
         .window(TOP_WINDOW_S, now)
@@ -197,10 +272,14 @@ fn top_processes(store: &Store, now: SystemTime) -> Vec<Process> {
     let mut ranked: Vec<(u32, u64)> = wall.into_iter().collect();
     ranked.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     ranked.truncate(TOP);
-    ranked
-        .into_iter()
-        .filter_map(|(pid, _)| {
-            let totals = store.process_totals().get(&pid)?.clone();
+    ranked.into_iter().map(|(pid, _)| pid).collect()
+}
+
+/// The processes in `pids` with their running totals.
+fn with_totals(pids: Vec<u32>, all: &HashMap<u32, ProcessTotals>) -> Vec<Process> {
+    pids.into_iter()
+        .filter_map(|pid| {
+            let totals = all.get(&pid)?.clone();
             let labels = format!(
                 "{},{}",
                 label("pid", &pid.to_string()),

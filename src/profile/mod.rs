@@ -5,8 +5,10 @@ pub mod kind;
 pub mod query;
 pub mod render;
 pub mod runqueue;
+pub mod size;
 pub mod store;
 pub mod threads;
+pub mod truncate;
 
 use std::{collections::HashMap, sync::Arc, time::SystemTime};
 

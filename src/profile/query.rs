@@ -8,10 +8,12 @@ use std::{
 
 use serde::Serialize;
 
+use rustc_hash::FxHashMap;
+
 use super::{
     kind::{pool_name, state_frame, thread_frame, Group, Kind},
-    store::Store,
-    Slice,
+    store::Snapshot,
+    Frame, Slice, Stack,
 };
 use crate::bpf::abi::State;
 
@@ -101,28 +103,40 @@ fn prefix(names: &Names, filter: &Filter, pid: u32, tid: u32) -> Vec<String> {
     }
 }
 
+/// Samples that fold into one line: pid, tid (0 unless grouped by thread or
+/// pool), state (wall graphs only) and the stack's address.
+type RowKey = (u32, u32, Option<State>, usize);
+
 /// Folds the samples that match `filter`; the root frame is the process name.
-pub fn folded(store: &Store, filter: &Filter, now: SystemTime) -> Folded {
+pub fn folded(store: &Snapshot, filter: &Filter, now: SystemTime) -> Folded {
     let mut out = Folded::default();
     let names = Names::of(store.window(filter.seconds, now));
     // Per (tid, state): exact totals and what stack rows explain (wall only).
     let mut explained: HashMap<(u32, State), u64> = HashMap::new();
     let mut totals: HashMap<(u32, State), (u64, Vec<String>)> = HashMap::new();
+    // Samples summed per (pid, tid if grouped by thread, state if wall,
+    // stack) before any text is built: the store interns stacks, so the
+    // stack's address stands for its frames, and the window's many rows
+    // fold into few keys at the cost of a hash of four integers each.
+    let mut rows: FxHashMap<RowKey, (&Stack, u64)> = FxHashMap::default();
     for slice in store.window(filter.seconds, now) {
         for s in &slice.samples {
             if !filter.matches(s.pid, s.tid) || !filter.kind.includes(s.state) {
                 continue;
             }
-            let head = prefix(&names, filter, s.pid, s.tid);
-            let state = (filter.kind == Kind::Wall).then(|| state_frame(s.state));
-            let mut frames: Vec<&str> = head.iter().map(String::as_str).collect();
-            if let Some(state) = &state {
-                frames.push(state);
+            let state = (filter.kind == Kind::Wall).then_some(s.state);
+            if state.is_some() {
                 *explained.entry((s.tid, s.state)).or_default() += s.ns;
             }
-            frames.extend(s.stack.iter().map(|f| &**f));
-            note_process(&mut out, &names, s.pid);
-            out.add(&frames, s.ns);
+            let tid = if filter.group == Group::Process {
+                0
+            } else {
+                s.tid
+            };
+            let stack = Arc::as_ptr(&s.stack) as *const Frame as usize;
+            rows.entry((s.pid, tid, state, stack))
+                .or_insert((&s.stack, 0))
+                .1 += s.ns;
         }
         if filter.kind == Kind::Wakeup {
             for w in &slice.wakeups {
@@ -159,6 +173,15 @@ pub fn folded(store: &Store, filter: &Filter, now: SystemTime) -> Folded {
             }
         }
     }
+    for ((pid, tid, state, _), (stack, ns)) in rows {
+        let head = prefix(&names, filter, pid, tid);
+        let state = state.map(state_frame);
+        let mut frames: Vec<&str> = head.iter().map(String::as_str).collect();
+        frames.extend(state.as_deref());
+        frames.extend(stack.iter().map(|f| &**f));
+        note_process(&mut out, &names, pid);
+        out.add(&frames, ns);
+    }
     // Wall graphs add up to each thread's wall time: what no stack row
     // explains (short intervals, sampling error) shows as [unattributed].
     for ((tid, state), (total, mut frames)) in totals {
@@ -192,7 +215,7 @@ pub struct ProcessSummary {
 }
 
 /// Processes by CPU time in the last `seconds`, busiest first.
-pub fn processes(store: &Store, seconds: u64, now: SystemTime) -> Vec<ProcessSummary> {
+pub fn processes(store: &Snapshot, seconds: u64, now: SystemTime) -> Vec<ProcessSummary> {
     let mut cpu: HashMap<u32, (Arc<str>, u64)> = HashMap::new();
     for slice in store.window(seconds, now) {
         for s in slice.samples.iter().filter(|s| s.state == State::Cpu) {
@@ -221,12 +244,12 @@ pub fn processes(store: &Store, seconds: u64, now: SystemTime) -> Vec<ProcessSum
 }
 
 /// Whether anything was recorded for `pid` during the whole retention.
-pub fn pid_recorded(store: &Store, pid: u32) -> bool {
+pub fn pid_recorded(store: &Snapshot, pid: u32) -> bool {
     store.all().any(|s| s.processes.contains_key(&pid))
 }
 
 /// Whether anything was recorded for thread `tid` during the whole retention.
-pub fn tid_recorded(store: &Store, tid: u32) -> bool {
+pub fn tid_recorded(store: &Snapshot, tid: u32) -> bool {
     store.all().any(|s| s.threads.contains_key(&tid))
 }
 
@@ -245,6 +268,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::profile::store::Store;
     use crate::profile::{Sample, Slice, Stack};
 
     fn sample(pid: u32, tid: u32, frames: &[&str], ns: u64) -> Sample {
@@ -295,7 +319,7 @@ mod tests {
     fn folds_by_process_and_filters_by_pid_and_tid() {
         let (store, now) = store();
         let all = Filter::cpu(None, None, 30);
-        let f = folded(&store, &all, now);
+        let f = folded(&store.snapshot(), &all, now);
         assert_eq!(f.total_ns, 15_000);
         assert_eq!(
             f.stacks["ten;main;a"], 4_000,
@@ -304,7 +328,7 @@ mod tests {
         assert_eq!(f.stacks["twenty;main"], 9_000);
 
         let f = folded(
-            &store,
+            &store.snapshot(),
             &Filter {
                 pid: Some(10),
                 tid: Some(11),
@@ -317,7 +341,7 @@ mod tests {
 
         let later = now + Duration::from_secs(60);
         assert!(
-            folded(&store, &all, later).stacks.is_empty(),
+            folded(&store.snapshot(), &all, later).stacks.is_empty(),
             "outside the window"
         );
     }
@@ -325,7 +349,7 @@ mod tests {
     #[test]
     fn processes_sorted_by_cpu() {
         let (store, now) = store();
-        let rows = processes(&store, 30, now);
+        let rows = processes(&store.snapshot(), 30, now);
         assert_eq!(
             rows[0],
             ProcessSummary {
@@ -336,8 +360,8 @@ mod tests {
             }
         );
         assert_eq!(rows[1].pid, 10);
-        assert!(pid_recorded(&store, 10) && !pid_recorded(&store, 11));
-        assert!(tid_recorded(&store, 11) && !tid_recorded(&store, 99));
+        assert!(pid_recorded(&store.snapshot(), 10) && !pid_recorded(&store.snapshot(), 11));
+        assert!(tid_recorded(&store.snapshot(), 11) && !tid_recorded(&store.snapshot(), 99));
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::{fmt::Write as _, time::SystemTime};
 
 use serde::Serialize;
 
-use super::{cgroups, store::Store};
+use super::{cgroups, store::Snapshot};
 use crate::{
     bpf::abi::{Hist, HIST_SLOTS},
     collect::HistOwner,
@@ -150,10 +150,8 @@ pub fn quantile_us(slots: &Slots, q: f64) -> Option<f64> {
     None
 }
 
-/// The histograms of `owner` over the last `seconds`, merged. Cheap: call
-/// it under the store lock, and [`Owner::resolve`] (which may walk the
-/// cgroup tree) after.
-pub fn merged(store: &Store, owner: HistOwner, seconds: u64, now: SystemTime) -> Slots {
+/// The histograms of `owner` over the last `seconds`, merged.
+pub fn merged(store: &Snapshot, owner: HistOwner, seconds: u64, now: SystemTime) -> Slots {
     let mut slots = [0; HIST_SLOTS];
     for slice in store.window(seconds, now) {
         for (_, hist) in slice.runq_hists.iter().filter(|(o, _)| *o == owner) {
@@ -228,6 +226,7 @@ mod tests {
     use std::{collections::HashMap, time::Duration};
 
     use super::*;
+    use crate::profile::store::Store;
     use crate::profile::Slice;
 
     /// 100 waits: 10 under 1 us, 40 in [4, 8), 40 in [8, 16), 10 in [64, 128).
@@ -282,7 +281,7 @@ mod tests {
             });
         }
         let report = |pid, seconds| {
-            let slots = merged(&store, HistOwner::Process(pid), seconds, end);
+            let slots = merged(&store.snapshot(), HistOwner::Process(pid), seconds, end);
             from_slots(&slots, Owner::Pid { pid }, seconds)
         };
         let r = report(7, 30).unwrap();

@@ -1,13 +1,20 @@
-//! The in-memory store: the last `retention` of slices, bounded.
+//! The in-memory store: the last `retention` of slices, bounded in time and
+//! in (estimated) bytes.
+//!
+//! Queries do not read the store under its lock: they take a [`Snapshot`]
+//! (a copy of the list of `Arc<Slice>`, microseconds under the lock) and
+//! compute from it, so the symbolizer's [`Store::push`] never waits behind
+//! a query.
 
 use std::{
-    collections::VecDeque,
+    collections::{HashMap, VecDeque},
+    sync::{Arc, Mutex},
     time::{Duration, SystemTime},
 };
 
-use std::{collections::HashMap, sync::Arc};
+use serde::Serialize;
 
-use super::{Slice, Stack};
+use super::{size, Slice, Stack};
 use crate::{
     bpf::abi::{Stat, HIST_SLOTS},
     collect::{HistOwner, StatDeltas},
@@ -31,21 +38,106 @@ pub struct ProcessTotals {
 
 /// Pushes between two sweeps of the stack table.
 const COMPACT_EVERY: u64 = 60;
+/// Default bound of the store's estimated size (`--max-memory-mb`).
+pub const DEFAULT_MAX_BYTES: usize = 64 << 20;
+/// Once over its bound, the store evicts down to this share of it, so that
+/// evictions (and the sweep of the stack table that follows them) happen
+/// once per tenth of the bound, not on every push.
+const EVICT_TO_PERCENT: usize = 90;
+
+/// One slice with its estimated size, fixed when it was pushed.
+struct Held {
+    slice: Arc<Slice>,
+    bytes: usize,
+}
+
+/// The store's size and what its memory bound cost, for `/healthz` and
+/// `/metrics`.
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
+pub struct StoreStats {
+    pub slices: usize,
+    /// Distinct stacks in the stack table.
+    pub stacks: usize,
+    /// Estimated bytes of slices and stacks (see [`super::size`]).
+    pub bytes: usize,
+    pub slice_bytes: usize,
+    pub stack_bytes: usize,
+    /// The bound on `bytes` (`--max-memory-mb`).
+    pub max_bytes: usize,
+    /// Processes with running totals (for `/metrics`), outside the bound:
+    /// at most the processes seen within the retention.
+    pub process_totals: usize,
+    /// Seconds from the start of the oldest slice to the end of the newest:
+    /// less than the retention when the memory bound evicted history.
+    pub history_s: u64,
+    /// Slices dropped, oldest first, to stay within `max_bytes`.
+    pub evicted_slices: u64,
+    /// Stack rows (samples and wakeups) those slices held.
+    pub evicted_rows: u64,
+}
+
+/// What [`Store::push`] publishes after each push, for readers that must
+/// not wait for the store's lock (`/healthz`): a push holds it while it
+/// interns a slice's stacks, milliseconds on a busy host.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Published {
+    pub stats: StoreStats,
+    /// BPF loss counters summed since start.
+    pub totals: StatDeltas,
+    pub retention: Duration,
+}
 
 /// Slices of recent history, oldest first. Memory is bounded by the
-/// retention (one slice per drain) and by the BPF map sizes (rows per slice).
+/// retention (one slice per drain), by the BPF map sizes (rows per slice)
+/// and by `max_bytes` (oldest slices dropped past it, counted).
 pub struct Store {
-    slices: VecDeque<Slice>,
+    slices: VecDeque<Held>,
     retention: Duration,
     /// Every distinct stack once; slices share them.
     stacks: rustc_hash::FxHashSet<Stack>,
     pushes: u64,
     totals: StatDeltas,
     processes: HashMap<u32, ProcessTotals>,
+    /// Sum of the slices' `bytes`, kept as they come and go.
+    slice_bytes: usize,
+    /// Sum of [`size::stack_bytes`] over the table, kept likewise.
+    stack_bytes: usize,
+    max_bytes: usize,
+    evicted_slices: u64,
+    evicted_rows: u64,
+    published: Arc<Mutex<Published>>,
+}
+
+/// The slices of a store at one instant, readable without its lock.
+#[derive(Clone, Default)]
+pub struct Snapshot {
+    slices: Vec<Arc<Slice>>,
+    retention: Duration,
+}
+
+impl Snapshot {
+    /// Slices that ended within the last `seconds` before `now`.
+    pub fn window(&self, seconds: u64, now: SystemTime) -> impl Iterator<Item = &Slice> {
+        let from = now
+            .checked_sub(Duration::from_secs(seconds))
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        self.all().filter(move |s| s.end > from)
+    }
+
+    /// Every slice the store held.
+    pub fn all(&self) -> impl Iterator<Item = &Slice> {
+        self.slices.iter().map(|s| &**s)
+    }
+
+    /// How much history the store keeps.
+    pub fn retention(&self) -> Duration {
+        self.retention
+    }
 }
 
 impl Store {
-    /// An empty store that keeps `retention` of history.
+    /// An empty store that keeps `retention` of history, within
+    /// [`DEFAULT_MAX_BYTES`].
     pub fn new(retention: Duration) -> Self {
         Store {
             slices: VecDeque::new(),
@@ -54,7 +146,28 @@ impl Store {
             pushes: 0,
             totals: [0; Stat::COUNT],
             processes: HashMap::new(),
+            slice_bytes: 0,
+            stack_bytes: 0,
+            max_bytes: DEFAULT_MAX_BYTES,
+            evicted_slices: 0,
+            evicted_rows: 0,
+            published: Arc::new(Mutex::new(Published {
+                retention,
+                ..Published::default()
+            })),
         }
+    }
+
+    /// Where the store's figures are published after each push; read it
+    /// without taking the store's lock.
+    pub fn published(&self) -> Arc<Mutex<Published>> {
+        self.published.clone()
+    }
+
+    /// The same store bounded to `max_bytes` (estimated) instead.
+    pub fn with_max_bytes(mut self, max_bytes: usize) -> Self {
+        self.max_bytes = max_bytes;
+        self
     }
 
     /// How much history is kept.
@@ -62,13 +175,26 @@ impl Store {
         self.retention
     }
 
-    /// Adds a slice and drops what fell out of the retention window.
+    /// The slices as they are now, for a query to read without the lock.
+    /// Costs one reference count per slice.
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            slices: self.slices.iter().map(|h| h.slice.clone()).collect(),
+            retention: self.retention,
+        }
+    }
+
+    /// Adds a slice and drops what fell out of the retention window or,
+    /// oldest first, what the memory bound has no room for.
     pub fn push(&mut self, mut slice: Slice) {
-        for sample in &mut slice.samples {
-            match self.stacks.get(&sample.stack) {
-                Some(shared) => sample.stack = shared.clone(),
+        // Equal stacks share one allocation, whichever slice brought them.
+        let stacks = slice.samples.iter_mut().map(|s| &mut s.stack);
+        for stack in stacks.chain(slice.wakeups.iter_mut().map(|w| &mut w.stack)) {
+            match self.stacks.get(&*stack) {
+                Some(shared) => *stack = shared.clone(),
                 None => {
-                    self.stacks.insert(sample.stack.clone());
+                    self.stack_bytes += size::stack_bytes(stack);
+                    self.stacks.insert(stack.clone());
                 }
             }
         }
@@ -77,18 +203,73 @@ impl Store {
         }
         self.add_process_totals(&slice);
         let horizon = slice.end.checked_sub(self.retention);
-        self.slices.push_back(slice);
+        let bytes = size::slice_bytes(&slice);
+        self.slice_bytes += bytes;
+        self.slices.push_back(Held {
+            slice: Arc::new(slice),
+            bytes,
+        });
         while let (Some(oldest), Some(horizon)) = (self.slices.front(), horizon) {
-            if oldest.end >= horizon {
+            if oldest.slice.end >= horizon {
                 break;
             }
-            self.slices.pop_front();
+            self.pop_oldest();
         }
         self.pushes += 1;
         if self.pushes.is_multiple_of(COMPACT_EVERY) {
-            // A stack only the table still holds belongs to no slice.
-            self.stacks.retain(|s| std::sync::Arc::strong_count(s) > 1);
+            self.sweep_stacks();
         }
+        self.enforce_max_bytes();
+        let published = Published {
+            stats: self.stats(),
+            totals: self.totals,
+            retention: self.retention,
+        };
+        *self.published.lock().unwrap_or_else(|e| e.into_inner()) = published;
+    }
+
+    /// Estimated bytes held (slices and stacks).
+    pub fn bytes(&self) -> usize {
+        self.slice_bytes + self.stack_bytes
+    }
+
+    /// Past `max_bytes`, drops the oldest slices (never the newest) until
+    /// the slices dropped account for the excess over [`EVICT_TO_PERCENT`]
+    /// of the bound, then sweeps the stacks only they held. One round
+    /// suffices: the sweep can only lower the estimate further.
+    fn enforce_max_bytes(&mut self) {
+        if self.bytes() <= self.max_bytes {
+            return;
+        }
+        let target = self.max_bytes / 100 * EVICT_TO_PERCENT;
+        let mut excess = self.bytes().saturating_sub(target);
+        while excess > 0 && self.slices.len() > 1 {
+            let Some(held) = self.pop_oldest() else { break };
+            excess = excess.saturating_sub(held.bytes);
+            self.evicted_slices += 1;
+            self.evicted_rows += (held.slice.samples.len() + held.slice.wakeups.len()) as u64;
+        }
+        self.sweep_stacks();
+    }
+
+    fn pop_oldest(&mut self) -> Option<Held> {
+        let held = self.slices.pop_front()?;
+        self.slice_bytes -= held.bytes;
+        Some(held)
+    }
+
+    /// Forgets the stacks no slice holds any more. A stack that a query's
+    /// snapshot still holds is kept until a later sweep.
+    fn sweep_stacks(&mut self) {
+        let mut freed = 0;
+        self.stacks.retain(|s| {
+            let held = Arc::strong_count(s) > 1;
+            if !held {
+                freed += size::stack_bytes(s);
+            }
+            held
+        });
+        self.stack_bytes -= freed;
     }
 
     /// Running totals per process; a process is forgotten once nothing of
@@ -120,17 +301,9 @@ impl Store {
         }
     }
 
-    /// Slices that ended within the last `seconds` before `now`.
-    pub fn window(&self, seconds: u64, now: SystemTime) -> impl Iterator<Item = &Slice> {
-        let from = now
-            .checked_sub(Duration::from_secs(seconds))
-            .unwrap_or(SystemTime::UNIX_EPOCH);
-        self.slices.iter().filter(move |s| s.end > from)
-    }
-
     /// Every slice kept.
     pub fn all(&self) -> impl Iterator<Item = &Slice> {
-        self.slices.iter()
+        self.slices.iter().map(|h| &*h.slice)
     }
 
     /// BPF loss counters summed since start.
@@ -141,6 +314,30 @@ impl Store {
     /// Number of distinct stacks held.
     pub fn stack_count(&self) -> usize {
         self.stacks.len()
+    }
+
+    /// Sizes and evictions; cheap (no walk).
+    pub fn stats(&self) -> StoreStats {
+        let history = match (self.slices.front(), self.slices.back()) {
+            (Some(first), Some(last)) => last
+                .slice
+                .end
+                .duration_since(first.slice.start)
+                .unwrap_or_default(),
+            _ => Duration::ZERO,
+        };
+        StoreStats {
+            slices: self.slices.len(),
+            stacks: self.stacks.len(),
+            bytes: self.bytes(),
+            slice_bytes: self.slice_bytes,
+            stack_bytes: self.stack_bytes,
+            max_bytes: self.max_bytes,
+            process_totals: self.processes.len(),
+            history_s: history.as_secs(),
+            evicted_slices: self.evicted_slices,
+            evicted_rows: self.evicted_rows,
+        }
     }
 }
 
@@ -207,8 +404,9 @@ mod tests {
         }
         assert_eq!(store.all().count(), 11, "slices ending in [20, 30]");
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(30);
-        assert_eq!(store.window(3, now).count(), 3);
-        assert_eq!(store.window(1000, now).count(), 11);
+        let snapshot = store.snapshot();
+        assert_eq!(snapshot.window(3, now).count(), 3);
+        assert_eq!(snapshot.window(1000, now).count(), 11);
         assert_eq!(store.totals()[0], 30);
     }
 
@@ -256,5 +454,87 @@ mod tests {
             1,
             "the stack of the evicted slice is gone"
         );
+    }
+
+    /// A slice ending at `end_s` with `rows` distinct stacks of its own.
+    fn wide_slice(end_s: u64, rows: usize) -> Slice {
+        let mut s = slice(end_s, &["main"]);
+        s.samples = (0..rows)
+            .map(|i| Sample {
+                stack: [Arc::<str>::from("main"), Arc::from(format!("f{end_s}_{i}"))]
+                    .into_iter()
+                    .collect(),
+                ..s.samples[0].clone()
+            })
+            .collect();
+        s
+    }
+
+    #[test]
+    fn memory_bound_drops_oldest_slices_and_counts_them() {
+        let one = {
+            let mut probe = Store::new(Duration::from_secs(600));
+            probe.push(wide_slice(1, 100));
+            probe.bytes()
+        };
+        // Room for about ten slices, well within the retention.
+        let mut store = Store::new(Duration::from_secs(600)).with_max_bytes(one * 10);
+        for t in 1..=40 {
+            store.push(wide_slice(t, 100));
+            assert!(store.bytes() <= one * 10, "within the bound after push {t}");
+        }
+        let stats = store.stats();
+        assert!((8..=10).contains(&stats.slices), "{stats:?}");
+        assert_eq!(stats.evicted_slices, 40 - stats.slices as u64);
+        assert_eq!(stats.evicted_rows, stats.evicted_slices * 100);
+        let ends: Vec<u64> = store
+            .all()
+            .map(|s| {
+                s.end
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .unwrap()
+                    .as_secs()
+            })
+            .collect();
+        assert_eq!(*ends.last().unwrap(), 40, "the newest is kept");
+        assert!(
+            ends.windows(2).all(|w| w[1] == w[0] + 1),
+            "oldest went first: {ends:?}"
+        );
+        assert_eq!(stats.stacks, stats.slices * 100, "evicted stacks swept");
+        assert_eq!(stats.history_s, stats.slices as u64);
+        let published = *store.published().lock().unwrap();
+        assert_eq!(published.stats, stats, "published after each push");
+    }
+
+    #[test]
+    fn estimate_follows_pushes_and_evictions_without_drift() {
+        let mut store = Store::new(Duration::from_secs(5));
+        for t in 1..=200 {
+            store.push(wide_slice(t, 3 + (t as usize % 7)));
+        }
+        // Recompute from scratch what was kept incrementally.
+        store.sweep_stacks();
+        let slices: usize = store
+            .slices
+            .iter()
+            .map(|h| size::slice_bytes(&h.slice))
+            .sum();
+        let stacks: usize = store.stacks.iter().map(size::stack_bytes).sum();
+        assert_eq!((store.slice_bytes, store.stack_bytes), (slices, stacks));
+        assert_eq!(store.stats().evicted_slices, 0, "retention, not the bound");
+    }
+
+    #[test]
+    fn a_snapshot_outlives_eviction_and_does_not_block_pushes() {
+        let mut store = Store::new(Duration::from_secs(3));
+        store.push(slice(1, &["main", "old"]));
+        let snapshot = store.snapshot();
+        for t in 2..=(COMPACT_EVERY + 2) {
+            store.push(slice(t, &["main", "new"]));
+        }
+        assert_eq!(snapshot.all().count(), 1);
+        assert_eq!(&*snapshot.all().next().unwrap().samples[0].stack[1], "old");
+        assert_eq!(store.all().count(), 4);
     }
 }

@@ -5,7 +5,7 @@ use std::{collections::HashMap, fmt::Write as _, time::SystemTime};
 
 use serde::Serialize;
 
-use super::{kind::pool_name, query::ns_to_us, store::Store};
+use super::{kind::pool_name, query::ns_to_us, store::Snapshot};
 use crate::{bpf::abi::State, collect::RawThread, jvm::JvmReport};
 
 /// Time and events of one thread, pool or process.
@@ -105,7 +105,7 @@ impl Sum {
 
 /// Per-thread breakdown of `pid` over the last `seconds`; `None` when
 /// nothing was recorded for it.
-pub fn report(store: &Store, pid: u32, seconds: u64, now: SystemTime) -> Option<ThreadReport> {
+pub fn report(store: &Snapshot, pid: u32, seconds: u64, now: SystemTime) -> Option<ThreadReport> {
     let mut sums: HashMap<u32, Sum> = HashMap::new();
     let mut names: HashMap<u32, String> = HashMap::new();
     let mut comm = None;
@@ -230,6 +230,7 @@ mod tests {
     use std::{collections::HashMap as Map, sync::Arc, time::Duration};
 
     use super::*;
+    use crate::profile::store::Store;
     use crate::profile::Slice;
 
     fn thread(tid: u32, name: &str, ns: [u64; 5]) -> RawThread {
@@ -266,7 +267,7 @@ mod tests {
                 stats: Default::default(),
             });
         }
-        let r = report(&store, 7, 30, end).unwrap();
+        let r = report(&store.snapshot(), 7, 30, end).unwrap();
         assert_eq!(r.comm, "app");
         assert_eq!(r.threads.len(), 3);
         let w1 = r.threads.iter().find(|t| t.tid == 8).unwrap();
@@ -279,7 +280,7 @@ mod tests {
         let pool = r.pools.iter().find(|p| p.pool == "worker-*").unwrap();
         assert_eq!((pool.threads, pool.time.wall_us), (2, 4000));
         assert_eq!(r.process.wall_us, 6000);
-        assert!(report(&store, 8, 30, end).is_none());
+        assert!(report(&store.snapshot(), 8, 30, end).is_none());
         let text = render_text(&r);
         assert!(text.contains("worker-1") && text.contains("90.0"), "{text}");
     }

@@ -1,0 +1,314 @@
+//! The endpoints that walk the store: `/folded`, `/flamegraph`,
+//! `/processes`, `/threads`, `/runqueue`. Each parses its parameters on the
+//! async worker, then reads a [`Snapshot`] of the store (taken under a
+//! short lock) on a blocking thread, within the [`super::limit::Queries`]
+//! bound.
+
+use std::{path::Path, time::SystemTime};
+
+use axum::{
+    extract::{RawQuery, State},
+    http::{header, HeaderValue},
+    response::{IntoResponse, Response},
+    Json,
+};
+
+use super::{error::ApiError, params::Params, ApiState};
+use crate::{
+    bpf::abi,
+    pipeline::Shared,
+    profile::{
+        kind::{Group, Kind},
+        query::{self, Filter, Folded},
+        render::{self, GraphLabels},
+        runqueue::{self, OwnerError},
+        store::Snapshot,
+        threads,
+        truncate::{self, Limits, Truncation},
+    },
+};
+
+/// Parameters of `/folded` (and, with `format`, `/flamegraph`).
+const PROFILE_PARAMS: [&str; 5] = ["pid", "tid", "seconds", "kind", "group"];
+
+/// Window used when a query gives no `seconds`.
+pub const DEFAULT_SECONDS: u64 = 30;
+
+/// Response header saying what the size bounds merged away.
+pub const TRUNCATED_HEADER: &str = "x-wallscope-truncated";
+
+/// The store's slices now; the lock is held only to copy the list.
+fn snapshot(shared: &Shared) -> Snapshot {
+    shared
+        .store
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .snapshot()
+}
+
+fn max_seconds(shared: &Shared) -> u64 {
+    shared
+        .store
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .retention()
+        .as_secs()
+        .max(1)
+}
+
+fn seconds(p: &Params, shared: &Shared) -> Result<u64, ApiError> {
+    Ok(p.int("seconds", 1, max_seconds(shared))?
+        .unwrap_or(DEFAULT_SECONDS))
+}
+
+fn filter(shared: &Shared, p: &Params) -> Result<Filter, ApiError> {
+    let kind = p
+        .choice("kind", &Kind::NAMES)?
+        .and_then(Kind::parse)
+        .unwrap_or(Kind::State(abi::State::Cpu));
+    let group = p
+        .choice("group", &Group::NAMES)?
+        .and_then(Group::parse)
+        .unwrap_or(Group::Process);
+    Ok(Filter {
+        pid: p.id("pid")?,
+        tid: p.id("tid")?,
+        kind,
+        group,
+        seconds: seconds(p, shared)?,
+    })
+}
+
+/// A folded profile within [`Limits::API`].
+struct Profile {
+    filter: Filter,
+    folded: Folded,
+    truncated: Option<Truncation>,
+}
+
+/// Folds the samples `filter` selects (on a blocking thread): 404 with a
+/// message saying why when there are none.
+fn profile(shared: &Shared, filter: Filter) -> Result<Profile, ApiError> {
+    let store = snapshot(shared);
+    let mut folded = query::folded(&store, &filter, SystemTime::now());
+    if folded.stacks.is_empty() {
+        return Err(ApiError::NotFound(empty_message(&store, &filter)));
+    }
+    let truncated = truncate::truncate(&mut folded, Limits::API);
+    Ok(Profile {
+        filter,
+        folded,
+        truncated,
+    })
+}
+
+fn empty_message(store: &Snapshot, filter: &Filter) -> String {
+    let window = format!("in the last {} s", filter.seconds);
+    let what = format!("no {} samples", filter.kind.describe());
+    let retention = format!("in the last {} min", store.retention().as_secs() / 60);
+    match (filter.pid, filter.tid) {
+        (Some(pid), _)
+            if !query::pid_recorded(store, pid) && !Path::new(&format!("/proc/{pid}")).exists() =>
+        {
+            format!("unknown pid {pid}: no such process, and nothing recorded for it {retention}")
+        }
+        (_, Some(tid))
+            if !query::tid_recorded(store, tid) && !Path::new(&format!("/proc/{tid}")).exists() =>
+        {
+            format!("unknown tid {tid}: no such thread, and nothing recorded for it {retention}")
+        }
+        (Some(pid), None) => format!("{what} for pid {pid} {window}"),
+        (pid, Some(tid)) => {
+            let of_pid = pid.map(|p| format!(" of pid {p}")).unwrap_or_default();
+            format!("{what} for tid {tid}{of_pid} {window}")
+        }
+        (None, None) => format!("{what} {window}"),
+    }
+}
+
+pub(super) async fn folded(
+    State(state): State<ApiState>,
+    RawQuery(q): RawQuery,
+) -> Result<Response, ApiError> {
+    let p = Params::parse(q.as_deref(), &PROFILE_PARAMS)?;
+    let filter = filter(&state.shared, &p)?;
+    let shared = state.shared.clone();
+    let (text, truncated) = state
+        .queries
+        .run(move || {
+            let profile = profile(&shared, filter)?;
+            Ok::<_, ApiError>((render::folded_text(&profile.folded), profile.truncated))
+        })
+        .await??;
+    Ok(with_truncation(folded_response(text), truncated))
+}
+
+fn folded_response(text: String) -> Response {
+    ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response()
+}
+
+/// Marks a response whose profile lost stacks to the size bounds, e.g.
+/// `x-wallscope-truncated: stacks=1234 us=5678 max_stacks=20000 max_bytes=8388608`.
+fn with_truncation(mut response: Response, truncated: Option<Truncation>) -> Response {
+    if let Some(t) = truncated {
+        let value = format!(
+            "stacks={} us={} max_stacks={} max_bytes={}",
+            t.stacks,
+            query::ns_to_us(t.ns),
+            Limits::API.stacks,
+            Limits::API.bytes
+        );
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            response.headers_mut().insert(TRUNCATED_HEADER, value);
+        }
+    }
+    response
+}
+
+pub(super) async fn flamegraph(
+    State(state): State<ApiState>,
+    RawQuery(q): RawQuery,
+) -> Result<Response, ApiError> {
+    let p = Params::parse(q.as_deref(), &[&PROFILE_PARAMS[..], &["format"]].concat())?;
+    let svg = p.choice("format", &["svg", "folded"])?.unwrap_or("svg") == "svg";
+    let filter = filter(&state.shared, &p)?;
+    let shared = state.shared.clone();
+    let (body, truncated) = state
+        .queries
+        .run(move || {
+            let profile = profile(&shared, filter)?;
+            if !svg {
+                let text = render::folded_text(&profile.folded);
+                return Ok((folded_response(text), profile.truncated));
+            }
+            let labels = GraphLabels {
+                subject: subject(&profile),
+                what: "CPU".into(),
+                seconds: profile.filter.seconds,
+            };
+            let svg = render::flamegraph_svg(&profile.folded, &labels, false)
+                .map_err(ApiError::Render)?;
+            let response = ([(header::CONTENT_TYPE, "image/svg+xml")], svg).into_response();
+            Ok::<_, ApiError>((response, profile.truncated))
+        })
+        .await??;
+    Ok(with_truncation(body, truncated))
+}
+
+/// What a graph shows, e.g. `stress (pid 42), tid 43` or `all processes`.
+fn subject(profile: &Profile) -> String {
+    let f = &profile.filter;
+    let name_of = |pid: u32| {
+        profile
+            .folded
+            .processes
+            .get(&pid)
+            .map(|n| n.to_string())
+            .unwrap_or_default()
+    };
+    let mut s = match f.pid {
+        Some(pid) => format!("{} (pid {pid})", name_of(pid)),
+        None => "all processes".to_string(),
+    };
+    if let Some(tid) = f.tid {
+        s.push_str(&format!(", tid {tid}"));
+    }
+    s
+}
+
+/// Runs `query` over a snapshot of the store within the bound.
+async fn over_snapshot<T, F>(state: &ApiState, query: F) -> Result<T, ApiError>
+where
+    F: FnOnce(&Snapshot) -> T + Send + 'static,
+    T: Send + 'static,
+{
+    let shared = state.shared.clone();
+    state.queries.run(move || query(&snapshot(&shared))).await
+}
+
+pub(super) async fn processes(
+    State(state): State<ApiState>,
+    RawQuery(q): RawQuery,
+) -> Result<Response, ApiError> {
+    let p = Params::parse(q.as_deref(), &["seconds"])?;
+    let seconds = seconds(&p, &state.shared)?;
+    let mut rows = over_snapshot(&state, move |store| {
+        query::processes(store, seconds, SystemTime::now())
+    })
+    .await?;
+    for row in &mut rows {
+        row.jvm = state.shared.jvms.report(row.pid);
+    }
+    Ok(Json(rows).into_response())
+}
+
+pub(super) async fn threads(
+    State(state): State<ApiState>,
+    RawQuery(q): RawQuery,
+) -> Result<Response, ApiError> {
+    let p = Params::parse(q.as_deref(), &["pid", "seconds", "format"])?;
+    let pid = p
+        .id("pid")?
+        .ok_or_else(|| ApiError::bad("pid", "required"))?;
+    let seconds = seconds(&p, &state.shared)?;
+    let text = p.choice("format", &["json", "text"])? == Some("text");
+    let report = over_snapshot(&state, move |store| {
+        threads::report(store, pid, seconds, SystemTime::now())
+            .ok_or_else(|| ApiError::NotFound(no_threads(pid, seconds)))
+    })
+    .await?;
+    let mut report = report?;
+    report.jvm = state.shared.jvms.report(pid);
+    Ok(json_or_text(text, report, threads::render_text))
+}
+
+fn no_threads(pid: u32, seconds: u64) -> String {
+    if Path::new(&format!("/proc/{pid}")).exists() {
+        format!("no thread activity for pid {pid} in the last {seconds} s")
+    } else {
+        format!(
+            "unknown pid {pid}: no such process, and nothing recorded for it in the last {seconds} s"
+        )
+    }
+}
+
+pub(super) async fn runqueue(
+    State(state): State<ApiState>,
+    RawQuery(q): RawQuery,
+) -> Result<Response, ApiError> {
+    let p = Params::parse(q.as_deref(), &["pid", "cgroup", "seconds", "format"])?;
+    let seconds = seconds(&p, &state.shared)?;
+    let text = p.choice("format", &["json", "text"])? == Some("text");
+    let pid = p.id("pid")?;
+    let cgroup = p.text("cgroup").map(str::to_string);
+    // Resolving a cgroup path walks the cgroup tree: blocking work too.
+    let report = over_snapshot(&state, move |store| {
+        let owner = runqueue::owner(pid, cgroup.as_deref()).map_err(|e| match e {
+            OwnerError::Param(param, message) => ApiError::bad(param, message),
+            OwnerError::NoSuchCgroup(message) => ApiError::NotFound(message),
+        })?;
+        let slots = runqueue::merged(store, owner, seconds, SystemTime::now());
+        let who = runqueue::Owner::resolve(owner);
+        runqueue::from_slots(&slots, who.clone(), seconds).ok_or_else(|| {
+            let who = who.describe();
+            ApiError::NotFound(format!(
+                "no runqueue latency recorded for {who} in the last {seconds} s"
+            ))
+        })
+    })
+    .await??;
+    Ok(json_or_text(text, report, runqueue::render_text))
+}
+
+/// A report as JSON, or as text for a terminal when `text`.
+fn json_or_text<T: serde::Serialize>(text: bool, report: T, render: fn(&T) -> String) -> Response {
+    if text {
+        (
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            render(&report),
+        )
+            .into_response()
+    } else {
+        Json(report).into_response()
+    }
+}
