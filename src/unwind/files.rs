@@ -9,8 +9,8 @@ use super::{
     table::{UnwindRow, UnwindTable},
 };
 
-/// A table's processes ran within this long: it counts as in use, and a
-/// table that as many processes map may evict it only after this long idle.
+/// A table's processes ran within this long: it counts as in use (evicting
+/// it costs more).
 pub(super) const IDLE_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Where a loaded table is, as BPF needs it.
@@ -95,13 +95,12 @@ impl FileEntry {
     }
 
     /// Whether this loaded table may be evicted for `other`'s: only for
-    /// one that more processes map, or as many that ran lately while this
-    /// one's have been idle for [`IDLE_AFTER`]. So a library every process
-    /// maps never leaves for one program's binary, and tables of equal
-    /// worth do not take turns evicting each other.
+    /// one that more processes map, or as many of which one ran more lately
+    /// (seen in a later update). So a library every process maps never
+    /// leaves for one program's binary, and among tables of one program
+    /// each, those of programs that stopped running go first.
     pub fn yields_to(&self, other: &FileEntry) -> bool {
-        self.users < other.users
-            || (self.users == other.users && self.used + IDLE_AFTER <= other.used)
+        self.users < other.users || (self.users == other.users && self.used < other.used)
     }
 
     /// What evicting this table costs at `now`.
@@ -186,10 +185,14 @@ mod tests {
         let binary = file(1, 0);
         assert!(!libc.yields_to(&binary), "idle or not, libc stays");
         assert!(binary.yields_to(&libc));
-        // Equal worth: only an idle table gives way, and not back.
+        // Equal worth: the table whose processes ran less lately gives way,
+        // and not back.
         let (idle, busy) = (file(1, 30), file(1, 0));
         assert!(idle.yields_to(&busy));
         assert!(!busy.yields_to(&idle));
-        assert!(!file(1, 2).yields_to(&busy), "both in use: no turns");
+        assert!(
+            !file(1, 0).yields_to(&busy),
+            "seen in the same update: no turns"
+        );
     }
 }

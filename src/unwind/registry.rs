@@ -36,9 +36,12 @@ use crate::untrusted::OpenError;
 
 /// A process's mappings are re-read this often while it runs (dlopen).
 const REREAD_AFTER: Duration = Duration::from_secs(10);
-/// A table left out (no room, evicted) or that no process could open is
+/// A table left out for lack of room, or that no process could open, is
 /// tried again after this long, if room may be made for it by then.
 const RETRY_AFTER: Duration = Duration::from_secs(10);
+/// An evicted table waits this long before it may come back, so that
+/// tables competing for too little room do not take turns every update.
+const EVICTED_COOLDOWN: Duration = Duration::from_secs(60);
 /// No table may take more than this share of the row array: one huge
 /// module (a compiler's shared library) would evict every other table.
 const MAX_TABLE_SHARE: u32 = 4;
@@ -327,7 +330,14 @@ impl Registry {
             .filter(|(_, f)| f.users > 0 && due(f.tried))
             .filter_map(|(k, f)| match f.state {
                 TableState::Pending => Some((*k, None)),
-                TableState::Out { len, at, .. } if due(Some(at)) => Some((*k, Some(len))),
+                TableState::Out { why, len, at } => {
+                    let wait = if why == Missing::Evicted {
+                        EVICTED_COOLDOWN
+                    } else {
+                        RETRY_AFTER
+                    };
+                    (now.duration_since(at) >= wait).then_some((*k, Some(len)))
+                }
                 _ => None,
             })
             .collect();
