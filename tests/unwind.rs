@@ -12,15 +12,21 @@ use support::{
     rust_workload, workload_without_frame_pointers, Daemon, Workload, SETTLE,
 };
 
-/// Waits until the daemon at `url` drained 3 times: its first drains build
-/// tables for every binary on the host; a workload started after them gets
-/// its own registration quickly.
+/// Waits until the daemon at `url` drained 3 times and built the tables of
+/// the binaries running on the host (a few per drain, within a budget):
+/// a workload started after them gets its own at once instead of sharing
+/// the builds with that backlog. On a host where new binaries keep
+/// starting the backlog may never empty: then 60 s are enough.
 fn wait_warm(url: &str) {
     let warm = within(Duration::from_secs(60), || {
         let health = json_at(url, "/healthz");
         (health["pipeline"]["drains"].as_u64()? >= 3).then_some(())
     });
     assert!(warm.is_some(), "{url} never drained 3 times");
+    within(Duration::from_secs(60), || {
+        let health = json_at(url, "/healthz");
+        (health["pipeline"]["unwind"]["tables_pending"].as_u64()? == 0).then_some(())
+    });
 }
 
 /// Runs `bin 8` under both daemons; returns (tables, fp) rows for `kind`s.

@@ -1,7 +1,14 @@
 //! Stack unwinding through code without frame pointers: compact tables
 //! built from `.eh_frame` ([`table`]) and kept in BPF maps for the
-//! processes that need them ([`registry`]); `bpf/unwind.bpf.h` walks them.
+//! processes that need them ([`registry`], which reports in [`stats`]);
+//! `bpf/unwind.bpf.h` walks them.
 
+mod batch;
 mod elf;
+mod files;
+mod mappings;
+mod procs;
 pub mod registry;
+mod space;
+pub mod stats;
 pub mod table;

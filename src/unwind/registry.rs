@@ -3,182 +3,72 @@
 //! Tables are built once per file (device and inode), so one table serves
 //! every process that maps it, and only for files without frame pointers
 //! (a frame-pointer walk is cheaper and as good there). They share one row
-//! array of fixed capacity (`--unwind-table-mb`): when a table does not fit,
-//! the least recently used ones are evicted, and the processes that used
-//! them fall back to frame pointers for those files.
+//! array of fixed capacity (`--unwind-table-mb`). What a table is worth is
+//! how many live processes map it, then how lately they ran: when a table
+//! does not fit, only tables worth less make room (the cheapest adjacent
+//! ones), else the new table waits outside. So the files nearly every
+//! process maps (libc, the loader, libstdc++) keep their tables whatever
+//! else runs. Each update has a time budget: new processes are registered
+//! first (cheap: their mappings, and the tables already loaded), then
+//! tables are built, most shared first, then known processes re-read.
 
 use std::{
-    collections::HashMap,
-    fs,
-    os::unix::fs::MetadataExt,
-    path::PathBuf,
+    cmp::Reverse,
+    collections::{HashMap, HashSet, VecDeque},
     time::{Duration, Instant},
 };
 
-use serde::Serialize;
-
-use super::table::{load_bias_of, UnwindTable};
+pub use super::stats::UnwindStats;
+use super::{
+    batch::set_rows,
+    files::{layout, FileEntry, TablePlace, TableState},
+    mappings::{exe_of, exec_mappings, name_of, open_mapped, ExecMapping, FileKey},
+    procs::{choose, unique_keys, Candidate, ProcState},
+    space::{cheapest_room, Placed, RowSpace},
+    stats::{top_missing, Lacking, Missing},
+    table::{load_bias_of, TableError, UnwindTable},
+};
 use crate::bpf::{
-    abi::{UnwindMapping, UnwindProc, UnwindRow, UNWIND_MAX_MAPPINGS},
+    abi::{UnwindProc, UNWIND_MAX_MAPPINGS},
     UnwindMaps,
 };
-use crate::{
-    symbolize::{
-        maps::{Backing, ProcMaps},
-        MAX_ELF_BYTES,
-    },
-    untrusted::{self, Expect, Last, OpenError, What},
-};
+use crate::untrusted::OpenError;
 
 /// A process's mappings are re-read this often while it runs (dlopen).
 const REREAD_AFTER: Duration = Duration::from_secs(10);
-/// An evicted table waits this long before it may be loaded again.
+/// A table left out for lack of room, or that no process could open, is
+/// tried again after this long, if room may be made for it by then.
+const RETRY_AFTER: Duration = Duration::from_secs(10);
+/// An evicted table waits this long before it may come back, so that
+/// tables competing for too little room do not take turns every update.
 const EVICTED_COOLDOWN: Duration = Duration::from_secs(60);
 /// No table may take more than this share of the row array: one huge
 /// module (a compiler's shared library) would evict every other table.
 const MAX_TABLE_SHARE: u32 = 4;
-
 /// A process not seen for this long is dropped from the BPF map.
 const FORGET_AFTER: Duration = Duration::from_secs(60);
-
-/// What the registry did, for `/healthz` and `/metrics`.
-#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
-pub struct UnwindStats {
-    /// Tables built and loaded.
-    pub tables_loaded: u64,
-    /// Files that keep frame pointers (no table needed).
-    pub tables_not_needed: u64,
-    /// Files whose table could not be built (no `.eh_frame`, not x86-64...).
-    pub tables_failed: u64,
-    /// Tables evicted to make room.
-    pub tables_evicted: u64,
-    /// Tables larger than a quarter of the row array (not loaded).
-    pub tables_too_big: u64,
-    /// Rows of the array in use, and its capacity.
-    pub rows_in_use: u64,
-    pub rows_capacity: u64,
-    /// Processes walked with tables.
-    pub processes: u64,
-    /// Mappings left out because a process had more than fit.
-    pub mappings_dropped: u64,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-struct FileKey {
-    dev: u64,
-    inode: u64,
-}
-
-enum FileTable {
-    Loaded {
-        /// Slots in the row array: the page index, then the rows.
-        start: u32,
-        len: u32,
-        place: TablePlace,
-        last_used: Instant,
-    },
-    NotNeeded,
-    Failed,
-    /// Evicted at this time: not loaded again before [`EVICTED_COOLDOWN`],
-    /// so that tables competing for too little room do not thrash.
-    Evicted(Instant),
-}
-
-struct ProcState {
-    /// The executable, to notice an exec (new mappings, same pid).
-    exe: Option<FileKey>,
-    read: Instant,
-    seen: Instant,
-    files: Vec<FileKey>,
-}
+/// Work per update: once spent, the rest waits for the next update (one
+/// table build may overrun it, since a build is not split).
+const UPDATE_BUDGET: Duration = Duration::from_millis(100);
+/// Processes registered at most: the capacity of `unwind_procs`.
+const MAX_PROCS: usize = 8192;
+/// Files no registered process maps whose verdict (no table needed,
+/// failed...) is kept, so that short-lived programs run again and again
+/// are not parsed again; the least recently used go first.
+const MAX_IDLE_FILES: usize = 4096;
 
 /// Keeps `unwind_procs` and `unwind_rows` up to date with the processes seen.
 pub struct Registry {
     maps: UnwindMaps,
-    files: HashMap<FileKey, FileTable>,
-    /// `p_vaddr - p_offset` of the segment mapped at each (file, offset).
-    deltas: HashMap<(FileKey, u64), i64>,
+    files: HashMap<FileKey, FileEntry>,
     procs: HashMap<u32, ProcState>,
-    free: RowSpace,
+    /// Processes seen but not registered yet (new, or after an exec).
+    queue: VecDeque<u32>,
+    queued: HashSet<u32>,
+    space: RowSpace,
     stats: UnwindStats,
     /// Registrations so far (each process entry carries its own).
     epoch: u32,
-}
-
-/// Where a loaded table is, as BPF needs it.
-#[derive(Debug, Clone, Copy)]
-struct TablePlace {
-    index_start: u32,
-    row_count: u32,
-    page_base: u32,
-    page_count: u32,
-}
-
-/// The page index of `rows` (sorted by pc): entry k is the number of the
-/// last row with pc <= (base + k) * 4096 (0 if none), k in 0..=count.
-fn page_index(rows: &[UnwindRow]) -> (u32, Vec<u32>) {
-    let (Some(first), Some(last)) = (rows.first(), rows.last()) else {
-        return (0, Vec::new());
-    };
-    let base = first.pc >> 12;
-    let count = (last.pc >> 12) - base + 1;
-    let index = (0..=count)
-        .map(|k| {
-            let page_start = u64::from(base + k) << 12;
-            let after = rows.partition_point(|r| u64::from(r.pc) <= page_start);
-            after.saturating_sub(1) as u32
-        })
-        .collect();
-    (base, index)
-}
-
-/// Free ranges of the row array: first fit, neighbours merged on release.
-#[derive(Debug)]
-struct RowSpace {
-    /// (start, len), sorted by start.
-    free: Vec<(u32, u32)>,
-}
-
-impl RowSpace {
-    fn new(capacity: u32) -> RowSpace {
-        RowSpace {
-            free: vec![(0, capacity)],
-        }
-    }
-
-    fn allocate(&mut self, len: u32) -> Option<u32> {
-        let i = self.free.iter().position(|&(_, l)| l >= len)?;
-        let (start, l) = self.free[i];
-        if l == len {
-            self.free.remove(i);
-        } else {
-            self.free[i] = (start + len, l - len);
-        }
-        Some(start)
-    }
-
-    fn release(&mut self, start: u32, len: u32) {
-        let i = self.free.partition_point(|&(s, _)| s < start);
-        self.free.insert(i, (start, len));
-        // Merge neighbours.
-        let mut merged: Vec<(u32, u32)> = Vec::with_capacity(self.free.len());
-        for &(s, l) in &self.free {
-            match merged.last_mut() {
-                Some((ps, pl)) if *ps + *pl == s => *pl += l,
-                _ => merged.push((s, l)),
-            }
-        }
-        self.free = merged;
-    }
-}
-
-/// An executable file mapping of a process.
-struct ExecMapping {
-    start: u64,
-    end: u64,
-    offset: u64,
-    key: FileKey,
-    path: PathBuf,
 }
 
 impl Registry {
@@ -188,9 +78,10 @@ impl Registry {
         Registry {
             maps,
             files: HashMap::new(),
-            deltas: HashMap::new(),
             procs: HashMap::new(),
-            free: RowSpace::new(capacity),
+            queue: VecDeque::new(),
+            queued: HashSet::new(),
+            space: RowSpace::new(capacity),
             epoch: 0,
             stats: UnwindStats {
                 rows_capacity: u64::from(capacity),
@@ -204,358 +95,503 @@ impl Registry {
         self.stats.clone()
     }
 
-    /// Registers the processes seen in a drain (new ones, and known ones
-    /// whose mappings are due for a re-read), and forgets the gone ones.
+    /// Takes note of the processes seen (in a drain), registers new ones,
+    /// builds tables and re-reads known processes, within a time budget;
+    /// forgets the processes gone.
     pub fn update(&mut self, pids: impl IntoIterator<Item = u32>) {
         let now = Instant::now();
+        let deadline = now + UPDATE_BUDGET;
+        self.see(pids, now);
+        self.forget(now);
+        while Instant::now() < deadline {
+            let Some(pid) = self.queue.pop_front() else {
+                break;
+            };
+            self.queued.remove(&pid);
+            self.register(pid, now);
+        }
+        // At least one build per update, so that a flood of new processes
+        // does not starve the tables; the newest file and the most shared
+        // one in turn, so that neither a backlog nor a flood holds the
+        // other back.
+        let mut builds = 0;
+        while builds == 0 || Instant::now() < deadline {
+            let Some(key) = self.next_build(now, builds % 2 == 0) else {
+                break;
+            };
+            self.build(key, now);
+            builds += 1;
+        }
+        let mut due: Vec<(Instant, u32)> = self
+            .procs
+            .iter()
+            .filter(|(_, p)| now.duration_since(p.read) >= REREAD_AFTER)
+            .map(|(pid, p)| (p.read, *pid))
+            .collect();
+        due.sort_unstable();
+        for (_, pid) in due {
+            if Instant::now() >= deadline {
+                break;
+            }
+            self.register(pid, now);
+        }
+        self.report(now);
+    }
+
+    /// Marks the processes seen and their files used; queues the new ones
+    /// and those that exec'd.
+    fn see(&mut self, pids: impl IntoIterator<Item = u32>, now: Instant) {
+        let mut fresh = HashSet::new();
         for pid in pids {
-            if pid == 0 {
+            if pid == 0 || !fresh.insert(pid) {
                 continue;
             }
-            // BPF drops a process's entry when it execs (even into the same
-            // binary): one map lookup tells. A process without tables has no
-            // entry to drop; its executable tells instead.
-            let current = |p: &ProcState| {
-                now - p.read < REREAD_AFTER
-                    && if p.files.is_empty() {
-                        p.exe == exe_of(pid)
-                    } else {
-                        self.maps.procs.get(&pid, 0).is_ok()
+            let replaced = match self.procs.get_mut(&pid) {
+                Some(p) => {
+                    p.seen = now;
+                    for m in &p.mappings {
+                        if let Some(f) = self.files.get_mut(&m.key) {
+                            f.used = now;
+                        }
                     }
-            };
-            match self.procs.get(&pid) {
-                Some(p) if current(p) => {
-                    if let Some(p) = self.procs.get_mut(&pid) {
-                        p.seen = now;
+                    // BPF drops a process's entry when it execs (even into
+                    // the same binary): one map lookup tells. A process
+                    // without an entry has nothing to drop; its executable
+                    // tells instead.
+                    if p.written.is_empty() {
+                        p.exe != exe_of(pid)
+                    } else {
+                        self.maps.procs.get(&pid, 0).is_err()
                     }
                 }
-                _ => self.register(pid, now),
+                None => true,
+            };
+            if replaced && self.queued.len() < MAX_PROCS && self.queued.insert(pid) {
+                self.queue.push_back(pid);
             }
         }
+    }
+
+    fn forget(&mut self, now: Instant) {
         let gone: Vec<u32> = self
             .procs
             .iter()
-            .filter(|(_, p)| now - p.seen > FORGET_AFTER)
+            .filter(|(_, p)| now.duration_since(p.seen) > FORGET_AFTER)
             .map(|(pid, _)| *pid)
             .collect();
         for pid in gone {
-            self.procs.remove(&pid);
-            let _ = self.maps.procs.remove(&pid);
+            if let Some(p) = self.procs.remove(&pid) {
+                self.detach(&p.mappings);
+                if !p.written.is_empty() {
+                    let _ = self.maps.procs.remove(&pid);
+                }
+            }
         }
-        self.stats.processes = self.procs.values().filter(|p| !p.files.is_empty()).count() as u64;
+        // Nothing to build for a file nobody maps; keep a bounded number of
+        // verdicts on idle files; loaded tables stay (the cheapest to evict).
+        self.files
+            .retain(|_, f| f.users > 0 || !matches!(f.state, TableState::Pending));
+        let mut idle: Vec<(Instant, FileKey)> = self
+            .files
+            .iter()
+            .filter(|(_, f)| f.users == 0 && !matches!(f.state, TableState::Loaded { .. }))
+            .map(|(k, f)| (f.used, *k))
+            .collect();
+        if idle.len() > MAX_IDLE_FILES {
+            idle.sort_unstable();
+            for (_, key) in &idle[..idle.len() - MAX_IDLE_FILES] {
+                self.files.remove(key);
+            }
+        }
     }
 
+    fn attach(&mut self, mappings: &[ExecMapping], now: Instant) {
+        for key in unique_keys(mappings) {
+            let Some(m) = mappings.iter().find(|m| m.key == key) else {
+                continue;
+            };
+            let f = self
+                .files
+                .entry(key)
+                .or_insert_with(|| FileEntry::new(m.path.clone(), now));
+            f.users += 1;
+            f.used = now;
+        }
+    }
+
+    fn detach(&mut self, mappings: &[ExecMapping]) {
+        for key in unique_keys(mappings) {
+            if let Some(f) = self.files.get_mut(&key) {
+                f.users = f.users.saturating_sub(1);
+            }
+        }
+    }
+
+    /// Reads a process's mappings (again) and writes its entry with the
+    /// tables already loaded; files without one yet are left to
+    /// [`Registry::build`].
     fn register(&mut self, pid: u32, now: Instant) {
         let Ok(mappings) = exec_mappings(pid) else {
             return;
         };
-        self.epoch = self.epoch.wrapping_add(1);
-        let mut entry = UnwindProc {
-            epoch: self.epoch,
-            ..UnwindProc::default()
-        };
-        let mut files = Vec::new();
-        for m in &mappings {
-            let Some(place) = self.table_for(pid, m, now) else {
-                continue;
-            };
-            let Some(delta) = self.delta(pid, m) else {
-                continue;
-            };
-            let i = entry.count as usize;
-            if i == UNWIND_MAX_MAPPINGS {
-                self.stats.mappings_dropped += 1;
-                continue;
-            }
-            entry.mappings[i] = UnwindMapping {
-                start: m.start,
-                end: m.end,
-                bias: m.start.wrapping_sub(m.offset).wrapping_sub(delta as u64),
-                index_start: place.index_start,
-                row_count: place.row_count,
-                page_base: place.page_base,
-                page_count: place.page_count,
-            };
-            entry.count += 1;
-            files.push(m.key);
+        let old = self.procs.remove(&pid);
+        if old.is_none() && self.procs.len() >= MAX_PROCS {
+            self.stats.processes_over_limit += 1;
+            return;
         }
-        if entry.count > 0 {
-            if let Err(err) = self.maps.procs.insert(pid, entry, 0) {
-                tracing::debug!(pid, "registering unwind tables: {err}");
+        let mut seen = now;
+        let mut written = Vec::new();
+        if let Some(old) = old {
+            self.detach(&old.mappings);
+            seen = old.seen;
+            // An entry still there need not be written again if unchanged
+            // (a new epoch would empty BPF's cache of its rules).
+            if !old.written.is_empty() && self.maps.procs.get(&pid, 0).is_ok() {
+                written = old.written;
             }
-        } else {
-            let _ = self.maps.procs.remove(&pid);
         }
+        self.attach(&mappings, now);
         self.procs.insert(
             pid,
             ProcState {
                 exe: exe_of(pid),
+                name: name_of(pid),
                 read: now,
-                seen: now,
-                files,
+                seen,
+                mappings,
+                written,
+                left_out: Vec::new(),
             },
         );
+        self.write_entry(pid);
     }
 
-    /// The rows of the file behind `m`, building and loading them first if
-    /// needed; `None` for files that need no table or have none.
-    fn table_for(&mut self, pid: u32, m: &ExecMapping, now: Instant) -> Option<TablePlace> {
-        match self.files.get_mut(&m.key) {
-            Some(FileTable::Loaded {
-                place, last_used, ..
-            }) => {
-                *last_used = now;
-                return Some(*place);
-            }
-            Some(FileTable::Evicted(at)) if now - *at >= EVICTED_COOLDOWN => {}
-            Some(_) => return None,
-            None => {}
-        }
-        // A process that exits while its mappings are read leaves nothing
-        // to open: that says nothing of the file, which another process
-        // may map (glibc, libjvm), so it is not marked failed.
-        let file = match open_mapped(pid, m) {
-            Ok(file) => Some(file),
-            Err(OpenError::Io(err)) => {
-                tracing::debug!(pid, file = %m.path.display(), "unwind: {err}");
-                return None;
-            }
-            Err(refused) => {
-                tracing::debug!(pid, "unwind: {refused}");
-                None
-            }
+    /// Writes `pid`'s BPF entry from the tables loaded now, if it changed
+    /// (see [`choose`] for processes with too many mappings).
+    fn write_entry(&mut self, pid: u32) {
+        let Some(p) = self.procs.get(&pid) else {
+            return;
         };
-        let table = file.and_then(|file| {
-            let delta = load_bias_of(&file, m.start, m.offset)
-                .ok()
-                .map(|bias| m.start.wrapping_sub(m.offset).wrapping_sub(bias) as i64);
-            if let Some(delta) = delta {
-                self.deltas.insert((m.key, m.offset), delta);
+        let mut candidates = Vec::new();
+        for m in &p.mappings {
+            let Some(f) = self.files.get_mut(&m.key) else {
+                continue;
+            };
+            let TableState::Loaded { place, .. } = f.state else {
+                continue;
+            };
+            let Some(delta) = f.delta(m.offset).or_else(|| delta_of(pid, m)) else {
+                continue;
+            };
+            if f.delta(m.offset).is_none() {
+                f.deltas.push((m.offset, delta));
             }
-            UnwindTable::from_file(&file)
-                .map_err(|err| tracing::debug!(file = %m.path.display(), "no unwind table: {err}"))
-                .ok()
-        });
-        if let Some(t) = &table {
-            tracing::debug!(
-                pid,
-                file = %m.path.display(),
-                rows = t.rows.len(),
-                frame_pointer_share = t.frame_pointer_share,
-                "unwind table"
-            );
+            candidates.push(Candidate::new(f.users, m.key, m, delta, place));
         }
-        let state = match table {
+        let dropped = candidates.len().saturating_sub(UNWIND_MAX_MAPPINGS);
+        let (entry, left_out) = choose(candidates);
+        let Some(p) = self.procs.get_mut(&pid) else {
+            return;
+        };
+        p.left_out = left_out;
+        if p.written == entry {
+            return;
+        }
+        self.stats.mappings_dropped += dropped as u64;
+        self.epoch = self.epoch.wrapping_add(1);
+        let mut proc = UnwindProc {
+            epoch: self.epoch,
+            count: entry.len() as u32,
+            ..UnwindProc::default()
+        };
+        for (slot, (_, m)) in proc.mappings.iter_mut().zip(&entry) {
+            *slot = *m;
+        }
+        if entry.is_empty() {
+            let _ = self.maps.procs.remove(&pid);
+        } else if let Err(err) = self.maps.procs.insert(pid, proc, 0) {
+            tracing::debug!(pid, "registering unwind tables: {err}");
+            p.written.clear();
+            return;
+        }
+        p.written = entry;
+    }
+
+    /// The next table to build: the newest file (a process started now
+    /// does not wait behind the backlog), or the most shared one (libc
+    /// before a plugin), each then by the other and by how lately its
+    /// processes ran. Tables left out before come back only once room can
+    /// be made for them, and none is built while no room can be made.
+    fn next_build(&mut self, now: Instant, newest: bool) -> Option<FileKey> {
+        let due = |at: Option<Instant>| at.is_none_or(|t| now.duration_since(t) >= RETRY_AFTER);
+        let mut candidates: Vec<(FileKey, Option<u32>)> = self
+            .files
+            .iter()
+            .filter(|(_, f)| f.users > 0 && due(f.tried))
+            .filter_map(|(k, f)| match f.state {
+                TableState::Pending => Some((*k, None)),
+                TableState::Out { why, len, at } => {
+                    let wait = if why == Missing::Evicted {
+                        EVICTED_COOLDOWN
+                    } else {
+                        RETRY_AFTER
+                    };
+                    (now.duration_since(at) >= wait).then_some((*k, Some(len)))
+                }
+                _ => None,
+            })
+            .collect();
+        let files = &self.files;
+        if newest {
+            candidates
+                .sort_by_key(|(k, _)| Reverse((files[k].since, files[k].users, files[k].used)));
+        } else {
+            candidates
+                .sort_by_key(|(k, _)| Reverse((files[k].users, files[k].used, files[k].since)));
+        }
+        for (key, out) in candidates {
+            // A new file's size is unknown: without room for one row,
+            // building it would be in vain (it counts as left out, though
+            // it might have needed no table).
+            let len = out.unwrap_or(1);
+            if self.victims(key, len, now).is_some() {
+                return Some(key);
+            }
+            if out.is_none() {
+                self.stats.tables_no_room += 1;
+            }
+            if let Some(f) = self.files.get_mut(&key) {
+                let why = match f.state {
+                    TableState::Out { why, .. } => why,
+                    _ => Missing::NoRoom,
+                };
+                f.state = TableState::Out { why, len, at: now };
+            }
+        }
+        None
+    }
+
+    /// Builds and loads `key`'s table, opening the file through a process
+    /// that maps it, and gives it to the processes that map it.
+    fn build(&mut self, key: FileKey, now: Instant) {
+        let Some(f) = self.files.get_mut(&key) else {
+            return;
+        };
+        f.tried = Some(now);
+        let through: Vec<(u32, ExecMapping)> = self
+            .procs
+            .iter()
+            .filter_map(|(pid, p)| Some((*pid, p.mappings.iter().find(|m| m.key == key)?.clone())))
+            .take(4)
+            .collect();
+        let mut opened = None;
+        for (pid, m) in through {
+            match open_mapped(pid, &m) {
+                Ok(file) => {
+                    opened = Some(Ok((file, m)));
+                    break;
+                }
+                // A process that exits while its mappings are read leaves
+                // nothing to open: that says nothing of the file.
+                Err(OpenError::Io(err)) => tracing::debug!(pid, file = %m.path, "unwind: {err}"),
+                Err(refused) => {
+                    tracing::debug!(pid, "unwind: {refused}");
+                    opened = Some(Err(()));
+                    break;
+                }
+            }
+        }
+        let Some(opened) = opened else {
+            return;
+        };
+        let state = match opened {
+            Ok((file, m)) => {
+                if let Ok(bias) = load_bias_of(&file, m.start, m.offset) {
+                    let delta = m.start.wrapping_sub(m.offset).wrapping_sub(bias) as i64;
+                    if let Some(f) = self.files.get_mut(&key) {
+                        f.deltas.retain(|(o, _)| *o != m.offset);
+                        f.deltas.push((m.offset, delta));
+                    }
+                }
+                let max_rows = (self.maps.capacity / MAX_TABLE_SHARE) as usize;
+                match UnwindTable::from_file_within(&file, max_rows) {
+                    Err(TableError::TooManyRows(_)) => TableState::TooBig,
+                    Ok(t) => {
+                        tracing::debug!(file = %m.path, rows = t.rows.len(),
+                            frame_pointer_share = t.frame_pointer_share, "unwind table");
+                        self.load(key, &t, now)
+                    }
+                    Err(err) => {
+                        tracing::debug!(file = %m.path, "no unwind table: {err}");
+                        TableState::Failed
+                    }
+                }
+            }
+            Err(()) => TableState::Failed,
+        };
+        match state {
+            TableState::Failed => self.stats.tables_failed += 1,
+            TableState::NotNeeded => self.stats.tables_not_needed += 1,
+            TableState::TooBig => self.stats.tables_too_big += 1,
+            TableState::Out { .. } => self.stats.tables_no_room += 1,
+            TableState::Loaded { .. } | TableState::Pending => {}
+        }
+        let loaded = matches!(state, TableState::Loaded { .. });
+        if let Some(f) = self.files.get_mut(&key) {
+            f.state = state;
+        }
+        if loaded {
+            for pid in self.users_of(key, false) {
+                self.write_entry(pid);
+            }
+        }
+    }
+
+    /// Puts a built table in the array, making room if it is worth it.
+    fn load(&mut self, key: FileKey, table: &UnwindTable, now: Instant) -> TableState {
+        if table.uses_frame_pointers() || table.rows.is_empty() {
+            return TableState::NotNeeded;
+        }
+        let (slots, page_base, page_count) = layout(table);
+        let len = match u32::try_from(slots.len()) {
+            Ok(len) if len <= self.maps.capacity / MAX_TABLE_SHARE => len,
+            _ => return TableState::TooBig,
+        };
+        let start = match self.space.allocate(len) {
+            Some(start) => start,
             None => {
-                self.stats.tables_failed += 1;
-                FileTable::Failed
-            }
-            Some(t) if t.uses_frame_pointers() || t.rows.is_empty() => {
-                self.stats.tables_not_needed += 1;
-                FileTable::NotNeeded
-            }
-            Some(t) => match self.load(&t, now) {
-                Some(state) => state,
-                None => FileTable::Failed,
-            },
-        };
-        let loaded = match &state {
-            FileTable::Loaded { place, .. } => Some(*place),
-            _ => None,
-        };
-        self.files.insert(m.key, state);
-        loaded
-    }
-
-    /// Copies a table's rows into the array, evicting the least recently
-    /// used tables while it does not fit.
-    fn load(&mut self, table: &UnwindTable, now: Instant) -> Option<FileTable> {
-        let (page_base, index) = page_index(&table.rows);
-        let index_rows = index.iter().map(|&n| UnwindRow {
-            pc: n,
-            ..UnwindRow::default()
-        });
-        let slots: Vec<UnwindRow> = index_rows.chain(table.rows.iter().copied()).collect();
-        let len = u32::try_from(slots.len()).ok()?;
-        if len > self.maps.capacity / MAX_TABLE_SHARE {
-            self.stats.tables_too_big += 1;
-            return None;
-        }
-        let start = loop {
-            if let Some(start) = self.free.allocate(len) {
-                break start;
-            }
-            if !self.evict_oldest() {
-                return None;
+                let Some(victims) = self.victims(key, len, now) else {
+                    return TableState::Out {
+                        why: Missing::NoRoom,
+                        len,
+                        at: now,
+                    };
+                };
+                for victim in victims {
+                    self.evict(victim, now);
+                }
+                let Some(start) = self.space.allocate(len) else {
+                    // Not expected: the victims made a contiguous room.
+                    return TableState::Out {
+                        why: Missing::NoRoom,
+                        len,
+                        at: now,
+                    };
+                };
+                start
             }
         };
-        for (i, slot) in slots.iter().enumerate() {
-            if let Err(err) = self.maps.rows.set(start + i as u32, slot, 0) {
-                tracing::warn!("writing unwind rows: {err}");
-                self.free.release(start, len);
-                return None;
-            }
+        if let Err(err) = set_rows(&mut self.maps.rows, start, &slots) {
+            tracing::warn!("writing unwind rows: {err}");
+            self.space.release(start, len);
+            return TableState::Failed;
         }
         self.stats.tables_loaded += 1;
         self.stats.rows_in_use += u64::from(len);
-        Some(FileTable::Loaded {
+        TableState::Loaded {
             start,
             len,
             place: TablePlace {
                 index_start: start,
                 row_count: table.rows.len() as u32,
                 page_base,
-                page_count: (index.len() as u32).saturating_sub(1),
+                page_count,
             },
-            last_used: now,
-        })
+        }
     }
 
-    /// Evicts the least recently used table; the processes using it are
-    /// re-registered without it. False when nothing is left to evict.
-    fn evict_oldest(&mut self) -> bool {
-        let oldest = self
+    /// The loaded tables to evict so that `key`'s table (`len` slots) fits,
+    /// among those worth less; `None` if that cannot make room.
+    fn victims(&self, key: FileKey, len: u32, now: Instant) -> Option<Vec<FileKey>> {
+        let me = self.files.get(&key)?;
+        let tables: Vec<Placed<FileKey>> = self
             .files
             .iter()
-            .filter_map(|(k, t)| match t {
-                FileTable::Loaded { last_used, .. } => Some((*last_used, *k)),
+            .filter_map(|(k, f)| match f.state {
+                TableState::Loaded { start, len, .. } if *k != key => Some(Placed {
+                    start,
+                    len,
+                    key: *k,
+                    cost: f.yields_to(me).then(|| f.cost(len, now)),
+                }),
                 _ => None,
             })
-            .min();
-        let Some((_, key)) = oldest else {
-            return false;
+            .collect();
+        cheapest_room(&self.space.free, &tables, len)
+    }
+
+    /// Frees a table's rows; the processes using it are re-written without
+    /// it first, since their entries would point at rows that will hold
+    /// another table.
+    fn evict(&mut self, key: FileKey, now: Instant) {
+        let Some(f) = self.files.get_mut(&key) else {
+            return;
         };
-        if let Some(FileTable::Loaded { start, len, .. }) = self.files.remove(&key) {
-            self.free.release(start, len);
-            self.stats.rows_in_use -= u64::from(len);
-            self.stats.tables_evicted += 1;
+        let TableState::Loaded { start, len, .. } = f.state else {
+            return;
+        };
+        f.state = TableState::Out {
+            why: Missing::Evicted,
+            len,
+            at: now,
+        };
+        for pid in self.users_of(key, true) {
+            self.write_entry(pid);
         }
-        self.files.insert(key, FileTable::Evicted(Instant::now()));
-        // Stale entries would point at rows that now hold another table.
-        let users: Vec<u32> = self
+        self.space.release(start, len);
+        self.stats.rows_in_use -= u64::from(len);
+        self.stats.tables_evicted += 1;
+    }
+
+    /// Processes mapping `key` (`in_entry`: whose entry holds its table).
+    fn users_of(&self, key: FileKey, in_entry: bool) -> Vec<u32> {
+        self.procs
+            .iter()
+            .filter(|(_, p)| {
+                if in_entry {
+                    p.written.iter().any(|(k, _)| *k == key)
+                } else {
+                    p.mappings.iter().any(|m| m.key == key)
+                }
+            })
+            .map(|(pid, _)| *pid)
+            .collect()
+    }
+
+    /// Gauges, and which processes walk without which table.
+    fn report(&mut self, now: Instant) {
+        let files = &self.files;
+        let lacking: Vec<Lacking> = self
             .procs
             .iter()
-            .filter(|(_, p)| p.files.contains(&key))
-            .map(|(pid, _)| *pid)
+            .filter_map(|(pid, p)| p.lacking(*pid, files))
             .collect();
-        for pid in users {
-            let _ = self.maps.procs.remove(&pid);
-            if let Some(p) = self.procs.get_mut(&pid) {
-                p.files.clear();
-                // Re-read at the next update.
-                p.read = Instant::now() - REREAD_AFTER;
-            }
-        }
-        true
-    }
-
-    fn delta(&mut self, pid: u32, m: &ExecMapping) -> Option<i64> {
-        if let Some(d) = self.deltas.get(&(m.key, m.offset)) {
-            return Some(*d);
-        }
-        let file = open_mapped(pid, m).ok()?;
-        let bias = load_bias_of(&file, m.start, m.offset).ok()?;
-        let delta = m.start.wrapping_sub(m.offset).wrapping_sub(bias) as i64;
-        self.deltas.insert((m.key, m.offset), delta);
-        Some(delta)
+        let s = &mut self.stats;
+        s.processes_missing_tables = lacking.len() as u64;
+        let procs = &self.procs;
+        s.missing = top_missing(
+            lacking,
+            |pid| procs.get(&pid).map(|p| p.name.clone()).unwrap_or_default(),
+            |k| files.get(k).map(|f| f.path.to_string()).unwrap_or_default(),
+        );
+        s.tables_pending = files
+            .values()
+            .filter(|f| f.users > 0 && matches!(f.state, TableState::Pending))
+            .count() as u64;
+        s.processes = self
+            .procs
+            .values()
+            .filter(|p| !p.written.is_empty())
+            .count() as u64;
+        s.processes_pending = self.queue.len() as u64;
+        s.last_update_us = now.elapsed().as_micros() as u64;
+        s.max_update_us = s.max_update_us.max(s.last_update_us);
     }
 }
 
-/// The file behind a mapping, opened through `/proc/PID/map_files`, which
-/// reaches it whatever mount namespace or deleted state it is in, and
-/// checked (regular, the mapped file, at most [`MAX_ELF_BYTES`]). Only its
-/// headers and `.eh_frame` are read from it, never the whole file.
-fn open_mapped(pid: u32, m: &ExecMapping) -> Result<fs::File, OpenError> {
-    let path = PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end));
-    let expect = Expect {
-        owner: None,
-        max_bytes: MAX_ELF_BYTES,
-        identity: Some((m.key.dev, m.key.inode)),
-    };
-    untrusted::open_path(&path, Last::MagicLink, What::Elf, &expect).map(|c| c.file)
-}
-
-/// The file `pid` executes.
-fn exe_of(pid: u32) -> Option<FileKey> {
-    let meta = fs::metadata(format!("/proc/{pid}/exe")).ok()?;
-    Some(FileKey {
-        dev: meta.dev(),
-        inode: meta.ino(),
-    })
-}
-
-/// Executable file mappings of `pid`, from the symbolizer's parser.
-fn exec_mappings(pid: u32) -> std::io::Result<Vec<ExecMapping>> {
-    let maps = ProcMaps::read(pid)?;
-    Ok(maps
-        .iter()
-        .filter_map(|m| match &m.backing {
-            Backing::File { path, dev, inode } => Some(ExecMapping {
-                start: m.start,
-                end: m.end,
-                offset: m.offset,
-                key: FileKey {
-                    dev: *dev,
-                    inode: *inode,
-                },
-                path: path.clone(),
-            }),
-            _ => None,
-        })
-        .collect())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn page_index_brackets_each_page_rows() {
-        let row = |pc| UnwindRow {
-            pc,
-            ..UnwindRow::default()
-        };
-        let rows = [row(0x1010), row(0x1800), row(0x3004), row(0x3100)];
-        let (base, index) = page_index(&rows);
-        assert_eq!(base, 1);
-        // Pages 1, 2, 3 and the end of page 3.
-        assert_eq!(index, vec![0, 1, 1, 3]);
-        // Every address's row lies in [index[k], index[k + 1]].
-        for addr in [0x1010u32, 0x1fff, 0x2500, 0x3004, 0x3050, 0x3fff] {
-            let k = ((addr >> 12) - base) as usize;
-            let want = rows.partition_point(|r| r.pc <= addr) - 1;
-            assert!(
-                index[k] as usize <= want && want <= index[k + 1] as usize,
-                "{addr:#x}"
-            );
-        }
-    }
-
-    #[test]
-    fn row_space_reuses_released_ranges_and_merges_them() {
-        let mut space = RowSpace::new(100);
-        assert_eq!(space.allocate(40), Some(0));
-        assert_eq!(space.allocate(40), Some(40));
-        assert_eq!(space.allocate(30), None, "20 rows left");
-        space.release(0, 40);
-        assert_eq!(space.allocate(30), Some(0), "first fit");
-        space.release(0, 30);
-        space.release(40, 40);
-        assert_eq!(space.free, vec![(0, 100)], "merged back into one range");
-        assert_eq!(space.allocate(100), Some(0));
-        assert_eq!(space.allocate(1), None);
-    }
-
-    #[test]
-    fn exec_mappings_reach_their_files_by_device_and_inode() {
-        // Our own libc: the device and inode from /proc/PID/maps are what
-        // stat says of the file behind the mapping.
-        let maps = exec_mappings(std::process::id()).unwrap();
-        let libc = maps
-            .iter()
-            .find(|m| m.path.to_string_lossy().contains("libc.so"))
-            .expect("libc mapped");
-        let file = open_mapped(std::process::id(), libc);
-        assert!(file.is_ok(), "device and inode match the file");
-    }
+/// `p_vaddr - p_offset` of the segment `m` maps, read from its headers.
+fn delta_of(pid: u32, m: &ExecMapping) -> Option<i64> {
+    let file = open_mapped(pid, m).ok()?;
+    let bias = load_bias_of(&file, m.start, m.offset).ok()?;
+    Some(m.start.wrapping_sub(m.offset).wrapping_sub(bias) as i64)
 }
