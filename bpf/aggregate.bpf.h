@@ -75,9 +75,12 @@ struct {
 	__type(value, __u64);
 } counts_used SEC(".maps");
 
-/* Rows a buffer takes before new threads' rows are merged per process; set
- * by user space before load (7/8 of the buffer's size). */
+/* Rows a buffer takes before new threads' rows are merged per process
+ * (7/8 of the buffer's size), and before merged rows also leave their
+ * stacks out (15/16), so that what is left always has room: set by user
+ * space before load. */
 const volatile __u64 counts_merge_at = WS_COUNTS_ENTRIES - WS_COUNTS_ENTRIES / 8;
+const volatile __u64 counts_strip_at = WS_COUNTS_ENTRIES - WS_COUNTS_ENTRIES / 16;
 
 /* enum ws_control values, written by user space. */
 struct {
@@ -240,13 +243,19 @@ static __always_inline void *ws_insert(void *map, const void *key,
 }
 
 /* The row a new key goes to when its buffer is nearly full: its process's
- * merged row (see WS_MERGED_TID). */
-static __always_inline void ws_merge_key(struct ws_stack_key *key)
+ * merged row (see WS_MERGED_TID); past `strip`, without stacks, which
+ * bounds the rows left to a few per process (wakeups raised in interrupts
+ * carry whatever stack was interrupted, thousands of distinct ones). */
+static __always_inline void ws_merge_key(struct ws_stack_key *key, bool strip)
 {
 	key->tid = WS_MERGED_TID | key->pid;
 	if (key->peer_tid)
 		key->peer_tid = WS_MERGED_TID | key->peer_pid;
 	__builtin_memset(key->comm, 0, sizeof(key->comm));
+	if (strip) {
+		key->user_stack_id = WS_NO_STACK;
+		key->kernel_stack_id = WS_NO_STACK;
+	}
 }
 
 /* Adds `ns` (and one event) to `key`'s row in the active buffer. A new row
@@ -265,8 +274,8 @@ static __always_inline void ws_add(const struct ws_stack_key *key, __u64 ns)
 		struct ws_stack_value zero = {};
 		__u64 *used = bpf_map_lookup_elem(&counts_used, &buffer);
 
-		if (used && *used >= counts_merge_at && k.tid && !(k.tid & WS_MERGED_TID)) {
-			ws_merge_key(&k);
+		if (used && *used >= counts_merge_at && k.tid) {
+			ws_merge_key(&k, *used >= counts_strip_at);
 			ws_stat_inc(WS_STAT_COUNTS_MERGED);
 			val = bpf_map_lookup_elem(counts, &k);
 		}

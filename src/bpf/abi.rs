@@ -399,6 +399,7 @@ pub mod names {
     pub const PROC_EVENTS: &str = "proc_events";
     pub const COUNTS_USED: &str = "counts_used";
     pub const COUNTS_MERGE_AT: &str = "counts_merge_at";
+    pub const COUNTS_STRIP_AT: &str = "counts_strip_at";
     pub const INCLUDE_IDLE: &str = "include_idle";
     pub const OFFCPU_MIN_NS: &str = "offcpu_min_ns";
     pub const UNWIND_TABLES: &str = "unwind_tables";

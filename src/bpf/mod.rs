@@ -129,6 +129,7 @@ pub fn load(opts: &ProbeOptions) -> Result<(Probes, ProbeMaps), LoadError> {
     let include_idle = u8::from(opts.include_idle);
     let counts_entries = counts_entries(host_threads());
     let merge_at = u64::from(counts_entries - counts_entries / 8);
+    let strip_at = u64::from(counts_entries - counts_entries / 16);
     let unwind_tables = u8::from(opts.unwind_tables);
     let unwind_rows = opts.unwind_rows.max(1);
     let mut ebpf = EbpfLoader::new()
@@ -141,6 +142,7 @@ pub fn load(opts: &ProbeOptions) -> Result<(Probes, ProbeMaps), LoadError> {
         .map_max_entries(names::COUNTS[0], counts_entries)
         .map_max_entries(names::COUNTS[1], counts_entries)
         .override_global(names::COUNTS_MERGE_AT, &merge_at, true)
+        .override_global(names::COUNTS_STRIP_AT, &strip_at, true)
         .load(OBJECT)
         .map_err(LoadError::Load)?;
 
