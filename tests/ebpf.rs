@@ -13,12 +13,19 @@ fn cpu_shares_match_the_workload_and_stacks_reach_main() {
     if !ebpf_available() {
         return;
     }
-    let pid = run("cpu_shares", &["6"]);
+    let (pid, out) = run_with_output("cpu_shares", &["6"]);
     let (rows, body) = folded_rows(&format!("pid={pid}&seconds=60"));
-    let total_us: u64 = rows.iter().map(|r| r.1).sum();
+    // However much CPU the host left the workload, the samples add up to
+    // what the kernel counted, within sampling error (99 Hz ticks shared
+    // with whatever else runs: off by about the square root of their
+    // count; three times that allowed).
+    let total_us = rows.iter().map(|r| r.1).sum::<u64>() as f64;
+    let kernel_us: f64 = kernel::accounts(&out).values().map(|k| k.cpu_us).sum();
+    let period_us = 1e6 / 99.0;
+    let error_us = 0.05 * kernel_us + 3.0 * (kernel_us / period_us).sqrt() * period_us;
     assert!(
-        total_us > 3_000_000,
-        "expected ~6 s of CPU, got {total_us} us"
+        kernel_us > 0.0 && (total_us - kernel_us).abs() <= error_us,
+        "samples add up to {total_us} us of CPU, the kernel counted {kernel_us} us\n{out}"
     );
     for (stack, _) in &rows {
         assert_eq!(
@@ -111,10 +118,13 @@ fn healthz_reports_attached_programs_and_samples() {
         return;
     }
     let url = daemon();
-    thread::sleep(Duration::from_secs(2));
-    let (status, body) = get(&format!("{url}/healthz"));
-    assert_eq!(status, 200);
-    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    // A drain a second; a busy host may delay the first one.
+    let drained = |v: &serde_json::Value| v["pipeline"]["drains"].as_u64() >= Some(1);
+    let v = rows::within(Duration::from_secs(30), || {
+        Some(rows::json_at(url, "/healthz")).filter(drained)
+    });
+    let v = v.unwrap_or_else(|| rows::json_at(url, "/healthz"));
+    let body = v.to_string();
     let cpus = std::thread::available_parallelism().unwrap().get() as u64;
     assert_eq!(v["programs"][0]["name"], "on_cpu_sample");
     assert_eq!(v["programs"][0]["links"].as_u64(), Some(cpus), "{body}");
@@ -128,7 +138,9 @@ fn record_writes_svg_and_folded_files() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let w = Workload::start(&workload("cpu_shares"), &["8"]);
+    // Runs until dropped: however slowly a busy host loads the programs
+    // for each record, the workload is still there to be sampled.
+    let w = Workload::start(&workload("cpu_shares"), &["600"]);
     for name in ["out.svg", "out.folded"] {
         let path = dir.path().join(name);
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_wallscope"))
@@ -137,7 +149,7 @@ fn record_writes_svg_and_folded_files() {
                 "--pid",
                 &w.pid.to_string(),
                 "--duration",
-                "2s",
+                "5s",
                 "-o",
             ])
             .arg(&path)

@@ -170,15 +170,18 @@ fn planted_attach_triggers_are_refused_and_their_targets_untouched() {
         std::os::unix::fs::symlink(&victim, link).unwrap();
         chown(link, NOBODY);
     }
-    thread::sleep(Duration::from_secs(10));
-
+    // Both places tried (a busy host may take a while to get there) ...
+    let mut now = refusals;
+    within(Duration::from_secs(30), || {
+        now = refused(&ws.url, "attach_trigger", "exists");
+        (now >= refusals + 2).then_some(())
+    });
+    assert!(now >= refusals + 2, "refusals {refusals} -> {now}");
+    // ... and refused, not truncated nor chowned.
     let after = snapshot(&victim);
     assert_eq!(after.content, before.content, "victim's content changed");
     assert_eq!(after.uid, before.uid, "victim's owner changed");
     assert_eq!(after.mode, before.mode, "victim's mode changed");
-    // Both places were tried and refused, not truncated nor chowned.
-    let now = refused(&ws.url, "attach_trigger", "exists");
-    assert!(now >= refusals + 2, "refusals {refusals} -> {now}");
     // Reported as a JVM that could not be attached, not retried.
     let mut last = serde_json::Value::Null;
     let report = within(Duration::from_secs(15), || {
@@ -303,10 +306,12 @@ fn a_huge_sparse_file_mapped_executable_costs_no_memory() {
     // The process was seen (so its mappings were read).
     let (status, body) = get(&format!("{}/folded?pid={}&seconds=5", ws.url, w.pid));
     assert_eq!(status, 200, "{body}");
-    assert!(
-        refused(&ws.url, "elf", "too_big") > refusals,
-        "the 3 GB file was never looked at"
-    );
+    // On a busy host the file may be looked at later: watch on until then.
+    let looked = within(Duration::from_secs(30), || {
+        peak = peak.max(rss_kib(ws.pid()));
+        (refused(&ws.url, "elf", "too_big") > refusals).then_some(())
+    });
+    assert!(looked.is_some(), "the 3 GB file was never looked at");
     let grew = (peak - base.min(peak)) / 1024;
     eprintln!("RSS {} MiB -> peak {} MiB", base / 1024, peak / 1024);
     assert!(grew < 50, "RSS grew by {grew} MiB");
@@ -365,9 +370,14 @@ fn distinct_short_lived_binaries_leave_no_descriptors_behind() {
     for p in &copies {
         fs::remove_file(p).unwrap();
     }
-    // Two batches for the last files to be released.
-    thread::sleep(Duration::from_secs(3));
-    let (after, deleted) = fds(ws.pid());
+    // The last files are released within a couple of batches; a busy host
+    // may delay them.
+    let mut released = fds(ws.pid());
+    within(Duration::from_secs(30), || {
+        released = fds(ws.pid());
+        released.1.is_empty().then_some(())
+    });
+    let (after, deleted) = released;
     eprintln!("fds: {fds_before} before, at most {max_fds} while running, {after} after");
     let health = json_at(&ws.url, "/healthz");
     eprintln!("pipeline: {}", health["pipeline"]);

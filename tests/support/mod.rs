@@ -4,6 +4,7 @@
 
 pub mod api;
 pub mod java;
+pub mod kernel;
 pub mod rows;
 
 use std::{

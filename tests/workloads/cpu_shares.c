@@ -1,12 +1,15 @@
 // CPU-bound workload whose three functions take 60/30/10 % of its CPU.
 // Usage: cpu_shares SECONDS [THREADS]
 // Prints "ready <pid>" once running and "iterations <n>" (total across
-// threads) at the end, so benchmarks can use it as a throughput measure.
+// threads) at the end, so benchmarks can use it as a throughput measure,
+// and the kernel's account of each thread as it ends (account.h).
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "account.h"
 
 static volatile unsigned long sink;
 static double seconds;
@@ -42,6 +45,7 @@ __attribute__((noinline)) void *run(void *arg)
 		light();
 		(*iterations)++;
 	}
+	print_account();
 	return NULL;
 }
 
