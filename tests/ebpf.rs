@@ -4,7 +4,7 @@
 
 mod support;
 
-use std::{thread, time::Duration};
+use std::time::Duration;
 
 use support::*;
 
@@ -14,7 +14,7 @@ fn cpu_shares_match_the_workload_and_stacks_reach_main() {
         return;
     }
     let (pid, out) = run_with_output("cpu_shares", &["6"]);
-    let (rows, body) = folded_rows(&format!("pid={pid}&seconds=60"));
+    let (rows, body) = folded_rows(&format!("pid={pid}&seconds=300"));
     // However much CPU the host left the workload, the samples add up to
     // what the kernel counted, within sampling error (99 Hz ticks shared
     // with whatever else runs: off by about the square root of their
@@ -54,7 +54,7 @@ fn syscall_heavy_workload_shows_kernel_frames_on_user_frames() {
         return;
     }
     let pid = run("syscalls", &["4"]);
-    let (rows, body) = folded_rows(&format!("pid={pid}&seconds=60"));
+    let (rows, body) = folded_rows(&format!("pid={pid}&seconds=300"));
     let mixed: Vec<_> = rows
         .iter()
         .filter(|(s, _)| {
@@ -87,13 +87,13 @@ fn exited_process_still_symbolizes() {
     let w = Workload::start(&workload("cpu_shares"), &["3"]);
     let pid = w.pid;
     w.wait();
-    thread::sleep(Duration::from_secs(5));
+    settle(url);
     assert!(
         !std::path::Path::new(&format!("/proc/{pid}")).exists(),
         "workload should be gone"
     );
 
-    let (status, body) = get(&format!("{url}/folded?pid={pid}&seconds=60"));
+    let (status, body) = get(&format!("{url}/folded?pid={pid}&seconds=300"));
     assert_eq!(status, 200, "{body}");
     let rows = parse_folded(&body);
     assert!(
@@ -104,7 +104,7 @@ fn exited_process_still_symbolizes() {
         body.contains("cpu_shares;") && body.contains(";main;run;heavy "),
         "{body}"
     );
-    let (status, svg) = get(&format!("{url}/flamegraph?pid={pid}&seconds=60"));
+    let (status, svg) = get(&format!("{url}/flamegraph?pid={pid}&seconds=300"));
     assert_eq!(status, 200);
     assert!(
         svg.contains("cpu_shares (pid ") && svg.contains("heavy"),

@@ -17,7 +17,7 @@ use support::{
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn threads(pid: u32) -> Value {
-    let (status, body) = get(&format!("{}/threads?pid={pid}&seconds=120", daemon()));
+    let (status, body) = get(&format!("{}/threads?pid={pid}&seconds=300", daemon()));
     assert_eq!(status, 200, "{body}");
     serde_json::from_str(&body).unwrap()
 }
@@ -121,7 +121,7 @@ fn mixed_threads_are_classified_and_add_up_to_their_lifetime() {
         }
     }
     let (status, text) = get(&format!(
-        "{}/threads?pid={pid}&seconds=120&format=text",
+        "{}/threads?pid={pid}&seconds=300&format=text",
         daemon()
     ));
     assert_eq!(status, 200);
@@ -141,7 +141,7 @@ fn wall_graph_widths_match_thread_wall_time() {
     let pid = run("mixed", &["4"]);
     let report = threads(pid);
     let (status, body) = get(&format!(
-        "{url}/folded?pid={pid}&seconds=120&kind=wall&group=thread"
+        "{url}/folded?pid={pid}&seconds=300&kind=wall&group=thread"
     ));
     assert_eq!(status, 200, "{body}");
     let mut widths: HashMap<String, u64> = HashMap::new();
@@ -170,7 +170,7 @@ fn wall_graph_widths_match_thread_wall_time() {
         );
     }
     let (status, _) = get(&format!(
-        "{url}/flamegraph?pid={pid}&seconds=120&kind=wall&group=thread"
+        "{url}/flamegraph?pid={pid}&seconds=300&kind=wall&group=thread"
     ));
     assert_eq!(status, 200);
 }
@@ -203,7 +203,7 @@ fn pinned_threads_starve_and_unpinned_ones_do_not() {
             }
             agrees_with_kernel(t, &kernel);
         }
-        let (status, body) = get(&format!("{}/runqueue?pid={pid}&seconds=120", daemon()));
+        let (status, body) = get(&format!("{}/runqueue?pid={pid}&seconds=300", daemon()));
         assert_eq!(status, 200, "{body}");
         let hist: Value = serde_json::from_str(&body).unwrap();
         // One wait ends each time the kernel puts a thread on a CPU (the
@@ -253,7 +253,7 @@ fn park_unpark_churn_shows_futex_wakeup_rate_and_waker_stacks() {
         .find(|p| p["pool"] == "pool-worker-*");
     assert_eq!(pool.unwrap()["threads"], 4, "{report}");
 
-    let (status, body) = get(&format!("{url}/folded?pid={pid}&seconds=120&kind=wakeup"));
+    let (status, body) = get(&format!("{url}/folded?pid={pid}&seconds=300&kind=wakeup"));
     assert_eq!(status, 200, "{body}");
     let rows = parse_folded(&body);
     let from_submit: u64 = rows
@@ -269,7 +269,7 @@ fn park_unpark_churn_shows_futex_wakeup_rate_and_waker_stacks() {
     );
 
     let (status, body) = get(&format!(
-        "{url}/folded?pid={pid}&seconds=120&kind=futex&group=pool"
+        "{url}/folded?pid={pid}&seconds=300&kind=futex&group=pool"
     ));
     assert_eq!(status, 200, "{body}");
     assert!(

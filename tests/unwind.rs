@@ -4,39 +4,29 @@
 
 mod support;
 
-use std::{path::Path, thread, time::Duration};
+use std::path::Path;
 
 use support::{
     daemon, ebpf_available, get,
-    rows::{folded_at as folded, json_at, share_with_chain, show, within, Rows},
-    rust_workload, workload_without_frame_pointers, Daemon, Workload, SETTLE,
+    rows::{folded_at as folded, share_with_chain, show, Rows},
+    rust_workload, settle, workload_without_frame_pointers, Daemon, Workload,
 };
-
-/// Waits until the daemon at `url` drained 3 times: its first drains build
-/// tables for every binary on the host; a workload started after them gets
-/// its own registration quickly.
-fn wait_warm(url: &str) {
-    let warm = within(Duration::from_secs(60), || {
-        let health = json_at(url, "/healthz");
-        (health["pipeline"]["drains"].as_u64()? >= 3).then_some(())
-    });
-    assert!(warm.is_some(), "{url} never drained 3 times");
-}
 
 /// Runs `bin 8` under both daemons; returns (tables, fp) rows for `kind`s.
 fn watch(bin: &Path, kinds: &[&str]) -> Vec<(Rows, Rows)> {
     let tables = daemon();
     let fp = Daemon::start(&["--unwind", "fp"]);
-    wait_warm(tables);
-    wait_warm(&fp.url);
+    settle(tables);
+    settle(&fp.url);
     let w = Workload::start(bin, &["8"]);
     let pid = w.pid;
     w.wait();
-    thread::sleep(SETTLE);
+    settle(tables);
+    settle(&fp.url);
     kinds
         .iter()
         .map(|kind| {
-            let q = format!("pid={pid}&kind={kind}&seconds=30");
+            let q = format!("pid={pid}&kind={kind}&seconds=300");
             (folded(tables, &q), folded(&fp.url, &q))
         })
         .collect()
@@ -125,12 +115,12 @@ fn tables_that_do_not_fit_are_counted_not_fatal() {
     // glibc's table (29k rows) fits, the daemon's own binary's (over 100k
     // rows) does not.
     let small = Daemon::start(&["--unwind-table-mb", "2"]);
-    wait_warm(&small.url);
+    settle(&small.url);
     let bin = workload_without_frame_pointers("nofp");
     let w = Workload::start(&bin, &["8"]);
     let pid = w.pid;
     w.wait();
-    thread::sleep(SETTLE);
+    settle(&small.url);
     let (status, body) = get(&format!("{}/healthz", small.url));
     assert_eq!(status, 200);
     let health: serde_json::Value = serde_json::from_str(&body).unwrap();
@@ -139,7 +129,7 @@ fn tables_that_do_not_fit_are_counted_not_fatal() {
     assert!(n("tables_too_big") + n("tables_evicted") >= 1, "{unwind}");
     assert!(n("tables_loaded") >= 1, "{unwind}");
     assert!(n("rows_in_use") <= n("rows_capacity"), "{unwind}");
-    let rows = folded(&small.url, &format!("pid={pid}&kind=cpu&seconds=30"));
+    let rows = folded(&small.url, &format!("pid={pid}&kind=cpu&seconds=300"));
     let chain = ["main", "run", "stage_one", "stage_two", "burn"];
     assert!(
         share_with_chain(&rows, &chain) >= COMPLETE,
@@ -169,7 +159,7 @@ fn a_forked_child_walks_with_its_parents_tables_at_once() {
         return;
     }
     let url = daemon();
-    wait_warm(url);
+    settle(url);
     // User space registers the child at the first drain that sees it, up
     // to a second or two into its two-second life; until then its tables
     // come from the parent, copied at fork.
@@ -180,8 +170,8 @@ fn a_forked_child_walks_with_its_parents_tables_at_once() {
         .strip_prefix("child ")
         .and_then(|p| p.parse().ok())
         .unwrap_or_else(|| panic!("no child pid in {out:?}"));
-    thread::sleep(SETTLE);
-    let rows = folded(url, &format!("pid={child}&kind=sleep&seconds=30"));
+    settle(url);
+    let rows = folded(url, &format!("pid={child}&kind=sleep&seconds=300"));
     let complete = share_with_chain(
         &rows,
         &[
