@@ -1,19 +1,26 @@
 //! End-to-end tests with the real BPF programs: they need root, and under
 //! CI=true they fail rather than skip without it. Each runs a real workload
-//! and asserts on what the daemon reports over HTTP.
+//! and asserts on what the daemon reports over HTTP. One at a time: each
+//! `record` loads its own programs and reads the whole host, which would
+//! make the shared daemon lag behind the others' workloads.
 
 mod support;
 
-use std::time::Duration;
+use std::{sync::Mutex, time::Duration};
 
 use support::*;
+
+static SERIAL: Mutex<()> = Mutex::new(());
 
 #[test]
 fn cpu_shares_match_the_workload_and_stacks_reach_main() {
     if !ebpf_available() {
         return;
     }
-    let (pid, out) = run_with_output("cpu_shares", &["6"]);
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // Four seconds of CPU (400 samples), however long the host takes to
+    // give them: the shares below are then within sampling error.
+    let (pid, out) = run_with_output("cpu_shares", &["4", "1", "cpu"]);
     let (rows, body) = folded_rows(&format!("pid={pid}&seconds=300"));
     // However much CPU the host left the workload, the samples add up to
     // what the kernel counted, within sampling error (99 Hz ticks shared
@@ -53,6 +60,7 @@ fn syscall_heavy_workload_shows_kernel_frames_on_user_frames() {
     if !ebpf_available() {
         return;
     }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let pid = run("syscalls", &["4"]);
     let (rows, body) = folded_rows(&format!("pid={pid}&seconds=300"));
     let mixed: Vec<_> = rows
@@ -83,10 +91,20 @@ fn exited_process_still_symbolizes() {
     if !ebpf_available() {
         return;
     }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let url = daemon();
-    let w = Workload::start(&workload("cpu_shares"), &["3"]);
+    settle(url);
+    // The daemon names frames from the maps it read while the process
+    // lived: a busy host may delay that past a short life, so the
+    // workload runs until its stacks were named once, then is killed.
+    let w = Workload::start(&workload("cpu_shares"), &["600"]);
     let pid = w.pid;
-    w.wait();
+    let seen = rows::within(CATCH_UP, || {
+        let rows = rows::folded_at(url, &format!("pid={pid}&seconds=300"));
+        (share_of(&rows, "heavy") > 0.0).then_some(())
+    });
+    assert!(seen.is_some(), "no named stack of pid {pid} while it ran");
+    w.stop();
     settle(url);
     assert!(
         !std::path::Path::new(&format!("/proc/{pid}")).exists(),
@@ -117,6 +135,7 @@ fn healthz_reports_attached_programs_and_samples() {
     if !ebpf_available() {
         return;
     }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let url = daemon();
     // A drain a second; a busy host may delay the first one.
     let drained = |v: &serde_json::Value| v["pipeline"]["drains"].as_u64() >= Some(1);
@@ -137,6 +156,7 @@ fn record_writes_svg_and_folded_files() {
     if !ebpf_available() {
         return;
     }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     // Runs until dropped: however slowly a busy host loads the programs
     // for each record, the workload is still there to be sampled.

@@ -282,7 +282,7 @@ fn floods_of_idle_and_slowloris_connections_are_survived_and_closed() {
     // A busy host delays symbolization: ask until the stacks are there.
     let asked = Instant::now();
     let (status, body, symbolized) = loop {
-        let (status, _, body) = probe(addr, &format!("/folded?pid={pid}&seconds=60"));
+        let (status, _, body) = probe(addr, &format!("/folded?pid={pid}&seconds=300"));
         let symbolized = body
             .lines()
             .any(|l| l.contains(";main;") && l.contains(";heavy"));

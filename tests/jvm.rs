@@ -40,7 +40,8 @@ fn jvm_in_its_own_pid_and_mount_namespace_is_symbolized() {
     .start("Pools", &["40", "1"]);
     let ns_pid = ns_pid(jvm.pid);
     assert_ne!(ns_pid, jvm.pid, "the JVM should have its own pid namespace");
-    let query = format!("pid={}&kind=cpu&seconds=5", jvm.pid);
+    // Wide: a busy host may keep the daemon some seconds behind.
+    let query = format!("pid={}&kind=cpu&seconds=60", jvm.pid);
     let mut last = Vec::new();
     let found = within(Duration::from_secs(60), || {
         last = folded_at(url, &query);
@@ -313,7 +314,7 @@ fn running_daemons() -> usize {
 /// The `jvm` object `/processes` reports for `pid`, once it has one whose
 /// `attach` is no longer `pending`.
 fn jvm_report(url: &str, pid: u32) -> Option<serde_json::Value> {
-    let processes = json_at(url, "/processes?seconds=10");
+    let processes = json_at(url, "/processes?seconds=60");
     let me = processes.as_array()?.iter().find(|p| p["pid"] == pid)?;
     let jvm = me.get("jvm")?;
     (jvm["attach"] != "pending").then(|| jvm.clone())
@@ -341,7 +342,13 @@ fn jvms_that_refuse_or_lack_frame_pointers_are_reported_once() {
         .expect("the refusing JVM in /processes");
     assert_eq!(report["attach"], "refused", "{report}");
     let error = report["error"].as_str().unwrap_or_default();
-    assert!(error.contains("DisableAttachMechanism"), "{report}");
+    // Another daemon on the host may have planted its trigger file first:
+    // this one then refuses the file it did not make.
+    let others_trigger = running_daemons() > 1 && error.contains("attach_trigger");
+    assert!(
+        error.contains("DisableAttachMechanism") || others_trigger,
+        "{report}"
+    );
 
     let report = within(Duration::from_secs(60), || jvm_report(url, no_fp.pid))
         .expect("the JVM without frame pointers in /processes");

@@ -221,6 +221,8 @@ pub fn settle(url: &str) {
 /// workload printed after `ready`.
 pub fn run_with_output(name: &str, args: &[&str]) -> (u32, String) {
     let url = daemon();
+    // Not behind on earlier workloads: it reads this one's maps in time.
+    settle(url);
     let w = Workload::start(&workload(name), args);
     let pid = w.pid;
     let out = w.wait();
