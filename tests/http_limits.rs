@@ -252,7 +252,9 @@ fn floods_of_idle_and_slowloris_connections_are_survived_and_closed() {
     let keep_alive = keep_alive_client(addr, IDLE_TIMEOUT * 2 / 3, 3);
 
     // Profiling goes on while the flood is held.
-    let workload = Workload::start(&workload("cpu_shares"), &["3"]);
+    // Runs until its stacks are named: a busy host may delay the daemon's
+    // reading of its maps past a short life.
+    let workload = Workload::start(&workload("cpu_shares"), &["600"]);
     let pid = workload.pid;
 
     let mut latencies = Vec::new();
@@ -278,8 +280,6 @@ fn floods_of_idle_and_slowloris_connections_are_survived_and_closed() {
         failures.push(format!("healthz median latency {median:?} >= 100 ms"));
     }
 
-    workload.wait();
-    // A busy host delays symbolization: ask until the stacks are there.
     let asked = Instant::now();
     let (status, body, symbolized) = loop {
         let (status, _, body) = probe(addr, &format!("/folded?pid={pid}&seconds=300"));
@@ -291,6 +291,7 @@ fn floods_of_idle_and_slowloris_connections_are_survived_and_closed() {
         }
         thread::sleep(Duration::from_secs(1));
     };
+    drop(workload);
     if status != 200 || !symbolized {
         failures.push(format!(
             "the workload's stacks under the flood: {status}, no main;...;heavy stack:\n{body}"
