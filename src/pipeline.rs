@@ -277,7 +277,11 @@ fn collect_loop(
         while Instant::now() < next && !stop.load(Ordering::SeqCst) {
             thread::sleep((next - Instant::now()).min(Duration::from_millis(20)));
         }
-        next += interval;
+        // After a stall (a slow drain, tables built for a new binary), the
+        // rhythm restarts from now: draining back to back to make up for
+        // missed ticks would only overflow the symbolizer's queue and drop
+        // the batches that hold the data.
+        next = (next + interval).max(Instant::now() + interval / 2);
         let stopping = stop.load(Ordering::SeqCst);
         // On stop, drain twice: the second pass empties the buffer that was
         // active during the first.

@@ -252,7 +252,9 @@ fn floods_of_idle_and_slowloris_connections_are_survived_and_closed() {
     let keep_alive = keep_alive_client(addr, IDLE_TIMEOUT * 2 / 3, 3);
 
     // Profiling goes on while the flood is held.
-    let workload = Workload::start(&workload("cpu_shares"), &["3"]);
+    // Runs until its stacks are named: a busy host may delay the daemon's
+    // reading of its maps past a short life.
+    let workload = Workload::start(&workload("cpu_shares"), &["600"]);
     let pid = workload.pid;
 
     let mut latencies = Vec::new();
@@ -278,12 +280,18 @@ fn floods_of_idle_and_slowloris_connections_are_survived_and_closed() {
         failures.push(format!("healthz median latency {median:?} >= 100 ms"));
     }
 
-    workload.wait();
-    thread::sleep(SETTLE);
-    let (status, _, body) = probe(addr, &format!("/folded?pid={pid}&seconds=60"));
-    let symbolized = body
-        .lines()
-        .any(|l| l.contains(";main;") && l.contains(";heavy"));
+    let asked = Instant::now();
+    let (status, body, symbolized) = loop {
+        let (status, _, body) = probe(addr, &format!("/folded?pid={pid}&seconds=300"));
+        let symbolized = body
+            .lines()
+            .any(|l| l.contains(";main;") && l.contains(";heavy"));
+        if symbolized || asked.elapsed() > CATCH_UP {
+            break (status, body, symbolized);
+        }
+        thread::sleep(Duration::from_secs(1));
+    };
+    drop(workload);
     if status != 200 || !symbolized {
         failures.push(format!(
             "the workload's stacks under the flood: {status}, no main;...;heavy stack:\n{body}"

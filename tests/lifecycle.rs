@@ -9,7 +9,6 @@ mod support;
 
 use std::{
     process::Command,
-    thread,
     time::{Duration, Instant},
 };
 
@@ -76,7 +75,7 @@ fn a_program_execd_under_the_same_pid_shows_its_own_name_and_frames() {
     let w = Workload::spawn(cmd);
     let pid = w.pid;
     w.wait();
-    thread::sleep(SETTLE);
+    settle(daemon());
 
     let rows = cpu_rows(pid, 60);
     assert!(!rows.is_empty(), "no CPU rows for {pid}");
@@ -110,7 +109,7 @@ fn processes_that_live_50_ms_are_symbolized() {
         pids.push(w.pid);
         w.wait();
     }
-    thread::sleep(SETTLE);
+    settle(daemon());
     let mut rows = Vec::new();
     for pid in &pids {
         let (status, body) = get(&format!("{}/folded?pid={pid}&seconds=120", daemon()));
@@ -166,7 +165,7 @@ fn a_reused_pid_never_shows_the_previous_binary() {
     });
     let started = Instant::now();
     second.wait();
-    thread::sleep(SETTLE);
+    settle(daemon());
     // Only the second process's life: the first ended before it started,
     // and its last drain came at most a second or so later.
     let seconds = started.elapsed().saturating_sub(Duration::from_secs(2));

@@ -1,18 +1,23 @@
 //! End-to-end tests of the off-CPU engine (root; under CI=true they fail
-//! rather than skip). Tests run one at a time: starvation is measured
-//! against an otherwise quiet machine.
+//! rather than skip). Tests run one at a time, but the host may be busy:
+//! how much CPU a workload gets is not asserted on; what the daemon
+//! reports is compared with the kernel's own account of each thread
+//! (`support::kernel`).
 
 mod support;
 
 use std::{collections::HashMap, sync::Mutex, thread};
 
 use serde_json::Value;
-use support::*;
+use support::{
+    kernel::{accounts, assert_agrees, Account},
+    *,
+};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn threads(pid: u32) -> Value {
-    let (status, body) = get(&format!("{}/threads?pid={pid}&seconds=120", daemon()));
+    let (status, body) = get(&format!("{}/threads?pid={pid}&seconds=300", daemon()));
     assert_eq!(status, 200, "{body}");
     serde_json::from_str(&body).unwrap()
 }
@@ -21,6 +26,30 @@ fn us(t: &Value, field: &str) -> f64 {
     t[field]
         .as_u64()
         .unwrap_or_else(|| panic!("{field} in {t}")) as f64
+}
+
+/// Panics unless `t`'s CPU and runqueue time agree with the kernel's
+/// account of the thread (from the workload's `account` lines).
+fn agrees_with_kernel(t: &Value, kernel: &HashMap<u64, Account>) {
+    let tid = t["tid"].as_u64().unwrap();
+    let k = kernel
+        .get(&tid)
+        .unwrap_or_else(|| panic!("no kernel account of {t}"));
+    let wall = us(t, "wall_us");
+    assert_agrees(
+        &format!("cpu of {t}"),
+        us(t, "cpu_us"),
+        k.cpu_us,
+        wall,
+        0.03,
+    );
+    assert_agrees(
+        &format!("runqueue of {t}"),
+        us(t, "runqueue_us"),
+        k.runqueue_us,
+        wall,
+        0.03,
+    );
 }
 
 /// The state with the most time.
@@ -55,6 +84,8 @@ fn mixed_threads_are_classified_and_add_up_to_their_lifetime() {
         .map(|(tid, us)| (tid.parse().unwrap(), us.parse().unwrap()))
         .collect();
     assert_eq!(lives.len(), 6, "{out}");
+    let kernel = accounts(&out);
+    assert_eq!(kernel.len(), 6, "{out}");
     let report = threads(pid);
     for (prefix, expected, count) in [
         ("lock-", "futex", 3),
@@ -65,7 +96,15 @@ fn mixed_threads_are_classified_and_add_up_to_their_lifetime() {
         let rows = by_name(&report, prefix);
         assert_eq!(rows.len(), count, "{prefix} threads in {report}");
         for t in rows {
-            assert_eq!(dominant(&t), expected, "{prefix}: {t}");
+            if expected == "cpu" {
+                // A spinner on a busy host may wait for a CPU longer than
+                // it runs: it is never off-CPU by its own doing.
+                let on_or_ready = us(&t, "cpu_us") + us(&t, "runqueue_us");
+                assert!(on_or_ready >= 0.9 * us(&t, "wall_us"), "{prefix}: {t}");
+            } else {
+                assert_eq!(dominant(&t), expected, "{prefix}: {t}");
+            }
+            agrees_with_kernel(&t, &kernel);
             let sum: f64 = ["cpu", "runqueue", "futex", "io", "sleep"]
                 .iter()
                 .map(|s| us(&t, &format!("{s}_us")))
@@ -82,7 +121,7 @@ fn mixed_threads_are_classified_and_add_up_to_their_lifetime() {
         }
     }
     let (status, text) = get(&format!(
-        "{}/threads?pid={pid}&seconds=120&format=text",
+        "{}/threads?pid={pid}&seconds=300&format=text",
         daemon()
     ));
     assert_eq!(status, 200);
@@ -102,7 +141,7 @@ fn wall_graph_widths_match_thread_wall_time() {
     let pid = run("mixed", &["4"]);
     let report = threads(pid);
     let (status, body) = get(&format!(
-        "{url}/folded?pid={pid}&seconds=120&kind=wall&group=thread"
+        "{url}/folded?pid={pid}&seconds=300&kind=wall&group=thread"
     ));
     assert_eq!(status, 200, "{body}");
     let mut widths: HashMap<String, u64> = HashMap::new();
@@ -119,13 +158,19 @@ fn wall_graph_widths_match_thread_wall_time() {
             .get(&frame)
             .unwrap_or_else(|| panic!("{frame} not in\n{body}")) as f64;
         let wall = us(t, "wall_us");
+        // CPU stacks are samples (99 Hz): on a busy host a thread shares
+        // each CPU's ticks with others, and its count is off by about its
+        // square root; what they explain beyond the thread's exact CPU time
+        // widens the graph. Allow three times that.
+        let period_us = 1e6 / 99.0;
+        let sampling_us = 3.0 * (us(t, "cpu_us") / period_us).sqrt() * period_us;
         assert!(
-            (width - wall).abs() <= 0.03 * wall,
+            (width - wall).abs() <= 0.03 * wall + sampling_us,
             "{frame}: graph {width} us vs /threads {wall} us"
         );
     }
     let (status, _) = get(&format!(
-        "{url}/flamegraph?pid={pid}&seconds=120&kind=wall&group=thread"
+        "{url}/flamegraph?pid={pid}&seconds=300&kind=wall&group=thread"
     ));
     assert_eq!(status, 200);
 }
@@ -138,36 +183,43 @@ fn pinned_threads_starve_and_unpinned_ones_do_not() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     daemon();
     let cpus = thread::available_parallelism().unwrap().get().to_string();
-    let mut p90 = Vec::new();
-    for (args, starved) in [
+    for (args, pinned) in [
         (vec!["4", "4", "0"], true),
         (vec![cpus.as_str(), "4"], false),
     ] {
-        let pid = run("starve", &args);
+        let (pid, out) = run_with_output("starve", &args);
+        let kernel = accounts(&out);
         let report = threads(pid);
         let rows = by_name(&report, "cruncher");
-        assert!(!rows.is_empty(), "{report}");
-        for t in rows {
-            let share = us(&t, "runqueue_us") / us(&t, "wall_us");
-            if starved {
+        assert_eq!(rows.len(), kernel.len(), "{report}\n{out}");
+        for t in &rows {
+            // Four CPU-bound threads on one CPU run a quarter of the time
+            // at most, however busy the host; unpinned ones wait for what
+            // else runs here, which only the kernel can tell: the daemon
+            // must neither miss that wait nor invent one.
+            let share = us(t, "runqueue_us") / us(t, "wall_us");
+            if pinned {
                 assert!(share >= 0.6, "pinned: runqueue share {share:.2}: {t}");
-            } else {
-                // One thread per CPU: waits only for what else runs here.
-                assert!(share <= 0.2, "unpinned: runqueue share {share:.2}: {t}");
             }
+            agrees_with_kernel(t, &kernel);
         }
-        let (status, body) = get(&format!("{}/runqueue?pid={pid}&seconds=120", daemon()));
+        let (status, body) = get(&format!("{}/runqueue?pid={pid}&seconds=300", daemon()));
         assert_eq!(status, 200, "{body}");
         let hist: Value = serde_json::from_str(&body).unwrap();
-        p90.push(hist["p90_us"].as_f64().unwrap_or_else(|| panic!("{hist}")));
+        // One wait ends each time the kernel puts a thread on a CPU (the
+        // main thread's few waits come on top).
+        let waits = hist["count"].as_u64().unwrap_or_else(|| panic!("{hist}")) as f64;
+        let runs = kernel.values().map(|k| k.runs).sum::<u64>() as f64;
+        assert!(
+            (waits - runs).abs() <= 0.1 * runs + 50.0,
+            "{waits} waits in /runqueue, the kernel put the crunchers on a CPU {runs} times"
+        );
+        if pinned {
+            // Each wait lasts the other pinned threads' slices.
+            let p90 = hist["p90_us"].as_f64().unwrap_or_else(|| panic!("{hist}"));
+            assert!(p90 >= 1000.0, "pinned runqueue p90 {p90} us: {hist}");
+        }
     }
-    // Starved threads wait a scheduler slice or more; unstarved ones rarely.
-    assert!(
-        p90[0] >= 1000.0 && p90[0] > 4.0 * p90[1],
-        "runqueue p90 pinned {} us vs unpinned {} us",
-        p90[0],
-        p90[1]
-    );
 }
 
 #[test]
@@ -177,17 +229,23 @@ fn park_unpark_churn_shows_futex_wakeup_rate_and_waker_stacks() {
     }
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let url = daemon();
-    let seconds = 4.0;
-    let pid = run("churn", &["4", "4"]);
+    let (pid, out) = run_with_output("churn", &["4", "4"]);
+    let kernel = accounts(&out);
     let report = threads(pid);
     let workers = by_name(&report, "pool-worker-");
     assert_eq!(workers.len(), 4, "{report}");
-    let mut woken = 0.0;
     for t in &workers {
         assert_eq!(dominant(t), "futex", "{t}");
-        woken += us(t, "wakeups_received");
+        // Each time a worker blocked, a wakeup ended the block: the
+        // kernel counted the blocks, however many the host allowed.
+        let tid = t["tid"].as_u64().unwrap();
+        let blocks = kernel[&tid].voluntary as f64;
+        let woken = us(t, "wakeups_received");
+        assert!(
+            blocks >= 100.0 && (woken - blocks).abs() <= 0.1 * blocks + 5.0,
+            "{woken} wakeups received, the kernel saw {blocks} blocks: {t}"
+        );
     }
-    assert!(woken / seconds >= 1000.0, "{woken} wakeups in {seconds} s");
     let pool = &report["pools"]
         .as_array()
         .unwrap()
@@ -195,7 +253,7 @@ fn park_unpark_churn_shows_futex_wakeup_rate_and_waker_stacks() {
         .find(|p| p["pool"] == "pool-worker-*");
     assert_eq!(pool.unwrap()["threads"], 4, "{report}");
 
-    let (status, body) = get(&format!("{url}/folded?pid={pid}&seconds=120&kind=wakeup"));
+    let (status, body) = get(&format!("{url}/folded?pid={pid}&seconds=300&kind=wakeup"));
     assert_eq!(status, 200, "{body}");
     let rows = parse_folded(&body);
     let from_submit: u64 = rows
@@ -211,7 +269,7 @@ fn park_unpark_churn_shows_futex_wakeup_rate_and_waker_stacks() {
     );
 
     let (status, body) = get(&format!(
-        "{url}/folded?pid={pid}&seconds=120&kind=futex&group=pool"
+        "{url}/folded?pid={pid}&seconds=300&kind=futex&group=pool"
     ));
     assert_eq!(status, 200, "{body}");
     assert!(

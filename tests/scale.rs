@@ -42,7 +42,7 @@ fn ten_thousand_sleeping_threads_lose_no_rows() {
     assert_eq!(full, 0, "rows dropped: {after}");
     assert_eq!(delta("threads_map_full"), 0, "{after}");
 
-    thread::sleep(SETTLE);
+    settle(&ws.url);
     let report = json(&format!("{}/threads?pid={pid}&seconds=20", ws.url));
     let threads = report["threads"].as_array().unwrap();
     let workers: Vec<&Value> = threads.iter().filter(|t| t["tid"] != pid).collect();

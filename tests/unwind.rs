@@ -4,25 +4,21 @@
 
 mod support;
 
-use std::{path::Path, thread, time::Duration};
+use std::{path::Path, time::Duration};
 
 use support::{
     daemon, ebpf_available, get,
     rows::{folded_at as folded, json_at, share_with_chain, show, within, Rows},
-    rust_workload, workload_without_frame_pointers, Daemon, Workload, SETTLE,
+    rust_workload, settle, workload_without_frame_pointers, Daemon, Workload,
 };
 
-/// Waits until the daemon at `url` drained 3 times and built the tables of
-/// the binaries running on the host (a few per drain, within a budget):
-/// a workload started after them gets its own at once instead of sharing
-/// the builds with that backlog. On a host where new binaries keep
-/// starting the backlog may never empty: then 60 s are enough.
+/// Waits until the daemon at `url` has caught up and built the tables of
+/// the binaries running on the host (a few per drain, within a budget): a
+/// workload started after them gets its own at once instead of sharing the
+/// builds with that backlog. On a host where new binaries keep starting
+/// the backlog may never empty: then 60 s are enough.
 fn wait_warm(url: &str) {
-    let warm = within(Duration::from_secs(60), || {
-        let health = json_at(url, "/healthz");
-        (health["pipeline"]["drains"].as_u64()? >= 3).then_some(())
-    });
-    assert!(warm.is_some(), "{url} never drained 3 times");
+    settle(url);
     within(Duration::from_secs(60), || {
         let health = json_at(url, "/healthz");
         (health["pipeline"]["unwind"]["tables_pending"].as_u64()? == 0).then_some(())
@@ -38,11 +34,12 @@ fn watch(bin: &Path, kinds: &[&str]) -> Vec<(Rows, Rows)> {
     let w = Workload::start(bin, &["8"]);
     let pid = w.pid;
     w.wait();
-    thread::sleep(SETTLE);
+    settle(tables);
+    settle(&fp.url);
     kinds
         .iter()
         .map(|kind| {
-            let q = format!("pid={pid}&kind={kind}&seconds=30");
+            let q = format!("pid={pid}&kind={kind}&seconds=300");
             (folded(tables, &q), folded(&fp.url, &q))
         })
         .collect()
@@ -136,7 +133,7 @@ fn tables_that_do_not_fit_are_counted_not_fatal() {
     let w = Workload::start(&bin, &["8"]);
     let pid = w.pid;
     w.wait();
-    thread::sleep(SETTLE);
+    settle(&small.url);
     let (status, body) = get(&format!("{}/healthz", small.url));
     assert_eq!(status, 200);
     let health: serde_json::Value = serde_json::from_str(&body).unwrap();
@@ -145,7 +142,7 @@ fn tables_that_do_not_fit_are_counted_not_fatal() {
     assert!(n("tables_too_big") + n("tables_evicted") >= 1, "{unwind}");
     assert!(n("tables_loaded") >= 1, "{unwind}");
     assert!(n("rows_in_use") <= n("rows_capacity"), "{unwind}");
-    let rows = folded(&small.url, &format!("pid={pid}&kind=cpu&seconds=30"));
+    let rows = folded(&small.url, &format!("pid={pid}&kind=cpu&seconds=300"));
     let chain = ["main", "run", "stage_one", "stage_two", "burn"];
     assert!(
         share_with_chain(&rows, &chain) >= COMPLETE,
@@ -186,8 +183,8 @@ fn a_forked_child_walks_with_its_parents_tables_at_once() {
         .strip_prefix("child ")
         .and_then(|p| p.parse().ok())
         .unwrap_or_else(|| panic!("no child pid in {out:?}"));
-    thread::sleep(SETTLE);
-    let rows = folded(url, &format!("pid={child}&kind=sleep&seconds=30"));
+    settle(url);
+    let rows = folded(url, &format!("pid={child}&kind=sleep&seconds=300"));
     let complete = share_with_chain(
         &rows,
         &[

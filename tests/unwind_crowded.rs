@@ -17,10 +17,13 @@ use support::{
     ebpf_available,
     java::{self, JavaRun},
     rows::{folded_at, json_at, share_with_chain, show, within, Rows},
-    Daemon, Workload, SETTLE,
+    Daemon, Workload,
 };
 
 /// Distinct binaries (distinct inodes, so distinct tables) started.
+/// About how long a drain takes to reach the store (one drain interval and
+/// its symbolization).
+const SETTLE: Duration = Duration::from_millis(2500);
 const BINARIES: usize = 300;
 /// Functions in each: about 3 rows each, so 300 binaries need some 600k
 /// rows where a 2 MiB array holds 175k.

@@ -132,7 +132,8 @@ impl JavaRun {
 
 /// The host pid of the `java` process whose command line holds `marker`.
 fn find_by_marker(marker: &str) -> u32 {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    // A busy host may take a while to exec the JVM.
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         if let Some(&pid) = super::processes_running("java", marker).first() {
             return pid;

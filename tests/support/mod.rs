@@ -4,6 +4,7 @@
 
 pub mod api;
 pub mod java;
+pub mod kernel;
 pub mod rows;
 
 use std::{
@@ -195,18 +196,58 @@ impl Drop for Workload {
     }
 }
 
-/// Time for the last drain (1 s) and its symbolization to reach the store.
-pub const SETTLE: Duration = Duration::from_millis(2500);
+/// Longest a daemon may take to catch up with what happened before
+/// [`settle`]: on a busy host a debug build symbolizes a batch in seconds
+/// and builds the host's unwind tables in tens of seconds.
+pub const CATCH_UP: Duration = Duration::from_secs(180);
+
+/// Waits until the daemon at `url` has what happened before the call in
+/// its store: it drained twice since (the second empties the buffer the
+/// first swapped out) and every drained batch was symbolized or dropped.
+/// Panics after [`CATCH_UP`].
+pub fn settle(url: &str) {
+    let health = |url: &str| {
+        let (status, body) = get(&format!("{url}/healthz"));
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_str::<serde_json::Value>(&body).unwrap()
+    };
+    let n = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
+    let drains = |h: &serde_json::Value| n(&h["pipeline"]["drains"]);
+    let from = drains(&health(url));
+    let deadline = Instant::now() + CATCH_UP;
+    loop {
+        let h = health(url);
+        // Slices expire after the retention: then only drains can be told.
+        // Drains merged while the symbolizer was behind share one slice;
+        // slices past the memory bound are evicted.
+        let stored = n(&h["slices"])
+            + n(&h["pipeline"]["batches_dropped"])
+            + n(&h["pipeline"]["batches_merged"])
+            + n(&h["store"]["evicted_slices"]);
+        let all_stored = stored >= drains(&h) || n(&h["uptime_s"]) >= n(&h["retention_s"]);
+        if drains(&h) >= from + 2 && all_stored {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{url} did not catch up within {CATCH_UP:?}: {}",
+            h["pipeline"]
+        );
+        thread::sleep(Duration::from_millis(200));
+    }
+}
 
 /// Runs workload `name args` to completion while the shared daemon
 /// watches, then lets the daemon catch up; returns the pid and what the
 /// workload printed after `ready`.
 pub fn run_with_output(name: &str, args: &[&str]) -> (u32, String) {
-    daemon();
+    let url = daemon();
+    // Not behind on earlier workloads: it reads this one's maps in time.
+    settle(url);
     let w = Workload::start(&workload(name), args);
     let pid = w.pid;
     let out = w.wait();
-    thread::sleep(SETTLE);
+    settle(url);
     (pid, out)
 }
 
@@ -232,10 +273,17 @@ pub fn free_port() -> u16 {
 }
 
 /// Base URL of one daemon shared by all tests of this binary, started on
-/// first use; it lives as long as the test process.
+/// first use and past its first drains (which build unwind tables for
+/// every binary on the host); it lives as long as the test process.
 pub fn daemon() -> &'static str {
     static DAEMON: OnceLock<Daemon> = OnceLock::new();
-    &DAEMON.get_or_init(|| Daemon::start(&[])).url
+    &DAEMON
+        .get_or_init(|| {
+            let d = Daemon::start(&[]);
+            settle(&d.url);
+            d
+        })
+        .url
 }
 
 /// A `wallscope serve` of one's own, stopped when dropped.

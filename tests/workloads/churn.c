@@ -1,12 +1,15 @@
 // Park/unpark churn: a pool of workers waits on a condition variable and is
 // handed bursts of tiny tasks, one signal per task.
-// Usage: churn WORKERS SECONDS. Prints "ready <pid>".
+// Usage: churn WORKERS SECONDS. Prints "ready <pid>", and the kernel's
+// account of each worker as it ends (account.h).
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "account.h"
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t ready = PTHREAD_COND_INITIALIZER;
@@ -36,6 +39,7 @@ static void *worker(void *arg)
 		}
 	}
 	pthread_mutex_unlock(&lock);
+	print_account();
 	return NULL;
 }
 

@@ -1,15 +1,21 @@
 // CPU-bound workload whose three functions take 60/30/10 % of its CPU.
-// Usage: cpu_shares SECONDS [THREADS]
+// Usage: cpu_shares SECONDS [THREADS [cpu]]: with `cpu`, each thread runs
+// until it had SECONDS of CPU, however long a busy host makes that take.
 // Prints "ready <pid>" once running and "iterations <n>" (total across
-// threads) at the end, so benchmarks can use it as a throughput measure.
+// threads) at the end, so benchmarks can use it as a throughput measure,
+// and the kernel's account of each thread as it ends (account.h).
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "account.h"
+
 static volatile unsigned long sink;
 static double seconds;
+static clockid_t clock_id = CLOCK_MONOTONIC;
 
 // One unit of work; each function below runs it its share of times, inline
 // in its own body so samples land in that function.
@@ -28,7 +34,7 @@ __attribute__((noinline)) void light(void) { UNIT(); }
 static double now(void)
 {
 	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	clock_gettime(clock_id, &ts);
 	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
@@ -42,6 +48,7 @@ __attribute__((noinline)) void *run(void *arg)
 		light();
 		(*iterations)++;
 	}
+	print_account();
 	return NULL;
 }
 
@@ -49,6 +56,8 @@ int main(int argc, char **argv)
 {
 	seconds = argc > 1 ? atof(argv[1]) : 5;
 	int threads = argc > 2 ? atoi(argv[2]) : 1;
+	if (argc > 3 && strcmp(argv[3], "cpu") == 0)
+		clock_id = CLOCK_THREAD_CPUTIME_ID;
 	if (threads < 1 || threads > 256 || seconds <= 0) {
 		fprintf(stderr, "usage: cpu_shares SECONDS [THREADS]\n");
 		return 2;

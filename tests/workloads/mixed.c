@@ -4,7 +4,8 @@
 //   reader   blocked reading a pipe the main thread writes slowly (sleep)
 //   spinner  burns CPU (cpu)
 // Usage: mixed SECONDS. Prints "ready <pid>", runs for SECONDS, then prints
-// "life <tid> <microseconds>" for every thread: how long it really lived.
+// "life <tid> <microseconds>" for every thread: how long it really lived,
+// and the kernel's account of each (account.h).
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdio.h>
@@ -12,6 +13,8 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "account.h"
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static volatile int stop;
@@ -38,6 +41,7 @@ static struct life *name_self(const char *name)
 static void end_life(struct life *l)
 {
 	clock_gettime(CLOCK_MONOTONIC, &l->end);
+	print_account();
 }
 
 static void spin_ms(int ms)

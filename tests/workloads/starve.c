@@ -1,5 +1,6 @@
 // CPU-bound threads, optionally all pinned to one CPU (CPU starvation).
-// Usage: starve THREADS SECONDS [CPU]. Prints "ready <pid>".
+// Usage: starve THREADS SECONDS [CPU]. Prints "ready <pid>", and the
+// kernel's account of each thread as it ends (account.h).
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
@@ -7,6 +8,8 @@
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "account.h"
 
 static double seconds;
 static int pin = -1;
@@ -40,6 +43,7 @@ static void *worker(void *arg)
 	double end = now() + seconds;
 	while (now() < end)
 		crunch();
+	print_account();
 	return NULL;
 }
 
