@@ -98,6 +98,7 @@ pub fn start(dir: &Path) -> Result<Load> {
     let java = find_tool("java", "openjdk-17-jdk-headless")?;
     let javac = find_tool("javac", "openjdk-17-jdk-headless")?;
     let perf = find_tool("perf", "linux-perf")?;
+    let unshare = find_tool("unshare", "util-linux")?;
     let threads_bin = build_c(dir, "soak_threads", &["-pthread"])?;
     let spawner_bin = build_c(dir, "soak_spawner", &[])?;
     let src = Path::new(ROOT).join("bench/workloads/SoakJvm.java");
@@ -119,7 +120,7 @@ pub fn start(dir: &Path) -> Result<Load> {
     piped(cmd.args(JVM_FLAGS).arg("-cp").arg(dir).arg("SoakJvm"));
     let mut jvm = Group::spawn(&mut cmd, libc::SIGKILL)?;
     jvm.wait_ready("SoakJvm")?;
-    let messaging = Messaging::start(perf);
+    let messaging = Messaging::start(perf, unshare);
     Ok(Load {
         threads,
         spawner,
@@ -181,17 +182,22 @@ pub struct Messaging {
 }
 
 impl Messaging {
-    fn start(perf: PathBuf) -> Messaging {
+    fn start(perf: PathBuf, unshare: PathBuf) -> Messaging {
         let stop = Arc::new(AtomicBool::new(false));
         let runs = Arc::new(AtomicU64::new(0));
         let failures = Arc::new(AtomicU64::new(0));
         let (s, r, f) = (stop.clone(), runs.clone(), failures.clone());
         let thread = std::thread::spawn(move || {
             while !s.load(Ordering::Relaxed) {
-                let mut cmd = Command::new(&perf);
-                cmd.args(MESSAGING)
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null());
+                // perf's workers are its forks, which PR_SET_PDEATHSIG does
+                // not follow: perf runs as init of its own pid namespace,
+                // killed when unshare dies (`--kill-child`), which takes
+                // every worker with it.
+                let mut cmd = Command::new(&unshare);
+                cmd.args(["--pid", "--kill-child", "--"])
+                    .arg(&perf)
+                    .args(MESSAGING);
+                cmd.stdout(Stdio::null()).stderr(Stdio::null());
                 let ok = Group::spawn(&mut cmd, libc::SIGKILL)
                     .and_then(|mut g| Ok(g.0 .0.wait()?.success()));
                 let counter = if matches!(ok, Ok(true)) { &r } else { &f };
