@@ -23,6 +23,7 @@ bench:
     cargo bench --bench jvm
     cargo bench --bench jvm_symbols
     cargo bench --bench unwind
+    cargo bench --bench soak
 
 # Rewrite golden files after an intended output change.
 bless:

@@ -1,0 +1,199 @@
+//! Soak: the release daemon, with its default retention, watching a busy
+//! host for `WS_SOAK_MINUTES` (default 30) minutes: 10,000 mostly sleeping
+//! threads in one process, ~100 process spawns a second, a JVM, and
+//! `perf bench sched messaging` back to back (`soak/load.rs`).
+//!
+//! Every 10 s it samples the daemon's RSS and CPU time and its `/healthz`;
+//! a poller thread reads `/healthz` every 250 ms for each drain's duration
+//! and the endpoint's latency; every minute it checks that the 10,000-thread
+//! process is fully recorded (`/threads` against the `kind=wall` profile);
+//! at half and nine tenths of the run it queries the whole host's wall time
+//! by thread over 10 minutes while the poller measures `/healthz` every
+//! 50 ms and counts drains (`soak/probe.rs`). Acceptance (issue #10): RSS
+//! under 100 MB and, after the first retention period, flat (last 10
+//! minutes within 10 %); drain p99 under 50 ms; `/healthz` under 50 ms and
+//! drains at their pace during the heavy query; no rows dropped for the
+//! 10,000-thread process. A FAIL is reported, not an error; the bench fails
+//! when it cannot measure. Prints the report and writes
+//! `bench/results/soak.md` (`soak/report.rs`).
+//!
+//! Needs root, gcc, a JDK 17 and perf (`scripts/deps.sh bench`). Every
+//! child dies with the bench, including when it panics or is killed.
+
+#[path = "common/mod.rs"]
+mod common;
+
+#[path = "soak/load.rs"]
+mod load;
+#[path = "soak/probe.rs"]
+mod probe;
+#[path = "soak/report.rs"]
+mod report;
+
+use anyhow::{bail, Context, Result};
+use common::{free_port, healthz};
+use load::Group;
+use probe::{Coverage, Heavy, PollLog, Poller};
+use serde_json::Value;
+use std::fs;
+use std::process::{Command, Stdio};
+use std::thread::{sleep, JoinHandle};
+use std::time::{Duration, Instant};
+
+/// Period of the RSS, CPU and `/healthz` samples.
+const SAMPLE: Duration = Duration::from_secs(10);
+/// Samples between two completeness checks of the many-threads process.
+const COVERAGE_EVERY: u64 = 6;
+/// When the heavy query runs, as fractions of the soak.
+const HEAVY_AT: [f64; 2] = [0.5, 0.9];
+/// The issue's duration; shorter runs say so in the report.
+pub const FULL_MINUTES: u64 = 30;
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("soak bench: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+/// One 10-s sample of the daemon.
+pub struct Sample {
+    /// Seconds since the soak started.
+    pub at: f64,
+    pub rss_kib: u64,
+    pub cpu_s: f64,
+    /// `/healthz`, `Null` if it did not answer.
+    pub health: Value,
+}
+
+/// Everything a soak measured.
+pub struct Soak {
+    pub minutes: u64,
+    pub secs: f64,
+    pub samples: Vec<Sample>,
+    pub polls: PollLog,
+    pub heavy: Vec<Heavy>,
+    pub coverage: Vec<Result<Coverage, String>>,
+    pub threads_pid: u32,
+    pub jvm_pid: u32,
+    /// Spawner: processes started and spawns failed.
+    pub spawned: (u64, u64),
+    /// `perf bench sched messaging`: runs completed and failed.
+    pub messaging: (u64, u64),
+    /// Host forks and CPU (busy, total ticks) over the soak.
+    pub host_forks: u64,
+    pub host_cpu: (u64, u64),
+}
+
+fn run() -> Result<()> {
+    common::require_root("wallscope loads eBPF programs")?;
+    let minutes = common::env_u64("WS_SOAK_MINUTES", FULL_MINUTES)?;
+    let duration = Duration::from_secs(minutes * 60);
+    let bin = common::daemon_binary()?;
+    let tmp = tempfile::tempdir()?;
+    eprintln!("soak: starting the load");
+    let mut load = load::start(tmp.path())?;
+
+    let port = free_port()?;
+    let log_path = tmp.path().join("daemon.log");
+    let mut cmd = Command::new(bin);
+    cmd.args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(fs::File::create(&log_path)?);
+    let mut daemon = Group::spawn(&mut cmd, libc::SIGTERM)?;
+    let log = || {
+        let text = fs::read_to_string(&log_path).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    };
+    common::wait_healthy(&mut daemon.0, port).with_context(|| format!("log:\n{}", log()))?;
+    let (forks0, cpu0) = (probe::host_forks()?, probe::host_cpu()?);
+    let start = Instant::now();
+    let poller = Poller::start(port, start);
+    eprintln!(
+        "soak: daemon pid {} on port {port}, {minutes} min",
+        daemon.pid()
+    );
+
+    let mut samples = Vec::new();
+    let mut coverage = Vec::new();
+    let mut heavy = Vec::new();
+    let mut running: Option<JoinHandle<Heavy>> = None;
+    let mut tick = 0u64;
+    loop {
+        let at = start.elapsed();
+        let heavy_due = HEAVY_AT.get(heavy.len() + running.is_some() as usize);
+        if at >= duration && heavy_due.is_none() && running.is_none() {
+            break;
+        }
+        if let Some(status) = daemon.0 .0.try_wait()? {
+            bail!("daemon exited with {status}; log:\n{}", log());
+        }
+        load.check_alive()?;
+        let sample = Sample {
+            at: at.as_secs_f64(),
+            rss_kib: probe::rss_kib(daemon.pid())?,
+            cpu_s: daemon.0.cpu_seconds()?,
+            health: healthz(port).unwrap_or(Value::Null),
+        };
+        progress(&sample, samples.last());
+        samples.push(sample);
+        if tick > 0 && tick.is_multiple_of(COVERAGE_EVERY) {
+            let pid = load.threads.pid();
+            let c = probe::coverage(port, pid, start.elapsed().as_secs_f64());
+            coverage.push(c.map_err(|e| format!("{e:#}")));
+        }
+        if running.as_ref().is_some_and(|r| r.is_finished()) {
+            let done = running.take().map(JoinHandle::join);
+            heavy.push(done.context("no query")?.ok().context("query panicked")?);
+        }
+        if let Some(f) = heavy_due.filter(|f| at.as_secs_f64() >= **f * duration.as_secs_f64()) {
+            if running.is_none() {
+                eprintln!("soak: heavy query at {:.0}% of the run", f * 100.0);
+                running = Some(probe::heavy_query(port, start, poller.heavy.clone()));
+            }
+        }
+        // Absolute schedule: a slow sample shifts no later one.
+        tick = (start.elapsed().as_secs_f64() / SAMPLE.as_secs_f64()) as u64 + 1;
+        sleep((start + SAMPLE * tick as u32).saturating_duration_since(Instant::now()));
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let polls = std::mem::take(&mut *poller.log.lock().unwrap_or_else(|e| e.into_inner()));
+    drop(poller);
+    let (forks1, cpu1) = (probe::host_forks()?, probe::host_cpu()?);
+    let messaging = load.messaging.stop();
+    let spawned = load.stop_spawner()?;
+    daemon.0.stop(libc::SIGTERM)?;
+    let soak = Soak {
+        minutes,
+        secs,
+        samples,
+        polls,
+        heavy,
+        coverage,
+        threads_pid: load.threads.pid(),
+        jvm_pid: load.jvm.pid(),
+        spawned,
+        messaging,
+        host_forks: forks1 - forks0,
+        host_cpu: (cpu1.0 - cpu0.0, cpu1.1 - cpu0.1),
+    };
+    common::write_report("soak", &report::render(&soak)?)
+}
+
+/// One line on stderr per sample.
+fn progress(s: &Sample, previous: Option<&Sample>) {
+    let cpu = previous.map_or(0.0, |p| (s.cpu_s - p.cpu_s) / (s.at - p.at) * 100.0);
+    let p = &s.health["pipeline"];
+    eprintln!(
+        "soak: {:>5.0} s  RSS {:>6.1} MB  CPU {cpu:>5.1} %  drains {}  last drain {} us  \
+         stacks {}  counts_map_full {}",
+        s.at,
+        s.rss_kib as f64 / 1024.0,
+        p["drains"],
+        p["last_drain_us"],
+        s.health["stacks"],
+        s.health["lost"]["counts_map_full"],
+    );
+}

@@ -1,0 +1,234 @@
+//! The soak's load: the 10,000-thread process, the process spawner, the JVM
+//! and `perf bench sched messaging` in a loop, each started so that it dies
+//! with the bench. Children run in their own process group (a ctrl-c at the
+//! terminal reaches the bench alone), get `PR_SET_PDEATHSIG` (a bench that
+//! is killed takes them with it) and have their whole group killed when
+//! their [`Group`] is dropped (a bench that fails or panics unwinds through
+//! the drops).
+
+use crate::common::{check, find_tool, Guard, ROOT};
+use anyhow::{bail, Context, Result};
+use std::io::{BufRead, BufReader, Read};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Threads of the many-threads process.
+pub const THREADS: u32 = 10_000;
+/// Processes the spawner starts per second.
+pub const SPAWN_RATE: u32 = 100;
+/// The scheduler stress run back to back for the whole soak: 5 groups of
+/// 20 senders and 20 receivers (200 tasks, ~2 s here), a fifth of perf's
+/// default 10 groups so the host's other users keep some CPU.
+pub const MESSAGING: [&str; 5] = ["bench", "sched", "messaging", "-g", "5"];
+/// JVM flags: frame pointers in JIT-ed code, as wallscope needs.
+pub const JVM_FLAGS: [&str; 2] = ["-XX:+PreserveFramePointer", "-Xmx256m"];
+/// Longest a workload may take to print its `ready` line.
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A child in its own process group; dropping it kills the group.
+pub struct Group(pub Guard);
+
+impl Group {
+    /// Spawns `cmd` in a new process group, killed with `death_signal` if
+    /// the bench's main thread dies.
+    pub fn spawn(cmd: &mut Command, death_signal: libc::c_int) -> Result<Group> {
+        let parent = std::process::id() as libc::pid_t;
+        // SAFETY: prctl and getppid are async-signal-safe; nothing else runs
+        // between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                libc::prctl(libc::PR_SET_PDEATHSIG, death_signal);
+                // The bench died before the prctl: nobody would signal us.
+                if libc::getppid() != parent {
+                    libc::_exit(1);
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.process_group(0).spawn();
+        Ok(Group(Guard(
+            child.with_context(|| format!("starting {cmd:?}"))?,
+        )))
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.0 .0.id()
+    }
+
+    /// Reads the child's stdout up to its `ready PID` line.
+    fn wait_ready(&mut self, what: &str) -> Result<()> {
+        let stdout = self.0 .0.stdout.take().context("stdout not piped")?;
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        match rx.recv_timeout(READY_TIMEOUT) {
+            Ok(line) if line.starts_with("ready ") => Ok(()),
+            Ok(line) => bail!("{what} did not start: {line:?}"),
+            Err(_) => bail!("{what} not ready after {READY_TIMEOUT:?}"),
+        }
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on the group our child leads (its pid).
+        unsafe { libc::kill(-(self.pid() as libc::pid_t), libc::SIGKILL) };
+    }
+}
+
+/// The running load.
+pub struct Load {
+    pub threads: Group,
+    pub spawner: Group,
+    pub jvm: Group,
+    pub messaging: Messaging,
+}
+
+/// Builds the workloads into `dir` and starts them all; returns once each
+/// is running.
+pub fn start(dir: &Path) -> Result<Load> {
+    let java = find_tool("java", "openjdk-17-jdk-headless")?;
+    let javac = find_tool("javac", "openjdk-17-jdk-headless")?;
+    let perf = find_tool("perf", "linux-perf")?;
+    let unshare = find_tool("unshare", "util-linux")?;
+    let threads_bin = build_c(dir, "soak_threads", &["-pthread"])?;
+    let spawner_bin = build_c(dir, "soak_spawner", &[])?;
+    let src = Path::new(ROOT).join("bench/workloads/SoakJvm.java");
+    check(Command::new(javac).arg("-d").arg(dir).arg(src))?;
+
+    let piped = |cmd: &mut Command| {
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+    };
+    let mut cmd = Command::new(threads_bin);
+    piped(cmd.arg(THREADS.to_string()));
+    let mut threads = Group::spawn(&mut cmd, libc::SIGKILL)?;
+    threads.wait_ready("soak_threads")?;
+    let mut cmd = Command::new(spawner_bin);
+    piped(cmd.arg(SPAWN_RATE.to_string()));
+    let spawner = Group::spawn(&mut cmd, libc::SIGKILL)?;
+    let mut cmd = Command::new(java);
+    piped(cmd.args(JVM_FLAGS).arg("-cp").arg(dir).arg("SoakJvm"));
+    let mut jvm = Group::spawn(&mut cmd, libc::SIGKILL)?;
+    jvm.wait_ready("SoakJvm")?;
+    let messaging = Messaging::start(perf, unshare);
+    Ok(Load {
+        threads,
+        spawner,
+        jvm,
+        messaging,
+    })
+}
+
+/// Compiles `bench/workloads/NAME.c` to `dir/NAME`.
+fn build_c(dir: &Path, name: &str, flags: &[&str]) -> Result<PathBuf> {
+    let out = dir.join(name);
+    let src = Path::new(ROOT).join(format!("bench/workloads/{name}.c"));
+    let mut cmd = Command::new("gcc");
+    cmd.args(["-O2", "-g", "-fno-omit-frame-pointer", "-Wall"]);
+    check(cmd.args(flags).arg("-o").arg(&out).arg(src))?;
+    Ok(out)
+}
+
+impl Load {
+    /// Fails if a workload has exited.
+    pub fn check_alive(&mut self) -> Result<()> {
+        for (name, g) in [
+            ("soak_threads", &mut self.threads),
+            ("soak_spawner", &mut self.spawner),
+            ("SoakJvm", &mut self.jvm),
+        ] {
+            if let Some(status) = g.0 .0.try_wait()? {
+                bail!("{name} exited with {status}");
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops the spawner; returns how many processes it started and how
+    /// many spawns failed.
+    pub fn stop_spawner(&mut self) -> Result<(u64, u64)> {
+        let mut stdout = self.spawner.0 .0.stdout.take().context("no stdout")?;
+        self.spawner.0.stop(libc::SIGTERM)?;
+        let mut out = String::new();
+        stdout.read_to_string(&mut out)?;
+        let num = |key: &str| -> Option<u64> {
+            let mut words = out.split_whitespace();
+            words.find(|w| *w == key)?;
+            words.next()?.parse().ok()
+        };
+        match (num("spawned"), num("failed")) {
+            (Some(s), Some(f)) => Ok((s, f)),
+            _ => bail!("soak_spawner printed {out:?}"),
+        }
+    }
+}
+
+/// `perf bench sched messaging` run back to back on a thread of the bench.
+pub struct Messaging {
+    stop: Arc<AtomicBool>,
+    runs: Arc<AtomicU64>,
+    failures: Arc<AtomicU64>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Messaging {
+    fn start(perf: PathBuf, unshare: PathBuf) -> Messaging {
+        let stop = Arc::new(AtomicBool::new(false));
+        let runs = Arc::new(AtomicU64::new(0));
+        let failures = Arc::new(AtomicU64::new(0));
+        let (s, r, f) = (stop.clone(), runs.clone(), failures.clone());
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                // perf's workers are its forks, which PR_SET_PDEATHSIG does
+                // not follow: perf runs as init of its own pid namespace,
+                // killed when unshare dies (`--kill-child`), which takes
+                // every worker with it.
+                let mut cmd = Command::new(&unshare);
+                cmd.args(["--pid", "--kill-child", "--"])
+                    .arg(&perf)
+                    .args(MESSAGING);
+                cmd.stdout(Stdio::null()).stderr(Stdio::null());
+                let ok = Group::spawn(&mut cmd, libc::SIGKILL)
+                    .and_then(|mut g| Ok(g.0 .0.wait()?.success()));
+                let counter = if matches!(ok, Ok(true)) { &r } else { &f };
+                counter.fetch_add(1, Ordering::Relaxed);
+                if !matches!(ok, Ok(true)) {
+                    // Do not spin on a perf that cannot run.
+                    std::thread::sleep(Duration::from_secs(1));
+                }
+            }
+        });
+        Messaging {
+            stop,
+            runs,
+            failures,
+            thread: Some(thread),
+        }
+    }
+
+    /// Lets the current run finish; returns the runs completed and failed.
+    pub fn stop(&mut self) -> (u64, u64) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        (get(&self.runs), get(&self.failures))
+    }
+}
+
+impl Drop for Messaging {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
