@@ -2,6 +2,7 @@
 //! sampler per CPU and the scheduler tracepoints of the off-CPU engine.
 
 pub mod abi;
+pub mod batch;
 
 use std::path::Path;
 

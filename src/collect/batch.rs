@@ -3,35 +3,19 @@
 //! aya reads a hash map one key at a time (next key, lookup, delete: three
 //! system calls a row); with tens of thousands of rows a drain took most
 //! of a second. `BPF_MAP_LOOKUP_AND_DELETE_BATCH` (Linux 5.6) moves
-//! thousands of rows per call. aya 0.14 has no batch operations, hence the
-//! raw `bpf(2)` call here.
+//! thousands of rows per call ([`crate::bpf::batch`]).
 
 use std::{
     io,
-    mem::size_of,
     os::fd::{AsFd, AsRawFd},
 };
 
 use aya::maps::{HashMap, IterableMap, MapData};
 
-/// `BPF_MAP_LOOKUP_AND_DELETE_BATCH` from `enum bpf_cmd`.
-const BPF_MAP_LOOKUP_AND_DELETE_BATCH: libc::c_long = 25;
+use crate::bpf::batch::{self, BatchAttr};
+
 /// Rows asked for per call.
 const ROWS_PER_CALL: usize = 4096;
-
-/// The `batch` member of `union bpf_attr`.
-#[repr(C)]
-#[derive(Default)]
-struct BatchAttr {
-    in_batch: u64,
-    out_batch: u64,
-    keys: u64,
-    values: u64,
-    count: u32,
-    map_fd: u32,
-    elem_flags: u64,
-    flags: u64,
-}
 
 /// Reads and deletes every row of `map`. Rows written while it runs are
 /// either taken or left for the next call, never lost.
@@ -63,15 +47,7 @@ pub fn take_all<K: aya::Pod, V: aya::Pod>(
         // SAFETY: attr points at buffers of `count` keys and values of the
         // map's key and value sizes (the types aya checked at take time),
         // and at 8 bytes for each cursor; all outlive the call.
-        let ret = unsafe {
-            libc::syscall(
-                libc::SYS_bpf,
-                BPF_MAP_LOOKUP_AND_DELETE_BATCH,
-                &mut attr as *mut BatchAttr,
-                size_of::<BatchAttr>(),
-            )
-        };
-        let err = (ret < 0).then(io::Error::last_os_error);
+        let err = unsafe { batch::call(batch::MAP_LOOKUP_AND_DELETE_BATCH, &mut attr) }.err();
         let got = (attr.count as usize).min(keys.capacity());
         // SAFETY: the kernel filled `got` keys and values.
         unsafe {

@@ -7,24 +7,10 @@ use std::os::fd::{AsFd, AsRawFd};
 
 use aya::maps::{Array, IterableMap, MapData};
 
-use crate::bpf::abi::UnwindRow;
-
-/// `BPF_MAP_UPDATE_BATCH` (`enum bpf_cmd`, since Linux 5.6).
-const BPF_MAP_UPDATE_BATCH: libc::c_long = 26;
-
-/// The `batch` member of `union bpf_attr`.
-#[repr(C)]
-#[derive(Default)]
-struct BatchAttr {
-    in_batch: u64,
-    out_batch: u64,
-    keys: u64,
-    values: u64,
-    count: u32,
-    map_fd: u32,
-    elem_flags: u64,
-    flags: u64,
-}
+use crate::bpf::{
+    abi::UnwindRow,
+    batch::{self, BatchAttr},
+};
 
 /// Writes `slots` at `start..` of `rows`, in one call where the kernel
 /// supports it, else one row at a time.
@@ -44,25 +30,14 @@ pub(super) fn set_rows(
     };
     // SAFETY: `attr` points at `keys` and `slots`, which live across the
     // call and hold `count` keys and values of the map's key and value
-    // sizes (u32, and the 12-byte `UnwindRow` the map was created with);
-    // the kernel only reads them and writes `attr.count`.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_MAP_UPDATE_BATCH,
-            &mut attr as *mut BatchAttr,
-            std::mem::size_of::<BatchAttr>(),
-        )
-    };
-    if ret == 0 {
+    // sizes (u32, and the 12-byte `UnwindRow` the map was created with).
+    let result = unsafe { batch::call(batch::MAP_UPDATE_BATCH, &mut attr) };
+    let Err(err) = result else {
         return Ok(());
-    }
+    };
     // Older kernels: one by one (all of them: after an error, the count
     // the kernel wrote back, if any, is not worth trusting).
-    tracing::debug!(
-        "batch write of unwind rows: {}",
-        std::io::Error::last_os_error()
-    );
+    tracing::debug!("batch write of unwind rows: {err}");
     for (i, slot) in slots.iter().enumerate() {
         rows.set(start + i as u32, slot, 0)?;
     }
