@@ -6,7 +6,8 @@
 //! ended first go first, then the oldest live ones (counted as evicted).
 
 use std::{
-    collections::VecDeque,
+    cmp::Reverse,
+    collections::BinaryHeap,
     sync::{Arc, Mutex, MutexGuard},
     time::{Duration, Instant},
 };
@@ -29,6 +30,8 @@ const IMAGES_PER_PID: usize = 4;
 /// Wait after an exec before reading the new image's maps: the dynamic
 /// loader maps the libraries within the first milliseconds.
 pub const SETTLE: Duration = Duration::from_millis(10);
+/// A second read after an exec, for what the program loads itself.
+const SECOND_LOOK: Duration = Duration::from_secs(1);
 /// A live image's maps are re-read (after a lookup missed them) at most
 /// this often: frame-pointer walks through code without frame pointers
 /// give junk addresses that never resolve.
@@ -117,7 +120,7 @@ struct Inner {
     pids: FxHashMap<u32, Vec<Arc<Image>>>,
     images: usize,
     /// Maps to read once the image has settled: (when, pid, start_ns).
-    due: VecDeque<(Instant, u32, u64)>,
+    due: BinaryHeap<Reverse<(Instant, u32, u64)>>,
     stats: TableStats,
     last_sweep: Option<Instant>,
 }
@@ -151,7 +154,7 @@ impl ProcessTable {
                         child.jvm = p.jvm;
                         child.maps_read = p.maps_read;
                     }
-                    _ => inner.due.push_back((now + SETTLE, pid, start)),
+                    _ => inner.due.push(Reverse((now + SETTLE, pid, start))),
                 }
                 inner.push(child, now);
             }
@@ -167,7 +170,11 @@ impl ProcessTable {
                     }
                 }
                 inner.push(Image::new(pid, start, name, now), now);
-                inner.due.push_back((now + SETTLE, pid, start));
+                // Once the loader has mapped the libraries, and again once
+                // the program has loaded its own (a JVM's libjvm is
+                // dlopen'd by the `java` launcher after a few ms).
+                inner.due.push(Reverse((now + SETTLE, pid, start)));
+                inner.due.push(Reverse((now + SECOND_LOOK, pid, start)));
             }
             proc_event::EXIT => {
                 inner.stats.exits += 1;
@@ -187,12 +194,16 @@ impl ProcessTable {
         }
     }
 
-    /// Processes whose maps are due for their first read, oldest first.
+    /// Processes whose maps are due for a scheduled read, oldest first.
     pub fn due_reads(&self, now: Instant) -> Vec<(u32, u64)> {
         let mut inner = self.lock();
         let mut due = Vec::new();
-        while inner.due.front().is_some_and(|(at, _, _)| *at <= now) {
-            if let Some((_, pid, start)) = inner.due.pop_front() {
+        while inner
+            .due
+            .peek()
+            .is_some_and(|Reverse((at, _, _))| *at <= now)
+        {
+            if let Some(Reverse((_, pid, start))) = inner.due.pop() {
                 due.push((pid, start));
             }
         }
@@ -201,7 +212,7 @@ impl ProcessTable {
 
     /// When the next scheduled read is due.
     pub fn next_due(&self) -> Option<Instant> {
-        self.lock().due.front().map(|(at, _, _)| *at)
+        self.lock().due.peek().map(|Reverse((at, _, _))| *at)
     }
 
     /// Reads the maps of `pid`'s live image started at `start_ns` (any
