@@ -201,25 +201,7 @@ fn forkjoin_churn_parks_on_futex_with_complete_park_stacks() {
         "__futex_abstimed_wait_common",
         "[syscall futex]",
     ];
-    let java_caller: Rows = workers
-        .iter()
-        .filter(|(stack, _)| {
-            let park = stack
-                .iter()
-                .position(|f| f == "jdk.internal.misc.Unsafe.park_[j]");
-            park.and_then(|i| stack.get(i.checked_sub(1)?))
-                .is_some_and(|caller| {
-                    caller.ends_with("_[j]")
-                        || caller == "Interpreter"
-                        || caller == "[jvm code not in perf map]"
-                })
-        })
-        .cloned()
-        .collect();
-    let total: u64 = workers.iter().map(|r| r.1).sum();
-    let complete = share_with_chain(&java_caller, &chain)
-        * java_caller.iter().map(|r| r.1).sum::<u64>() as f64
-        / total.max(1) as f64;
+    let complete = java::complete_park_share(&workers, "jdk.internal.misc.Unsafe.park_[j]", &chain);
     assert!(
         complete > 0.7,
         "parked workers' stacks from the futex wait to the thread start:\n{}",

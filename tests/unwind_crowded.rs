@@ -16,7 +16,7 @@ use std::{
 use support::{
     ebpf_available,
     java::{self, JavaRun},
-    rows::{folded_at, json_at, share_with_chain, show, within, Rows},
+    rows::{folded_at, json_at, show, within, Rows},
     Daemon, Workload,
 };
 
@@ -103,23 +103,7 @@ fn complete_park_share(workers: &Rows) -> f64 {
         "__futex_abstimed_wait_common",
         "[syscall futex]",
     ];
-    let with_java_caller: Rows = workers
-        .iter()
-        .filter(|(stack, _)| {
-            let park = stack.iter().position(|f| f == "Unsafe_Park");
-            park.and_then(|i| stack.get(i.checked_sub(1)?))
-                .is_some_and(|caller| {
-                    caller.ends_with("_[j]")
-                        || caller == "Interpreter"
-                        || caller == "[jvm code not in perf map]"
-                })
-        })
-        .cloned()
-        .collect();
-    let total: u64 = workers.iter().map(|r| r.1).sum();
-    share_with_chain(&with_java_caller, &chain)
-        * with_java_caller.iter().map(|r| r.1).sum::<u64>() as f64
-        / total.max(1) as f64
+    java::complete_park_share(workers, "Unsafe_Park", &chain)
 }
 
 #[test]

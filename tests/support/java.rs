@@ -142,3 +142,27 @@ fn find_by_marker(marker: &str) -> u32 {
         thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// Share of `workers`' time whose stack has a Java caller (compiled,
+/// interpreted, or not yet in the perf map) right above `park` and runs
+/// through `chain` in order: a parked worker's stack from the thread start
+/// to the futex wait.
+pub fn complete_park_share(workers: &super::rows::Rows, park: &str, chain: &[&str]) -> f64 {
+    let with_java_caller: super::rows::Rows = workers
+        .iter()
+        .filter(|(stack, _)| {
+            let at = stack.iter().position(|f| f == park);
+            at.and_then(|i| stack.get(i.checked_sub(1)?))
+                .is_some_and(|caller| {
+                    caller.ends_with("_[j]")
+                        || caller == "Interpreter"
+                        || caller == "[jvm code not in perf map]"
+                })
+        })
+        .cloned()
+        .collect();
+    let total: u64 = workers.iter().map(|r| r.1).sum();
+    super::rows::share_with_chain(&with_java_caller, chain)
+        * with_java_caller.iter().map(|r| r.1).sum::<u64>() as f64
+        / total.max(1) as f64
+}
