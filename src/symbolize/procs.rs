@@ -110,43 +110,57 @@ impl Procs {
     /// `comm` saw them, re-reading a live process's maps once on a miss
     /// (it may have loaded a library).
     pub fn find(&mut self, pid: u32, comm: &str, addr: u64) -> Option<Found> {
-        let table = self.table.clone();
-        let chosen = self.choose(pid, comm)?;
-        if chosen.image.maps.find(addr).is_none() && !chosen.refreshed {
+        let chosen = choose(&mut self.chosen, &self.table, self.since, pid, comm)?;
+        if !chosen.refreshed && chosen.image.maps.find(addr).is_none() {
             chosen.refreshed = true;
-            if let Some(image) = table.refresh(&chosen.image) {
+            if let Some(image) = self.table.refresh(&chosen.image) {
                 chosen.image = image;
             }
         }
-        let image = chosen.image.clone();
-        let mapping = image.maps.find(addr)?;
-        Some(classify(&mut self.files, &image, mapping, addr, self.batch))
+        let mapping = chosen.image.maps.find(addr)?;
+        Some(classify(
+            &mut self.files,
+            &chosen.image,
+            mapping,
+            addr,
+            self.batch,
+        ))
     }
 
-    /// The image of `pid` for records of thread `comm` (looked up once
-    /// per batch; a pid has one or two names in a batch, so a short list).
     fn choose(&mut self, pid: u32, comm: &str) -> Option<&mut Chosen> {
-        let known = self.chosen.entry(pid).or_default();
-        // An entry named "" stands for every thread: the pid had one image.
-        let at = match known.iter().position(|(c, _)| c.is_empty() || c == comm) {
-            Some(at) => at,
-            None => {
-                let (image, rivals) = self.table.lookup_with_rivals(pid, comm, self.since)?;
-                let name = if rivals {
-                    comm.to_string()
-                } else {
-                    String::new()
-                };
-                let chosen = Chosen {
-                    image,
-                    refreshed: false,
-                };
-                known.push((name, chosen));
-                known.len() - 1
-            }
-        };
-        Some(&mut known[at].1)
+        choose(&mut self.chosen, &self.table, self.since, pid, comm)
     }
+}
+
+/// The image of `pid` for records of thread `comm` (looked up once
+/// per batch; a pid has one or two names in a batch, so a short list).
+fn choose<'a>(
+    chosen: &'a mut HashMap<u32, Vec<(String, Chosen)>>,
+    table: &ProcessTable,
+    since: Instant,
+    pid: u32,
+    comm: &str,
+) -> Option<&'a mut Chosen> {
+    let known = chosen.entry(pid).or_default();
+    // An entry named "" stands for every thread: the pid had one image.
+    let at = match known.iter().position(|(c, _)| c.is_empty() || c == comm) {
+        Some(at) => at,
+        None => {
+            let (image, rivals) = table.lookup_with_rivals(pid, comm, since)?;
+            let name = if rivals {
+                comm.to_string()
+            } else {
+                String::new()
+            };
+            let chosen = Chosen {
+                image,
+                refreshed: false,
+            };
+            known.push((name, chosen));
+            known.len() - 1
+        }
+    };
+    Some(&mut known[at].1)
 }
 
 fn classify(
