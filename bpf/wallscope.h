@@ -22,10 +22,18 @@ enum ws_state {
 	WS_STATE_FUTEX = 2,
 	WS_STATE_IO = 3,
 	WS_STATE_SLEEP = 4,
-	WS_STATE_COUNT = 5,
+	/* Runnable, but its cgroup's CPU quota is spent (CFS bandwidth). */
+	WS_STATE_THROTTLED = 5,
+	WS_STATE_COUNT = 6,
 	/* Not a state of the thread: a wakeup it sent (peer = the wakee). */
-	WS_STATE_WAKEUP = 5,
+	WS_STATE_WAKEUP = 6,
 };
+
+/*
+ * Waker of a wakeup raised in interrupt context (hard or soft: the kernel
+ * stack tells them apart): pid 0 and this tid, never the interrupted thread.
+ */
+#define WS_INTERRUPT_TID 0x40000000u
 
 /* Stack id used when a stack could not be captured (see ws_stat). */
 #define WS_NO_STACK (-1)
@@ -79,7 +87,8 @@ struct ws_thread_totals {
 	__u64 wakeups_received;
 };
 
-/* Key of the runqueue histograms (runq_hist_0 / runq_hist_1). */
+/* Key of the runqueue histograms (runq_hist_0 / runq_hist_1): runqueue
+ * latency, and apart from it the time spent throttled. */
 struct ws_hist_key {
 	__u64 id;   /* pid or cgroup id */
 	__u32 kind; /* enum ws_hist_kind */
@@ -89,6 +98,8 @@ struct ws_hist_key {
 enum ws_hist_kind {
 	WS_HIST_PROCESS = 0,
 	WS_HIST_CGROUP = 1,
+	WS_HIST_PROCESS_THROTTLED = 2,
+	WS_HIST_CGROUP_THROTTLED = 3,
 };
 
 /*
@@ -158,6 +169,7 @@ struct ws_unwind_proc {
 
 struct ws_hist {
 	__u64 slots[WS_HIST_SLOTS];
+	__u64 ns; /* total time of the intervals counted */
 };
 
 /* Indexes of the per-CPU `stats` array: every way an event can be degraded. */
@@ -184,7 +196,12 @@ enum ws_stat {
 	WS_STAT_UNWIND_TRUNCATED = 19, /* walk ended early: WS_MAX_STACK_DEPTH frames */
 	WS_STAT_PROC_EVENTS_LOST = 20, /* process event dropped: ring buffer full */
 	WS_STAT_COUNTS_MERGED = 21,    /* event added to its process's merged row (map nearly full) */
-	WS_STAT_COUNT = 22,
+	WS_STAT_OFFCPU_WALKS = 22,     /* off-CPU stack walks at switch-in */
+	WS_STAT_WAKER_WALKS = 23,      /* waker stack walks */
+	WS_STAT_LIVE_WALKS = 24,       /* stack walks of blocked threads at drain time */
+	WS_STAT_SAMPLED_OUT = 25,      /* intervals over the threshold not drawn: no stack row */
+	WS_STAT_DEFERRED_LOST = 26,    /* drawn interval whose switch-in hook did not run: row without stack */
+	WS_STAT_COUNT = 27,
 };
 
 /*
@@ -209,6 +226,27 @@ struct ws_proc_event {
 	char comm[WS_COMM_LEN];
 };
 
+/*
+ * What the drain-time task iterator (`live_threads`) writes for each thread
+ * that is off-CPU, as records on the iterator's file. The phase's time up to
+ * `now_ns` is already in the aggregation buffer being drained.
+ */
+struct ws_live_thread {
+	__u32 pid;
+	__u32 tid;
+	__u32 state;   /* enum ws_state of the current phase */
+	__u32 syscall; /* syscall nr + 1 at switch-out, 0 if none */
+	__u64 since_ns; /* phase start (bpf_ktime_get_ns: CLOCK_MONOTONIC) */
+	__u64 now_ns;   /* when the iterator looked */
+	__s32 user_stack_id;   /* in stacks_{stack_gen % 3}, or WS_NO_STACK */
+	__s32 kernel_stack_id;
+	__u32 stack_gen;
+	__u32 waker_pid; /* who woke it last (0: none seen; WS_INTERRUPT_TID: an interrupt) */
+	__u32 waker_tid;
+	__u32 _pad;
+	char comm[WS_COMM_LEN];
+};
+
 #ifdef __BPF__
 _Static_assert(sizeof(struct ws_stack_key) == 56, "ws_stack_key size");
 _Static_assert(sizeof(struct ws_stack_value) == 16, "ws_stack_value size");
@@ -216,9 +254,10 @@ _Static_assert(sizeof(struct ws_stack) == 16 + 8 * WS_MAX_STACK_DEPTH, "ws_stack
 _Static_assert(sizeof(struct ws_unwind_row) == 12, "ws_unwind_row size");
 _Static_assert(sizeof(struct ws_unwind_mapping) == 40, "ws_unwind_mapping size");
 _Static_assert(sizeof(struct ws_unwind_proc) == 8 + 40 * WS_UNWIND_MAX_MAPPINGS, "ws_unwind_proc size");
-_Static_assert(sizeof(struct ws_thread_totals) == 96, "ws_thread_totals size");
+_Static_assert(sizeof(struct ws_thread_totals) == 104, "ws_thread_totals size");
 _Static_assert(sizeof(struct ws_hist_key) == 16, "ws_hist_key size");
-_Static_assert(sizeof(struct ws_hist) == 8 * WS_HIST_SLOTS, "ws_hist size");
+_Static_assert(sizeof(struct ws_hist) == 8 * WS_HIST_SLOTS + 8, "ws_hist size");
+_Static_assert(sizeof(struct ws_live_thread) == 72, "ws_live_thread size");
 _Static_assert(sizeof(struct ws_proc_event) == 48, "ws_proc_event size");
 #endif
 

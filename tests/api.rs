@@ -135,10 +135,10 @@ fn metrics_app() -> axum::Router {
         collect::{HistOwner, RawThread},
     };
     let thread = |pid: u32, tid: u32, comm: &str, ns: [u64; 5]| RawThread {
+        ns: [ns[0], ns[1], ns[2], ns[3], ns[4], 0],
         tid,
         pid,
         comm: comm.into(),
-        ns,
         switches_voluntary: 3,
         switches_involuntary: 1,
         wakeups_sent: 0,
@@ -147,6 +147,7 @@ fn metrics_app() -> axum::Router {
     let hist = |slots: &[(usize, u64)]| {
         let mut h = Hist {
             slots: [0; HIST_SLOTS],
+            ns: 0,
         };
         for &(slot, n) in slots {
             h.slots[slot] = n;

@@ -17,7 +17,10 @@ pub const UNWIND_MAX_MAPPINGS: usize = 16;
 /// log2 microsecond buckets of the runqueue histograms.
 pub const HIST_SLOTS: usize = 32;
 /// `state` of a key that records a wakeup sent, not a thread state.
-pub const WAKEUP_STATE: u32 = 5;
+pub const WAKEUP_STATE: u32 = 6;
+/// Tid of the waker of a wakeup raised in interrupt context (pid 0;
+/// `WS_INTERRUPT_TID`): never the interrupted thread.
+pub const INTERRUPT_TID: u32 = 0x4000_0000;
 
 /// Where a thread's time went (`enum ws_state`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
@@ -29,17 +32,22 @@ pub enum State {
     Futex = 2,
     Io = 3,
     Sleep = 4,
+    /// Runnable, but its cgroup's CPU quota is spent (CFS bandwidth).
+    Throttled = 5,
 }
 
 impl State {
     /// Every state, in enum order.
-    pub const ALL: [State; 5] = [
+    pub const ALL: [State; 6] = [
         State::Cpu,
         State::Runqueue,
         State::Futex,
         State::Io,
         State::Sleep,
+        State::Throttled,
     ];
+    /// Number of states (`WS_STATE_COUNT`).
+    pub const COUNT: usize = 6;
 
     /// Decodes the raw value stored by BPF.
     pub fn from_raw(raw: u32) -> Option<State> {
@@ -54,6 +62,7 @@ impl State {
             State::Futex => "futex",
             State::Io => "io",
             State::Sleep => "sleep",
+            State::Throttled => "throttled",
         }
     }
 }
@@ -90,7 +99,7 @@ pub struct ThreadTotals {
     pub pid: u32,
     pub _pad: u32,
     pub comm: [u8; COMM_LEN],
-    pub ns: [u64; 5],
+    pub ns: [u64; State::COUNT],
     pub switches_voluntary: u64,
     pub switches_involuntary: u64,
     pub wakeups_sent: u64,
@@ -119,6 +128,10 @@ pub struct HistKey {
 pub const HIST_PROCESS: u32 = 0;
 /// `enum ws_hist_kind`.
 pub const HIST_CGROUP: u32 = 1;
+/// `enum ws_hist_kind`: a process's time throttled.
+pub const HIST_PROCESS_THROTTLED: u32 = 2;
+/// `enum ws_hist_kind`: a cgroup's time throttled.
+pub const HIST_CGROUP_THROTTLED: u32 = 3;
 
 /// A runqueue histogram (`struct ws_hist`): slot 0 under 1 us, slot i
 /// (i > 0) [2^(i-1), 2^i) us.
@@ -126,6 +139,8 @@ pub const HIST_CGROUP: u32 = 1;
 #[repr(C)]
 pub struct Hist {
     pub slots: [u64; HIST_SLOTS],
+    /// Total time of the intervals counted.
+    pub ns: u64,
 }
 
 /// Value of the aggregation maps (`struct ws_stack_value`).
@@ -232,9 +247,47 @@ const _: () = assert!(size_of::<StoredStack>() == 16 + 8 * MAX_STACK_DEPTH);
 const _: () = assert!(size_of::<UnwindRow>() == 12);
 const _: () = assert!(size_of::<UnwindMapping>() == 40);
 const _: () = assert!(size_of::<UnwindProc>() == 8 + 40 * UNWIND_MAX_MAPPINGS);
-const _: () = assert!(size_of::<ThreadTotals>() == 96);
+const _: () = assert!(size_of::<ThreadTotals>() == 104);
 const _: () = assert!(size_of::<HistKey>() == 16);
-const _: () = assert!(size_of::<Hist>() == 8 * HIST_SLOTS);
+const _: () = assert!(size_of::<Hist>() == 8 * HIST_SLOTS + 8);
+const _: () = assert!(size_of::<LiveThread>() == 72);
+
+/// A thread off-CPU when the drain looked (`struct ws_live_thread`),
+/// written by the `live_threads` task iterator.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct LiveThread {
+    pub pid: u32,
+    pub tid: u32,
+    /// `enum ws_state` of the current phase.
+    pub state: u32,
+    /// Syscall nr + 1 at switch-out, 0 if none.
+    pub syscall: u32,
+    /// Phase start, `CLOCK_MONOTONIC` ns.
+    pub since_ns: u64,
+    /// When the iterator looked, `CLOCK_MONOTONIC` ns.
+    pub now_ns: u64,
+    pub user_stack_id: i32,
+    pub kernel_stack_id: i32,
+    pub stack_gen: u32,
+    /// Who woke it last: 0 if none seen, pid 0 + [`INTERRUPT_TID`] for an
+    /// interrupt.
+    pub waker_pid: u32,
+    pub waker_tid: u32,
+    pub _pad: u32,
+    pub comm: [u8; COMM_LEN],
+}
+
+impl LiveThread {
+    /// Reads one record from the iterator's output; `None` when too short.
+    pub fn from_bytes(bytes: &[u8]) -> Option<LiveThread> {
+        if bytes.len() < size_of::<LiveThread>() {
+            return None;
+        }
+        // SAFETY: long enough, and every bit pattern is a valid LiveThread.
+        Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<LiveThread>()) })
+    }
+}
 
 /// `enum ws_proc_event_kind`.
 pub mod proc_event {
@@ -302,11 +355,16 @@ pub enum Stat {
     UnwindTruncated = 19,
     ProcEventsLost = 20,
     CountsMerged = 21,
+    OffcpuWalks = 22,
+    WakerWalks = 23,
+    LiveWalks = 24,
+    SampledOut = 25,
+    DeferredLost = 26,
 }
 
 impl Stat {
     /// Number of counters (`WS_STAT_COUNT`).
-    pub const COUNT: usize = 22;
+    pub const COUNT: usize = 27;
     /// Every counter, in enum order.
     pub const ALL: [Stat; Stat::COUNT] = [
         Stat::Samples,
@@ -331,6 +389,11 @@ impl Stat {
         Stat::UnwindTruncated,
         Stat::ProcEventsLost,
         Stat::CountsMerged,
+        Stat::OffcpuWalks,
+        Stat::WakerWalks,
+        Stat::LiveWalks,
+        Stat::SampledOut,
+        Stat::DeferredLost,
     ];
 
     /// snake_case name used in `/healthz` and metrics.
@@ -358,6 +421,11 @@ impl Stat {
             Stat::UnwindTruncated => "unwind_truncated",
             Stat::ProcEventsLost => "proc_events_lost",
             Stat::CountsMerged => "counts_merged",
+            Stat::OffcpuWalks => "offcpu_stack_walks",
+            Stat::WakerWalks => "waker_stack_walks",
+            Stat::LiveWalks => "blocked_stack_walks",
+            Stat::SampledOut => "intervals_sampled_out",
+            Stat::DeferredLost => "deferred_stack_lost",
         }
     }
 
@@ -373,6 +441,10 @@ impl Stat {
                 | Stat::BelowThreshold
                 | Stat::StacksStored
                 | Stat::UnwindWalks
+                | Stat::OffcpuWalks
+                | Stat::WakerWalks
+                | Stat::LiveWalks
+                | Stat::SampledOut
         )
     }
 }
@@ -387,8 +459,9 @@ pub mod names {
     pub const STATS: &str = "stats";
     pub const ON_CPU_PROGRAM: &str = "on_cpu_sample";
     /// tp_btf programs and the tracepoint each attaches to.
-    pub const SCHED_PROGRAMS: [(&str, &str); 7] = [
+    pub const SCHED_PROGRAMS: [(&str, &str); 8] = [
         ("on_switch", "sched_switch"),
+        ("on_waking", "sched_waking"),
         ("on_wakeup", "sched_wakeup"),
         ("on_wakeup_new", "sched_wakeup_new"),
         ("on_fork", "sched_process_fork"),
@@ -447,8 +520,16 @@ mod tests {
         assert_eq!(offset_of!(StackValue, count), 8);
         assert_eq!(offset_of!(ThreadTotals, comm), 8);
         assert_eq!(offset_of!(ThreadTotals, ns), 24);
-        assert_eq!(offset_of!(ThreadTotals, switches_voluntary), 64);
-        assert_eq!(offset_of!(ThreadTotals, wakeups_received), 88);
+        assert_eq!(offset_of!(ThreadTotals, switches_voluntary), 72);
+        assert_eq!(offset_of!(ThreadTotals, wakeups_received), 96);
+        assert_eq!(offset_of!(Hist, ns), 8 * HIST_SLOTS);
+        assert_eq!(offset_of!(LiveThread, since_ns), 16);
+        assert_eq!(offset_of!(LiveThread, now_ns), 24);
+        assert_eq!(offset_of!(LiveThread, user_stack_id), 32);
+        assert_eq!(offset_of!(LiveThread, stack_gen), 40);
+        assert_eq!(offset_of!(LiveThread, waker_pid), 44);
+        assert_eq!(offset_of!(LiveThread, waker_tid), 48);
+        assert_eq!(offset_of!(LiveThread, comm), 56);
         assert_eq!(offset_of!(HistKey, kind), 8);
         assert_eq!(offset_of!(StoredStack, len), 8);
         assert_eq!(offset_of!(StoredStack, ips), 16);
@@ -500,6 +581,15 @@ mod tests {
         );
         assert_eq!(value_of("WS_HIST_PROCESS"), HIST_PROCESS as i64);
         assert_eq!(value_of("WS_HIST_CGROUP"), HIST_CGROUP as i64);
+        assert_eq!(
+            value_of("WS_HIST_PROCESS_THROTTLED"),
+            HIST_PROCESS_THROTTLED as i64
+        );
+        assert_eq!(
+            value_of("WS_HIST_CGROUP_THROTTLED"),
+            HIST_CGROUP_THROTTLED as i64
+        );
+        assert_eq!(value_of("WS_INTERRUPT_TID"), INTERRUPT_TID as i64);
         assert_eq!(value_of("WS_STAT_COUNT"), Stat::COUNT as i64);
         let stat_names = [
             "WS_STAT_SAMPLES",
@@ -522,7 +612,15 @@ mod tests {
             "WS_STAT_UNWIND_UNSUPPORTED",
             "WS_STAT_UNWIND_READ_FAILED",
             "WS_STAT_UNWIND_TRUNCATED",
+            "WS_STAT_PROC_EVENTS_LOST",
+            "WS_STAT_COUNTS_MERGED",
+            "WS_STAT_OFFCPU_WALKS",
+            "WS_STAT_WAKER_WALKS",
+            "WS_STAT_LIVE_WALKS",
+            "WS_STAT_SAMPLED_OUT",
+            "WS_STAT_DEFERRED_LOST",
         ];
+        assert_eq!(stat_names.len(), Stat::COUNT);
         assert_eq!(
             value_of("WS_UNWIND_MAX_MAPPINGS"),
             UNWIND_MAX_MAPPINGS as i64

@@ -44,6 +44,7 @@ impl RawBatch {
                     for (sum, n) in known.slots.iter_mut().zip(hist.slots) {
                         *sum += n;
                     }
+                    known.ns += hist.ns;
                 }
                 None => self.runq_hists.push((owner, hist)),
             }
@@ -51,6 +52,8 @@ impl RawBatch {
         for (sum, n) in self.stats.iter_mut().zip(later.stats) {
             *sum += n;
         }
+        // What is off-CPU now is what the later drain saw.
+        self.live = later.live;
         self.missing_stacks += later.missing_stacks;
         self.drain_time += later.drain_time;
     }
@@ -68,6 +71,7 @@ mod tests {
         let mut stats = [0; Stat::COUNT];
         stats[0] = 1;
         RawBatch {
+            live: Vec::new(),
             end: SystemTime::UNIX_EPOCH + Duration::from_secs(end),
             interval: Duration::from_secs(1),
             records: Vec::new(),
@@ -75,13 +79,19 @@ mod tests {
                 tid,
                 pid: 1,
                 comm: format!("t{end}"),
-                ns: [ns; 5],
+                ns: [ns; 6],
                 switches_voluntary: 1,
                 switches_involuntary: 0,
                 wakeups_sent: 0,
                 wakeups_received: 0,
             }],
-            runq_hists: vec![(HistOwner::Process(1), Hist { slots: [1; 32] })],
+            runq_hists: vec![(
+                HistOwner::Process(1),
+                Hist {
+                    slots: [1; 32],
+                    ns: 0,
+                },
+            )],
             stats,
             missing_stacks: 0,
             drain_time: Duration::ZERO,
@@ -96,7 +106,7 @@ mod tests {
         assert_eq!(first.interval, Duration::from_secs(3));
         assert_eq!(first.end, SystemTime::UNIX_EPOCH + Duration::from_secs(3));
         assert_eq!(first.threads.len(), 2);
-        assert_eq!(first.threads[0].ns, [15; 5]);
+        assert_eq!(first.threads[0].ns, [15; 6]);
         assert_eq!(first.threads[0].comm, "t2");
         assert_eq!(first.threads[0].switches_voluntary, 2);
         assert_eq!(first.runq_hists.len(), 1);

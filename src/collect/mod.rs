@@ -69,11 +69,42 @@ pub struct RawThread {
     pub pid: u32,
     pub comm: String,
     /// Nanoseconds by [`State`] (index = `State as usize`).
-    pub ns: [u64; 5],
+    pub ns: [u64; State::COUNT],
     pub switches_voluntary: u64,
     pub switches_involuntary: u64,
     pub wakeups_sent: u64,
     pub wakeups_received: u64,
+}
+
+/// Who woke a thread last.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Waker {
+    Thread {
+        pid: u32,
+        tid: u32,
+    },
+    /// A hard or soft interrupt (a timer, a device).
+    Interrupt,
+}
+
+/// A thread that was off-CPU (or runnable, waiting) when the drain looked,
+/// from the drain-time task iterator. Its time so far is already in the
+/// batch's records and totals.
+#[derive(Debug, Clone)]
+pub struct RawLive {
+    pub pid: u32,
+    pub tid: u32,
+    pub comm: String,
+    /// State of its current phase (never [`State::Cpu`]).
+    pub state: State,
+    /// How long it has been in `state` when the drain looked.
+    pub in_state: Duration,
+    /// Syscall it blocked in.
+    pub syscall: Option<u32>,
+    pub user_stack: Option<RawStack>,
+    pub kernel_stack: Option<RawStack>,
+    /// Who woke it last (before this phase), if a wakeup was seen.
+    pub waker: Option<Waker>,
 }
 
 /// Whose runqueue latency a histogram holds.
@@ -81,6 +112,10 @@ pub struct RawThread {
 pub enum HistOwner {
     Process(u32),
     Cgroup(u64),
+    /// Time a process's threads spent throttled (not runqueue latency).
+    ProcessThrottled(u32),
+    /// Time a cgroup's threads spent throttled.
+    CgroupThrottled(u64),
 }
 
 /// Thread name of a process's merged row (see [`is_merged_tid`]).
@@ -99,6 +134,8 @@ pub struct RawBatch {
     pub records: Vec<RawRecord>,
     pub threads: Vec<RawThread>,
     pub runq_hists: Vec<(HistOwner, Hist)>,
+    /// Threads off-CPU when the drain looked, longest first.
+    pub live: Vec<RawLive>,
     pub stats: StatDeltas,
     /// Rows whose stack id was missing from the stack map when read.
     pub missing_stacks: u64,
@@ -218,6 +255,7 @@ impl Drainer {
                 .into_iter()
                 .filter_map(|(k, h)| Some((hist_owner(&k)?, h)))
                 .collect(),
+            live: Vec::new(),
             stats,
             missing_stacks,
             drain_time: started.elapsed(),
@@ -275,6 +313,8 @@ fn hist_owner(key: &HistKey) -> Option<HistOwner> {
     match key.kind {
         crate::bpf::abi::HIST_PROCESS => Some(HistOwner::Process(key.id as u32)),
         crate::bpf::abi::HIST_CGROUP => Some(HistOwner::Cgroup(key.id)),
+        crate::bpf::abi::HIST_PROCESS_THROTTLED => Some(HistOwner::ProcessThrottled(key.id as u32)),
+        crate::bpf::abi::HIST_CGROUP_THROTTLED => Some(HistOwner::CgroupThrottled(key.id)),
         _ => None,
     }
 }

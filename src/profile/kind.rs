@@ -48,6 +48,7 @@ impl Kind {
             Kind::State(State::Futex) => "futex wait",
             Kind::State(State::Io) => "I/O wait",
             Kind::State(State::Sleep) => "sleep",
+            Kind::State(State::Throttled) => "CPU quota throttling",
             Kind::Offcpu => "off-CPU",
             Kind::Wall => "wall clock",
             Kind::Wakeup => "wakeups sent (weighted by wakee sleep)",

@@ -35,8 +35,8 @@ impl Owner {
     /// The JSON owner of `owner`, resolving cgroup ids to paths.
     pub fn resolve(owner: HistOwner) -> Owner {
         match owner {
-            HistOwner::Process(pid) => Owner::Pid { pid },
-            HistOwner::Cgroup(id) => Owner::Cgroup {
+            HistOwner::Process(pid) | HistOwner::ProcessThrottled(pid) => Owner::Pid { pid },
+            HistOwner::Cgroup(id) | HistOwner::CgroupThrottled(id) => Owner::Cgroup {
                 cgroup: id,
                 path: cgroups::system().path_of(id),
             },
@@ -263,6 +263,7 @@ mod tests {
         let mut store = Store::new(Duration::from_secs(600));
         let other = Hist {
             slots: [1; HIST_SLOTS],
+            ns: 0,
         };
         for age in [50, 1] {
             store.push(Slice {
@@ -273,7 +274,13 @@ mod tests {
                 threads: HashMap::new(),
                 thread_totals: vec![],
                 runq_hists: vec![
-                    (HistOwner::Process(7), Hist { slots: slots() }),
+                    (
+                        HistOwner::Process(7),
+                        Hist {
+                            slots: slots(),
+                            ns: 0,
+                        },
+                    ),
                     (HistOwner::Process(8), other),
                 ],
                 processes: HashMap::new(),

@@ -26,7 +26,7 @@ use crate::{
 pub struct ProcessTotals {
     pub comm: Arc<str>,
     /// Nanoseconds by state.
-    pub ns: [u64; 5],
+    pub ns: [u64; crate::bpf::abi::State::COUNT],
     pub switches_voluntary: u64,
     pub switches_involuntary: u64,
     pub wakeups_received: u64,
@@ -353,7 +353,7 @@ fn process_entry<'a>(
     });
     let e = processes.entry(pid).or_insert_with(|| ProcessTotals {
         comm: comm.clone().unwrap_or_else(|| Arc::from("[unknown]")),
-        ns: [0; 5],
+        ns: [0; crate::bpf::abi::State::COUNT],
         switches_voluntary: 0,
         switches_involuntary: 0,
         wakeups_received: 0,
@@ -420,7 +420,7 @@ mod tests {
                 tid: 1,
                 pid: 1,
                 comm: "app".into(),
-                ns: [1_000, 0, 0, 0, 0],
+                ns: [1_000, 0, 0, 0, 0, 0],
                 switches_voluntary: 1,
                 switches_involuntary: 0,
                 wakeups_sent: 0,

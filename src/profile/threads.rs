@@ -58,7 +58,7 @@ pub struct ThreadReport {
 
 #[derive(Default)]
 struct Sum {
-    ns: [u64; 5],
+    ns: [u64; crate::bpf::abi::State::COUNT],
     switches_voluntary: u64,
     switches_involuntary: u64,
     wakeups_sent: u64,
@@ -233,7 +233,7 @@ mod tests {
     use crate::profile::store::Store;
     use crate::profile::Slice;
 
-    fn thread(tid: u32, name: &str, ns: [u64; 5]) -> RawThread {
+    fn thread(tid: u32, name: &str, ns: [u64; crate::bpf::abi::State::COUNT]) -> RawThread {
         RawThread {
             tid,
             pid: 7,
@@ -258,9 +258,9 @@ mod tests {
                 wakeups: vec![],
                 threads: Map::new(),
                 thread_totals: vec![
-                    thread(8, "worker-1", [100_000, 0, 900_000, 0, 0]),
-                    thread(9, "worker-2", [500_000, 500_000, 0, 0, 0]),
-                    thread(10, "main", [0, 0, 0, 0, 1_000_000]),
+                    thread(8, "worker-1", [100_000, 0, 900_000, 0, 0, 0]),
+                    thread(9, "worker-2", [500_000, 500_000, 0, 0, 0, 0]),
+                    thread(10, "main", [0, 0, 0, 0, 1_000_000, 0]),
                 ],
                 runq_hists: vec![],
                 processes: Map::from([(7, Arc::from("app"))]),
