@@ -22,6 +22,8 @@ fn main() -> Result<()> {
                 "-target",
                 "bpf",
                 "-D__TARGET_ARCH_x86",
+                // v3: atomic exchange and compare-and-swap (kernel 5.12+).
+                "-mcpu=v3",
                 "-Wall",
                 "-Werror",
             ])

@@ -155,29 +155,12 @@ static __always_inline __u64 ws_stack_hash(const struct ws_stack *s)
 	return h;
 }
 
-/* Captures one stack of the current task into generation `gen`; failures
- * are counted and become WS_NO_STACK. */
-static __always_inline __s32 ws_stack_id(void *ctx, __u32 gen, __u64 flags,
-					 __u32 collision_stat, __u32 failed_stat)
+/* Stores stack `s` (frames and len set) into generation `gen`: its id, or
+ * WS_NO_STACK when refused (counted). */
+static __always_inline __s32 ws_store_stack(struct ws_stack *s, __u32 gen, __u32 collision_stat)
 {
-	__u32 zero = 0;
-	struct ws_stack *s = bpf_map_lookup_elem(&stack_scratch, &zero);
 	void *map = ws_stack_map(gen);
 
-	if (!s)
-		return WS_NO_STACK;
-	long frames = flags & BPF_F_USER_STACK ? ws_unwind_user(s) : -1;
-
-	if (frames < 0) {
-		long bytes = bpf_get_stack(ctx, s->ips, sizeof(s->ips), flags);
-
-		frames = bytes > 0 ? bytes / sizeof(__u64) : 0;
-	}
-	if (frames <= 0) {
-		ws_stat_inc(failed_stat);
-		return WS_NO_STACK;
-	}
-	s->len = frames;
 	s->hash = ws_stack_hash(s);
 	__u32 id = (__u32)s->hash & 0x7fffffff; /* ids are non-negative s32 */
 
@@ -202,6 +185,56 @@ static __always_inline __s32 ws_stack_id(void *ctx, __u32 gen, __u64 flags,
 		/* Another CPU stored this id meanwhile: compare again. */
 	}
 	return WS_NO_STACK;
+}
+
+/* Captures one stack of the current task into generation `gen`; failures
+ * are counted and become WS_NO_STACK. */
+static __always_inline __s32 ws_stack_id(void *ctx, __u32 gen, __u64 flags,
+					 __u32 collision_stat, __u32 failed_stat)
+{
+	__u32 zero = 0;
+	struct ws_stack *s = bpf_map_lookup_elem(&stack_scratch, &zero);
+
+	if (!s)
+		return WS_NO_STACK;
+	long frames = flags & BPF_F_USER_STACK ? ws_unwind_user(s) : -1;
+
+	if (frames < 0) {
+		long bytes = bpf_get_stack(ctx, s->ips, sizeof(s->ips), flags);
+
+		frames = bytes > 0 ? bytes / sizeof(__u64) : 0;
+	}
+	if (frames <= 0) {
+		ws_stat_inc(failed_stat);
+		return WS_NO_STACK;
+	}
+	s->len = frames;
+	return ws_store_stack(s, gen, collision_stat);
+}
+
+/* A stack of generation `gen`, moved into the current generation without a
+ * new walk: the id stays (it is the stack's hash). WS_NO_STACK when it has
+ * already expired. */
+static __always_inline __s32 ws_renew_stack(__s32 id, __u32 gen, __u32 now)
+{
+	struct ws_stack *s;
+	__u32 key = id;
+
+	if (id == WS_NO_STACK || gen == now)
+		return id;
+	if (gen + 1 != now)
+		return WS_NO_STACK;
+	s = bpf_map_lookup_elem(ws_stack_map(gen), &key);
+	if (!s)
+		return WS_NO_STACK;
+	struct ws_stack *there = bpf_map_lookup_elem(ws_stack_map(now), &key);
+
+	if (there)
+		return there->hash == s->hash ? id : WS_NO_STACK;
+	if (bpf_map_update_elem(ws_stack_map(now), &key, s, BPF_NOEXIST))
+		return WS_NO_STACK;
+	ws_stat_inc(WS_STAT_STACKS_STORED);
+	return id;
 }
 
 static __always_inline __s32 ws_user_stack(void *ctx, __u32 gen)

@@ -3,9 +3,21 @@
  * Off-CPU engine. Every nanosecond a thread is not running belongs to one
  * phase: from switch-out in a sleep state (futex, io, sleep) until its
  * wakeup, then runqueue until it is switched in (a preempted thread goes
- * straight to runqueue). Phases are summed when they end, with the stack
- * taken at switch-out; per-thread totals get every phase, the stack rows
- * only those at least offcpu_min_ns long.
+ * straight to runqueue, a throttled one to throttled).
+ *
+ * Time is accounted as it passes: phase ends add what is left to the
+ * per-thread totals, and the drain-time iterator (live.bpf.h) adds the part
+ * of every ongoing phase that has passed, so a thread blocked for an hour
+ * shows in every window. acct_from / row_from mark how far the totals and
+ * the stack rows have got; whoever moves them (atomically) adds the time.
+ *
+ * Stacks are taken only where they matter: switch-out stamps the phase (no
+ * stack); when a phase ends its row is drawn with probability
+ * min(1, d / offcpu_sample_ns) and weight (its unrecorded time) / p, an
+ * unbiased estimate whatever the switch rate, and drawn rows wait in the
+ * task's storage until sched_exit_tp runs in the task itself, right after
+ * the switch-in, where its stack is walked (the same registers as at
+ * switch-out). Kernels without that tracepoint take stacks at switch-out.
  */
 #ifndef WALLSCOPE_OFFCPU_BPF_H
 #define WALLSCOPE_OFFCPU_BPF_H
@@ -19,19 +31,36 @@
 #define TASK_NOLOAD 0x400
 #define WS_NR_FUTEX 202       /* x86-64 */
 #define WS_NR_FUTEX_WAITV 449 /* x86-64 */
+/* x86-64 task stacks (without KASAN): a stack pointer outside the current
+ * task's stack means an interrupt stack. */
+#define WS_THREAD_SIZE (16 * 1024)
 
 /* Set by user space before load. */
 const volatile __u64 offcpu_min_ns = 0;
+/* Sampling scale T of off-CPU and waker stacks (0: every interval). */
+const volatile __u64 offcpu_sample_ns = 0;
+/* sched_exit_tp is attached: stacks are walked at switch-in. */
+const volatile bool stacks_at_switch_in = false;
 
 /* What a thread is doing off-CPU, kept per thread. */
 struct ws_task {
-	__u64 phase_start;  /* start of the current off-CPU phase; 0 while running */
-	__u64 on_cpu_since; /* switch-in, or the last on-CPU sample; 0 if unknown */
-	__u32 state;        /* enum ws_state of the current phase */
+	__u64 off_since;    /* switch-out that began the current off-CPU episode; 0 while running */
+	__u64 phase_start;  /* start of the current phase; 0 while running */
+	__u64 acct_from;    /* the totals hold the phase's time up to here (0: nothing open) */
+	__u64 row_from;     /* the stack rows hold the phase's time up to here (0: nothing open) */
+	__u64 on_cpu_since; /* switch-in, or the last flush of CPU time; 0 while off-CPU */
+	__u64 last_episode; /* off_since of the episode that ended at the last switch-in */
+	__u64 stack_episode; /* off_since of the episode the stacks below belong to */
+	__u64 pending_ns[2]; /* drawn rows waiting for the switch-in stack: the sleep
+			      * phase a wakeup ended, the phase the switch-in ended */
+	__u32 pending_state[2];
+	__u32 state;   /* enum ws_state of the current phase */
+	__u32 syscall; /* syscall nr + 1 at switch-out, 0 if none */
 	__u32 stack_gen;
 	__s32 user_stack_id;
 	__s32 kernel_stack_id;
-	__u32 syscall; /* syscall nr + 1 at switch-out, 0 if none */
+	__u32 waker_pid; /* the last wakeup's waker (WS_INTERRUPT_TID: an interrupt) */
+	__u32 waker_tid;
 	__u32 _pad;
 };
 
@@ -42,9 +71,23 @@ struct {
 	__type(value, struct ws_task);
 } tasks SEC(".maps");
 
+/* Per CPU: the thread just switched in with drawn rows waiting for its
+ * stack (0: none), for sched_exit_tp to check with one array lookup. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} deferred_tid SEC(".maps");
+
 /* Task state field: `__state` since 5.14, `state` before. */
 struct task_struct___pre514 {
 	long state;
+} __attribute__((preserve_access_index));
+
+/* Task-based CFS bandwidth throttling (6.18+) marks the task itself. */
+struct task_struct___throttle {
+	bool throttled;
 } __attribute__((preserve_access_index));
 
 /* Tasks here are BTF pointers (tp_btf arguments, bpf_get_current_task_btf):
@@ -62,6 +105,22 @@ static __always_inline bool ws_is_kthread(struct task_struct *t)
 	return t->flags & PF_KTHREAD;
 }
 
+/* Whether `t`'s cgroup has spent its CPU quota: the task's flag where
+ * throttling is per task, else its group's throttle count. */
+static __always_inline bool ws_throttled(struct task_struct *t)
+{
+	struct task_struct___throttle *tt = (void *)t;
+
+	if (bpf_core_field_exists(tt->throttled))
+		return BPF_CORE_READ(tt, throttled);
+	if (bpf_core_field_exists(t->se.cfs_rq)) {
+		struct cfs_rq *cfs = BPF_CORE_READ(t, se.cfs_rq);
+
+		return cfs && BPF_CORE_READ(cfs, throttle_count) > 0;
+	}
+	return false;
+}
+
 /* Syscall the task is in, as nr + 1; 0 when in none. */
 static __always_inline __u32 ws_syscall(struct task_struct *t)
 {
@@ -71,17 +130,21 @@ static __always_inline __u32 ws_syscall(struct task_struct *t)
 	return nr >= 0 && nr < 4096 ? nr + 1 : 0;
 }
 
-static __always_inline __u32 ws_classify(bool preempt, struct task_struct *prev, __u32 syscall)
+static __always_inline __u32 ws_classify(bool runnable, struct task_struct *t, __u32 state,
+					 __u32 syscall)
 {
-	__u32 st = ws_task_state(prev);
-
-	if (preempt || st == TASK_RUNNING)
-		return WS_STATE_RUNQUEUE;
-	if ((st & TASK_UNINTERRUPTIBLE) && !(st & TASK_NOLOAD))
+	if (runnable)
+		return ws_throttled(t) ? WS_STATE_THROTTLED : WS_STATE_RUNQUEUE;
+	if ((state & TASK_UNINTERRUPTIBLE) && !(state & TASK_NOLOAD))
 		return WS_STATE_IO;
 	if (syscall == WS_NR_FUTEX + 1 || syscall == WS_NR_FUTEX_WAITV + 1)
 		return WS_STATE_FUTEX;
 	return WS_STATE_SLEEP;
+}
+
+static __always_inline bool ws_sleeping(__u32 state)
+{
+	return state == WS_STATE_FUTEX || state == WS_STATE_IO || state == WS_STATE_SLEEP;
 }
 
 static __always_inline struct ws_task *ws_task(struct task_struct *t, bool create)
@@ -94,35 +157,103 @@ static __always_inline struct ws_task *ws_task(struct task_struct *t, bool creat
 	return s;
 }
 
-/* Ends the current off-CPU phase of `t` at `now`. */
-static __always_inline void ws_end_phase(struct task_struct *t, struct ws_task *s, __u64 now)
+/* Weight of the row of an interval of length `d` whose unrecorded part is
+ * `rem`: drawn with probability p = min(1, d / T), it weighs rem / p; not
+ * drawn, 0. The expected weight is `rem`. */
+static __always_inline __u64 ws_sample_weight(__u64 d, __u64 rem)
 {
-	__u64 ns = now - s->phase_start;
-	struct ws_stack_key key = {};
+	__u64 t = offcpu_sample_ns;
 
-	ws_thread_time(t, s->state, ns);
-	if (ns < offcpu_min_ns) {
-		ws_stat_inc(WS_STAT_BELOW_THRESHOLD);
-		return;
-	}
-	key.pid = t->tgid;
-	key.tid = t->pid;
-	key.state = s->state;
-	key.stack_gen = s->stack_gen;
-	key.user_stack_id = s->user_stack_id;
-	key.kernel_stack_id = s->kernel_stack_id;
-	key.syscall = s->syscall;
-	__builtin_memcpy(key.comm, t->comm, sizeof(key.comm));
-	ws_add(&key, ns);
+	if (d < offcpu_min_ns || !rem)
+		return 0;
+	if (!t || d >= t)
+		return rem;
+	/* u uniform in [0, T): drawn when u < d. T is at most ~4 s (u32). */
+	if ((((__u64)bpf_get_prandom_u32() * t) >> 32) >= d)
+		return 0;
+	return rem * t / d;
 }
 
-/* Adds the CPU time since switch-in (or the last flush) to `totals`. */
-static __always_inline void ws_flush_cpu(struct ws_thread_totals *totals, struct ws_task *s,
-					 __u64 now)
+/* As ws_sample_weight, counting what gets no row. */
+static __always_inline __u64 ws_draw(__u64 d, __u64 rem)
 {
-	if (totals && s->on_cpu_since && now > s->on_cpu_since)
-		__sync_fetch_and_add(&totals->ns[WS_STATE_CPU], now - s->on_cpu_since);
-	s->on_cpu_since = now;
+	__u64 w = ws_sample_weight(d, rem);
+
+	if (!w && rem)
+		ws_stat_inc(d < offcpu_min_ns ? WS_STAT_BELOW_THRESHOLD : WS_STAT_SAMPLED_OUT);
+	return w;
+}
+
+/* Moves `*from` to `to` and returns the time from the old mark to `now`. */
+static __always_inline __u64 ws_take(__u64 *from, __u64 now, __u64 to)
+{
+	__u64 old = __sync_lock_test_and_set(from, to);
+
+	return old && now > old ? now - old : 0;
+}
+
+static __always_inline void ws_add_ns(struct ws_thread_totals *totals, __u32 state, __u64 ns)
+{
+	if (totals && ns && state < WS_STATE_COUNT)
+		__sync_fetch_and_add(&totals->ns[state], ns);
+}
+
+/* The stack row of `t` in `state`, with the stacks kept in `s`. */
+static __always_inline void ws_phase_key(struct ws_stack_key *key, struct task_struct *t,
+					 struct ws_task *s, __u32 state)
+{
+	key->pid = t->tgid;
+	key->tid = t->pid;
+	key->state = state;
+	key->stack_gen = s->stack_gen;
+	key->user_stack_id = s->user_stack_id;
+	key->kernel_stack_id = s->kernel_stack_id;
+	key->syscall = s->syscall;
+	__builtin_memcpy(key->comm, t->comm, sizeof(key->comm));
+}
+
+/* The kernel stack is the costly part, and for futex and sleep the
+ * syscall names the path: only I/O waits and kernel threads pay for it. */
+static __always_inline bool ws_wants_kernel_stack(struct task_struct *t, struct ws_task *s)
+{
+	return ws_is_kthread(t) || s->pending_state[0] == WS_STATE_IO ||
+	       s->pending_state[1] == WS_STATE_IO || s->state == WS_STATE_IO;
+}
+
+/* Adds the drawn rows waiting in `s` (with the stacks in `s`). */
+static __always_inline void ws_emit_pending(struct task_struct *t, struct ws_task *s)
+{
+	struct ws_stack_key key = {};
+
+	for (int i = 0; i < 2; i++) {
+		__u64 ns = s->pending_ns[i];
+
+		if (!ns)
+			continue;
+		s->pending_ns[i] = 0;
+		ws_phase_key(&key, t, s, s->pending_state[i]);
+		ws_add(&key, ns);
+	}
+}
+
+/* Walks the current task's stacks into `s` for its last episode, unless the
+ * drain-time iterator already did (then they move to this generation). */
+static __always_inline void ws_own_stacks(void *ctx, struct task_struct *t, struct ws_task *s,
+					  __u64 episode, bool kernel)
+{
+	__u32 gen = ws_control(WS_CONTROL_GENERATION);
+
+	if (episode && s->stack_episode == episode) {
+		s->user_stack_id = ws_renew_stack(s->user_stack_id, s->stack_gen, gen);
+		s->kernel_stack_id = ws_renew_stack(s->kernel_stack_id, s->stack_gen, gen);
+		s->stack_gen = gen;
+		return;
+	}
+	s->stack_gen = gen;
+	s->stack_episode = episode;
+	s->user_stack_id = ws_is_kthread(t) ? WS_NO_STACK : ws_user_stack(ctx, gen);
+	s->kernel_stack_id = kernel ? ws_kernel_stack(ctx, gen) : WS_NO_STACK;
+	ws_stat_inc(WS_STAT_OFFCPU_WALKS);
 }
 
 static __always_inline void ws_switch_out(void *ctx, bool preempt, struct task_struct *prev,
@@ -131,28 +262,43 @@ static __always_inline void ws_switch_out(void *ctx, bool preempt, struct task_s
 	struct ws_task *s = ws_task(prev, true);
 	struct ws_thread_totals *totals = ws_thread(prev);
 	bool kthread = ws_is_kthread(prev);
+	__u32 st;
 
 	if (!s)
 		return;
-	ws_flush_cpu(totals, s, now);
-	s->on_cpu_since = 0;
+	ws_add_ns(totals, WS_STATE_CPU, ws_take(&s->on_cpu_since, now, 0));
+	if (s->pending_ns[0] || s->pending_ns[1]) {
+		/* Its switch-in hook never ran: keep the time, without a stack. */
+		s->user_stack_id = WS_NO_STACK;
+		s->kernel_stack_id = WS_NO_STACK;
+		ws_emit_pending(prev, s);
+		ws_stat_inc(WS_STAT_DEFERRED_LOST);
+	}
+	st = ws_task_state(prev);
 	s->syscall = kthread ? 0 : ws_syscall(prev);
-	s->state = ws_classify(preempt, prev, s->syscall);
+	s->state = ws_classify(preempt || st == TASK_RUNNING, prev, st, s->syscall);
+	s->off_since = now;
 	s->phase_start = now;
-	s->stack_gen = ws_control(WS_CONTROL_GENERATION);
-	/* The user stack names the caller; the kernel stack is the costly
-	 * part and for futex/sleep the syscall names the path, so only
-	 * I/O waits pay for it. */
-	s->user_stack_id = kthread ? WS_NO_STACK : ws_user_stack(ctx, s->stack_gen);
-	s->kernel_stack_id = s->state == WS_STATE_IO || kthread
-		? ws_kernel_stack(ctx, s->stack_gen) : WS_NO_STACK;
+	s->acct_from = now;
+	s->row_from = now;
+	if (!stacks_at_switch_in)
+		ws_own_stacks(ctx, prev, s, now, s->state == WS_STATE_IO || kthread);
 
 	if (totals) {
-		if (s->state == WS_STATE_RUNQUEUE)
+		if (s->state == WS_STATE_RUNQUEUE || s->state == WS_STATE_THROTTLED)
 			__sync_fetch_and_add(&totals->switches_involuntary, 1);
 		else
 			__sync_fetch_and_add(&totals->switches_voluntary, 1);
 	}
+}
+
+static __always_inline void ws_waited(struct task_struct *t, __u32 state, __u64 ns)
+{
+	bool throttled = state == WS_STATE_THROTTLED;
+
+	ws_hist_add(t->tgid, throttled ? WS_HIST_PROCESS_THROTTLED : WS_HIST_PROCESS, ns);
+	ws_hist_add(t->cgroups->dfl_cgrp->kn->id,
+		    throttled ? WS_HIST_CGROUP_THROTTLED : WS_HIST_CGROUP, ns);
 }
 
 static __always_inline void ws_switch_in(struct task_struct *next, __u64 now)
@@ -162,15 +308,29 @@ static __always_inline void ws_switch_in(struct task_struct *next, __u64 now)
 	if (!s)
 		return;
 	if (s->phase_start) {
-		if (s->state == WS_STATE_RUNQUEUE) {
-			__u64 ns = now - s->phase_start;
+		__u32 state = s->state;
+		__u64 d = now - s->phase_start, w;
 
-			ws_hist_add(next->tgid, WS_HIST_PROCESS, ns);
-			ws_hist_add(next->cgroups->dfl_cgrp->kn->id, WS_HIST_CGROUP, ns);
+		ws_thread_time(next, state, ws_take(&s->acct_from, now, 0));
+		if (state == WS_STATE_RUNQUEUE || state == WS_STATE_THROTTLED)
+			ws_waited(next, state, d);
+		w = ws_draw(d, ws_take(&s->row_from, now, 0));
+		if (w) {
+			s->pending_ns[1] = w;
+			s->pending_state[1] = state;
 		}
-		ws_end_phase(next, s, now);
+		s->phase_start = 0;
+		s->last_episode = s->off_since;
+		if (s->pending_ns[0] || s->pending_ns[1]) {
+			__u32 zero = 0, *slot;
+
+			if (!stacks_at_switch_in)
+				ws_emit_pending(next, s);
+			else if ((slot = bpf_map_lookup_elem(&deferred_tid, &zero)))
+				*slot = next->pid;
+		}
 	}
-	s->phase_start = 0;
+	s->off_since = 0;
 	s->on_cpu_since = now;
 }
 
@@ -186,44 +346,141 @@ static __always_inline void ws_on_switch(void *ctx, bool preempt, struct task_st
 		ws_switch_in(next, now);
 }
 
-/* A wakeup ends the sleep phase of `p` and starts its runqueue phase; the
- * waker (the current task) is recorded with its stack. */
-static __always_inline void ws_on_wakeup(void *ctx, struct task_struct *p, bool new_task)
+/* sched_exit_tp, in the task that just got the CPU: walks its stack for
+ * the rows its switch-in drew. Relies on `current` and the task's storage
+ * only: the tracepoint also fires without a switch, and its arguments are
+ * not a stable interface. */
+static __always_inline void ws_on_switched_in(void *ctx)
 {
-	__u64 now = bpf_ktime_get_ns(), slept = 0;
-	struct ws_task *s = ws_task(p, new_task);
+	__u32 zero = 0, *slot = bpf_map_lookup_elem(&deferred_tid, &zero);
+	struct task_struct *cur;
+	struct ws_task *s;
+	__u32 tid;
+
+	if (!slot || !*slot)
+		return;
+	tid = *slot;
+	*slot = 0;
+	cur = bpf_get_current_task_btf();
+	if (cur->pid != tid || !(s = ws_task(cur, false)))
+		return;
+	ws_own_stacks(ctx, cur, s, s->last_episode, ws_wants_kernel_stack(cur, s));
+	ws_emit_pending(cur, s);
+}
+
+/* Whether the current program runs in an interrupt (hard or soft): x86-64
+ * runs them on per-CPU interrupt stacks, off the current task's stack. */
+static __always_inline bool ws_in_interrupt(struct task_struct *cur)
+{
+	volatile __u64 marker = 0;
+	__u64 sp = (__u64)&marker, base = (__u64)cur->stack;
+
+	return sp - base >= WS_THREAD_SIZE;
+}
+
+/* sched_waking runs in the waker's context (sched_wakeup may run on the
+ * wakee's CPU, in an IPI): who woke `p`, and the waker's stack, drawn by
+ * the wakee's sleep like off-CPU rows. */
+static __always_inline void ws_on_waking(void *ctx, struct task_struct *p)
+{
+	struct task_struct *waker = bpf_get_current_task_btf();
+	struct ws_task *s = ws_task(p, false);
+	bool irq = ws_in_interrupt(waker);
+	struct ws_thread_totals *totals;
+	struct ws_stack_key key = {};
+	__u64 slept, w;
+
+	if (!irq && !waker->pid)
+		return;
+	if (!irq && (totals = ws_thread(waker)))
+		__sync_fetch_and_add(&totals->wakeups_sent, 1);
+	if (!s)
+		return;
+	s->waker_pid = irq ? 0 : waker->tgid;
+	s->waker_tid = irq ? WS_INTERRUPT_TID : waker->pid;
+	if (!s->phase_start || !ws_sleeping(s->state))
+		return;
+	slept = bpf_ktime_get_ns() - s->phase_start;
+	w = ws_sample_weight(slept, slept);
+	if (!w)
+		return;
+	key.state = WS_STATE_WAKEUP;
+	key.peer_pid = p->tgid;
+	key.peer_tid = p->pid;
+	key.stack_gen = ws_control(WS_CONTROL_GENERATION);
+	if (irq) {
+		key.tid = WS_INTERRUPT_TID;
+		key.user_stack_id = WS_NO_STACK;
+		key.kernel_stack_id = ws_kernel_stack(ctx, key.stack_gen);
+	} else {
+		key.pid = waker->tgid;
+		key.tid = waker->pid;
+		key.user_stack_id = ws_is_kthread(waker) ? WS_NO_STACK
+							 : ws_user_stack(ctx, key.stack_gen);
+		key.kernel_stack_id = WS_NO_STACK;
+		key.syscall = ws_is_kthread(waker) ? 0 : ws_syscall(waker);
+		bpf_get_current_comm(key.comm, sizeof(key.comm));
+	}
+	ws_stat_inc(WS_STAT_WAKER_WALKS);
+	ws_add(&key, w);
+}
+
+/* A wakeup ends the sleep phase of `p` (its row drawn, waiting for the
+ * switch-in stack) and starts its runqueue phase. */
+static __always_inline void ws_on_wakeup(struct task_struct *p)
+{
+	__u64 now = bpf_ktime_get_ns();
+	struct ws_task *s = ws_task(p, false);
+	struct ws_thread_totals *totals = ws_thread(p);
+
+	ws_stat_inc(WS_STAT_WAKEUPS);
+	if (totals)
+		__sync_fetch_and_add(&totals->wakeups_received, 1);
+	if (!s || !s->phase_start || !ws_sleeping(s->state))
+		return;
+	__u32 state = s->state;
+	__u64 d = now - s->phase_start;
+	__u64 w;
+
+	ws_add_ns(totals, state, ws_take(&s->acct_from, now, now));
+	w = ws_draw(d, ws_take(&s->row_from, now, now));
+	if (w) {
+		s->pending_ns[0] = w;
+		s->pending_state[0] = state;
+	}
+	s->state = WS_STATE_RUNQUEUE;
+	s->phase_start = now;
+}
+
+/* A new thread starts in the runqueue; its creator is recorded as its
+ * waker (every creation, with its stack: forks are few). */
+static __always_inline void ws_on_wakeup_new(void *ctx, struct task_struct *p)
+{
+	__u64 now = bpf_ktime_get_ns();
+	struct ws_task *s = ws_task(p, true);
 	struct task_struct *waker = bpf_get_current_task_btf();
 	struct ws_thread_totals *totals;
 	struct ws_stack_key key = {};
 
 	ws_stat_inc(WS_STAT_WAKEUPS);
-	if (s && s->phase_start && s->state != WS_STATE_RUNQUEUE) {
-		slept = now - s->phase_start;
-		ws_end_phase(p, s, now);
+	if (s && !s->phase_start) {
 		s->state = WS_STATE_RUNQUEUE;
+		s->off_since = now;
 		s->phase_start = now;
-	} else if (s && new_task && !s->phase_start) {
-		s->state = WS_STATE_RUNQUEUE;
-		s->phase_start = now;
-		s->user_stack_id = WS_NO_STACK;
-		s->kernel_stack_id = WS_NO_STACK;
+		s->acct_from = now;
+		s->row_from = now;
 		s->syscall = 0;
+		s->waker_pid = waker->tgid;
+		s->waker_tid = waker->pid;
 	}
-
-	totals = ws_thread(p);
-	if (totals)
+	if ((totals = ws_thread(p)))
 		__sync_fetch_and_add(&totals->wakeups_received, 1);
-	key.tid = waker->pid;
-	if (!key.tid)
-		return; /* woken from the idle task: an interrupt, no waker thread */
-	totals = ws_thread(waker);
-	if (totals)
-		__sync_fetch_and_add(&totals->wakeups_sent, 1);
-	/* Like off-CPU rows, a waker row (and its stack, the costly part)
-	 * only for wakeups that end a sleep of at least the threshold. */
-	if (slept < offcpu_min_ns && !new_task)
+	if (!waker->pid)
 		return;
+	if ((totals = ws_thread(waker)))
+		__sync_fetch_and_add(&totals->wakeups_sent, 1);
 	key.pid = waker->tgid;
+	key.tid = waker->pid;
 	key.state = WS_STATE_WAKEUP;
 	key.peer_pid = p->tgid;
 	key.peer_tid = p->pid;
@@ -232,7 +489,24 @@ static __always_inline void ws_on_wakeup(void *ctx, struct task_struct *p, bool 
 	key.kernel_stack_id = WS_NO_STACK;
 	key.syscall = ws_is_kthread(waker) ? 0 : ws_syscall(waker);
 	bpf_get_current_comm(key.comm, sizeof(key.comm));
-	ws_add(&key, slept);
+	ws_add(&key, 0);
+}
+
+/* Adds the CPU time of the running task since switch-in (or the last
+ * flush) to `totals`; a compare-and-swap, as the drain-time iterator and
+ * the sampler may flush it at once. */
+static __always_inline void ws_flush_cpu(struct ws_thread_totals *totals, struct ws_task *s,
+					 __u64 now)
+{
+	__u64 since = s->on_cpu_since;
+
+	if (!since) { /* running since before it was first seen */
+		__sync_val_compare_and_swap(&s->on_cpu_since, 0, now);
+		return;
+	}
+	if (now > since &&
+	    __sync_val_compare_and_swap(&s->on_cpu_since, since, now) == since)
+		ws_add_ns(totals, WS_STATE_CPU, now - since);
 }
 
 #endif /* WALLSCOPE_OFFCPU_BPF_H */

@@ -158,20 +158,65 @@ static __always_inline struct ws_unwind_mapping *ws_unwind_mapping(struct ws_unw
 	return NULL;
 }
 
-/* One frame: records the pc, then finds the caller's pc, sp and bp. */
-static long ws_unwind_step(__u32 index, void *data)
+/* Reads user memory of the current task, or, from the sleepable drain-time
+ * iterator, of `task` (a constant NULL folds the other branch away, so
+ * non-sleepable programs never reference the sleepable helper). */
+static __always_inline long ws_read_user(void *dst, __u32 size, __u64 addr,
+					 struct task_struct *task)
 {
-	__u32 zero = 0;
-	struct ws_unwind_walk *w = bpf_map_lookup_elem(&unwind_walk, &zero);
-	struct ws_stack *s = bpf_map_lookup_elem(&stack_scratch, &zero);
-	struct ws_unwind_mapping *m;
-	struct ws_unwind_cached *c;
-	struct ws_unwind_row *row;
-	__u64 ra = 0, bp, at;
-	__u32 len, slot;
+	if (task)
+		return bpf_copy_from_user_task(dst, size, (void *)addr, task, 0);
+	return bpf_probe_read_user(dst, size, (void *)addr);
+}
 
-	if (!w || !s)
-		return 1;
+/* The unwind rule for `at`: through the per-CPU cache for the current task;
+ * without it for another task's walk, which may sleep mid-way and let
+ * programs on this CPU rewrite a cache entry under it. */
+static __always_inline bool ws_unwind_rule(struct ws_unwind_walk *w, __u64 at,
+					   struct ws_unwind_row *out, bool cached)
+{
+	struct ws_unwind_mapping *m;
+	struct ws_unwind_cached *c = NULL;
+	__u32 slot;
+
+	if (cached) {
+		slot = (__u32)((at ^ (at >> 17) ^ w->pid) * 0x9e3779b1u) % WS_UNWIND_CACHE;
+		c = bpf_map_lookup_elem(&unwind_cache, &slot);
+		if (!c)
+			return false;
+		if (c->pc == at && c->pid == w->pid && c->epoch == w->proc.epoch) {
+			*out = c->row;
+			return true;
+		}
+	}
+	m = ws_unwind_mapping(&w->proc, at);
+	out->cfa_reg = WS_UNWIND_FP_STEP;
+	if (m) {
+		struct ws_unwind_row *found = ws_unwind_find(m, at - m->bias);
+
+		if (found)
+			*out = *found;
+		else
+			out->cfa_reg = WS_CFA_NONE;
+	}
+	if (c) {
+		c->pc = at;
+		c->pid = w->pid;
+		c->epoch = w->proc.epoch;
+		c->row = *out;
+	}
+	return true;
+}
+
+/* One frame: records the pc, then finds the caller's pc, sp and bp.
+ * Returns 1 when the walk ends. */
+static __always_inline long ws_unwind_step_in(struct ws_unwind_walk *w, struct ws_stack *s,
+					      struct task_struct *task)
+{
+	struct ws_unwind_row row = {};
+	__u64 ra = 0, bp, at;
+	__u32 len;
+
 	len = w->len;
 	if (len >= WS_MAX_STACK_DEPTH) {
 		w->stop = WS_STAT_UNWIND_TRUNCATED;
@@ -182,29 +227,13 @@ static long ws_unwind_step(__u32 index, void *data)
 	bp = w->bp;
 	/* A caller's pc is a return address, maybe just past its function. */
 	at = len ? w->pc - 1 : w->pc;
-	slot = (__u32)((at ^ (at >> 17) ^ w->pid) * 0x9e3779b1u) % WS_UNWIND_CACHE;
-	c = bpf_map_lookup_elem(&unwind_cache, &slot);
-	if (!c)
+	if (!ws_unwind_rule(w, at, &row, !task))
 		return 1;
-	if (c->pc != at || c->pid != w->pid || c->epoch != w->proc.epoch) {
-		m = ws_unwind_mapping(&w->proc, at);
-		c->pc = at;
-		c->pid = w->pid;
-		c->epoch = w->proc.epoch;
-		c->row.cfa_reg = WS_UNWIND_FP_STEP;
-		if (m) {
-			struct ws_unwind_row *found = ws_unwind_find(m, at - m->bias);
-
-			if (found)
-				c->row = *found;
-			else
-				c->row.cfa_reg = WS_CFA_NONE;
-		}
-	}
-	row = &c->row;
-	if (row->cfa_reg == WS_UNWIND_FP_STEP) {
-		if (!bp || bpf_probe_read_user(&ra, sizeof(ra), (void *)(bp + 8)) ||
-		    bpf_probe_read_user(&bp, sizeof(bp), (void *)bp)) {
+	if (row.cfa_reg == WS_UNWIND_FP_STEP) {
+		/* Callers' frames sit higher on the stack: a chain that does
+		 * not climb is not a frame chain (garbage in rbp). */
+		if (!bp || ws_read_user(&ra, sizeof(ra), bp + 8, task) ||
+		    ws_read_user(&bp, sizeof(bp), bp, task) || bp <= w->bp) {
 			w->stop = WS_UNWIND_DONE; /* the chain ends */
 			return 1;
 		}
@@ -212,22 +241,22 @@ static long ws_unwind_step(__u32 index, void *data)
 	} else {
 		__u64 cfa;
 
-		if (row->cfa_reg == WS_CFA_NONE) {
+		if (row.cfa_reg == WS_CFA_NONE) {
 			w->stop = WS_STAT_UNWIND_NO_INFO;
 			return 1;
 		}
-		if (row->cfa_reg == WS_CFA_END) {
+		if (row.cfa_reg == WS_CFA_END) {
 			w->stop = WS_UNWIND_DONE;
 			return 1;
 		}
-		if (row->cfa_reg > WS_CFA_RBP || row->rbp_rule > WS_RBP_AT_CFA) {
+		if (row.cfa_reg > WS_CFA_RBP || row.rbp_rule > WS_RBP_AT_CFA) {
 			w->stop = WS_STAT_UNWIND_UNSUPPORTED;
 			return 1;
 		}
-		cfa = (row->cfa_reg == WS_CFA_RSP ? w->sp : w->bp) + (__s64)row->cfa_off;
-		if (bpf_probe_read_user(&ra, sizeof(ra), (void *)(cfa - 8)) ||
-		    (row->rbp_rule == WS_RBP_AT_CFA &&
-		     bpf_probe_read_user(&bp, sizeof(bp), (void *)(cfa + (__s64)row->rbp_off)))) {
+		cfa = (row.cfa_reg == WS_CFA_RSP ? w->sp : w->bp) + (__s64)row.cfa_off;
+		if (ws_read_user(&ra, sizeof(ra), cfa - 8, task) ||
+		    (row.rbp_rule == WS_RBP_AT_CFA &&
+		     ws_read_user(&bp, sizeof(bp), cfa + (__s64)row.rbp_off, task))) {
 			w->stop = WS_STAT_UNWIND_READ_FAILED;
 			return 1;
 		}
@@ -242,24 +271,30 @@ static long ws_unwind_step(__u32 index, void *data)
 	return 0;
 }
 
-/* Walks the current task's user stack into `s` when its process has unwind
- * tables; returns the number of frames, or -1 to use bpf_get_stack. */
-static __always_inline long ws_unwind_user(struct ws_stack *s)
+static long ws_unwind_step(__u32 index, void *data)
 {
-	__u32 zero = 0, pid;
+	__u32 zero = 0;
+	struct ws_unwind_walk *w = bpf_map_lookup_elem(&unwind_walk, &zero);
+	struct ws_stack *s = bpf_map_lookup_elem(&stack_scratch, &zero);
+
+	if (!w || !s)
+		return 1;
+	return ws_unwind_step_in(w, s, NULL);
+}
+
+/* Sets up walk `w` of the task whose user registers are `regs`; false
+ * when its process has no unwind tables (the caller falls back). */
+static __always_inline bool ws_unwind_start(struct ws_unwind_walk *w, __u32 pid,
+					    struct pt_regs *regs)
+{
 	struct ws_unwind_proc *proc;
-	struct ws_unwind_walk *w;
-	struct pt_regs *regs;
 
 	if (!unwind_tables)
-		return -1;
-	pid = bpf_get_current_pid_tgid() >> 32;
+		return false;
 	proc = bpf_map_lookup_elem(&unwind_procs, &pid);
-	w = bpf_map_lookup_elem(&unwind_walk, &zero);
-	if (!proc || !w)
-		return -1;
+	if (!proc)
+		return false;
 	__builtin_memcpy(&w->proc, proc, sizeof(w->proc));
-	regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
 	w->pc = regs->ip;
 	w->sp = regs->sp;
 	w->bp = regs->bp;
@@ -267,10 +302,28 @@ static __always_inline long ws_unwind_user(struct ws_stack *s)
 	w->stop = 0;
 	w->pid = pid;
 	ws_stat_inc(WS_STAT_UNWIND_WALKS);
-	bpf_loop(WS_MAX_STACK_DEPTH + 1, ws_unwind_step, NULL, 0);
+	return true;
+}
+
+static __always_inline long ws_unwind_end(struct ws_unwind_walk *w)
+{
 	if (w->stop && w->stop != WS_UNWIND_DONE)
 		ws_stat_inc(w->stop);
 	return w->len;
+}
+
+/* Walks the current task's user stack into `s` when its process has unwind
+ * tables; returns the number of frames, or -1 to use bpf_get_stack. */
+static __always_inline long ws_unwind_user(struct ws_stack *s)
+{
+	__u32 zero = 0;
+	struct ws_unwind_walk *w = bpf_map_lookup_elem(&unwind_walk, &zero);
+	struct task_struct *cur = bpf_get_current_task_btf();
+
+	if (!w || !ws_unwind_start(w, cur->tgid, (struct pt_regs *)bpf_task_pt_regs(cur)))
+		return -1;
+	bpf_loop(WS_MAX_STACK_DEPTH + 1, ws_unwind_step, NULL, 0);
+	return ws_unwind_end(w);
 }
 
 /* A new process starts with its parent's mappings: it takes the parent's

@@ -5,7 +5,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_tracing.h>
-#include "offcpu.bpf.h"
+#include "live.bpf.h"
 #include "lifecycle.bpf.h"
 
 /* Set by user space before load. */
@@ -51,17 +51,44 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 	return 0;
 }
 
+/* Loaded only where the kernel has this bare tracepoint (user space sets
+ * stacks_at_switch_in then). */
+SEC("tp_btf/sched_exit_tp")
+int BPF_PROG(on_switched_in)
+{
+	ws_on_switched_in(ctx);
+	return 0;
+}
+
+SEC("tp_btf/sched_waking")
+int BPF_PROG(on_waking, struct task_struct *p)
+{
+	ws_on_waking(ctx, p);
+	return 0;
+}
+
 SEC("tp_btf/sched_wakeup")
 int BPF_PROG(on_wakeup, struct task_struct *p)
 {
-	ws_on_wakeup(ctx, p, false);
+	ws_on_wakeup(p);
 	return 0;
 }
 
 SEC("tp_btf/sched_wakeup_new")
 int BPF_PROG(on_wakeup_new, struct task_struct *p)
 {
-	ws_on_wakeup(ctx, p, true);
+	ws_on_wakeup_new(ctx, p);
+	return 0;
+}
+
+/* Read by user space at every drain (see live.bpf.h). */
+SEC("iter.s/task")
+int live_threads(struct bpf_iter__task *ctx)
+{
+	struct task_struct *task = ctx->task;
+
+	if (task && task->pid)
+		ws_live_thread(ctx->meta->seq, task);
 	return 0;
 }
 

@@ -45,6 +45,14 @@ struct Sampling {
     /// (`/threads`) still count every nanosecond.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=60_000_000))]
     offcpu_min_us: u64,
+    /// Off-CPU and waker stacks are sampled by interval length: an interval
+    /// of d microseconds gets a stack with probability min(1, d / this)
+    /// and counts d / p in flame graphs (an unbiased estimate), so the
+    /// stack-walk rate stays bounded whatever the switch rate; longer
+    /// intervals always get one. 0: a stack for every interval. Per-thread
+    /// totals are exact either way.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(0..=4_000_000))]
+    offcpu_sample_us: u64,
     /// `auto`: have HotSpot JVMs (JDK 17+) write their perf map and report
     /// thread names, through the attach mechanism (as `jcmd` does); `off`:
     /// never signal or connect to a JVM (perf maps they write themselves
@@ -188,6 +196,8 @@ fn pipeline_options(sampling: &Sampling, history: History) -> PipelineOptions {
             frequency_hz: sampling.frequency,
             include_idle: sampling.include_idle,
             offcpu_min_ns: sampling.offcpu_min_us * 1000,
+            offcpu_sample_ns: sampling.offcpu_sample_us * 1000,
+            live_min_ns: 100_000_000,
             unwind_tables: sampling.unwind == Unwind::Tables,
             unwind_rows: (sampling.unwind_table_mb * 1024 * 1024 / 12) as u32,
         },

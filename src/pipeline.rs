@@ -80,6 +80,8 @@ pub struct Health {
     /// Unwind registrations skipped because the registry was still busy
     /// with the previous drain's processes (they come again next drain).
     pub unwind_updates_skipped: u64,
+    /// How the off-CPU engine runs on this kernel.
+    pub engine: Option<bpf::Engine>,
 }
 
 /// Drained batches waiting for the symbolizer; a drain that finds the
@@ -146,6 +148,7 @@ impl Pipeline {
             .map(Registry::new);
         let store = Store::new(opts.retention).with_max_bytes(opts.store_max_bytes);
         let shared = Shared::new(store, probes.attached.clone());
+        shared.health().engine = Some(probes.engine.clone());
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, rx) = mpsc::sync_channel::<RawBatch>(BATCH_QUEUE);
         let table = Arc::new(ProcessTable::default());

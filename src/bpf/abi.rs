@@ -475,6 +475,13 @@ pub mod names {
     pub const COUNTS_STRIP_AT: &str = "counts_strip_at";
     pub const INCLUDE_IDLE: &str = "include_idle";
     pub const OFFCPU_MIN_NS: &str = "offcpu_min_ns";
+    pub const OFFCPU_SAMPLE_NS: &str = "offcpu_sample_ns";
+    pub const STACKS_AT_SWITCH_IN: &str = "stacks_at_switch_in";
+    pub const LIVE_MIN_NS: &str = "live_min_ns";
+    /// The switch-in hook, loaded where the kernel has the tracepoint.
+    pub const SWITCH_IN_PROGRAM: (&str, &str) = ("on_switched_in", "sched_exit_tp");
+    /// The drain-time task iterator.
+    pub const LIVE_PROGRAM: &str = "live_threads";
     pub const UNWIND_TABLES: &str = "unwind_tables";
     pub const UNWIND_ROWS: &str = "unwind_rows";
     pub const UNWIND_PROCS: &str = "unwind_procs";

@@ -3,18 +3,21 @@
 
 pub mod abi;
 pub mod batch;
+pub mod iter;
 
-use std::path::Path;
+use std::{os::fd::AsFd, path::Path};
 
 use aya::{
     maps::{Array, HashMap, MapData, PerCpuArray, RingBuf},
     programs::{
         perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
-        BtfTracePoint, PerfEvent,
+        BtfTracePoint, Iter, PerfEvent,
     },
     Btf, Ebpf, EbpfLoader,
 };
 use thiserror::Error;
+
+use aya_obj::btf::BtfKind;
 
 use abi::{names, Hist, HistKey, StackKey, StackValue, ThreadTotals};
 
@@ -64,6 +67,11 @@ pub struct ProbeOptions {
     /// Off-CPU intervals shorter than this get no stack row (per-thread
     /// totals still count them).
     pub offcpu_min_ns: u64,
+    /// Sampling scale of off-CPU and waker stacks: an interval of length
+    /// d gets a stack with probability min(1, d / this); 0: every one.
+    pub offcpu_sample_ns: u64,
+    /// Threads off-CPU at least this long are listed in the live view.
+    pub live_min_ns: u64,
     /// Walk user stacks with unwind tables where processes have them.
     pub unwind_tables: bool,
     /// Capacity of the unwind row array (12 bytes a row).
@@ -97,6 +105,24 @@ pub struct ProbeMaps {
     /// Process lifecycle events, taken by the process table (`None` once
     /// taken).
     pub proc_events: Option<RingBuf<MapData>>,
+    /// The drain-time task iterator (`None` where the kernel refused it).
+    pub live: Option<iter::TaskIter>,
+}
+
+/// How the off-CPU engine runs on this kernel (for `/healthz`).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Engine {
+    /// Off-CPU stacks are walked at switch-in (`sched_exit_tp`), only for
+    /// the intervals drawn; otherwise at every switch-out.
+    pub stacks_at_switch_in: bool,
+    /// Ongoing intervals are accounted at each drain and blocked threads
+    /// listed (a task iterator).
+    pub live_threads: bool,
+    /// Why not, when not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub live_threads_error: Option<String>,
+    /// Sampling scale of off-CPU and waker stacks, in microseconds.
+    pub stack_sample_us: u64,
 }
 
 /// Unwind tables and the processes that use them (written by user space).
@@ -113,6 +139,7 @@ pub struct Probes {
     _ebpf: Ebpf,
     /// Names of the attached programs, with how many links each.
     pub attached: Vec<(String, usize)>,
+    pub engine: Engine,
 }
 
 /// Loads the programs and attaches the on-CPU sampler to every online CPU
@@ -133,11 +160,23 @@ pub fn load(opts: &ProbeOptions) -> Result<(Probes, ProbeMaps), LoadError> {
     let strip_at = u64::from(counts_entries - counts_entries / 16);
     let unwind_tables = u8::from(opts.unwind_tables);
     let unwind_rows = opts.unwind_rows.max(1);
+    let btf = Btf::from_sys_fs().map_err(LoadError::Btf)?;
+    // A bare tracepoint (no tracefs event) of recent kernels: at the end of
+    // __schedule(), in the task that got the CPU.
+    let switch_in_hook = btf
+        .id_by_type_name_kind("btf_trace_sched_exit_tp", BtfKind::Typedef)
+        .is_ok();
+    let stacks_at_switch_in = u8::from(switch_in_hook);
+    // The draw is u32 x T >> 32 in BPF: T below 2^32 ns.
+    let sample_ns = opts.offcpu_sample_ns.min(u64::from(u32::MAX));
     let mut ebpf = EbpfLoader::new()
         // aya has no type for task storage; only BPF touches that map.
         .allow_unsupported_maps()
         .override_global(names::INCLUDE_IDLE, &include_idle, true)
         .override_global(names::OFFCPU_MIN_NS, &opts.offcpu_min_ns, true)
+        .override_global(names::OFFCPU_SAMPLE_NS, &sample_ns, true)
+        .override_global(names::STACKS_AT_SWITCH_IN, &stacks_at_switch_in, true)
+        .override_global(names::LIVE_MIN_NS, &opts.live_min_ns, true)
         .override_global(names::UNWIND_TABLES, &unwind_tables, true)
         .map_max_entries(names::UNWIND_ROWS, unwind_rows)
         .map_max_entries(names::COUNTS[0], counts_entries)
@@ -180,8 +219,12 @@ pub fn load(opts: &ProbeOptions) -> Result<(Probes, ProbeMaps), LoadError> {
     }
     let mut attached = vec![(names::ON_CPU_PROGRAM.to_string(), cpus.len())];
 
-    let btf = Btf::from_sys_fs().map_err(LoadError::Btf)?;
-    for (name, tracepoint) in names::SCHED_PROGRAMS {
+    let hooks = names::SCHED_PROGRAMS.iter().chain(
+        switch_in_hook
+            .then_some(&names::SWITCH_IN_PROGRAM)
+            .into_iter(),
+    );
+    for &(name, tracepoint) in hooks {
         let err = |source| LoadError::Program { name, source };
         let program: &mut BtfTracePoint = ebpf
             .program_mut(name)
@@ -193,15 +236,56 @@ pub fn load(opts: &ProbeOptions) -> Result<(Probes, ProbeMaps), LoadError> {
         attached.push((name.to_string(), 1));
     }
 
+    let live = attach_live(&mut ebpf, &btf);
+    if live.is_ok() {
+        attached.push((names::LIVE_PROGRAM.to_string(), 1));
+    }
     let mut maps = take_maps(&mut ebpf, unwind_rows)?;
     maps.counts_entries = counts_entries;
+    let engine = Engine {
+        stacks_at_switch_in: switch_in_hook,
+        live_threads: live.is_ok(),
+        // The verifier's log can be megabytes: its first line says enough.
+        live_threads_error: live
+            .as_ref()
+            .err()
+            .map(|e| e.to_string().lines().next().unwrap_or_default().to_string()),
+        stack_sample_us: sample_ns / 1000,
+    };
+    if let Err(e) = &live {
+        tracing::warn!("no drain-time task iterator ({e}): blocked threads show only once they wake");
+    }
+    maps.live = live.ok();
     Ok((
         Probes {
             _ebpf: ebpf,
             attached,
+            engine,
         },
         maps,
     ))
+}
+
+/// Loads and attaches the sleepable task iterator (Linux 5.18+ for
+/// `bpf_copy_from_user_task`).
+fn attach_live(ebpf: &mut Ebpf, btf: &Btf) -> Result<iter::TaskIter, LoadError> {
+    let name = names::LIVE_PROGRAM;
+    let err = |source| LoadError::Program { name, source };
+    let program: &mut Iter = ebpf
+        .program_mut(name)
+        .ok_or(LoadError::MissingProgram { name })?
+        .try_into()
+        .map_err(err)?;
+    program.load("task", btf).map_err(err)?;
+    let fd = program.fd().map_err(err)?;
+    iter::TaskIter::attach(fd.as_fd()).map_err(|e| {
+        err(aya::programs::ProgramError::SyscallError(
+            aya::sys::SyscallError {
+                call: "bpf_link_create",
+                io_error: e,
+            },
+        ))
+    })
 }
 
 fn take_maps(ebpf: &mut Ebpf, unwind_rows: u32) -> Result<ProbeMaps, LoadError> {
@@ -236,6 +320,7 @@ fn take_maps(ebpf: &mut Ebpf, unwind_rows: u32) -> Result<ProbeMaps, LoadError> 
             capacity: unwind_rows,
         }),
         proc_events: Some(take(ebpf, names::PROC_EVENTS)?),
+        live: None,
     })
 }
 

@@ -23,7 +23,8 @@ use thiserror::Error;
 
 use crate::bpf::{
     abi::{
-        comm_str, is_merged_tid, Control, Hist, HistKey, Stat, State, ThreadTotals, WAKEUP_STATE,
+        comm_str, is_merged_tid, Control, Hist, HistKey, LiveThread, Stat, State, ThreadTotals,
+        INTERRUPT_TID, WAKEUP_STATE,
     },
     ProbeMaps,
 };
@@ -163,6 +164,8 @@ pub struct Drainer {
     stacks: StackCache,
     last_stats: StatDeltas,
     last_drain: SystemTime,
+    /// The task iterator's output, kept between drains.
+    live_buf: Vec<u8>,
 }
 
 impl Drainer {
@@ -174,12 +177,16 @@ impl Drainer {
             stacks: StackCache::default(),
             last_stats: [0; Stat::COUNT],
             last_drain: SystemTime::now(),
+            live_buf: Vec::new(),
         }
     }
 
     /// Flips the buffers and returns what the now idle one held.
     pub fn drain(&mut self) -> Result<RawBatch, CollectError> {
         let started = Instant::now();
+        // Ongoing phases are accounted into the active buffer first, so
+        // the drained buffer holds every thread's time up to now.
+        let live_rows = self.run_live();
         let idle = self.active;
         self.active ^= 1;
         self.maps
@@ -235,6 +242,31 @@ impl Drainer {
                 count: value.count,
             });
         }
+        let mut live = Vec::with_capacity(live_rows.len());
+        for row in &live_rows {
+            let Some(state) = State::from_raw(row.state) else {
+                continue;
+            };
+            let mut stack = |id| {
+                let found = self.stacks.get(&self.maps.stacks, row.stack_gen, id);
+                missing_stacks += u64::from(found.is_err());
+                found.ok().flatten()
+            };
+            let user_stack = stack(row.user_stack_id);
+            let kernel_stack = stack(row.kernel_stack_id);
+            live.push(RawLive {
+                pid: row.pid,
+                tid: row.tid,
+                comm: comm_str(&row.comm),
+                state,
+                in_state: Duration::from_nanos(row.now_ns.saturating_sub(row.since_ns)),
+                syscall: row.syscall.checked_sub(1),
+                user_stack,
+                kernel_stack,
+                waker: waker(row.waker_pid, row.waker_tid),
+            });
+        }
+        live.sort_by(|a, b| b.in_state.cmp(&a.in_state));
         let stats = self.stat_deltas()?;
         self.stacks.maybe_rotate(
             &mut self.maps.stacks,
@@ -255,11 +287,28 @@ impl Drainer {
                 .into_iter()
                 .filter_map(|(k, h)| Some((hist_owner(&k)?, h)))
                 .collect(),
-            live: Vec::new(),
+            live,
             stats,
             missing_stacks,
             drain_time: started.elapsed(),
         })
+    }
+
+    /// Runs the drain-time task iterator: its records, or none where the
+    /// kernel refused it or a run failed (logged; the drain goes on).
+    fn run_live(&mut self) -> Vec<LiveThread> {
+        let Some(iter) = &self.maps.live else {
+            return Vec::new();
+        };
+        self.live_buf.clear();
+        if let Err(e) = iter.run(&mut self.live_buf) {
+            tracing::warn!("task iterator: {e}");
+            return Vec::new();
+        }
+        self.live_buf
+            .chunks_exact(std::mem::size_of::<LiveThread>())
+            .filter_map(LiveThread::from_bytes)
+            .collect()
     }
 
     fn stat_deltas(&mut self) -> Result<StatDeltas, CollectError> {
@@ -306,6 +355,14 @@ fn raw_thread(tid: u32, t: &ThreadTotals) -> RawThread {
         switches_involuntary: t.switches_involuntary,
         wakeups_sent: t.wakeups_sent,
         wakeups_received: t.wakeups_received,
+    }
+}
+
+fn waker(pid: u32, tid: u32) -> Option<Waker> {
+    match (pid, tid) {
+        (0, INTERRUPT_TID) => Some(Waker::Interrupt),
+        (_, 0) => None,
+        (pid, tid) => Some(Waker::Thread { pid, tid }),
     }
 }
 

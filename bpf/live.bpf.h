@@ -1,0 +1,204 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The drain-time task iterator: user space reads it once per drain, just
+ * before flipping the buffers. For every thread it
+ *  - adds the time of its ongoing phase (or of its running) that has passed
+ *    since the last account, so each window holds every thread's time even
+ *    if the thread never woke in it;
+ *  - for a phase long enough that its end would get a stack for certain
+ *    (at least max(offcpu_min_ns, offcpu_sample_ns)), adds that time to the
+ *    phase's stack row, walking the blocked thread's stacks once per
+ *    episode (later drains renew the stack ids without a walk);
+ *  - writes a ws_live_thread record for each thread off-CPU for at least
+ *    live_min_ns (the daemon's /blocked view).
+ * Sleepable, to read a blocked thread's user memory
+ * (bpf_copy_from_user_task) from its saved registers.
+ */
+#ifndef WALLSCOPE_LIVE_BPF_H
+#define WALLSCOPE_LIVE_BPF_H
+
+#include "offcpu.bpf.h"
+
+/* Set by user space before load. */
+const volatile __u64 live_min_ns = 100000000;
+
+/* Scratch of the iterator's walks. Not per-CPU maps: a sleepable program
+ * may sleep mid-walk while other programs on its CPU use those; one
+ * iterator runs at a time (the drainer). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct ws_stack);
+} live_stack SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct ws_unwind_walk);
+} live_walk SEC(".maps");
+
+struct ws_task_walk {
+	struct task_struct *task;
+};
+
+/* One frame of another task's walk (bpf_loop callback, so the verifier
+ * checks one step rather than every walk length). */
+static long ws_task_walk_step(__u32 index, void *data)
+{
+	struct ws_task_walk *ctx = data;
+	__u32 zero = 0;
+	struct ws_unwind_walk *w = bpf_map_lookup_elem(&live_walk, &zero);
+	struct ws_stack *s = bpf_map_lookup_elem(&live_stack, &zero);
+	struct task_struct *task = ctx->task;
+
+	if (!w || !s || !task)
+		return 1;
+	return ws_unwind_step_in(w, s, task);
+}
+
+/* Walks `task`'s user stack from the registers it saved on entering the
+ * kernel: with unwind tables where registered, frame pointers elsewhere. */
+static __always_inline long ws_task_user_stack(struct task_struct *task,
+					       struct ws_unwind_walk *w)
+{
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	struct ws_task_walk ctx = { .task = task };
+
+	if (!ws_unwind_start(w, task->tgid, regs)) {
+		/* No tables: every step is a frame-pointer step. */
+		w->proc.count = 0;
+		w->proc.epoch = 0;
+		w->pc = regs->ip;
+		w->sp = regs->sp;
+		w->bp = regs->bp;
+		w->len = 0;
+		w->stop = 0;
+		w->pid = task->tgid;
+	}
+	bpf_loop(WS_MAX_STACK_DEPTH + 1, ws_task_walk_step, &ctx, 0);
+	return ws_unwind_end(w);
+}
+
+/* The stacks of `task`'s current episode in `s`: walked once, renewed into
+ * the current generation on later drains. */
+static __always_inline void ws_task_stacks(struct task_struct *task, struct ws_task *s)
+{
+	__u32 zero = 0, gen = ws_control(WS_CONTROL_GENERATION);
+	struct ws_stack *st = bpf_map_lookup_elem(&live_stack, &zero);
+	struct ws_unwind_walk *w = bpf_map_lookup_elem(&live_walk, &zero);
+	long n;
+
+	if (s->stack_episode == s->off_since) {
+		s->user_stack_id = ws_renew_stack(s->user_stack_id, s->stack_gen, gen);
+		s->kernel_stack_id = ws_renew_stack(s->kernel_stack_id, s->stack_gen, gen);
+		s->stack_gen = gen;
+		return;
+	}
+	if (!st || !w)
+		return;
+	s->stack_gen = gen;
+	s->stack_episode = s->off_since;
+	s->user_stack_id = WS_NO_STACK;
+	s->kernel_stack_id = WS_NO_STACK;
+	ws_stat_inc(WS_STAT_LIVE_WALKS);
+	if (!ws_is_kthread(task)) {
+		n = ws_task_user_stack(task, w);
+		if (n > 0 && n <= WS_MAX_STACK_DEPTH) {
+			st->len = n;
+			s->user_stack_id = ws_store_stack(st, gen, WS_STAT_USTACK_COLLISION);
+		} else {
+			ws_stat_inc(WS_STAT_USTACK_FAILED);
+		}
+	}
+	if (ws_is_kthread(task) || s->state == WS_STATE_IO) {
+		n = bpf_get_task_stack(task, st->ips, sizeof(st->ips), 0);
+		if (n > 0) {
+			st->len = n / sizeof(__u64);
+			s->kernel_stack_id = ws_store_stack(st, gen, WS_STAT_KSTACK_COLLISION);
+		} else {
+			ws_stat_inc(WS_STAT_KSTACK_FAILED);
+		}
+	}
+}
+
+/* A thread first seen by the iterator (it has not switched since the
+ * programs were attached): its phase starts now, classified from its
+ * state; running ones start their CPU time now. */
+static __always_inline void ws_adopt(struct task_struct *task, struct ws_task *s, __u64 now)
+{
+	__u32 st = ws_task_state(task);
+
+	if (task->on_cpu) {
+		__sync_val_compare_and_swap(&s->on_cpu_since, 0, now);
+		return;
+	}
+	s->syscall = ws_is_kthread(task) ? 0 : ws_syscall(task);
+	s->state = ws_classify(st == TASK_RUNNING, task, st, s->syscall);
+	s->off_since = now;
+	s->row_from = now;
+	s->acct_from = now;
+	s->phase_start = now;
+}
+
+static __always_inline void ws_live_record(struct seq_file *seq, struct task_struct *task,
+					   struct ws_task *s, __u64 now)
+{
+	struct ws_live_thread rec = {};
+
+	rec.pid = task->tgid;
+	rec.tid = task->pid;
+	rec.state = s->state;
+	rec.syscall = s->syscall;
+	rec.since_ns = s->phase_start;
+	rec.now_ns = now;
+	rec.stack_gen = s->stack_gen;
+	rec.user_stack_id = s->stack_episode == s->off_since ? s->user_stack_id : WS_NO_STACK;
+	rec.kernel_stack_id = s->stack_episode == s->off_since ? s->kernel_stack_id : WS_NO_STACK;
+	rec.waker_pid = s->waker_pid;
+	rec.waker_tid = s->waker_tid;
+	__builtin_memcpy(rec.comm, task->comm, sizeof(rec.comm));
+	bpf_seq_write(seq, &rec, sizeof(rec));
+}
+
+static __always_inline void ws_live_thread(struct seq_file *seq, struct task_struct *task)
+{
+	struct ws_task *s = bpf_task_storage_get(&tasks, task, 0, 0);
+	__u64 now = bpf_ktime_get_ns(), phase, from, row_min;
+	struct ws_stack_key key = {};
+	bool fresh = !s;
+
+	if (!s) {
+		s = bpf_task_storage_get(&tasks, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (!s)
+			return;
+		ws_adopt(task, s, now);
+	}
+	if (s->on_cpu_since) {
+		if (!fresh)
+			ws_flush_cpu(ws_thread(task), s, now);
+		return;
+	}
+	phase = s->phase_start;
+	if (!phase || now <= phase)
+		return;
+	from = s->acct_from;
+	if (from && now > from && __sync_val_compare_and_swap(&s->acct_from, from, now) == from)
+		ws_thread_time(task, s->state, now - from);
+
+	row_min = offcpu_min_ns > offcpu_sample_ns ? offcpu_min_ns : offcpu_sample_ns;
+	if (now - phase >= row_min || now - phase >= live_min_ns) {
+		ws_task_stacks(task, s);
+		from = s->row_from;
+		if (now - phase >= row_min && from && now > from &&
+		    __sync_val_compare_and_swap(&s->row_from, from, now) == from) {
+			ws_phase_key(&key, task, s, s->state);
+			ws_add(&key, now - from);
+		}
+	}
+	if (now - phase >= live_min_ns)
+		ws_live_record(seq, task, s, now);
+}
+
+#endif /* WALLSCOPE_LIVE_BPF_H */
