@@ -231,9 +231,9 @@ static __always_inline long ws_unwind_step_in(struct ws_unwind_walk *w, struct w
 		return 1;
 	if (row.cfa_reg == WS_UNWIND_FP_STEP) {
 		/* Callers' frames sit higher on the stack: a chain that does
-		 * not climb is not a frame chain (garbage in rbp). */
+		 * not climb is not a frame chain (garbage in rbp); 0 ends it. */
 		if (!bp || ws_read_user(&ra, sizeof(ra), bp + 8, task) ||
-		    ws_read_user(&bp, sizeof(bp), bp, task) || bp <= w->bp) {
+		    ws_read_user(&bp, sizeof(bp), bp, task) || (bp && bp <= w->bp)) {
 			w->stop = WS_UNWIND_DONE; /* the chain ends */
 			return 1;
 		}
