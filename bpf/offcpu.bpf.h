@@ -105,20 +105,35 @@ static __always_inline bool ws_is_kthread(struct task_struct *t)
 	return t->flags & PF_KTHREAD;
 }
 
-/* Whether `t`'s cgroup has spent its CPU quota: the task's flag where
- * throttling is per task, else its group's throttle count. */
+/* Whether `t`'s cgroup has spent its CPU quota: the task's own flag where
+ * throttling is per task (6.18+), or its group's throttle count, which is
+ * set first (the task is preempted, then throttled on its way to user
+ * mode, and in between it waits for the quota, not for a CPU). */
 static __always_inline bool ws_throttled(struct task_struct *t)
 {
 	struct task_struct___throttle *tt = (void *)t;
 
-	if (bpf_core_field_exists(tt->throttled))
-		return BPF_CORE_READ(tt, throttled);
+	if (bpf_core_field_exists(tt->throttled) && BPF_CORE_READ(tt, throttled))
+		return true;
 	if (bpf_core_field_exists(t->se.cfs_rq)) {
 		struct cfs_rq *cfs = BPF_CORE_READ(t, se.cfs_rq);
 
 		return cfs && BPF_CORE_READ(cfs, throttle_count) > 0;
 	}
 	return false;
+}
+
+/* Id of the cgroup whose CPU quota applies to `t` (the CPU controller's,
+ * in cgroup v1 or v2); its default-hierarchy cgroup where unknown. */
+static __always_inline __u64 ws_cpu_cgroup(struct task_struct *t)
+{
+	if (bpf_core_field_exists(t->sched_task_group)) {
+		struct task_group *tg = BPF_CORE_READ(t, sched_task_group);
+
+		if (tg)
+			return BPF_CORE_READ(tg, css.cgroup, kn, id);
+	}
+	return t->cgroups->dfl_cgrp->kn->id;
 }
 
 /* Syscall the task is in, as nr + 1; 0 when in none. */
@@ -297,8 +312,10 @@ static __always_inline void ws_waited(struct task_struct *t, __u32 state, __u64 
 	bool throttled = state == WS_STATE_THROTTLED;
 
 	ws_hist_add(t->tgid, throttled ? WS_HIST_PROCESS_THROTTLED : WS_HIST_PROCESS, ns);
-	ws_hist_add(t->cgroups->dfl_cgrp->kn->id,
-		    throttled ? WS_HIST_CGROUP_THROTTLED : WS_HIST_CGROUP, ns);
+	if (throttled)
+		ws_hist_add(ws_cpu_cgroup(t), WS_HIST_CGROUP_THROTTLED, ns);
+	else
+		ws_hist_add(t->cgroups->dfl_cgrp->kn->id, WS_HIST_CGROUP, ns);
 }
 
 static __always_inline void ws_switch_in(struct task_struct *next, __u64 now)

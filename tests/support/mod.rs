@@ -170,6 +170,11 @@ impl Workload {
         }
     }
 
+    /// What it prints after `ready`, as it prints it.
+    pub fn stdout(&mut self) -> &mut BufReader<std::process::ChildStdout> {
+        &mut self.stdout
+    }
+
     /// Kills the workload; returns the rest of what it printed.
     pub fn stop(mut self) -> String {
         let _ = self.child.kill();
