@@ -1,7 +1,9 @@
 //! Off-CPU tracing overhead: run time of two scheduler-heavy `perf bench sched`
 //! workloads with nothing attached, with wallscope (all programs), with
-//! libbpf-tools `offcputime` and `runqlat`, and with `perf sched record`,
-//! measured round-robin in one run. A final pass with `kernel.bpf_stats_enabled`
+//! wallscope walking a stack at every switch-out as before issue 11 (its
+//! fallback on kernels without `sched_exit_tp`), with libbpf-tools
+//! `offcputime` and `runqlat`, and with `perf sched record`, measured
+//! round-robin in one run. A final pass with `kernel.bpf_stats_enabled`
 //! on measures each BPF program's own run time per event. Prints a table and
 //! writes `bench/results/offcpu.md`.
 //!
@@ -82,11 +84,17 @@ impl Config {
 }
 
 /// The configurations, in the order they run each round (rotated).
-const CONFIGS: [Config; 5] = [
+const CONFIGS: [Config; 6] = [
     Config::new("baseline", "", "", Ready::Nothing),
     Config::new(
         "wallscope",
         "{daemon} serve --listen 127.0.0.1:{port}",
+        "",
+        Ready::Healthz,
+    ),
+    Config::new(
+        "wallscope, stacks at switch-out (before)",
+        "{daemon} serve --listen 127.0.0.1:{port} --offcpu-stacks switch-out --offcpu-sample-us 0",
         "",
         Ready::Healthz,
     ),
@@ -123,6 +131,22 @@ struct Run {
 struct Cost {
     progs: BTreeMap<String, (u64, u64)>,
     switches: u64,
+    /// wallscope only: stack walks (off-CPU, waker, blocked threads) per
+    /// second of the run, from its `/healthz`.
+    walks_per_sec: Option<f64>,
+}
+
+/// A started tool and, for wallscope, its API port.
+type Started = Option<(Guard, u16)>;
+
+/// wallscope's stack walks so far (every kind), from its `/healthz`.
+fn stack_walks(port: u16) -> Option<u64> {
+    let h = common::healthz(port)?;
+    let events = &h["events"];
+    ["offcpu_stack_walks", "waker_stack_walks", "blocked_stack_walks"]
+        .iter()
+        .map(|k| events[*k].as_u64())
+        .sum()
 }
 
 fn main() {
@@ -152,7 +176,7 @@ fn run() -> Result<()> {
                 let ctx = || format!("round {round}, {c}, {name}");
                 let mut tool = start(c, &daemon, tmp.path()).with_context(ctx)?;
                 let r = run_workload(cmd).with_context(ctx)?;
-                stop(c, tool.as_mut(), tmp.path()).with_context(ctx)?;
+                stop(c, tool.as_mut().map(|t| &mut t.0), tmp.path()).with_context(ctx)?;
                 let run = format!("{c} {name}");
                 eprintln!("round {round}/{rounds} {run:<28} {:>7.3} s", r.secs);
                 runs[i][w].push(r);
@@ -166,7 +190,7 @@ fn run() -> Result<()> {
 
 /// Starts `c` (`None` for the baseline) and waits until it is attached,
 /// plus [`SETTLE`].
-fn start(c: &Config, daemon: &Path, tmp: &Path) -> Result<Option<Guard>> {
+fn start(c: &Config, daemon: &Path, tmp: &Path) -> Result<Started> {
     if c.ready == Ready::Nothing {
         return Ok(None);
     }
@@ -201,7 +225,7 @@ fn start(c: &Config, daemon: &Path, tmp: &Path) -> Result<Option<Guard>> {
         sleep(Duration::from_millis(100));
     }
     sleep(SETTLE);
-    Ok(Some(tool))
+    Ok(Some((tool, port)))
 }
 
 /// Stops the tool, which must have outlived the workload, and deletes the
@@ -251,11 +275,18 @@ fn bpf_costs(daemon: &Path, tmp: &Path) -> Result<Vec<(&'static str, Vec<Cost>)>
     let bpf = |c: &&Config| matches!(c.ready, Ready::Healthz | Ready::Links(_));
     for c in CONFIGS.iter().filter(bpf) {
         let mut tool = start(c, daemon, tmp).with_context(|| format!("BPF stats, {c}"))?;
-        let ids = common::linked_progs(tool.as_ref().map_or(0, |t| t.0.id()));
+        let ids = common::linked_progs(tool.as_ref().map_or(0, |t| t.0 .0.id()));
+        let port = tool.as_ref().map(|t| t.1).filter(|_| c.ready == Ready::Healthz);
         let mut per_workload = Vec::new();
         for (name, cmd) in WORKLOADS {
             let before = common::prog_stats(&ids)?;
+            let walks_before = port.and_then(stack_walks);
             let r = run_workload(cmd).with_context(|| format!("BPF stats, {c}, {name}"))?;
+            // Walks are counted in BPF, read at the next drain.
+            let walks = port.and_then(|p| {
+                common::wait_drains(p, 2).ok()?;
+                Some(stack_walks(p)?.saturating_sub(walks_before?) as f64 / r.secs)
+            });
             let mut progs = BTreeMap::new();
             for (id, (prog, cnt, ns)) in common::prog_stats(&ids)? {
                 let (cnt0, ns0) = before.get(&id).map_or((0, 0), |b| (b.1, b.2));
@@ -265,9 +296,13 @@ fn bpf_costs(daemon: &Path, tmp: &Path) -> Result<Vec<(&'static str, Vec<Cost>)>
             }
             eprintln!("BPF stats {c} {name}: {:.3} s", r.secs);
             let switches = r.switches;
-            per_workload.push(Cost { progs, switches });
+            per_workload.push(Cost {
+                progs,
+                switches,
+                walks_per_sec: walks,
+            });
         }
-        stop(c, tool.as_mut(), tmp)?;
+        stop(c, tool.as_mut().map(|t| &mut t.0), tmp)?;
         costs.push((c.name, per_workload));
     }
     Ok(costs)
@@ -344,6 +379,14 @@ fn render(stats: &str, runs: &[Vec<Vec<Run>>], costs: &[(&str, Vec<Cost>)]) -> R
             row.extend([c.switches.to_string(), format!("{ns:.0}")]);
         }
         rows.push(row);
+        if per_workload.iter().any(|c| c.walks_per_sec.is_some()) {
+            let mut row = vec![tool.to_string(), "stack walks per second".to_string()];
+            for c in per_workload {
+                let w = c.walks_per_sec.map_or("?".into(), |w| format!("{w:.0}"));
+                row.extend([w, String::new()]);
+            }
+            rows.push(row);
+        }
     }
     s += &common::table(&header, &rows);
     s += &verdict(runs, costs);
@@ -358,42 +401,47 @@ fn bpf_per_switch(c: &Cost) -> f64 {
 /// Drains wallscope completes before a run: steady state, not start-up.
 const WARM_DRAINS: u64 = 3;
 
-/// One line judging the target "wallscope with everything on costs less than
-/// offcputime alone" from the median run times, per workload against its
-/// baseline's noise (largest deviation of a run from the median), with the
-/// BPF time per switch alongside.
+/// Issue 11's targets for wallscope with everything on: pipe slowdown and
+/// BPF ns per context switch per workload.
+const TARGETS: [(&str, Option<f64>, f64); 2] = [("pipe", Some(1.25), 1000.0), ("messaging", None, 1500.0)];
+
+/// Lines judging wallscope against [`TARGETS`] (slowdown from the median
+/// run times, BPF time per switch from the stats pass), with the switch-out
+/// shape (before) and offcputime alongside.
 fn verdict(runs: &[Vec<Vec<Run>>], costs: &[(&str, Vec<Cost>)]) -> String {
-    let find = |name| CONFIGS.iter().position(|c| c.name == name).unwrap_or(0);
-    let (ws, oc) = (find("wallscope"), find("offcputime"));
-    let bpf = |tool, w: usize| {
+    let find = |name: &str| CONFIGS.iter().position(|c| c.name.starts_with(name)).unwrap_or(0);
+    let (ws, before, oc) = (
+        find("wallscope"),
+        find("wallscope, stacks at switch-out"),
+        find("offcputime"),
+    );
+    let bpf = |tool: &str, w: usize| {
         let cost = costs.iter().find(|(t, _)| *t == tool);
         cost.map_or(f64::NAN, |(_, c)| bpf_per_switch(&c[w]))
     };
-    let (mut parts, mut clear) = (Vec::new(), Vec::new());
+    let (mut parts, mut met) = (Vec::new(), true);
     for (w, (name, _)) in WORKLOADS.iter().enumerate() {
         let base = secs(&runs[0][w]);
-        let (lo, hi) = common::spread(runs[0][w].iter().map(|r| r.secs), base);
-        let noise = lo.abs().max(hi.abs());
-        let diff = (secs(&runs[ws][w]) - secs(&runs[oc][w])) / base * 100.0;
-        let within = if diff.abs() > noise { "" } else { ", within" };
-        clear.push((diff.abs() > noise).then_some(diff < 0.0));
+        let slowdown = |i: usize| secs(&runs[i][w]) / base;
+        let (_, max_slowdown, max_ns) = TARGETS[w];
+        let ns = bpf(CONFIGS[ws].name, w);
+        let ok = ns <= max_ns && max_slowdown.is_none_or(|m| slowdown(ws) <= m);
+        met &= ok;
         parts.push(format!(
-            "{name}: wallscope {diff:+.1} % of baseline vs offcputime (noise ±{noise:.1} %\
-             {within}), BPF {:.0} vs {:.0} ns/switch",
-            bpf("wallscope", w),
+            "{name}: x{:.3} and {ns:.0} BPF ns/switch (target{} {max_ns:.0} ns: {}); \
+             before x{:.3}, {:.0} ns; offcputime x{:.3}, {:.0} ns",
+            slowdown(ws),
+            max_slowdown.map_or(String::new(), |m| format!(" x{m}")),
+            if ok { "met" } else { "MISSED" },
+            slowdown(before),
+            bpf(CONFIGS[before].name, w),
+            slowdown(oc),
             bpf("offcputime", w),
         ));
     }
-    let outcome = if clear.iter().all(|c| *c == Some(true)) {
-        "MEETS the target"
-    } else if clear.contains(&Some(false)) {
-        "MISSES the target"
-    } else {
-        "INCONCLUSIVE, not clear of the noise on every workload"
-    };
     format!(
-        "\nVerdict (target: wallscope with everything on costs less than offcputime alone): \
-         {}: {outcome}.\n",
-        parts.join("; ")
+        "\nVerdict (issue 11: wallscope with everything on): {}: {}.\n",
+        parts.join("; "),
+        if met { "MEETS the targets" } else { "MISSES a target" }
     )
 }

@@ -53,6 +53,13 @@ struct Sampling {
     /// totals are exact either way.
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(0..=4_000_000))]
     offcpu_sample_us: u64,
+    /// Where off-CPU stacks are walked: `switch-in` (in the task, right
+    /// after it gets the CPU back, only for the intervals drawn; needs the
+    /// kernel's `sched_exit_tp` tracepoint, else falls back) or
+    /// `switch-out` (at every switch-out, the costlier way older kernels
+    /// need; for comparison).
+    #[arg(long, value_enum, default_value_t = OffcpuStacks::SwitchIn)]
+    offcpu_stacks: OffcpuStacks,
     /// `auto`: have HotSpot JVMs (JDK 17+) write their perf map and report
     /// thread names, through the attach mechanism (as `jcmd` does); `off`:
     /// never signal or connect to a JVM (perf maps they write themselves
@@ -88,6 +95,13 @@ struct Security {
     /// when something else (a firewall, an authenticating proxy) guards it.
     #[arg(long)]
     insecure_listen: bool,
+}
+
+/// Where off-CPU stacks are walked (`--offcpu-stacks`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum OffcpuStacks {
+    SwitchIn,
+    SwitchOut,
 }
 
 /// How user stacks are walked (`--unwind`).
@@ -197,6 +211,7 @@ fn pipeline_options(sampling: &Sampling, history: History) -> PipelineOptions {
             include_idle: sampling.include_idle,
             offcpu_min_ns: sampling.offcpu_min_us * 1000,
             offcpu_sample_ns: sampling.offcpu_sample_us * 1000,
+            stacks_at_switch_in: sampling.offcpu_stacks == OffcpuStacks::SwitchIn,
             live_min_ns: 100_000_000,
             unwind_tables: sampling.unwind == Unwind::Tables,
             unwind_rows: (sampling.unwind_table_mb * 1024 * 1024 / 12) as u32,

@@ -72,6 +72,9 @@ pub struct ProbeOptions {
     pub offcpu_sample_ns: u64,
     /// Threads off-CPU at least this long are listed in the live view.
     pub live_min_ns: u64,
+    /// Walk off-CPU stacks at switch-in where the kernel allows (else at
+    /// every switch-out).
+    pub stacks_at_switch_in: bool,
     /// Walk user stacks with unwind tables where processes have them.
     pub unwind_tables: bool,
     /// Capacity of the unwind row array (12 bytes a row).
@@ -163,9 +166,10 @@ pub fn load(opts: &ProbeOptions) -> Result<(Probes, ProbeMaps), LoadError> {
     let btf = Btf::from_sys_fs().map_err(LoadError::Btf)?;
     // A bare tracepoint (no tracefs event) of recent kernels: at the end of
     // __schedule(), in the task that got the CPU.
-    let switch_in_hook = btf
-        .id_by_type_name_kind("btf_trace_sched_exit_tp", BtfKind::Typedef)
-        .is_ok();
+    let switch_in_hook = opts.stacks_at_switch_in
+        && btf
+            .id_by_type_name_kind("btf_trace_sched_exit_tp", BtfKind::Typedef)
+            .is_ok();
     let stacks_at_switch_in = u8::from(switch_in_hook);
     // The draw is u32 x T >> 32 in BPF: T below 2^32 ns.
     let sample_ns = opts.offcpu_sample_ns.min(u64::from(u32::MAX));

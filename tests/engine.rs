@@ -1,0 +1,217 @@
+//! The off-CPU engine's harder distinctions (root; under CI=true these
+//! fail rather than skip): waiting for the CPU quota vs for a CPU, timer
+//! wakeups vs the thread a timer interrupted, and stacks sampled by length
+//! vs every stack.
+
+mod support;
+
+use std::{collections::HashMap, fs, path::PathBuf, sync::Mutex};
+
+use serde_json::Value;
+use support::{kernel::accounts, *};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn us(t: &Value, field: &str) -> f64 {
+    t[field]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{field} in {t}")) as f64
+}
+
+fn crunchers(url: &str, pid: u32) -> Vec<Value> {
+    let (status, body) = get(&format!("{url}/threads?pid={pid}&seconds=300"));
+    assert_eq!(status, 200, "{body}");
+    let report: Value = serde_json::from_str(&body).unwrap();
+    report["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["name"] == "cruncher")
+        .cloned()
+        .collect()
+}
+
+/// A CPU cgroup with a quota, removed when dropped: v2 (`cpu.max`) or v1
+/// (`cpu.cfs_quota_us`), whichever this host mounts.
+struct QuotaGroup {
+    dir: PathBuf,
+    v2: bool,
+}
+
+impl QuotaGroup {
+    fn new(percent: u64) -> QuotaGroup {
+        let name = format!("wallscope-test-{}", std::process::id());
+        let v2 = PathBuf::from("/sys/fs/cgroup/cgroup.controllers");
+        let (dir, v2) = if fs::read_to_string(&v2).is_ok_and(|c| c.contains("cpu")) {
+            let root = PathBuf::from("/sys/fs/cgroup");
+            let _ = fs::write(root.join("cgroup.subtree_control"), "+cpu");
+            (root.join(name), true)
+        } else {
+            (PathBuf::from("/sys/fs/cgroup/cpu").join(name), false)
+        };
+        fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {dir:?}: {e}"));
+        let quota = percent * 1000;
+        if v2 {
+            fs::write(dir.join("cpu.max"), format!("{quota} 100000")).unwrap();
+        } else {
+            fs::write(dir.join("cpu.cfs_period_us"), "100000").unwrap();
+            fs::write(dir.join("cpu.cfs_quota_us"), quota.to_string()).unwrap();
+        }
+        QuotaGroup { dir, v2 }
+    }
+
+    /// Microseconds the group spent throttled, summed over CPUs.
+    fn throttled_us(&self) -> f64 {
+        let stat = fs::read_to_string(self.dir.join("cpu.stat")).unwrap();
+        let field = |name: &str| {
+            stat.lines()
+                .find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok())
+                .unwrap_or_else(|| panic!("{name} in {stat}"))
+        };
+        if self.v2 {
+            field("throttled_usec")
+        } else {
+            field("throttled_time") / 1e3
+        }
+    }
+}
+
+impl Drop for QuotaGroup {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir(&self.dir);
+    }
+}
+
+#[test]
+fn quota_throttling_is_told_apart_from_cpu_contention() {
+    if !ebpf_available() {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let url = daemon();
+    settle(url);
+
+    // Two busy threads, 20 % of one CPU between them.
+    let group = QuotaGroup::new(20);
+    let before = group.throttled_us();
+    let script = format!(
+        "echo $$ > {} && exec {} 2 6",
+        group.dir.join("cgroup.procs").display(),
+        workload("starve").display()
+    );
+    let mut cmd = std::process::Command::new("sh");
+    cmd.args(["-c", &script]);
+    let w = Workload::spawn(cmd);
+    let pid = w.pid;
+    let out = w.wait();
+    let kernel_throttled = group.throttled_us() - before;
+    settle(url);
+    let kernel = accounts(&out);
+    let rows = crunchers(url, pid);
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    let mut throttled_sum = 0.0;
+    for t in &rows {
+        let wall = us(t, "wall_us");
+        let (throttled, runqueue) = (us(t, "throttled_us") / wall, us(t, "runqueue_us") / wall);
+        // The kernel's schedstat wait covers both.
+        let k = &kernel[&t["tid"].as_u64().unwrap()];
+        let waiting = k.runqueue_us / (k.cpu_us + k.runqueue_us);
+        assert!(
+            (throttled + runqueue - waiting).abs() <= 0.05,
+            "runqueue + throttled {:.3} vs the kernel's wait {waiting:.3}: {t}",
+            throttled + runqueue
+        );
+        assert!(throttled >= 0.6, "throttled share {throttled:.2}: {t}");
+        // On an idle host a refilled quota finds a CPU at once; on a busy
+        // one the wait for a CPU is real, and the kernel counts it too.
+        assert!(runqueue <= 0.10 + (waiting - 0.9).max(0.0), "runqueue share {runqueue:.2}: {t}");
+        throttled_sum += us(t, "throttled_us");
+    }
+    assert!(
+        (throttled_sum - kernel_throttled).abs() <= 0.1 * kernel_throttled,
+        "throttled {throttled_sum:.0} us in all, cpu.stat says {kernel_throttled:.0} us"
+    );
+    drop(group);
+
+    // Three busy threads pinned to one CPU, no quota: contention only.
+    let (pid, _) = run_with_output("starve", &["3", "4", "0"]);
+    for t in crunchers(url, pid) {
+        let share = us(&t, "runqueue_us") / us(&t, "wall_us");
+        assert!(share >= 0.6, "pinned: runqueue share {share:.2}: {t}");
+        assert_eq!(us(&t, "throttled_us"), 0.0, "{t}");
+    }
+}
+
+#[test]
+fn a_timer_wakeup_is_not_charged_to_the_thread_it_interrupted() {
+    if !ebpf_available() {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let url = daemon();
+    settle(url);
+    let (pid, out) = run_with_output("timer_wake", &["4"]);
+    let ticker: u32 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("ticker "))
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{out}"));
+    let (rows, body) = folded_rows(&format!(
+        "kind=wakeup&tid={ticker}&group=thread&seconds=300"
+    ));
+    assert!(!rows.is_empty(), "no wakers of {ticker} (pid {pid})");
+    assert!(
+        rows.iter().all(|(frames, _)| !frames.iter().any(|f| f.starts_with("hog "))),
+        "the busy thread is no waker: {body}"
+    );
+    let by_interrupt = share_of(&rows, "[irq]") + share_of(&rows, "[softirq]");
+    assert!(by_interrupt >= 0.9, "{by_interrupt:.2} woken by interrupts: {body}");
+}
+
+/// Share of each leaf function (the innermost user frame) in `rows`.
+fn leaf_shares(rows: &[(Vec<String>, u64)]) -> HashMap<String, f64> {
+    let total: u64 = rows.iter().map(|r| r.1).sum();
+    let mut shares = HashMap::new();
+    for (frames, v) in rows {
+        let leaf = frames
+            .iter()
+            .rev()
+            .find(|f| !f.starts_with('[') && !f.ends_with("_[k]"))
+            .cloned()
+            .unwrap_or_default();
+        *shares.entry(leaf).or_insert(0.0) += *v as f64 / total.max(1) as f64;
+    }
+    shares
+}
+
+#[test]
+fn stacks_sampled_by_length_agree_with_every_stack() {
+    if !ebpf_available() {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let sampled = daemon();
+    // Side by side on the same run: the default sampling and none.
+    let every = Daemon::start(&["--offcpu-sample-us", "0"]);
+    settle(&every.url);
+    settle(sampled);
+    let w = Workload::start(&workload("mixed"), &["8"]);
+    let pid = w.pid;
+    w.wait();
+    settle(sampled);
+    settle(&every.url);
+    let query = format!("pid={pid}&kind=offcpu&seconds=300");
+    let (status, a) = get(&format!("{sampled}/folded?{query}"));
+    assert_eq!(status, 200, "{a}");
+    let (status, b) = get(&format!("{}/folded?{query}", every.url));
+    assert_eq!(status, 200, "{b}");
+    let (a, b) = (leaf_shares(&parse_folded(&a)), leaf_shares(&parse_folded(&b)));
+    assert!(b.len() >= 3, "leaf functions of mixed: {b:?}");
+    for (leaf, share) in &b {
+        let got = a.get(leaf).copied().unwrap_or(0.0);
+        assert!(
+            (got - share).abs() <= 0.03,
+            "{leaf}: {got:.3} sampled vs {share:.3} unsampled\n{a:?}\n{b:?}"
+        );
+    }
+}
