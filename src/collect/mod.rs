@@ -23,7 +23,8 @@ use thiserror::Error;
 
 use crate::bpf::{
     abi::{
-        comm_str, is_merged_tid, Control, Hist, HistKey, Stat, State, ThreadTotals, WAKEUP_STATE,
+        comm_str, is_merged_tid, Control, Hist, HistKey, Stat, State, ThreadTotals, INTERRUPT_TID,
+        WAKEUP_STATE,
     },
     ProbeMaps,
 };
@@ -60,6 +61,14 @@ pub struct RawRecord {
     pub kernel_stack: Option<RawStack>,
     pub ns: u64,
     pub count: u64,
+}
+
+impl RawRecord {
+    /// Whether the row is a wakeup raised in interrupt context: its waker
+    /// is no thread (pid 0, [`INTERRUPT_TID`]), whatever it interrupted.
+    pub fn from_interrupt(&self) -> bool {
+        self.pid == 0 && self.tid == INTERRUPT_TID
+    }
 }
 
 /// One thread's totals for a drain interval.
