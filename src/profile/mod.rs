@@ -1,6 +1,8 @@
 //! The profile model: symbolized stacks with their time, in time slices.
 
+pub mod cgroup_list;
 pub mod cgroups;
+pub mod hist;
 pub mod kind;
 pub mod query;
 pub mod render;
