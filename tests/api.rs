@@ -35,7 +35,7 @@ async fn flamegraph_is_svg_by_default_and_folded_on_request() {
     assert_eq!(ctype, "image/svg+xml");
     assert!(
         body.contains(&format!(
-            "app (pid {GONE_PID}) — CPU, last 60 s, total 7.0 ms"
+            "CPU — app (pid {GONE_PID}), by process, last 60 s, total 7.0 ms"
         )),
         "{body}"
     );

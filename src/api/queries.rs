@@ -184,7 +184,8 @@ pub(super) async fn flamegraph(
             }
             let labels = GraphLabels {
                 subject: subject(&profile),
-                what: "CPU".into(),
+                kind: profile.filter.kind,
+                group: profile.filter.group,
                 seconds: profile.filter.seconds,
             };
             let svg = render::flamegraph_svg(&profile.folded, &labels, false)
