@@ -329,7 +329,8 @@ fn record(pid: u32, duration: Duration, output: &Path, sampling: &Sampling) -> R
             .unwrap_or_default();
         let labels = GraphLabels {
             subject: format!("{name} (pid {pid})"),
-            what: "CPU".into(),
+            kind: filter.kind,
+            group: filter.group,
             seconds: started.elapsed().as_secs().max(1),
         };
         render::flamegraph_svg(&folded, &labels, false)?

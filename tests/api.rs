@@ -35,7 +35,7 @@ async fn flamegraph_is_svg_by_default_and_folded_on_request() {
     assert_eq!(ctype, "image/svg+xml");
     assert!(
         body.contains(&format!(
-            "app (pid {GONE_PID}) — CPU, last 60 s, total 7.0 ms"
+            "CPU — app (pid {GONE_PID}), by process, last 60 s, total 7.0 ms"
         )),
         "{body}"
     );
@@ -134,8 +134,8 @@ fn metrics_app() -> axum::Router {
         bpf::abi::{Hist, Stat, HIST_SLOTS},
         collect::{HistOwner, RawThread},
     };
-    let thread = |pid: u32, tid: u32, comm: &str, ns: [u64; 5]| RawThread {
-        ns: [ns[0], ns[1], ns[2], ns[3], ns[4], 0],
+    let thread = |pid: u32, tid: u32, comm: &str, ns: [u64; 6]| RawThread {
+        ns,
         tid,
         pid,
         comm: comm.into(),
@@ -163,10 +163,10 @@ fn metrics_app() -> axum::Router {
                 BUSY_PID,
                 BUSY_PID,
                 "app",
-                [1000 * ms, 200 * ms, 300 * ms, 0, 500 * ms],
+                [1000 * ms, 200 * ms, 300 * ms, 0, 500 * ms, 50 * ms],
             ),
-            thread(BUSY_PID, BUSY_PID + 1, "worker", [500 * ms, 0, 0, 0, 0]),
-            thread(600, 600, "x", [900 * ms, 0, 0, 0, 0]),
+            thread(BUSY_PID, BUSY_PID + 1, "worker", [500 * ms, 0, 0, 0, 0, 0]),
+            thread(600, 600, "x", [900 * ms, 0, 0, 0, 0, 0]),
         ];
         if age == 1 {
             totals.extend((0..21).map(|i| {
@@ -174,11 +174,11 @@ fn metrics_app() -> axum::Router {
                     700 + i,
                     700 + i,
                     "filler",
-                    [(100 - u64::from(i)) * ms, 0, 0, 0, 0],
+                    [(100 - u64::from(i)) * ms, 0, 0, 0, 0, 0],
                 )
             }));
         } else {
-            totals.push(thread(800, 800, "old", [10_000 * ms, 0, 0, 0, 0]));
+            totals.push(thread(800, 800, "old", [10_000 * ms, 0, 0, 0, 0, 0]));
         }
         let mut runq_hists = vec![
             (
@@ -374,6 +374,7 @@ async fn metrics_parse_as_prometheus_text() {
     assert_eq!(value(states, &state("futex")), 0.6);
     assert_eq!(value(states, &state("io")), 0.0);
     assert_eq!(value(states, &state("sleep")), 1.0);
+    assert_eq!(value(states, &state("throttled")), 0.1);
     let wakeups = "wallscope_process_wakeups_total";
     assert_eq!(value(wakeups, &busy), 16.0);
     let switches = "wallscope_process_switches_total";
@@ -392,7 +393,7 @@ async fn metrics_parse_as_prometheus_text() {
     assert_eq!(pids, expected);
     assert_eq!(
         scrape.samples.iter().filter(|s| s.metric == states).count(),
-        100
+        120
     );
     assert!(
         body.contains(r#"{pid="600",comm="we\"ird",state="cpu"} 1.8"#),

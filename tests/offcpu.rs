@@ -54,7 +54,7 @@ fn agrees_with_kernel(t: &Value, kernel: &HashMap<u64, Account>) {
 
 /// The state with the most time.
 fn dominant(t: &Value) -> &'static str {
-    ["cpu", "runqueue", "futex", "io", "sleep"]
+    ["cpu", "runqueue", "futex", "io", "sleep", "throttled"]
         .into_iter()
         .max_by(|a, b| us(t, &format!("{a}_us")).total_cmp(&us(t, &format!("{b}_us"))))
         .unwrap()
@@ -105,7 +105,7 @@ fn mixed_threads_are_classified_and_add_up_to_their_lifetime() {
                 assert_eq!(dominant(&t), expected, "{prefix}: {t}");
             }
             agrees_with_kernel(&t, &kernel);
-            let sum: f64 = ["cpu", "runqueue", "futex", "io", "sleep"]
+            let sum: f64 = ["cpu", "runqueue", "futex", "io", "sleep", "throttled"]
                 .iter()
                 .map(|s| us(&t, &format!("{s}_us")))
                 .sum();

@@ -2,8 +2,9 @@
 //!
 //! Cardinality is bounded: per-process series exist only for the [`TOP`]
 //! processes with the most wall time in the last [`TOP_WINDOW_S`] seconds,
-//! and their only labels are `pid`, `comm` and one of `state` (5 values),
-//! `kind` (2) or `le` (33). So at most 20 × 5 state series, 20 × 2 switch
+//! and their only labels are `pid`, `comm` and one of `state` (6 values:
+//! cpu, runqueue, futex, io, sleep, throttled), `kind` (2) or `le` (33).
+//! So at most 20 × 6 state series, 20 × 2 switch
 //! series, 20 wakeup series and 20 × 35 latency histogram series (buckets,
 //! `_sum`, `_count`). Daemon series are a fixed set.
 
@@ -18,7 +19,7 @@ use crate::{
     bpf::abi::{Stat, State},
     pipeline::{Health, Shared},
     profile::{
-        runqueue::slot_bounds_us,
+        hist::slot_bounds_us,
         store::{ProcessTotals, Snapshot, StoreStats},
     },
 };

@@ -18,6 +18,7 @@ use crate::{
     bpf::abi,
     pipeline::Shared,
     profile::{
+        cgroup_list,
         kind::{Group, Kind},
         query::{self, Filter, Folded},
         render::{self, GraphLabels},
@@ -183,7 +184,8 @@ pub(super) async fn flamegraph(
             }
             let labels = GraphLabels {
                 subject: subject(&profile),
-                what: "CPU".into(),
+                kind: profile.filter.kind,
+                group: profile.filter.group,
                 seconds: profile.filter.seconds,
             };
             let svg = render::flamegraph_svg(&profile.folded, &labels, false)
@@ -281,18 +283,23 @@ pub(super) async fn runqueue(
     let text = p.choice("format", &["json", "text"])? == Some("text");
     let pid = p.id("pid")?;
     let cgroup = p.text("cgroup").map(str::to_string);
+    if pid.is_none() && cgroup.as_deref() == Some(cgroup_list::ALL) {
+        let list = over_snapshot(&state, move |store| {
+            cgroup_list::list(store, seconds, SystemTime::now())
+        })
+        .await?;
+        return Ok(json_or_text(text, list, cgroup_list::render_text));
+    }
     // Resolving a cgroup path walks the cgroup tree: blocking work too.
     let report = over_snapshot(&state, move |store| {
         let owner = runqueue::owner(pid, cgroup.as_deref()).map_err(|e| match e {
             OwnerError::Param(param, message) => ApiError::bad(param, message),
             OwnerError::NoSuchCgroup(message) => ApiError::NotFound(message),
         })?;
-        let slots = runqueue::merged(store, owner, seconds, SystemTime::now());
-        let who = runqueue::Owner::resolve(owner);
-        runqueue::from_slots(&slots, who.clone(), seconds).ok_or_else(|| {
-            let who = who.describe();
+        runqueue::report(store, owner, seconds, SystemTime::now()).ok_or_else(|| {
+            let who = runqueue::Owner::resolve(owner).describe();
             ApiError::NotFound(format!(
-                "no runqueue latency recorded for {who} in the last {seconds} s"
+                "no runqueue latency or throttling recorded for {who} in the last {seconds} s"
             ))
         })
     })

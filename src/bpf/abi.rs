@@ -566,7 +566,15 @@ mod tests {
             let rhs = line
                 .split(['=', ' ', '\t', ',', '(', ')'])
                 .filter(|s| !s.is_empty());
-            rhs.filter_map(|s| s.parse::<i64>().ok())
+            // Decimal or hex, with C's `u` suffix (`0x40000000u`).
+            let number = |s: &str| {
+                let s = s.trim_end_matches(['u', 'U']);
+                match s.strip_prefix("0x") {
+                    Some(hex) => i64::from_str_radix(hex, 16).ok(),
+                    None => s.parse::<i64>().ok(),
+                }
+            };
+            rhs.filter_map(number)
                 .next()
                 .unwrap_or_else(|| panic!("{line}"))
         };

@@ -63,6 +63,14 @@ pub struct RawRecord {
     pub count: u64,
 }
 
+impl RawRecord {
+    /// Whether the row is a wakeup raised in interrupt context: its waker
+    /// is no thread (pid 0, [`INTERRUPT_TID`]), whatever it interrupted.
+    pub fn from_interrupt(&self) -> bool {
+        self.pid == 0 && self.tid == INTERRUPT_TID
+    }
+}
+
 /// One thread's totals for a drain interval.
 #[derive(Debug, Clone)]
 pub struct RawThread {

@@ -6,7 +6,7 @@ use crate::bpf::abi::State;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     State(State),
-    /// All four off-CPU states.
+    /// Every off-CPU state (runqueue and throttled waits included).
     Offcpu,
     /// CPU and off-CPU, with the state as a frame under the root.
     Wall,
@@ -16,8 +16,16 @@ pub enum Kind {
 
 impl Kind {
     /// Names accepted by the API.
-    pub const NAMES: [&'static str; 8] = [
-        "cpu", "runqueue", "futex", "io", "sleep", "offcpu", "wall", "wakeup",
+    pub const NAMES: [&'static str; 9] = [
+        "cpu",
+        "runqueue",
+        "futex",
+        "io",
+        "sleep",
+        "throttled",
+        "offcpu",
+        "wall",
+        "wakeup",
     ];
 
     /// Parses an API name.
@@ -48,7 +56,7 @@ impl Kind {
             Kind::State(State::Futex) => "futex wait",
             Kind::State(State::Io) => "I/O wait",
             Kind::State(State::Sleep) => "sleep",
-            Kind::State(State::Throttled) => "CPU quota throttling",
+            Kind::State(State::Throttled) => "throttled (CPU quota spent)",
             Kind::Offcpu => "off-CPU",
             Kind::Wall => "wall clock",
             Kind::Wakeup => "wakeups sent (weighted by wakee sleep)",
@@ -127,5 +135,17 @@ mod tests {
         assert!(Kind::parse("park").is_none());
         assert!(Kind::Offcpu.includes(State::Io) && !Kind::Offcpu.includes(State::Cpu));
         assert!(Kind::Wall.includes(State::Cpu) && !Kind::Wakeup.includes(State::Cpu));
+        let throttled = Kind::parse("throttled");
+        assert_eq!(throttled, Some(Kind::State(State::Throttled)));
+        assert!(Kind::Offcpu.includes(State::Throttled) && Kind::Wall.includes(State::Throttled));
+        assert_eq!(state_frame(State::Throttled), "[throttled]");
+    }
+
+    #[test]
+    fn every_state_is_a_kind() {
+        for state in State::ALL {
+            assert_eq!(Kind::parse(state.name()), Some(Kind::State(state)));
+            assert!(Kind::NAMES.contains(&state.name()), "{}", state.name());
+        }
     }
 }

@@ -1,6 +1,8 @@
 //! The profile model: symbolized stacks with their time, in time slices.
 
+pub mod cgroup_list;
 pub mod cgroups;
+pub mod hist;
 pub mod kind;
 pub mod query;
 pub mod render;
@@ -35,11 +37,36 @@ pub struct Sample {
     pub count: u64,
 }
 
-/// Wakeups one thread sent to another, from one stack.
+/// The context a wakeup raised in interrupt context ran in, told apart by
+/// its kernel stack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Interrupt {
+    /// A hardware interrupt handler (timer, device).
+    Hard,
+    /// A softirq (network receive, timers, block completion, tasklets).
+    Soft,
+}
+
+impl Interrupt {
+    /// The frame that stands for the waker in place of a process: an
+    /// interrupt belongs to no process, whatever thread it interrupted.
+    pub fn frame(self) -> &'static str {
+        match self {
+            Interrupt::Hard => "[irq]",
+            Interrupt::Soft => "[softirq]",
+        }
+    }
+}
+
+/// Wakeups one thread (or an interrupt) sent to another, from one stack.
 #[derive(Debug, Clone)]
 pub struct Wakeup {
+    /// The waker; pid 0 and [`crate::bpf::abi::INTERRUPT_TID`] when
+    /// `interrupt` is set.
     pub pid: u32,
     pub tid: u32,
+    /// Set when the wakeup was raised in interrupt context.
+    pub interrupt: Option<Interrupt>,
     pub peer_pid: u32,
     pub peer_tid: u32,
     pub stack: Stack,

@@ -143,14 +143,21 @@ pub fn folded(store: &Snapshot, filter: &Filter, now: SystemTime) -> Folded {
                 if !filter.matches(w.pid, w.tid) && !filter.matches(w.peer_pid, w.peer_tid) {
                     continue;
                 }
-                let mut frames = prefix(&names, filter, w.pid, w.tid);
+                let mut frames = match w.interrupt {
+                    // Not the interrupted thread, nor pid 0's name: the
+                    // interrupt's kernel path is the whole story.
+                    Some(irq) => vec![irq.frame().to_string()],
+                    None => {
+                        note_process(&mut out, &names, w.pid);
+                        prefix(&names, filter, w.pid, w.tid)
+                    }
+                };
                 frames.extend(w.stack.iter().map(|f| f.to_string()));
                 let wakee = slice
                     .threads
                     .get(&w.peer_tid)
                     .map_or("[unknown]", |t| &t.name);
                 frames.push(format!("[wakes {}]", thread_frame(wakee, w.peer_tid)));
-                note_process(&mut out, &names, w.pid);
                 out.add(&frames.iter().map(String::as_str).collect::<Vec<_>>(), w.ns);
             }
         }
@@ -189,6 +196,11 @@ pub fn folded(store: &Snapshot, filter: &Filter, now: SystemTime) -> Folded {
         frames.push(state_frame(state));
         frames.push("[unattributed]".to_string());
         out.add(&frames.iter().map(String::as_str).collect::<Vec<_>>(), rest);
+    }
+    // The process asked for names the graph even when it only shows as a
+    // wakee (`kind=wakeup`, woken by others or by interrupts).
+    if let (Some(pid), false) = (filter.pid, out.stacks.is_empty()) {
+        note_process(&mut out, &names, pid);
     }
     out
 }
@@ -269,7 +281,7 @@ mod tests {
 
     use super::*;
     use crate::profile::store::Store;
-    use crate::profile::{Sample, Slice, Stack};
+    use crate::profile::{Sample, Slice, Stack, Wakeup};
 
     fn sample(pid: u32, tid: u32, frames: &[&str], ns: u64) -> Sample {
         let stack: Stack = frames.iter().map(|f| Arc::<str>::from(*f)).collect();
@@ -344,6 +356,106 @@ mod tests {
             folded(&store.snapshot(), &all, later).stacks.is_empty(),
             "outside the window"
         );
+    }
+
+    /// Pid 10 (thread 11 throttled, then woken by thread 10 and by a
+    /// softirq); pid 0 is the idle task, named like it.
+    fn offcpu_store() -> (Store, SystemTime) {
+        use crate::{bpf::abi::INTERRUPT_TID, collect::RawThread, profile::Interrupt};
+        let (mut store, end) = store();
+        let frames = |names: &[&str]| -> Stack { names.iter().map(|f| Arc::from(*f)).collect() };
+        let wakeup = |pid, tid, interrupt, stack: &[&str]| Wakeup {
+            pid,
+            tid,
+            interrupt,
+            peer_pid: 10,
+            peer_tid: 11,
+            stack: frames(stack),
+            ns: 5_000,
+            count: 1,
+        };
+        let mut ns = [0; State::COUNT];
+        (ns[State::Cpu as usize], ns[State::Throttled as usize]) = (1_000, 8_000);
+        store.push(Slice {
+            start: end,
+            end: end + Duration::from_secs(1),
+            samples: vec![Sample {
+                state: State::Throttled,
+                ..sample(10, 11, &["main", "spin"], 6_000)
+            }],
+            wakeups: vec![
+                wakeup(10, 10, None, &["main", "unpark"]),
+                wakeup(
+                    0,
+                    INTERRUPT_TID,
+                    Some(Interrupt::Soft),
+                    &["net_rx_action_[k]", "try_to_wake_up_[k]"],
+                ),
+            ],
+            thread_totals: vec![RawThread {
+                tid: 11,
+                pid: 10,
+                comm: "t".into(),
+                ns,
+                switches_voluntary: 0,
+                switches_involuntary: 0,
+                wakeups_sent: 0,
+                wakeups_received: 2,
+            }],
+            runq_hists: Vec::new(),
+            threads: HashMap::from([(
+                11,
+                crate::profile::ThreadInfo {
+                    pid: 10,
+                    name: Arc::from("t"),
+                },
+            )]),
+            processes: [(0, Arc::from("swapper/0")), (10, Arc::from("ten"))].into(),
+            stats: Default::default(),
+        });
+        (store, end + Duration::from_secs(1))
+    }
+
+    fn with_kind(kind: &str, group: Group) -> Filter {
+        Filter {
+            kind: Kind::parse(kind).unwrap(),
+            group,
+            ..Filter::cpu(Some(10), None, 30)
+        }
+    }
+
+    #[test]
+    fn throttled_time_is_a_kind_and_a_wall_state() {
+        let (store, now) = offcpu_store();
+        let store = store.snapshot();
+        let f = folded(&store, &with_kind("throttled", Group::Process), now);
+        assert_eq!(f.stacks, BTreeMap::from([("ten;main;spin".into(), 6_000)]));
+        let f = folded(&store, &with_kind("offcpu", Group::Process), now);
+        assert_eq!(f.stacks["ten;main;spin"], 6_000, "off-CPU includes it");
+        let f = folded(&store, &with_kind("wall", Group::Thread), now);
+        assert_eq!(f.stacks["ten;t [tid 11];[throttled];main;spin"], 6_000);
+        assert_eq!(
+            f.stacks["ten;t [tid 11];[throttled];[unattributed]"], 2_000,
+            "the rest of the thread's exact throttled time"
+        );
+    }
+
+    #[test]
+    fn interrupt_wakers_are_their_context_not_a_process() {
+        let (store, now) = offcpu_store();
+        let store = store.snapshot();
+        for group in [Group::Process, Group::Thread, Group::Pool] {
+            let f = folded(&store, &with_kind("wakeup", group), now);
+            let irq: Vec<&String> = f.stacks.keys().filter(|k| k.contains("net_rx")).collect();
+            assert_eq!(
+                irq,
+                ["[softirq];net_rx_action_[k];try_to_wake_up_[k];[wakes t [tid 11]]"],
+                "{group:?}"
+            );
+            assert!(!f.stacks.keys().any(|k| k.contains("swapper")), "{f:?}");
+            assert!(!f.processes.contains_key(&0), "{:?}", f.processes);
+            assert_eq!(f.processes[&10].as_ref(), "ten");
+        }
     }
 
     #[test]

@@ -4,7 +4,10 @@ use std::fmt::Write as _;
 
 use inferno::flamegraph::{self, Options};
 
-use super::query::{ns_to_us, Folded};
+use super::{
+    kind::{Group, Kind},
+    query::{ns_to_us, Folded},
+};
 
 /// Folded stacks, one `root;...;leaf VALUE` line per stack, VALUE in
 /// microseconds, lines sorted for stable output.
@@ -21,9 +24,37 @@ pub fn folded_text(folded: &Folded) -> String {
 pub struct GraphLabels {
     /// What was profiled, e.g. `nginx (pid 42)` or `all processes`.
     pub subject: String,
-    /// What the widths measure, e.g. `CPU`.
-    pub what: String,
+    /// What the widths measure.
+    pub kind: Kind,
+    /// What sits under the root frames.
+    pub group: Group,
     pub seconds: u64,
+}
+
+/// The title: what the widths measure, then what was profiled, how it is
+/// grouped, the window and the total, e.g. `Futex wait — java (pid 1234),
+/// by thread, last 30 s, total 812.4 ms`.
+pub fn title(labels: &GraphLabels, total_ns: u64) -> String {
+    let by = match labels.group {
+        Group::Process => "by process",
+        Group::Thread => "by thread",
+        Group::Pool => "by pool",
+    };
+    format!(
+        "{} — {}, {by}, last {} s, total {:.1} ms",
+        capitalized(labels.kind.describe()),
+        labels.subject,
+        labels.seconds,
+        total_ns as f64 / 1e6
+    )
+}
+
+fn capitalized(words: &str) -> String {
+    let mut chars = words.chars();
+    chars
+        .next()
+        .map(|c| c.to_uppercase().chain(chars).collect())
+        .unwrap_or_default()
 }
 
 /// Renders an interactive SVG. `deterministic` fixes colours and ids for
@@ -34,13 +65,7 @@ pub fn flamegraph_svg(
     deterministic: bool,
 ) -> Result<Vec<u8>, std::io::Error> {
     let mut opts = Options::default();
-    opts.title = format!(
-        "{} — {}, last {} s, total {:.1} ms",
-        labels.subject,
-        labels.what,
-        labels.seconds,
-        folded.total_ns as f64 / 1e6
-    );
+    opts.title = title(labels, folded.total_ns);
     opts.count_name = "us".to_string();
     opts.deterministic = deterministic;
     opts.hash = true;
@@ -55,6 +80,7 @@ mod tests {
     use std::{collections::BTreeMap, path::Path};
 
     use super::*;
+    use crate::bpf::abi::State;
 
     fn sample() -> Folded {
         Folded {
@@ -91,11 +117,53 @@ mod tests {
     fn svg_matches_golden() {
         let labels = GraphLabels {
             subject: "app (pid 7)".into(),
-            what: "CPU".into(),
+            kind: Kind::State(State::Cpu),
+            group: Group::Process,
             seconds: 30,
         };
         let svg = String::from_utf8(flamegraph_svg(&sample(), &labels, true).unwrap()).unwrap();
-        assert!(svg.contains("app (pid 7) — CPU, last 30 s, total 9.0 ms"));
+        assert!(svg.contains("CPU — app (pid 7), by process, last 30 s, total 9.0 ms"));
         golden("simple.svg", &svg);
+    }
+
+    #[test]
+    fn titles_name_the_kind_and_the_grouping() {
+        let labels = |kind: &str, group| GraphLabels {
+            subject: "java (pid 1234)".into(),
+            kind: Kind::parse(kind).unwrap(),
+            group,
+            seconds: 30,
+        };
+        let cases = [
+            (
+                "futex",
+                Group::Thread,
+                "Futex wait — java (pid 1234), by thread, last 30 s, total 1.5 ms",
+            ),
+            (
+                "throttled",
+                Group::Pool,
+                "Throttled (CPU quota spent) — java (pid 1234), by pool, last 30 s, total 1.5 ms",
+            ),
+            (
+                "offcpu",
+                Group::Process,
+                "Off-CPU — java (pid 1234), by process, last 30 s, total 1.5 ms",
+            ),
+            (
+                "wall",
+                Group::Thread,
+                "Wall clock — java (pid 1234), by thread, last 30 s, total 1.5 ms",
+            ),
+        ];
+        for (kind, group, expected) in cases {
+            assert_eq!(title(&labels(kind, group), 1_500_000), expected);
+        }
+        let svg = flamegraph_svg(&sample(), &labels("throttled", Group::Thread), true).unwrap();
+        let svg = String::from_utf8(svg).unwrap();
+        assert!(
+            svg.contains("Throttled (CPU quota spent) — java (pid 1234), by thread"),
+            "{svg}"
+        );
     }
 }

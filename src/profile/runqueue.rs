@@ -1,20 +1,19 @@
 //! Runqueue latency (`/runqueue`): how long threads of a process or cgroup
-//! waited to run once woken, from the BPF log2 histograms.
-//!
-//! Slot 0 counts waits under 1 us, slot i > 0 waits in [2^(i-1), 2^i) us.
+//! waited to run once woken, from the BPF log2 histograms; and, apart from
+//! it, how long they were throttled (runnable, but their cgroup's CPU
+//! quota was spent), which the latency histogram does not count.
 
 use std::{fmt::Write as _, time::SystemTime};
 
 use serde::Serialize;
 
-use super::{cgroups, store::Snapshot};
-use crate::{
-    bpf::abi::{Hist, HIST_SLOTS},
-    collect::HistOwner,
+use super::{
+    cgroups,
+    hist::{self, Bucket, Merged},
+    query::ns_to_us,
+    store::Snapshot,
 };
-
-/// Counts by slot, summed over slices.
-pub type Slots = [u64; HIST_SLOTS];
+use crate::collect::HistOwner;
 
 /// Whose latency a report shows, as it appears in JSON: `{"pid": P}` or
 /// `{"cgroup": ID, "path": "/system.slice/..."}` (path only if resolved).
@@ -56,29 +55,41 @@ impl Owner {
     }
 }
 
-/// One histogram bucket, waits in [`from_us`, `to_us`).
-#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
-pub struct Bucket {
-    pub from_us: u64,
-    pub to_us: u64,
+/// Throttled time of a process or cgroup: intervals it was runnable but
+/// held back because its cgroup's CPU quota (CFS bandwidth) was spent.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Throttled {
+    /// Number of throttled intervals.
     pub count: u64,
+    /// Their total time.
+    pub total_us: u64,
+    /// The highest non-empty bucket: the longest interval lies in it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_bucket: Option<Bucket>,
+    /// Interval lengths, log2 us buckets as for the waits.
+    pub buckets: Vec<Bucket>,
 }
 
-/// The `/runqueue` answer.
+/// The `/runqueue` answer for one process or cgroup.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct RunqueueReport {
     pub owner: Owner,
     pub seconds: u64,
-    /// Number of waits.
+    /// Number of runqueue waits (wakeup or preemption to running).
     pub count: u64,
+    /// Their total time.
+    pub total_us: u64,
     pub p50_us: f64,
     pub p90_us: f64,
     pub p99_us: f64,
     /// The highest non-empty bucket: the longest wait lies in it.
-    pub max_bucket: Bucket,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_bucket: Option<Bucket>,
     /// From the lowest to the highest non-empty bucket, empty ones between
     /// included.
     pub buckets: Vec<Bucket>,
+    /// Time throttled, not counted in the waits above.
+    pub throttled: Throttled,
 }
 
 /// Why a `pid`/`cgroup` choice names no histogram owner.
@@ -91,7 +102,8 @@ pub enum OwnerError {
 }
 
 /// The owner named by exactly one of `pid` and `cgroup` (an id, or a path
-/// under the cgroup2 mount such as `/system.slice/ssh.service`).
+/// under the cgroup2 mount such as `/system.slice/ssh.service`). The
+/// listing of every cgroup (`cgroup=all`) is [`super::cgroup_list`]'s.
 pub fn owner(pid: Option<u32>, cgroup: Option<&str>) -> Result<HistOwner, OwnerError> {
     let either = "give either `pid` or `cgroup`";
     match (pid, cgroup) {
@@ -111,112 +123,101 @@ pub fn owner(pid: Option<u32>, cgroup: Option<&str>) -> Result<HistOwner, OwnerE
             .map(HistOwner::Cgroup)
             .ok_or_else(|| {
                 let message =
-                    format!("expected an id or a path such as /system.slice, got `{arg}`");
+                    format!("expected an id, a path such as /system.slice, or `all`, got `{arg}`");
                 OwnerError::Param("cgroup", message)
             }),
     }
 }
 
-/// Bounds of `slot` in microseconds, `[from, to)`.
-pub fn slot_bounds_us(slot: usize) -> (u64, u64) {
-    match slot {
-        0 => (0, 1),
-        i => (1 << (i - 1), 1 << i),
-    }
-}
-
-/// Adds `hist` into `into`.
-pub fn add(into: &mut Slots, hist: &Hist) {
-    for (a, b) in into.iter_mut().zip(hist.slots) {
-        *a += b;
-    }
-}
-
-/// The `q` quantile (0..=1) in microseconds. The bucket holding the rank
-/// `q * count` is found, and waits are taken as spread evenly within it:
-/// the estimate interpolates linearly between its bounds (as Prometheus'
-/// `histogram_quantile` does). Error is at most the bucket width.
-pub fn quantile_us(slots: &Slots, q: f64) -> Option<f64> {
-    let rank = q.clamp(0.0, 1.0) * slots.iter().sum::<u64>() as f64;
-    let mut below = 0u64;
-    for (slot, &n) in slots.iter().enumerate() {
-        if n > 0 && (below + n) as f64 >= rank {
-            let (from, to) = slot_bounds_us(slot);
-            let within = ((rank - below as f64) / n as f64).max(0.0);
-            return Some(from as f64 + (to - from) as f64 * within);
+/// The histogram owner holding `owner`'s throttled intervals.
+pub fn throttled_owner(owner: HistOwner) -> HistOwner {
+    match owner {
+        HistOwner::Process(pid) | HistOwner::ProcessThrottled(pid) => {
+            HistOwner::ProcessThrottled(pid)
         }
-        below += n;
+        HistOwner::Cgroup(id) | HistOwner::CgroupThrottled(id) => HistOwner::CgroupThrottled(id),
     }
-    None
 }
 
-/// The histograms of `owner` over the last `seconds`, merged.
-pub fn merged(store: &Snapshot, owner: HistOwner, seconds: u64, now: SystemTime) -> Slots {
-    let mut slots = [0; HIST_SLOTS];
-    for slice in store.window(seconds, now) {
-        for (_, hist) in slice.runq_hists.iter().filter(|(o, _)| *o == owner) {
-            add(&mut slots, hist);
-        }
-    }
-    slots
+/// The report of `owner` (a [`HistOwner::Process`] or
+/// [`HistOwner::Cgroup`]) over the last `seconds`; `None` when it neither
+/// waited nor was throttled.
+pub fn report(
+    store: &Snapshot,
+    owner: HistOwner,
+    seconds: u64,
+    now: SystemTime,
+) -> Option<RunqueueReport> {
+    let waits = hist::merged(store, owner, seconds, now);
+    let throttled = hist::merged(store, throttled_owner(owner), seconds, now);
+    from_merged(&waits, &throttled, Owner::resolve(owner), seconds)
 }
 
-/// The report on merged slots; `None` if they are all empty.
-pub fn from_slots(slots: &Slots, owner: Owner, seconds: u64) -> Option<RunqueueReport> {
-    let first = slots.iter().position(|&n| n > 0)?;
-    let last = slots.iter().rposition(|&n| n > 0)?;
-    let bucket = |slot: usize| {
-        let (from_us, to_us) = slot_bounds_us(slot);
-        Bucket {
-            from_us,
-            to_us,
-            count: slots[slot],
-        }
-    };
-    // Quantiles are to 0.1 us: finer than any bucket is wide.
-    let q = |q| quantile_us(slots, q).map_or(0.0, |v| (v * 10.0).round() / 10.0);
+/// The report on merged histograms; `None` if both are empty.
+pub fn from_merged(
+    waits: &Merged,
+    throttled: &Merged,
+    owner: Owner,
+    seconds: u64,
+) -> Option<RunqueueReport> {
+    if waits.is_empty() && throttled.is_empty() {
+        return None;
+    }
+    let q = |q| hist::quantile_rounded(&waits.slots, q);
     Some(RunqueueReport {
         owner,
         seconds,
-        count: slots.iter().sum(),
+        count: waits.count(),
+        total_us: ns_to_us(waits.ns),
         p50_us: q(0.5),
         p90_us: q(0.9),
         p99_us: q(0.99),
-        max_bucket: bucket(last),
-        buckets: (first..=last).map(bucket).collect(),
+        max_bucket: waits.max_bucket(),
+        buckets: waits.buckets(),
+        throttled: Throttled {
+            count: throttled.count(),
+            total_us: ns_to_us(throttled.ns),
+            max_bucket: throttled.max_bucket(),
+            buckets: throttled.buckets(),
+        },
     })
 }
 
-/// Width of the `*` bars, as in runqlat.
-const BAR_WIDTH: usize = 40;
-
-/// A summary line, then the histogram as BCC's runqlat prints it (bucket
-/// bounds as inclusive whole microseconds).
+/// A summary line, then the histogram as BCC's runqlat prints it; then the
+/// same for the throttled intervals.
 pub fn render_text(r: &RunqueueReport) -> String {
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "runqueue latency of {}, last {} s: {} waits, p50 {:.1} us, p90 {:.1} us, p99 {:.1} us\n",
-        r.owner.describe(),
-        r.seconds,
-        r.count,
-        r.p50_us,
-        r.p90_us,
-        r.p99_us
-    );
-    let _ = writeln!(out, "{:5}{:<19} : count    distribution", "", "usecs");
-    let max = r.buckets.iter().map(|b| b.count).max().unwrap_or(0).max(1);
-    for b in &r.buckets {
-        let stars = (u128::from(b.count) * BAR_WIDTH as u128 / u128::from(max)) as usize;
+    let who = r.owner.describe();
+    if r.count == 0 {
         let _ = writeln!(
             out,
-            "{:>10} -> {:<10} : {:<8} |{:<width$}|",
-            b.from_us,
-            b.to_us - 1,
-            b.count,
-            "*".repeat(stars),
-            width = BAR_WIDTH
+            "runqueue latency of {who}, last {} s: no waits",
+            r.seconds
         );
+    } else {
+        let _ = writeln!(
+            out,
+            "runqueue latency of {who}, last {} s: {} waits, p50 {:.1} us, p90 {:.1} us, p99 {:.1} us\n",
+            r.seconds, r.count, r.p50_us, r.p90_us, r.p99_us
+        );
+        hist::render_bars(&mut out, &r.buckets);
+    }
+    let t = &r.throttled;
+    let _ = write!(
+        out,
+        "\nthrottled (CPU quota spent) of {who}, last {} s: ",
+        r.seconds
+    );
+    if t.count == 0 {
+        let _ = writeln!(out, "none");
+    } else {
+        let _ = writeln!(
+            out,
+            "{} intervals, {:.1} ms in all (not in the waits above)\n",
+            t.count,
+            t.total_us as f64 / 1000.0
+        );
+        hist::render_bars(&mut out, &t.buckets);
     }
     out
 }
@@ -226,11 +227,12 @@ mod tests {
     use std::{collections::HashMap, time::Duration};
 
     use super::*;
+    use crate::bpf::abi::{Hist, HIST_SLOTS};
     use crate::profile::store::Store;
     use crate::profile::Slice;
 
     /// 100 waits: 10 under 1 us, 40 in [4, 8), 40 in [8, 16), 10 in [64, 128).
-    fn slots() -> Slots {
+    fn slots() -> hist::Slots {
         let mut s = [0; HIST_SLOTS];
         (s[0], s[3], s[4], s[7]) = (10, 40, 40, 10);
         s
@@ -244,27 +246,20 @@ mod tests {
         }
     }
 
-    #[test]
-    fn quantiles_interpolate_within_the_bucket() {
-        let s = slots();
-        // Rank 50: 10 + 40 waits end at 8 us exactly; rank 90 at 16 us.
-        assert_eq!(quantile_us(&s, 0.5), Some(8.0));
-        assert_eq!(quantile_us(&s, 0.9), Some(16.0));
-        // Rank 99: 9 of the 10 waits in [64, 128); rank 30: half of [4, 8).
-        assert_eq!(quantile_us(&s, 0.99), Some(64.0 + 64.0 * 0.9));
-        assert_eq!(quantile_us(&s, 0.3), Some(6.0));
-        assert_eq!(quantile_us(&s, 0.05), Some(0.5));
-        assert_eq!(quantile_us(&[0; HIST_SLOTS], 0.5), None);
-    }
-
-    #[test]
-    fn report_merges_one_owner_over_the_window() {
-        let end = SystemTime::UNIX_EPOCH + Duration::from_secs(100);
+    /// Two slices, 50 s and 1 s old: pid 7 waits (and is throttled 3
+    /// times for 30 ms in all, 1 ms to 16 ms each); pid 8 waits; pid 9 is
+    /// only throttled.
+    fn store(end: SystemTime) -> Store {
         let mut store = Store::new(Duration::from_secs(600));
         let other = Hist {
             slots: [1; HIST_SLOTS],
             ns: 0,
         };
+        let mut throttled = Hist {
+            slots: [0; HIST_SLOTS],
+            ns: 30_000_000,
+        };
+        (throttled.slots[11], throttled.slots[14]) = (2, 1);
         for age in [50, 1] {
             store.push(Slice {
                 start: end - Duration::from_secs(age + 1),
@@ -278,27 +273,35 @@ mod tests {
                         HistOwner::Process(7),
                         Hist {
                             slots: slots(),
-                            ns: 0,
+                            ns: 2_000_000,
                         },
                     ),
                     (HistOwner::Process(8), other),
+                    (HistOwner::ProcessThrottled(7), throttled),
+                    (HistOwner::ProcessThrottled(9), throttled),
                 ],
                 processes: HashMap::new(),
                 stats: Default::default(),
             });
         }
-        let report = |pid, seconds| {
-            let slots = merged(&store.snapshot(), HistOwner::Process(pid), seconds, end);
-            from_slots(&slots, Owner::Pid { pid }, seconds)
-        };
+        store
+    }
+
+    #[test]
+    fn report_merges_one_owner_over_the_window() {
+        let end = SystemTime::UNIX_EPOCH + Duration::from_secs(100);
+        let store = store(end);
+        let report =
+            |pid, seconds| report(&store.snapshot(), HistOwner::Process(pid), seconds, end);
         let r = report(7, 30).unwrap();
         assert_eq!((r.count, r.p50_us, r.p99_us), (100, 8.0, 121.6));
-        assert_eq!(r.max_bucket, bucket(64, 128, 10));
+        assert_eq!(r.total_us, 2_000);
+        assert_eq!(r.max_bucket, Some(bucket(64, 128, 10)));
         assert_eq!(r.buckets.len(), 8, "slots 0..=7");
         assert_eq!(r.buckets[1], bucket(1, 2, 0));
         let all = report(7, 60).unwrap();
-        assert_eq!(all.count, 200);
-        assert!(report(9, 60).is_none());
+        assert_eq!(all.count, 200, "throttled intervals are not waits");
+        assert!(report(10, 60).is_none());
         let json = serde_json::to_value(&r).unwrap();
         assert_eq!(json["owner"], serde_json::json!({"pid": 7}));
         let b3 = serde_json::json!({"from_us": 4, "to_us": 8, "count": 40});
@@ -312,6 +315,55 @@ mod tests {
     }
 
     #[test]
+    fn throttled_time_is_reported_apart_from_the_waits() {
+        let end = SystemTime::UNIX_EPOCH + Duration::from_secs(100);
+        let store = store(end);
+        let r = report(&store.snapshot(), HistOwner::Process(7), 60, end).unwrap();
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(
+            json["throttled"],
+            serde_json::json!({
+                "count": 6,
+                "total_us": 60_000,
+                "max_bucket": {"from_us": 8192, "to_us": 16384, "count": 2},
+                "buckets": [
+                    {"from_us": 1024, "to_us": 2048, "count": 4},
+                    {"from_us": 2048, "to_us": 4096, "count": 0},
+                    {"from_us": 4096, "to_us": 8192, "count": 0},
+                    {"from_us": 8192, "to_us": 16384, "count": 2},
+                ],
+            })
+        );
+        let r = report(&store.snapshot(), HistOwner::Process(8), 60, end).unwrap();
+        assert_eq!((r.throttled.count, r.throttled.total_us), (0, 0));
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(
+            json["throttled"],
+            serde_json::json!({"count": 0, "total_us": 0, "buckets": []})
+        );
+        // Only throttled: a report with no waits, not a 404.
+        let r = report(&store.snapshot(), HistOwner::Process(9), 60, end).unwrap();
+        assert_eq!((r.count, r.max_bucket, r.throttled.count), (0, None, 6));
+        let text = render_text(&r);
+        assert!(
+            text.starts_with("runqueue latency of pid 9, last 60 s: no waits\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "throttled (CPU quota spent) of pid 9, last 60 s: 6 intervals, 60.0 ms in all"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "      8192 -> 16383      : 2        |********************                    |"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn owner_needs_exactly_one_of_pid_and_cgroup() {
         assert_eq!(owner(Some(3), None), Ok(HistOwner::Process(3)));
         assert_eq!(owner(None, Some("77")), Ok(HistOwner::Cgroup(77)));
@@ -322,11 +374,19 @@ mod tests {
         assert_eq!(param(owner(None, None)), "pid");
         assert_eq!(param(owner(Some(3), Some("77"))), "cgroup");
         assert_eq!(param(owner(None, Some("x.slice"))), "cgroup");
+        assert_eq!(
+            throttled_owner(HistOwner::Cgroup(4)),
+            HistOwner::CgroupThrottled(4)
+        );
     }
 
     #[test]
     fn text_looks_like_runqlat() {
-        let r = from_slots(&slots(), Owner::Pid { pid: 7 }, 30).unwrap();
+        let waits = Merged {
+            slots: slots(),
+            ns: 0,
+        };
+        let r = from_merged(&waits, &Merged::default(), Owner::Pid { pid: 7 }, 30).unwrap();
         let text = render_text(&r);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(
@@ -344,6 +404,8 @@ mod tests {
             "        16 -> 31         : 0        |                                        |",
             "        32 -> 63         : 0        |                                        |",
             "        64 -> 127        : 10       |**********                              |",
+            "",
+            "throttled (CPU quota spent) of pid 7, last 30 s: none",
         ];
         assert_eq!(lines[2..], expected);
     }

@@ -16,6 +16,8 @@ pub struct Breakdown {
     pub futex_us: u64,
     pub io_us: u64,
     pub sleep_us: u64,
+    /// Runnable but held back because its cgroup's CPU quota was spent.
+    pub throttled_us: u64,
     pub wall_us: u64,
     pub switches: u64,
     pub switches_involuntary: u64,
@@ -94,6 +96,7 @@ impl Sum {
             futex_us: us(State::Futex),
             io_us: us(State::Io),
             sleep_us: us(State::Sleep),
+            throttled_us: us(State::Throttled),
             wall_us: ns_to_us(self.ns.iter().sum()),
             switches: self.switches_voluntary + self.switches_involuntary,
             switches_involuntary: self.switches_involuntary,
@@ -180,8 +183,18 @@ pub fn render_text(r: &ThreadReport) -> String {
         let _ = writeln!(out, "{}", jvm.describe());
     }
     let header = format!(
-        "{:>8}  {:<28} {:>10} {:>6} {:>6} {:>6} {:>6} {:>6} {:>9} {:>9}",
-        "TID", "NAME", "WALL ms", "cpu%", "runq%", "futex%", "io%", "sleep%", "switches", "wakeups"
+        "{:>8}  {:<28} {:>10} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>9} {:>9}",
+        "TID",
+        "NAME",
+        "WALL ms",
+        "cpu%",
+        "runq%",
+        "futex%",
+        "io%",
+        "sleep%",
+        "thrtl%",
+        "switches",
+        "wakeups"
     );
     let row = |id: &str, name: &str, t: &Breakdown| {
         let pct = |v: u64| {
@@ -192,7 +205,7 @@ pub fn render_text(r: &ThreadReport) -> String {
             }
         };
         format!(
-            "{:>8}  {:<28} {:>10.1} {:>6.1} {:>6.1} {:>6.1} {:>6.1} {:>6.1} {:>9} {:>9}",
+            "{:>8}  {:<28} {:>10.1} {:>6.1} {:>6.1} {:>6.1} {:>6.1} {:>6.1} {:>6.1} {:>9} {:>9}",
             id,
             truncate(name, 28),
             t.wall_us as f64 / 1000.0,
@@ -201,6 +214,7 @@ pub fn render_text(r: &ThreadReport) -> String {
             pct(t.futex_us),
             pct(t.io_us),
             pct(t.sleep_us),
+            pct(t.throttled_us),
             t.switches,
             t.wakeups_received,
         )
@@ -261,6 +275,7 @@ mod tests {
                     thread(8, "worker-1", [100_000, 0, 900_000, 0, 0, 0]),
                     thread(9, "worker-2", [500_000, 500_000, 0, 0, 0, 0]),
                     thread(10, "main", [0, 0, 0, 0, 1_000_000, 0]),
+                    thread(11, "capped", [250_000, 0, 0, 0, 0, 750_000]),
                 ],
                 runq_hists: vec![],
                 processes: Map::from([(7, Arc::from("app"))]),
@@ -269,7 +284,7 @@ mod tests {
         }
         let r = report(&store.snapshot(), 7, 30, end).unwrap();
         assert_eq!(r.comm, "app");
-        assert_eq!(r.threads.len(), 3);
+        assert_eq!(r.threads.len(), 4);
         let w1 = r.threads.iter().find(|t| t.tid == 8).unwrap();
         assert_eq!(
             (w1.time.cpu_us, w1.time.futex_us, w1.time.wall_us),
@@ -279,9 +294,25 @@ mod tests {
         assert_eq!(w1.time.switches, 8);
         let pool = r.pools.iter().find(|p| p.pool == "worker-*").unwrap();
         assert_eq!((pool.threads, pool.time.wall_us), (2, 4000));
-        assert_eq!(r.process.wall_us, 6000);
+        assert_eq!(r.process.wall_us, 8000);
+        let capped = r.threads.iter().find(|t| t.tid == 11).unwrap();
+        assert_eq!(
+            (capped.time.throttled_us, capped.time.wall_us),
+            (1500, 2000)
+        );
+        assert_eq!(r.process.throttled_us, 1500);
         assert!(report(&store.snapshot(), 8, 30, end).is_none());
         let text = render_text(&r);
         assert!(text.contains("worker-1") && text.contains("90.0"), "{text}");
+        assert!(text.lines().next().is_some_and(|l| !l.is_empty()));
+        let header = text.lines().nth(1).unwrap();
+        assert!(header.contains("sleep% thrtl%"), "{header}");
+        let row = text.lines().find(|l| l.contains("capped")).unwrap();
+        assert!(
+            row.contains("  25.0    0.0    0.0    0.0    0.0   75.0"),
+            "{row}"
+        );
+        let json = serde_json::to_value(capped).unwrap();
+        assert_eq!(json["throttled_us"], 1500);
     }
 }

@@ -9,6 +9,7 @@
 mod elf_files;
 mod interner;
 mod jit;
+mod kernel_frames;
 pub use crate::process::maps;
 pub(crate) mod perfmap;
 mod procs;
@@ -176,9 +177,12 @@ impl Symbolizer {
         let mut processes = HashMap::new();
         let mut samples = Vec::with_capacity(batch.records.len());
         let mut wakeups = Vec::new();
+        // An interrupt is no thread: pid 0 must keep its own name (the
+        // idle task's), and the interrupt its `[irq]` frame.
         let names = batch
             .records
             .iter()
+            .filter(|r| !r.from_interrupt())
             .map(|r| (r.pid, r.tid, r.comm.as_str()));
         let names = names.chain(
             batch
@@ -214,6 +218,9 @@ impl Symbolizer {
                 RecordKind::Wakeup { peer_pid, peer_tid } => wakeups.push(Wakeup {
                     pid,
                     tid,
+                    interrupt: record
+                        .from_interrupt()
+                        .then(|| kernel_frames::interrupt(&stack)),
                     peer_pid,
                     peer_tid,
                     stack,
@@ -424,10 +431,25 @@ impl Symbolizer {
             })
             .collect();
         if let Some(ips) = &record.kernel_stack {
-            for (i, &ip) in ips.iter().enumerate().rev() {
-                let frame = self.kernel_cache.get(&kernel_lookup_addr(i, ip)).cloned();
-                frames.push(frame.unwrap_or_else(|| self.intern("[unknown]_[k]")));
-            }
+            let unknown = self.intern("[unknown]_[k]");
+            let kernel: Vec<Frame> = ips
+                .iter()
+                .enumerate()
+                .map(|(i, &ip)| {
+                    let frame = self.kernel_cache.get(&kernel_lookup_addr(i, ip));
+                    frame.cloned().unwrap_or_else(|| unknown.clone())
+                })
+                .collect();
+            // Stacks our tracepoint programs took begin with the program
+            // and the glue that ran it. A CPU sample's stack is the
+            // interrupted code's (perf_event programs get its registers):
+            // a BPF program there is someone's real work, so it stays.
+            let own = if record.kind == RecordKind::Time(State::Cpu) {
+                0
+            } else {
+                kernel_frames::own_frames(&kernel)
+            };
+            frames.extend(kernel.into_iter().skip(own).rev());
         } else if let (Some(nr), false) =
             (record.syscall, record.kind == RecordKind::Time(State::Cpu))
         {
