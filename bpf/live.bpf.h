@@ -177,15 +177,19 @@ static __always_inline void ws_live_thread(struct seq_file *seq, struct task_str
 	}
 	if (s->on_cpu_since) {
 		if (!fresh)
-			ws_flush_cpu(ws_thread(task), s, now);
+			ws_flush_cpu(s, now);
+		ws_export(task, s);
 		return;
 	}
 	phase = s->phase_start;
-	if (!phase || now <= phase)
+	if (!phase || now <= phase) {
+		ws_export(task, s);
 		return;
+	}
 	from = s->acct_from;
 	if (from && now > from && __sync_val_compare_and_swap(&s->acct_from, from, now) == from)
-		ws_thread_time(task, s->state, now - from);
+		ws_count_ns(&s->c, s->state, now - from);
+	ws_export(task, s);
 
 	row_min = offcpu_min_ns > offcpu_sample_ns ? offcpu_min_ns : offcpu_sample_ns;
 	if (now - phase >= row_min || now - phase >= live_min_ns) {

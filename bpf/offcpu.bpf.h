@@ -22,7 +22,7 @@
 #ifndef WALLSCOPE_OFFCPU_BPF_H
 #define WALLSCOPE_OFFCPU_BPF_H
 
-#include "threads.bpf.h"
+#include "counts.bpf.h"
 
 #define PF_KTHREAD 0x00200000
 #define TASK_RUNNING 0x0
@@ -62,6 +62,7 @@ struct ws_task {
 	__u32 waker_pid; /* the last wakeup's waker (WS_INTERRUPT_TID: an interrupt) */
 	__u32 waker_tid;
 	__u32 _pad;
+	struct ws_counts c; /* since the last export */
 };
 
 struct {
@@ -207,11 +208,6 @@ static __always_inline __u64 ws_take(__u64 *from, __u64 now, __u64 to)
 	return old && now > old ? now - old : 0;
 }
 
-static __always_inline void ws_add_ns(struct ws_thread_totals *totals, __u32 state, __u64 ns)
-{
-	if (totals && ns && state < WS_STATE_COUNT)
-		__sync_fetch_and_add(&totals->ns[state], ns);
-}
 
 /* The stack row of `t` in `state`, with the stacks kept in `s`. */
 static __always_inline void ws_phase_key(struct ws_stack_key *key, struct task_struct *t,
@@ -275,13 +271,12 @@ static __always_inline void ws_switch_out(void *ctx, bool preempt, struct task_s
 					  __u64 now)
 {
 	struct ws_task *s = ws_task(prev, true);
-	struct ws_thread_totals *totals = ws_thread(prev);
 	bool kthread = ws_is_kthread(prev);
 	__u32 st;
 
 	if (!s)
 		return;
-	ws_add_ns(totals, WS_STATE_CPU, ws_take(&s->on_cpu_since, now, 0));
+	ws_count_ns(&s->c, WS_STATE_CPU, ws_take(&s->on_cpu_since, now, 0));
 	if (s->pending_ns[0] || s->pending_ns[1]) {
 		/* Its switch-in hook never ran: keep the time, without a stack. */
 		s->user_stack_id = WS_NO_STACK;
@@ -299,23 +294,23 @@ static __always_inline void ws_switch_out(void *ctx, bool preempt, struct task_s
 	if (!stacks_at_switch_in)
 		ws_own_stacks(ctx, prev, s, now, s->state == WS_STATE_IO || kthread);
 
-	if (totals) {
-		if (s->state == WS_STATE_RUNQUEUE || s->state == WS_STATE_THROTTLED)
-			__sync_fetch_and_add(&totals->switches_involuntary, 1);
-		else
-			__sync_fetch_and_add(&totals->switches_voluntary, 1);
-	}
+	if (s->state == WS_STATE_RUNQUEUE || s->state == WS_STATE_THROTTLED)
+		__sync_fetch_and_add(&s->c.switches_involuntary, 1);
+	else
+		__sync_fetch_and_add(&s->c.switches_voluntary, 1);
 }
 
-static __always_inline void ws_waited(struct task_struct *t, __u32 state, __u64 ns)
+/* A runqueue wait goes to the thread's own histogram (exported at drains);
+ * throttled intervals, rare, straight to the maps. */
+static __always_inline void ws_waited(struct task_struct *t, struct ws_task *s, __u32 state,
+				      __u64 ns)
 {
-	bool throttled = state == WS_STATE_THROTTLED;
-
-	ws_hist_add(t->tgid, throttled ? WS_HIST_PROCESS_THROTTLED : WS_HIST_PROCESS, ns);
-	if (throttled)
-		ws_hist_add(ws_cpu_cgroup(t), WS_HIST_CGROUP_THROTTLED, ns);
-	else
-		ws_hist_add(t->cgroups->dfl_cgrp->kn->id, WS_HIST_CGROUP, ns);
+	if (state == WS_STATE_RUNQUEUE) {
+		ws_count_runq_wait(&s->c, ns);
+		return;
+	}
+	ws_hist_add(t->tgid, WS_HIST_PROCESS_THROTTLED, ns);
+	ws_hist_add(ws_cpu_cgroup(t), WS_HIST_CGROUP_THROTTLED, ns);
 }
 
 static __always_inline void ws_switch_in(struct task_struct *next, __u64 now)
@@ -328,9 +323,9 @@ static __always_inline void ws_switch_in(struct task_struct *next, __u64 now)
 		__u32 state = s->state;
 		__u64 d = now - s->phase_start, w;
 
-		ws_thread_time(next, state, ws_take(&s->acct_from, now, 0));
+		ws_count_ns(&s->c, state, ws_take(&s->acct_from, now, 0));
 		if (state == WS_STATE_RUNQUEUE || state == WS_STATE_THROTTLED)
-			ws_waited(next, state, d);
+			ws_waited(next, s, state, d);
 		w = ws_draw(d, ws_take(&s->row_from, now, 0));
 		if (w) {
 			s->pending_ns[1] = w;
@@ -401,16 +396,15 @@ static __always_inline bool ws_in_interrupt(struct task_struct *cur)
 static __always_inline void ws_on_waking(void *ctx, struct task_struct *p)
 {
 	struct task_struct *waker = bpf_get_current_task_btf();
-	struct ws_task *s = ws_task(p, false);
+	struct ws_task *s = ws_task(p, false), *ws;
 	bool irq = ws_in_interrupt(waker);
-	struct ws_thread_totals *totals;
 	struct ws_stack_key key = {};
 	__u64 slept, w;
 
 	if (!irq && !waker->pid)
 		return;
-	if (!irq && (totals = ws_thread(waker)))
-		__sync_fetch_and_add(&totals->wakeups_sent, 1);
+	if (!irq && (ws = ws_task(waker, false)))
+		__sync_fetch_and_add(&ws->c.wakeups_sent, 1);
 	if (!s)
 		return;
 	s->waker_pid = irq ? 0 : waker->tgid;
@@ -448,18 +442,18 @@ static __always_inline void ws_on_wakeup(struct task_struct *p)
 {
 	__u64 now = bpf_ktime_get_ns();
 	struct ws_task *s = ws_task(p, false);
-	struct ws_thread_totals *totals = ws_thread(p);
 
 	ws_stat_inc(WS_STAT_WAKEUPS);
-	if (totals)
-		__sync_fetch_and_add(&totals->wakeups_received, 1);
-	if (!s || !s->phase_start || !ws_sleeping(s->state))
+	if (!s)
+		return;
+	__sync_fetch_and_add(&s->c.wakeups_received, 1);
+	if (!s->phase_start || !ws_sleeping(s->state))
 		return;
 	__u32 state = s->state;
 	__u64 d = now - s->phase_start;
 	__u64 w;
 
-	ws_add_ns(totals, state, ws_take(&s->acct_from, now, now));
+	ws_count_ns(&s->c, state, ws_take(&s->acct_from, now, now));
 	w = ws_draw(d, ws_take(&s->row_from, now, now));
 	if (w) {
 		s->pending_ns[0] = w;
@@ -474,9 +468,8 @@ static __always_inline void ws_on_wakeup(struct task_struct *p)
 static __always_inline void ws_on_wakeup_new(void *ctx, struct task_struct *p)
 {
 	__u64 now = bpf_ktime_get_ns();
-	struct ws_task *s = ws_task(p, true);
+	struct ws_task *s = ws_task(p, true), *ws;
 	struct task_struct *waker = bpf_get_current_task_btf();
-	struct ws_thread_totals *totals;
 	struct ws_stack_key key = {};
 
 	ws_stat_inc(WS_STAT_WAKEUPS);
@@ -490,12 +483,12 @@ static __always_inline void ws_on_wakeup_new(void *ctx, struct task_struct *p)
 		s->waker_pid = waker->tgid;
 		s->waker_tid = waker->pid;
 	}
-	if ((totals = ws_thread(p)))
-		__sync_fetch_and_add(&totals->wakeups_received, 1);
+	if (s)
+		__sync_fetch_and_add(&s->c.wakeups_received, 1);
 	if (!waker->pid)
 		return;
-	if ((totals = ws_thread(waker)))
-		__sync_fetch_and_add(&totals->wakeups_sent, 1);
+	if ((ws = ws_task(waker, false)))
+		__sync_fetch_and_add(&ws->c.wakeups_sent, 1);
 	key.pid = waker->tgid;
 	key.tid = waker->pid;
 	key.state = WS_STATE_WAKEUP;
@@ -510,10 +503,9 @@ static __always_inline void ws_on_wakeup_new(void *ctx, struct task_struct *p)
 }
 
 /* Adds the CPU time of the running task since switch-in (or the last
- * flush) to `totals`; a compare-and-swap, as the drain-time iterator and
+ * flush) to its counters; a compare-and-swap, as the drain-time iterator and
  * the sampler may flush it at once. */
-static __always_inline void ws_flush_cpu(struct ws_thread_totals *totals, struct ws_task *s,
-					 __u64 now)
+static __always_inline void ws_flush_cpu(struct ws_task *s, __u64 now)
 {
 	__u64 since = s->on_cpu_since;
 
@@ -523,7 +515,25 @@ static __always_inline void ws_flush_cpu(struct ws_thread_totals *totals, struct
 	}
 	if (now > since &&
 	    __sync_val_compare_and_swap(&s->on_cpu_since, since, now) == since)
-		ws_add_ns(totals, WS_STATE_CPU, now - since);
+		ws_count_ns(&s->c, WS_STATE_CPU, now - since);
+}
+
+/* Moves `t`'s counters into the active buffer (drain-time iterator). */
+static __always_inline void ws_export(struct task_struct *t, struct ws_task *s)
+{
+	ws_export_counts(t, &s->c, t->cgroups->dfl_cgrp->kn->id);
+}
+
+/* A thread exits: its CPU time so far and its counters go out now, as the
+ * iterator will not see it again. */
+static __always_inline void ws_thread_exit(struct task_struct *t)
+{
+	struct ws_task *s = ws_task(t, false);
+
+	if (!s)
+		return;
+	ws_flush_cpu(s, bpf_ktime_get_ns());
+	ws_export(t, s);
 }
 
 #endif /* WALLSCOPE_OFFCPU_BPF_H */

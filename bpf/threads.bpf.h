@@ -21,14 +21,6 @@ static __always_inline struct ws_thread_totals *ws_thread(struct task_struct *ta
 	return ws_insert(map, &tid, &init, WS_STAT_THREADS_FULL);
 }
 
-static __always_inline void ws_thread_time(struct task_struct *task, __u32 state, __u64 ns)
-{
-	struct ws_thread_totals *t = ws_thread(task);
-
-	if (t && state < WS_STATE_COUNT)
-		__sync_fetch_and_add(&t->ns[state], ns);
-}
-
 /* Floor of log2(v) for v > 0, without loops. */
 static __always_inline __u32 ws_log2(__u64 v)
 {
@@ -43,28 +35,44 @@ static __always_inline __u32 ws_log2(__u64 v)
 	return r;
 }
 
-static __always_inline void ws_hist_add(__u64 id, __u32 kind, __u64 ns)
+/* Histogram slot of an interval of `ns`: 0 under 1 us, else log2 us + 1. */
+static __always_inline __u32 ws_hist_slot(__u64 ns)
 {
-	void *map = ws_buffer() ? (void *)&runq_hist_1 : (void *)&runq_hist_0;
-	struct ws_hist_key key = { .id = id, .kind = kind };
-	struct ws_hist *h = bpf_map_lookup_elem(map, &key);
 	__u64 us = ns / 1000;
-	__u32 slot = us ? ws_log2(us) + 1 : 0; /* slot 0: under 1 us */
+	__u32 slot = us ? ws_log2(us) + 1 : 0;
 
-	if (!h) {
-		struct ws_hist init = {};
-
-		h = ws_insert(map, &key, &init, WS_STAT_HIST_FULL);
-		if (!h)
-			return;
-	}
 	if (slot >= WS_HIST_SLOTS)
 		slot = WS_HIST_SLOTS - 1;
 	/* clang may check a copy and index with the original register; the
 	 * barrier keeps the mask, which bounds the register indexed with. */
 	asm volatile("" : "+r"(slot));
-	slot &= WS_HIST_SLOTS - 1;
-	__sync_fetch_and_add(&h->slots[slot], 1);
+	return slot & (WS_HIST_SLOTS - 1);
+}
+
+/* The histogram row of (`id`, `kind`) in the active buffer, created on
+ * first use. */
+static __always_inline struct ws_hist *ws_hist_row(__u64 id, __u32 kind)
+{
+	void *map = ws_buffer() ? (void *)&runq_hist_1 : (void *)&runq_hist_0;
+	struct ws_hist_key key = { .id = id, .kind = kind };
+	struct ws_hist *h = bpf_map_lookup_elem(map, &key);
+
+	if (!h) {
+		struct ws_hist init = {};
+
+		h = ws_insert(map, &key, &init, WS_STAT_HIST_FULL);
+	}
+	return h;
+}
+
+static __always_inline void ws_hist_add(__u64 id, __u32 kind, __u64 ns)
+{
+	struct ws_hist *h = ws_hist_row(id, kind);
+
+	if (!h)
+		return;
+	__sync_fetch_and_add(&h->slots[ws_hist_slot(ns)], 1);
+	__sync_fetch_and_add(&h->ns, ns);
 }
 
 #endif /* WALLSCOPE_THREADS_BPF_H */

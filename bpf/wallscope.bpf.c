@@ -40,7 +40,7 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx)
 
 	/* A thread that never switches out still shows its CPU time. */
 	if (key.tid && (s = ws_task(task, false)))
-		ws_flush_cpu(ws_thread(task), s, bpf_ktime_get_ns());
+		ws_flush_cpu(s, bpf_ktime_get_ns());
 	return 0;
 }
 
@@ -111,6 +111,7 @@ int BPF_PROG(on_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm 
 SEC("tp_btf/sched_process_exit")
 int BPF_PROG(on_exit, struct task_struct *p)
 {
+	ws_thread_exit(p);
 	ws_lifecycle_on_exit(p);
 	return 0;
 }
