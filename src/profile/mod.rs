@@ -2,6 +2,7 @@
 
 pub mod cgroups;
 pub mod kind;
+pub mod live;
 pub mod query;
 pub mod render;
 pub mod runqueue;
