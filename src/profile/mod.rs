@@ -1,5 +1,6 @@
 //! The profile model: symbolized stacks with their time, in time slices.
 
+pub mod blocked;
 pub mod cgroups;
 pub mod kind;
 pub mod live;
