@@ -287,14 +287,14 @@ fn round(cache: &CodeCache, batches: &[(RawBatch, Vec<Vec<Site>>); 2]) -> Result
         ..batches[0].0.clone()
     };
     let mut times = [[0.0; 2]; 5];
-    times[4] = timed(|| Symbolizer::new().symbolize(one)).1;
+    times[4] = timed(|| Symbolizer::new().symbolize(one).slice).1;
     let mut symbolizer = Symbolizer::new();
     for (i, (batch, stacks)) in batches.iter().enumerate() {
         let batch = RawBatch {
             end: SystemTime::now(),
             ..batch.clone()
         };
-        let (slice, t) = timed(|| symbolizer.symbolize(batch));
+        let (slice, t) = timed(|| symbolizer.symbolize(batch).slice);
         check_slice(cache, &slice, stacks)?;
         let process = slice.processes[&std::process::id()].to_string();
         let (text, q) = timed(|| query(slice));

@@ -143,10 +143,14 @@ type Started = Option<(Guard, u16)>;
 fn stack_walks(port: u16) -> Option<u64> {
     let h = common::healthz(port)?;
     let events = &h["events"];
-    ["offcpu_stack_walks", "waker_stack_walks", "blocked_stack_walks"]
-        .iter()
-        .map(|k| events[*k].as_u64())
-        .sum()
+    [
+        "offcpu_stack_walks",
+        "waker_stack_walks",
+        "blocked_stack_walks",
+    ]
+    .iter()
+    .map(|k| events[*k].as_u64())
+    .sum()
 }
 
 fn main() {
@@ -276,7 +280,10 @@ fn bpf_costs(daemon: &Path, tmp: &Path) -> Result<Vec<(&'static str, Vec<Cost>)>
     for c in CONFIGS.iter().filter(bpf) {
         let mut tool = start(c, daemon, tmp).with_context(|| format!("BPF stats, {c}"))?;
         let ids = common::linked_progs(tool.as_ref().map_or(0, |t| t.0 .0.id()));
-        let port = tool.as_ref().map(|t| t.1).filter(|_| c.ready == Ready::Healthz);
+        let port = tool
+            .as_ref()
+            .map(|t| t.1)
+            .filter(|_| c.ready == Ready::Healthz);
         let mut per_workload = Vec::new();
         for (name, cmd) in WORKLOADS {
             let before = common::prog_stats(&ids)?;
@@ -403,13 +410,19 @@ const WARM_DRAINS: u64 = 3;
 
 /// Issue 11's targets for wallscope with everything on: pipe slowdown and
 /// BPF ns per context switch per workload.
-const TARGETS: [(&str, Option<f64>, f64); 2] = [("pipe", Some(1.25), 1000.0), ("messaging", None, 1500.0)];
+const TARGETS: [(&str, Option<f64>, f64); 2] =
+    [("pipe", Some(1.25), 1000.0), ("messaging", None, 1500.0)];
 
 /// Lines judging wallscope against [`TARGETS`] (slowdown from the median
 /// run times, BPF time per switch from the stats pass), with the switch-out
 /// shape (before) and offcputime alongside.
 fn verdict(runs: &[Vec<Vec<Run>>], costs: &[(&str, Vec<Cost>)]) -> String {
-    let find = |name: &str| CONFIGS.iter().position(|c| c.name.starts_with(name)).unwrap_or(0);
+    let find = |name: &str| {
+        CONFIGS
+            .iter()
+            .position(|c| c.name.starts_with(name))
+            .unwrap_or(0)
+    };
     let (ws, before, oc) = (
         find("wallscope"),
         find("wallscope, stacks at switch-out"),
@@ -442,6 +455,10 @@ fn verdict(runs: &[Vec<Vec<Run>>], costs: &[(&str, Vec<Cost>)]) -> String {
     format!(
         "\nVerdict (issue 11: wallscope with everything on): {}: {}.\n",
         parts.join("; "),
-        if met { "MEETS the targets" } else { "MISSES a target" }
+        if met {
+            "MEETS the targets"
+        } else {
+            "MISSES a target"
+        }
     )
 }

@@ -358,12 +358,11 @@ fn symbolize_loop(
     let mut symbolizer = Symbolizer::with_jvms(table.clone(), link);
     for batch in rx {
         let started = Instant::now();
-        let slice = symbolizer.symbolize(batch);
-        shared
-            .store
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(slice);
+        let named = symbolizer.symbolize(batch);
+        let mut store = shared.store.write().unwrap_or_else(|e| e.into_inner());
+        store.set_live(named.live);
+        store.push(named.slice);
+        drop(store);
         let (name_bytes, elf_files) = symbolizer.held();
         let mut h = shared.health();
         h.last_symbolize_us = started.elapsed().as_micros() as u64;

@@ -81,6 +81,7 @@ async fn a_token_guards_every_endpoint_but_healthz() {
         folded.clone(),
         format!("/flamegraph?pid={GONE_PID}"),
         format!("/threads?pid={GONE_PID}"),
+        format!("/blocked?pid={GONE_PID}"),
         "/processes".into(),
         "/metrics".into(),
         "/runqueue?pid=1".into(),

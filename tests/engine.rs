@@ -124,7 +124,10 @@ fn quota_throttling_is_told_apart_from_cpu_contention() {
         assert!(throttled >= 0.6, "throttled share {throttled:.2}: {t}");
         // On an idle host a refilled quota finds a CPU at once; on a busy
         // one the wait for a CPU is real, and the kernel counts it too.
-        assert!(runqueue <= 0.10 + (waiting - 0.9).max(0.0), "runqueue share {runqueue:.2}: {t}");
+        assert!(
+            runqueue <= 0.10 + (waiting - 0.9).max(0.0),
+            "runqueue share {runqueue:.2}: {t}"
+        );
         throttled_sum += us(t, "throttled_us");
     }
     assert!(
@@ -161,11 +164,15 @@ fn a_timer_wakeup_is_not_charged_to_the_thread_it_interrupted() {
     ));
     assert!(!rows.is_empty(), "no wakers of {ticker} (pid {pid})");
     assert!(
-        rows.iter().all(|(frames, _)| !frames.iter().any(|f| f.starts_with("hog "))),
+        rows.iter()
+            .all(|(frames, _)| !frames.iter().any(|f| f.starts_with("hog "))),
         "the busy thread is no waker: {body}"
     );
     let by_interrupt = share_of(&rows, "[irq]") + share_of(&rows, "[softirq]");
-    assert!(by_interrupt >= 0.9, "{by_interrupt:.2} woken by interrupts: {body}");
+    assert!(
+        by_interrupt >= 0.9,
+        "{by_interrupt:.2} woken by interrupts: {body}"
+    );
 }
 
 /// Share of each leaf function (the innermost user frame) in `rows`.
@@ -205,7 +212,10 @@ fn stacks_sampled_by_length_agree_with_every_stack() {
     assert_eq!(status, 200, "{a}");
     let (status, b) = get(&format!("{}/folded?{query}", every.url));
     assert_eq!(status, 200, "{b}");
-    let (a, b) = (leaf_shares(&parse_folded(&a)), leaf_shares(&parse_folded(&b)));
+    let (a, b) = (
+        leaf_shares(&parse_folded(&a)),
+        leaf_shares(&parse_folded(&b)),
+    );
     assert!(b.len() >= 3, "leaf functions of mixed: {b:?}");
     for (leaf, share) in &b {
         let got = a.get(leaf).copied().unwrap_or(0.0);

@@ -146,7 +146,9 @@ fn blocked_lists_them(url: &str, pid: u32, holder: u64, waiters: &[u64], elapsed
     let (status, body) = get(&format!("{url}/blocked?pid={pid}&min_seconds=1"));
     assert_eq!(status, 200, "{body}");
     let view: Value = serde_json::from_str(&body).unwrap();
-    let threads = view["threads"].as_array().unwrap_or_else(|| panic!("{view}"));
+    let threads = view["threads"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{view}"));
     let by_tid: HashMap<u64, &Value> = threads
         .iter()
         .map(|t| (t["tid"].as_u64().unwrap(), t))
@@ -173,5 +175,8 @@ fn blocked_lists_them(url: &str, pid: u32, holder: u64, waiters: &[u64], elapsed
         .iter()
         .map(|t| t["in_state_s"].as_f64().unwrap())
         .collect();
-    assert!(lengths.windows(2).all(|w| w[0] >= w[1]), "longest first: {view}");
+    assert!(
+        lengths.windows(2).all(|w| w[0] >= w[1]),
+        "longest first: {view}"
+    );
 }

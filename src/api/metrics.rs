@@ -197,11 +197,12 @@ fn memory_series(out: &mut Out, store: &StoreStats, health: &Health) {
         }
     }
     let name = "wallscope_held_bytes";
-    let help = "Estimated bytes the daemon holds, by table (store slices and stacks, the bound on them, symbolizer frame names)";
+    let help = "Estimated bytes the daemon holds, by table (store slices, stacks and live view, the bound on them, symbolizer frame names)";
     out.family(name, "gauge", help);
     for (what, v) in [
         ("store_slices", store.slice_bytes),
         ("store_stacks", store.stack_bytes),
+        ("store_live", store.live_bytes),
         ("store_max", store.max_bytes),
         ("frame_names", health.frame_name_bytes as usize),
     ] {
@@ -212,6 +213,7 @@ fn memory_series(out: &mut Out, store: &StoreStats, health: &Health) {
     for (what, v) in [
         ("store_slices", store.slices as u64),
         ("store_process_totals", store.process_totals as u64),
+        ("store_live_threads", store.live_threads as u64),
         ("elf_files_open", health.elf_files_open),
     ] {
         out.sample(name, &label("what", what), v);

@@ -1,5 +1,5 @@
-//! The HTTP API (axum): folded stacks, flame graphs, process list, health,
-//! and the web UI at `/`.
+//! The HTTP API (axum): folded stacks, flame graphs, process list, thread
+//! breakdowns, blocked threads, health, and the web UI at `/`.
 
 pub mod access;
 pub mod error;
@@ -75,6 +75,7 @@ fn routes(shared: Arc<Shared>) -> Router {
         .route("/threads", get(queries::threads))
         .route("/healthz", get(healthz))
         .route("/runqueue", get(queries::runqueue))
+        .route("/blocked", get(queries::blocked))
         .route("/metrics", get(metrics))
         .with_state(state)
 }

@@ -1,6 +1,6 @@
 //! Query-string parsing with errors that name the parameter.
 
-use std::collections::HashMap;
+use std::{collections::HashMap, time::Duration};
 
 use super::error::ApiError;
 
@@ -15,6 +15,24 @@ fn strict_u64(raw: &str) -> Option<u64> {
     let digits =
         !raw.is_empty() && raw.len() <= MAX_DIGITS && raw.bytes().all(|b| b.is_ascii_digit());
     digits.then(|| raw.parse().ok()).flatten()
+}
+
+/// Most digits after the decimal point of a duration: nanoseconds.
+const MAX_FRACTION_DIGITS: usize = 9;
+
+/// Seconds written as plain digits with an optional fraction (`2`, `0.5`,
+/// `1.250`): no sign, exponent, `inf` or `NaN`, which `f64::from_str`
+/// would all take. Parsed exactly, without floating point.
+fn strict_seconds(raw: &str) -> Option<Duration> {
+    let (whole, fraction) = raw.split_once('.').unwrap_or((raw, ""));
+    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    let fraction_ok =
+        !raw.contains('.') || (!fraction.is_empty() && fraction.len() <= MAX_FRACTION_DIGITS);
+    if !(fraction_ok && digits(fraction)) {
+        return None;
+    }
+    let nanos = format!("{fraction:0<MAX_FRACTION_DIGITS$}").parse().ok()?;
+    Some(Duration::new(strict_u64(whole)?, nanos))
 }
 
 /// Parsed query parameters of one request.
@@ -70,6 +88,26 @@ impl Params {
             ));
         }
         Ok(Some(n))
+    }
+
+    /// An optional duration in seconds, fractions allowed, at most `max`.
+    pub fn seconds(&self, name: &str, max: Duration) -> Result<Option<Duration>, ApiError> {
+        let Some(raw) = self.values.get(name) else {
+            return Ok(None);
+        };
+        let d = strict_seconds(raw).ok_or_else(|| {
+            ApiError::bad(
+                name,
+                format!("expected seconds as digits with an optional fraction (e.g. 2 or 0.5), got `{raw}`"),
+            )
+        })?;
+        if d > max {
+            return Err(ApiError::bad(
+                name,
+                format!("must be at most {} s, got {raw}", max.as_secs_f64()),
+            ));
+        }
+        Ok(Some(d))
     }
 
     /// An optional process or thread id.
@@ -158,5 +196,47 @@ mod tests {
             assert_eq!(p.id("pid").unwrap(), Some(n), "{raw}");
         }
         assert_eq!(strict_u64("9999999999"), Some(9_999_999_999));
+    }
+
+    #[test]
+    fn seconds_are_digits_with_an_optional_fraction() {
+        let max = Duration::from_secs(3600);
+        for (raw, ms) in [
+            ("1", 1000),
+            ("0.5", 500),
+            ("0", 0),
+            ("2.250", 2250),
+            ("0.000000001", 0),
+        ] {
+            let p = Params::parse(Some(&format!("s={raw}")), &["s"]).unwrap();
+            let d = p.seconds("s", max).unwrap().unwrap();
+            assert_eq!(d.as_millis(), ms, "{raw}");
+        }
+        assert_eq!(strict_seconds("0.000000001"), Some(Duration::from_nanos(1)));
+        for raw in [
+            "-1",
+            "-0.5",
+            "NaN",
+            "nan",
+            "inf",
+            "1e3",
+            "+1",
+            ".5",
+            "1.",
+            "1..2",
+            "1.2.3",
+            "0x1",
+            " 1",
+            "1%20",
+            "",
+            "1.0000000001",
+            "٥",
+            "3601",
+            "abc",
+        ] {
+            let p = Params::parse(Some(&format!("s={raw}")), &["s"]).unwrap();
+            let e = p.seconds("s", max).expect_err(raw);
+            assert!(msg(e).contains("`s`"), "{raw}");
+        }
     }
 }

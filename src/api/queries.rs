@@ -1,10 +1,13 @@
 //! The endpoints that walk the store: `/folded`, `/flamegraph`,
-//! `/processes`, `/threads`, `/runqueue`. Each parses its parameters on the
-//! async worker, then reads a [`Snapshot`] of the store (taken under a
-//! short lock) on a blocking thread, within the [`super::limit::Queries`]
-//! bound.
+//! `/processes`, `/threads`, `/runqueue`, `/blocked`. Each parses its
+//! parameters on the async worker, then reads a [`Snapshot`] of the store
+//! (taken under a short lock) on a blocking thread, within the
+//! [`super::limit::Queries`] bound.
 
-use std::{path::Path, time::SystemTime};
+use std::{
+    path::Path,
+    time::{Duration, SystemTime},
+};
 
 use axum::{
     extract::{RawQuery, State},
@@ -18,6 +21,7 @@ use crate::{
     bpf::abi,
     pipeline::Shared,
     profile::{
+        blocked::{self, BlockedFilter},
         cgroup_list,
         kind::{Group, Kind},
         query::{self, Filter, Folded},
@@ -103,16 +107,24 @@ fn profile(shared: &Shared, filter: Filter) -> Result<Profile, ApiError> {
     })
 }
 
+/// Why `pid` is unknown, if it is: no such process now, and nothing
+/// recorded for it within the retention.
+fn unknown_pid(store: &Snapshot, pid: u32) -> Option<String> {
+    let known = query::pid_recorded(store, pid) || Path::new(&format!("/proc/{pid}")).exists();
+    let minutes = store.retention().as_secs() / 60;
+    (!known).then(|| {
+        format!("unknown pid {pid}: no such process, and nothing recorded for it in the last {minutes} min")
+    })
+}
+
 fn empty_message(store: &Snapshot, filter: &Filter) -> String {
     let window = format!("in the last {} s", filter.seconds);
     let what = format!("no {} samples", filter.kind.describe());
     let retention = format!("in the last {} min", store.retention().as_secs() / 60);
+    if let Some(unknown) = filter.pid.and_then(|pid| unknown_pid(store, pid)) {
+        return unknown;
+    }
     match (filter.pid, filter.tid) {
-        (Some(pid), _)
-            if !query::pid_recorded(store, pid) && !Path::new(&format!("/proc/{pid}")).exists() =>
-        {
-            format!("unknown pid {pid}: no such process, and nothing recorded for it {retention}")
-        }
         (_, Some(tid))
             if !query::tid_recorded(store, tid) && !Path::new(&format!("/proc/{tid}")).exists() =>
         {
@@ -305,6 +317,48 @@ pub(super) async fn runqueue(
     })
     .await??;
     Ok(json_or_text(text, report, runqueue::render_text))
+}
+
+/// `min_seconds` of `/blocked` when not given: waits shorter than a second
+/// are mostly the normal ebb and flow of work.
+pub const DEFAULT_MIN_BLOCKED: Duration = Duration::from_secs(1);
+/// Largest `min_seconds` (about 31 years: longer than any uptime).
+const MAX_MIN_BLOCKED: Duration = Duration::from_secs(1_000_000_000);
+/// Threads `/blocked` shows when no `limit` is given.
+pub const DEFAULT_BLOCKED_LIMIT: u64 = 100;
+/// Largest `limit` of `/blocked`: an answer holds at most this many
+/// stacks (each ≤ 127 user and 127 kernel frames).
+pub const MAX_BLOCKED_LIMIT: u64 = 2_000;
+
+/// `/blocked`: the threads off-CPU at the last drain for at least
+/// `min_seconds`, longest first.
+pub(super) async fn blocked(
+    State(state): State<ApiState>,
+    RawQuery(q): RawQuery,
+) -> Result<Response, ApiError> {
+    let p = Params::parse(q.as_deref(), &["pid", "min_seconds", "limit", "format"])?;
+    let filter = BlockedFilter {
+        pid: p.id("pid")?,
+        min: p
+            .seconds("min_seconds", MAX_MIN_BLOCKED)?
+            .unwrap_or(DEFAULT_MIN_BLOCKED),
+        limit: p
+            .int("limit", 1, MAX_BLOCKED_LIMIT)?
+            .unwrap_or(DEFAULT_BLOCKED_LIMIT) as usize,
+    };
+    let text = p.choice("format", &["json", "text"])? == Some("text");
+    let report = over_snapshot(&state, move |store| {
+        let live = store.live();
+        if let Some(pid) = filter.pid {
+            let blocked_now = live.threads.iter().any(|t| t.pid == pid);
+            if let Some(unknown) = unknown_pid(store, pid).filter(|_| !blocked_now) {
+                return Err(ApiError::NotFound(unknown));
+            }
+        }
+        Ok(blocked::report(live, &filter, SystemTime::now()))
+    })
+    .await??;
+    Ok(json_or_text(text, report, blocked::render_text))
 }
 
 /// A report as JSON, or as text for a terminal when `text`.

@@ -46,14 +46,8 @@ pub struct TaskIter {
 fn bpf<T>(cmd: libc::c_long, attr: &mut T) -> io::Result<RawFd> {
     // SAFETY: `attr` is a live, fully initialised bpf_attr member of the
     // size passed; the kernel only reads it.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            cmd,
-            attr as *mut T,
-            std::mem::size_of::<T>(),
-        )
-    };
+    let ret =
+        unsafe { libc::syscall(libc::SYS_bpf, cmd, attr as *mut T, std::mem::size_of::<T>()) };
     if ret < 0 {
         Err(io::Error::last_os_error())
     } else {

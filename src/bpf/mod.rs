@@ -257,7 +257,9 @@ pub fn load(opts: &ProbeOptions) -> Result<(Probes, ProbeMaps), LoadError> {
         stack_sample_us: sample_ns / 1000,
     };
     if let Err(e) = &live {
-        tracing::warn!("no drain-time task iterator ({e}): blocked threads show only once they wake");
+        tracing::warn!(
+            "no drain-time task iterator ({e}): blocked threads show only once they wake"
+        );
     }
     maps.live = live.ok();
     Ok((

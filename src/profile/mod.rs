@@ -1,9 +1,11 @@
 //! The profile model: symbolized stacks with their time, in time slices.
 
+pub mod blocked;
 pub mod cgroup_list;
 pub mod cgroups;
 pub mod hist;
 pub mod kind;
+pub mod live;
 pub mod query;
 pub mod render;
 pub mod runqueue;

@@ -10,7 +10,10 @@
 
 use std::{collections::HashMap, mem::size_of};
 
-use super::{Frame, Sample, Slice, Stack, Wakeup};
+use super::{
+    live::{LiveThread, LiveView},
+    Frame, Sample, Slice, Stack, Wakeup,
+};
 use crate::{
     bpf::abi::Hist,
     collect::{HistOwner, RawThread},
@@ -51,6 +54,25 @@ pub fn stack_bytes(stack: &Stack) -> usize {
     ARC_HEADER + stack.len() * size_of::<Frame>() + table::<Stack>(1)
 }
 
+/// Bytes of a live view: its threads, its process names and each distinct
+/// stack array once (threads of a pool waiting in one place share one).
+/// Stacks it shares with the store's table are counted twice: the
+/// estimate errs high.
+pub fn live_bytes(view: &LiveView) -> usize {
+    let mut stacks: rustc_hash::FxHashSet<*const Frame> = rustc_hash::FxHashSet::default();
+    let stack_bytes: usize = view
+        .threads
+        .iter()
+        .filter(|t| stacks.insert(t.stack.as_ptr()))
+        .map(|t| ARC_HEADER + t.stack.len() * size_of::<Frame>())
+        .sum();
+    ARC_HEADER
+        + size_of::<LiveView>()
+        + view.threads.capacity() * size_of::<LiveThread>()
+        + map(&view.processes)
+        + stack_bytes
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -65,5 +87,28 @@ mod tests {
             stack_bytes(&frames(3)) - stack_bytes(&frames(2)),
             size_of::<Arc<str>>()
         );
+    }
+
+    #[test]
+    fn a_live_view_counts_each_shared_stack_once() {
+        use crate::{bpf::abi::State, profile::live::LiveThread};
+        let stack: Stack = ["main", "park"].map(Frame::from).into_iter().collect();
+        let thread = |tid| LiveThread {
+            pid: 1,
+            tid,
+            name: Arc::from("pool"),
+            state: State::Futex,
+            in_state: std::time::Duration::from_secs(1),
+            syscall: None,
+            stack: stack.clone(),
+            waker: None,
+        };
+        let view = |n: u32| LiveView {
+            threads: (0..n).map(thread).collect(),
+            ..LiveView::default()
+        };
+        let (one, two) = (live_bytes(&view(1)), live_bytes(&view(2)));
+        assert_eq!(two - one, size_of::<LiveThread>(), "the stack once");
+        assert!(one > live_bytes(&LiveView::default()) + 2 * size_of::<Frame>());
     }
 }

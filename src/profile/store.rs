@@ -5,6 +5,9 @@
 //! (a copy of the list of `Arc<Slice>`, microseconds under the lock) and
 //! compute from it, so the symbolizer's [`Store::push`] never waits behind
 //! a query.
+//!
+//! Besides history, the store keeps the newest [`LiveView`] (the threads
+//! off-CPU at the last drain), replaced at every drain.
 
 use std::{
     collections::{HashMap, VecDeque},
@@ -14,7 +17,7 @@ use std::{
 
 use serde::Serialize;
 
-use super::{size, Slice, Stack};
+use super::{live::LiveView, size, Slice, Stack};
 use crate::{
     bpf::abi::{Stat, HIST_SLOTS},
     collect::{HistOwner, StatDeltas},
@@ -58,10 +61,15 @@ pub struct StoreStats {
     pub slices: usize,
     /// Distinct stacks in the stack table.
     pub stacks: usize,
-    /// Estimated bytes of slices and stacks (see [`super::size`]).
+    /// Estimated bytes of slices, stacks and the live view (see
+    /// [`super::size`]).
     pub bytes: usize,
     pub slice_bytes: usize,
     pub stack_bytes: usize,
+    /// Threads in the live view (at most
+    /// [`super::live::MAX_LIVE_THREADS`]).
+    pub live_threads: usize,
+    pub live_bytes: usize,
     /// The bound on `bytes` (`--max-memory-mb`).
     pub max_bytes: usize,
     /// Processes with running totals (for `/metrics`), outside the bound:
@@ -87,9 +95,10 @@ pub struct Published {
     pub retention: Duration,
 }
 
-/// Slices of recent history, oldest first. Memory is bounded by the
-/// retention (one slice per drain), by the BPF map sizes (rows per slice)
-/// and by `max_bytes` (oldest slices dropped past it, counted).
+/// Slices of recent history, oldest first, and the newest live view.
+/// Memory is bounded by the retention (one slice per drain), by the BPF map
+/// sizes (rows per slice), by [`super::live::MAX_LIVE_THREADS`] and by
+/// `max_bytes` (oldest slices dropped past it, counted).
 pub struct Store {
     slices: VecDeque<Held>,
     retention: Duration,
@@ -102,6 +111,9 @@ pub struct Store {
     slice_bytes: usize,
     /// Sum of [`size::stack_bytes`] over the table, kept likewise.
     stack_bytes: usize,
+    live: Arc<LiveView>,
+    /// [`size::live_bytes`] of `live`.
+    live_bytes: usize,
     max_bytes: usize,
     evicted_slices: u64,
     evicted_rows: u64,
@@ -113,6 +125,7 @@ pub struct Store {
 pub struct Snapshot {
     slices: Vec<Arc<Slice>>,
     retention: Duration,
+    live: Arc<LiveView>,
 }
 
 impl Snapshot {
@@ -133,6 +146,12 @@ impl Snapshot {
     pub fn retention(&self) -> Duration {
         self.retention
     }
+
+    /// The threads off-CPU at the last drain (empty, without `as_of`,
+    /// before the first).
+    pub fn live(&self) -> &LiveView {
+        &self.live
+    }
 }
 
 impl Store {
@@ -148,6 +167,8 @@ impl Store {
             processes: HashMap::new(),
             slice_bytes: 0,
             stack_bytes: 0,
+            live: Arc::default(),
+            live_bytes: size::live_bytes(&LiveView::default()),
             max_bytes: DEFAULT_MAX_BYTES,
             evicted_slices: 0,
             evicted_rows: 0,
@@ -181,7 +202,17 @@ impl Store {
         Snapshot {
             slices: self.slices.iter().map(|h| h.slice.clone()).collect(),
             retention: self.retention,
+            live: self.live.clone(),
         }
+    }
+
+    /// Replaces the live view with the newest drain's; past `max_bytes`
+    /// the oldest slices make room, as for a push.
+    pub fn set_live(&mut self, view: LiveView) {
+        self.live_bytes = size::live_bytes(&view);
+        self.live = Arc::new(view);
+        self.enforce_max_bytes();
+        self.publish();
     }
 
     /// Adds a slice and drops what fell out of the retention window or,
@@ -220,6 +251,10 @@ impl Store {
             self.sweep_stacks();
         }
         self.enforce_max_bytes();
+        self.publish();
+    }
+
+    fn publish(&self) {
         let published = Published {
             stats: self.stats(),
             totals: self.totals,
@@ -228,9 +263,9 @@ impl Store {
         *self.published.lock().unwrap_or_else(|e| e.into_inner()) = published;
     }
 
-    /// Estimated bytes held (slices and stacks).
+    /// Estimated bytes held (slices, stacks and the live view).
     pub fn bytes(&self) -> usize {
-        self.slice_bytes + self.stack_bytes
+        self.slice_bytes + self.stack_bytes + self.live_bytes
     }
 
     /// Past `max_bytes`, drops the oldest slices (never the newest) until
@@ -332,6 +367,8 @@ impl Store {
             bytes: self.bytes(),
             slice_bytes: self.slice_bytes,
             stack_bytes: self.stack_bytes,
+            live_threads: self.live.threads.len(),
+            live_bytes: self.live_bytes,
             max_bytes: self.max_bytes,
             process_totals: self.processes.len(),
             history_s: history.as_secs(),
@@ -523,6 +560,29 @@ mod tests {
         let stacks: usize = store.stacks.iter().map(size::stack_bytes).sum();
         assert_eq!((store.slice_bytes, store.stack_bytes), (slices, stacks));
         assert_eq!(store.stats().evicted_slices, 0, "retention, not the bound");
+    }
+
+    #[test]
+    fn the_live_view_is_replaced_counted_and_snapshotted() {
+        use crate::profile::live::LiveView;
+        let mut store = Store::new(Duration::from_secs(5));
+        store.push(slice(1, &["main"]));
+        let before = store.stats();
+        let snapshot = store.snapshot();
+        assert!(snapshot.live().as_of.is_none(), "no drain yet");
+        let view = |s| LiveView {
+            as_of: Some(SystemTime::UNIX_EPOCH + Duration::from_secs(s)),
+            left_out: 3,
+            ..LiveView::default()
+        };
+        store.set_live(view(1));
+        store.set_live(view(2));
+        assert_eq!(store.snapshot().live().as_of, view(2).as_of);
+        assert!(snapshot.live().as_of.is_none(), "a snapshot keeps its view");
+        let after = *store.published().lock().unwrap();
+        assert_eq!(after.stats.live_bytes, size::live_bytes(&view(2)));
+        assert_eq!(after.stats.bytes, before.bytes, "an empty view either way");
+        assert_eq!(after.stats, store.stats(), "published");
     }
 
     #[test]

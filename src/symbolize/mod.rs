@@ -10,13 +10,15 @@ mod elf_files;
 mod interner;
 mod jit;
 mod kernel_frames;
+mod live;
 pub use crate::process::maps;
 pub(crate) mod perfmap;
 mod procs;
+mod stacks;
 mod syscalls;
 
 use std::{
-    collections::HashMap,
+    collections::{hash_map::Entry, HashMap},
     sync::{
         atomic::{AtomicU64, Ordering},
         Arc,
@@ -26,23 +28,25 @@ use std::{
 
 use rustc_hash::FxHashMap;
 
-use blazesym::symbolize::{
-    source::{Kernel, Source},
-    Input, Symbolized, Symbolizer as Blaze,
-};
+use blazesym::symbolize::Symbolizer as Blaze;
 
 use crate::{
-    bpf::abi::{is_merged_tid, State},
-    collect::{RawBatch, RawRecord, RecordKind},
-    jvm::{agent::Sighting, frames, Jvms},
+    bpf::abi::is_merged_tid,
+    collect::{RawBatch, RecordKind},
+    jvm::{agent::Sighting, Jvms},
     process::ProcessTable,
-    profile::{Frame, Sample, Slice, Stack, ThreadInfo, Wakeup},
+    profile::{
+        live::{keep_longest, LiveView, MAX_LIVE_THREADS},
+        Frame, Sample, Slice, ThreadInfo, Wakeup,
+    },
 };
 use elf_files::ElfFiles;
 pub use elf_files::{MAX_ELF_BYTES, MAX_OPEN as MAX_OPEN_ELF_FILES};
 use interner::Interner;
 pub use interner::MAX_FRAME_BYTES;
-use procs::{FileKey, Found, Procs};
+use live::Names;
+use procs::{FileKey, Procs};
+use stacks::StackSource;
 
 /// Caches grow with the code that runs; past this many entries they start over.
 const CACHE_LIMIT: usize = 1 << 20;
@@ -51,19 +55,6 @@ const PRUNE_EVERY_BATCHES: u64 = 30;
 /// Bytes of frame names the interner may hold after pruning; past this the
 /// frame caches start over, so that names no slice uses any more go.
 pub const NAME_BUDGET_BYTES: usize = 128 << 20;
-
-/// Where one user address points, before symbolization.
-#[derive(Debug, Clone)]
-enum Location {
-    File {
-        file: FileKey,
-        offset: u64,
-    },
-    Vdso,
-    /// JIT code named by the process's perf map.
-    Jit(Frame),
-    Unknown,
-}
 
 /// Where the symbolizer reports the JVMs it sees and reads their thread
 /// names from.
@@ -75,8 +66,16 @@ pub struct JvmLink {
     pub dropped: Arc<AtomicU64>,
 }
 
-/// Symbolizes [`RawBatch`]es into [`Slice`]s. Not `Send` (blazesym's
-/// symbolizer is not): it lives on the thread that created it.
+/// What one batch becomes once named: history for the store, and the
+/// newest live view, which replaces the store's previous one.
+pub struct Named {
+    pub slice: Slice,
+    pub live: LiveView,
+}
+
+/// Symbolizes [`RawBatch`]es into [`Slice`]s and [`LiveView`]s. Not
+/// `Send` (blazesym's symbolizer is not): it lives on the thread that
+/// created it.
 pub struct Symbolizer {
     /// For kernel frames; user files have their own, in `elf`.
     blaze: Blaze,
@@ -134,8 +133,9 @@ impl Symbolizer {
         }
     }
 
-    /// Symbolizes one drained batch.
-    pub fn symbolize(&mut self, batch: RawBatch) -> Slice {
+    /// Symbolizes one drained batch: its slice of history, and the live
+    /// view of the threads that were off-CPU when it was drained.
+    pub fn symbolize(&mut self, batch: RawBatch) -> Named {
         if self.user_cache.len() > CACHE_LIMIT {
             self.user_cache.clear();
         }
@@ -148,63 +148,39 @@ impl Symbolizer {
         }
         self.procs.begin_batch(batch_began(&batch));
         self.jit.begin_batch();
-
-        // Rows of many threads share their stacks (a pool's workers waiting
-        // in the same place): each distinct stack of a process is located
-        // and named once per batch.
-        let mut distinct: FxHashMap<StackIdentity, usize> = FxHashMap::default();
-        let mut firsts: Vec<&RawRecord> = Vec::new();
-        let which: Vec<usize> = batch
-            .records
+        let RawBatch {
+            end,
+            interval,
+            records,
+            threads: totals,
+            runq_hists,
+            mut live,
+            stats,
+            ..
+        } = batch;
+        // The longest waits only: the others are neither named nor kept.
+        let left_out = keep_longest(&mut live, MAX_LIVE_THREADS, |l| (l.in_state, l.pid, l.tid));
+        let sources: Vec<StackSource> = records
             .iter()
-            .map(|r| {
-                *distinct.entry(StackIdentity::of(r)).or_insert_with(|| {
-                    firsts.push(r);
-                    firsts.len() - 1
-                })
-            })
+            .map(StackSource::of_record)
+            .chain(live.iter().map(StackSource::of_live))
             .collect();
-        let locations: Vec<Vec<Location>> = firsts.iter().map(|r| self.locate_user(r)).collect();
-        self.resolve_user(&locations);
-        self.resolve_kernel(&batch.records);
-        let stacks: Vec<Stack> = firsts
-            .iter()
-            .zip(&locations)
-            .map(|(r, locs)| self.stack(r, locs))
-            .collect();
+        let mut stacks = self.name_stacks(&sources);
+        let live_stacks = stacks.split_off(records.len());
 
-        let mut threads = HashMap::new();
-        let mut processes = HashMap::new();
-        let mut samples = Vec::with_capacity(batch.records.len());
-        let mut wakeups = Vec::new();
         // An interrupt is no thread: pid 0 must keep its own name (the
         // idle task's), and the interrupt its `[irq]` frame.
-        let names = batch
-            .records
+        let names = records
             .iter()
             .filter(|r| !r.from_interrupt())
             .map(|r| (r.pid, r.tid, r.comm.as_str()));
-        let names = names.chain(
-            batch
-                .threads
-                .iter()
-                .map(|t| (t.pid, t.tid, t.comm.as_str())),
-        );
-        for (pid, tid, comm) in names {
-            if let std::collections::hash_map::Entry::Vacant(slot) = threads.entry(tid) {
-                let java_name = self.jvm.as_ref().and_then(|j| j.jvms.thread_name(pid, tid));
-                slot.insert(ThreadInfo {
-                    pid,
-                    name: java_name.unwrap_or_else(|| self.intern(comm)),
-                });
-            }
-            if let std::collections::hash_map::Entry::Vacant(slot) = processes.entry(pid) {
-                let name = self.procs.name(pid).unwrap_or_else(|| comm.to_string());
-                slot.insert(self.intern(&name));
-            }
-        }
-        for (record, k) in batch.records.iter().zip(which) {
-            let stack = stacks[k].clone();
+        let names = names
+            .chain(totals.iter().map(|t| (t.pid, t.tid, t.comm.as_str())))
+            .chain(live.iter().map(|l| (l.pid, l.tid, l.comm.as_str())));
+        let (threads, processes) = self.name_threads(names);
+        let mut samples = Vec::with_capacity(records.len());
+        let mut wakeups = Vec::new();
+        for (record, stack) in records.iter().zip(stacks) {
             let (pid, tid, ns, count) = (record.pid, record.tid, record.ns, record.count);
             match record.kind {
                 RecordKind::Time(state) => samples.push(Sample {
@@ -229,24 +205,55 @@ impl Symbolizer {
                 }),
             }
         }
+        let live = self.live_view(
+            live.into_iter().zip(live_stacks),
+            left_out,
+            Names {
+                threads: &threads,
+                processes: &processes,
+            },
+            end,
+        );
         self.report_jvms(&threads);
         self.procs.end_batch();
         self.elf.end_batch();
-        let start = batch
-            .end
-            .checked_sub(batch.interval)
-            .unwrap_or(SystemTime::UNIX_EPOCH);
-        Slice {
+        let start = end.checked_sub(interval).unwrap_or(SystemTime::UNIX_EPOCH);
+        let slice = Slice {
             start,
-            end: batch.end,
+            end,
             samples,
             wakeups,
             threads,
-            thread_totals: batch.threads,
-            runq_hists: batch.runq_hists,
+            thread_totals: totals,
+            runq_hists,
             processes,
-            stats: batch.stats,
+            stats,
+        };
+        Named { slice, live }
+    }
+
+    /// Names of the batch's threads (full Java names where the JVM agent
+    /// found them) and processes, by tid and pid; the first name seen wins.
+    fn name_threads<'a>(
+        &mut self,
+        names: impl Iterator<Item = (u32, u32, &'a str)>,
+    ) -> (HashMap<u32, ThreadInfo>, HashMap<u32, Frame>) {
+        let mut threads = HashMap::new();
+        let mut processes = HashMap::new();
+        for (pid, tid, comm) in names {
+            if let Entry::Vacant(slot) = threads.entry(tid) {
+                let java_name = self.jvm.as_ref().and_then(|j| j.jvms.thread_name(pid, tid));
+                slot.insert(ThreadInfo {
+                    pid,
+                    name: java_name.unwrap_or_else(|| self.intern(comm)),
+                });
+            }
+            if let Entry::Vacant(slot) = processes.entry(pid) {
+                let name = self.procs.name(pid).unwrap_or_else(|| comm.to_string());
+                slot.insert(self.intern(&name));
+            }
         }
+        (threads, processes)
     }
 
     /// Tells the JVM agent which JVMs ran, whether their perf maps missed
@@ -300,194 +307,6 @@ impl Symbolizer {
     pub fn held(&self) -> (usize, usize) {
         (self.interner.bytes(), self.elf.len())
     }
-
-    fn locate_user(&mut self, record: &RawRecord) -> Vec<Location> {
-        let Some(ips) = &record.user_stack else {
-            return Vec::new();
-        };
-        let pid = record.pid;
-        let found: Vec<(u64, Option<Found>)> = ips
-            .iter()
-            .enumerate()
-            .map(|(i, &ip)| {
-                // Callers' frames hold return addresses, which may already
-                // belong to the next line or function: look up the call.
-                let addr = if i == 0 { ip } else { ip.saturating_sub(1) };
-                (addr, self.procs.find(pid, &record.comm, addr))
-            })
-            .collect();
-        let jvm = self.procs.is_jvm(pid, &record.comm);
-        if jvm {
-            self.jvms_seen.entry(pid).or_insert(false);
-        }
-        found
-            .into_iter()
-            .map(|(addr, found)| match found {
-                Some(Found::File { file, offset }) => Location::File { file, offset },
-                Some(Found::Vdso) => Location::Vdso,
-                Some(Found::Anon) => self.locate_jit(pid, addr, jvm),
-                None => Location::Unknown,
-            })
-            .collect()
-    }
-
-    /// Code in anonymous executable memory: JIT code if a perf map names it.
-    fn locate_jit(&mut self, pid: u32, addr: u64, jvm: bool) -> Location {
-        let interner = &mut self.interner;
-        let found = self.jit.find(pid, addr, |name| {
-            interner.get(&frames::frame_name(name, jvm))
-        });
-        match found {
-            Some(frame) => Location::Jit(frame),
-            None if jvm => {
-                self.jvms_seen.insert(pid, true);
-                Location::Jit(self.intern(frames::NOT_IN_PERF_MAP))
-            }
-            None => Location::Unknown,
-        }
-    }
-
-    fn resolve_user(&mut self, locations: &[Vec<Location>]) {
-        let mut wanted: HashMap<FileKey, Vec<u64>> = HashMap::new();
-        for loc in locations.iter().flatten() {
-            if let Location::File { file, offset } = loc {
-                if !self.user_cache.contains_key(&(*file, *offset)) {
-                    wanted.entry(*file).or_default().push(*offset);
-                }
-            }
-        }
-        for (file, mut offsets) in wanted {
-            offsets.sort_unstable();
-            offsets.dedup();
-            let Some(locator) = self.procs.locator(file) else {
-                continue;
-            };
-            let names = self.elf.symbolize(file, locator, &offsets);
-            let module = self
-                .procs
-                .display_name(file)
-                .unwrap_or("[unknown]")
-                .to_string();
-            for (offset, name) in offsets.into_iter().zip(names) {
-                let text = name.unwrap_or_else(|| format!("{module}+{offset:#x}"));
-                let frame = self.intern(&text);
-                self.user_cache.insert((file, offset), frame);
-            }
-        }
-    }
-
-    fn resolve_kernel(&mut self, records: &[RawRecord]) {
-        let mut addrs: Vec<u64> = records
-            .iter()
-            .filter_map(|r| r.kernel_stack.as_ref())
-            .flat_map(|s| {
-                s.iter()
-                    .enumerate()
-                    .map(|(i, &ip)| kernel_lookup_addr(i, ip))
-            })
-            .filter(|a| !self.kernel_cache.contains_key(a))
-            .collect();
-        if addrs.is_empty() {
-            return;
-        }
-        addrs.sort_unstable();
-        addrs.dedup();
-        let kernel = Kernel {
-            vmlinux: blazesym::MaybeDefault::None,
-            ..Kernel::default()
-        };
-        let names: Vec<Option<String>> = match self
-            .blaze
-            .symbolize(&Source::Kernel(kernel), Input::AbsAddr(&addrs))
-        {
-            Ok(syms) => syms.into_iter().map(sym_name).collect(),
-            Err(err) => {
-                tracing::warn!("kernel symbolization failed: {err}");
-                vec![None; addrs.len()]
-            }
-        };
-        for (addr, name) in addrs.into_iter().zip(names) {
-            let text = format!("{}_[k]", name.as_deref().unwrap_or("[unknown]"));
-            let frame = self.intern(&text);
-            self.kernel_cache.insert(addr, frame);
-        }
-    }
-
-    fn stack(&mut self, record: &RawRecord, locations: &[Location]) -> Stack {
-        let unknown = self.intern("[unknown]");
-        let vdso = self.intern("[vdso]");
-        let mut frames: Vec<Frame> = locations
-            .iter()
-            .rev()
-            .map(|loc| match loc {
-                Location::File { file, offset } => self
-                    .user_cache
-                    .get(&(*file, *offset))
-                    .cloned()
-                    .unwrap_or_else(|| unknown.clone()),
-                Location::Vdso => vdso.clone(),
-                Location::Jit(frame) => frame.clone(),
-                Location::Unknown => unknown.clone(),
-            })
-            .collect();
-        if let Some(ips) = &record.kernel_stack {
-            let unknown = self.intern("[unknown]_[k]");
-            let kernel: Vec<Frame> = ips
-                .iter()
-                .enumerate()
-                .map(|(i, &ip)| {
-                    let frame = self.kernel_cache.get(&kernel_lookup_addr(i, ip));
-                    frame.cloned().unwrap_or_else(|| unknown.clone())
-                })
-                .collect();
-            // Stacks our tracepoint programs took begin with the program
-            // and the glue that ran it. A CPU sample's stack is the
-            // interrupted code's (perf_event programs get its registers):
-            // a BPF program there is someone's real work, so it stays.
-            let own = if record.kind == RecordKind::Time(State::Cpu) {
-                0
-            } else {
-                kernel_frames::own_frames(&kernel)
-            };
-            frames.extend(kernel.into_iter().skip(own).rev());
-        } else if let (Some(nr), false) =
-            (record.syscall, record.kind == RecordKind::Time(State::Cpu))
-        {
-            // Off-CPU rows skip the costly kernel stack: the syscall names
-            // the kernel path.
-            frames.push(self.intern(&syscalls::frame(nr)));
-        }
-        if frames.is_empty() {
-            frames.push(unknown);
-        }
-        frames.into()
-    }
-}
-
-/// What a record's symbolized stack depends on: its process, its captured
-/// stacks (shared `Arc`s: the same id gives the same pointer), and the
-/// syscall frame off-CPU rows without a kernel stack get.
-#[derive(PartialEq, Eq, Hash)]
-struct StackIdentity {
-    pid: u32,
-    user: usize,
-    kernel: usize,
-    syscall: Option<u32>,
-    cpu: bool,
-}
-
-impl StackIdentity {
-    fn of(r: &RawRecord) -> StackIdentity {
-        let ptr =
-            |s: &Option<crate::collect::RawStack>| s.as_ref().map_or(0, |s| s.as_ptr() as usize);
-        StackIdentity {
-            pid: r.pid,
-            user: ptr(&r.user_stack),
-            kernel: ptr(&r.kernel_stack),
-            syscall: r.syscall,
-            cpu: r.kind == RecordKind::Time(State::Cpu),
-        }
-    }
 }
 
 /// When the batch's records began to be taken, on the monotonic clock the
@@ -500,16 +319,4 @@ fn batch_began(batch: &RawBatch) -> Instant {
         + batch.drain_time
         + Duration::from_millis(100);
     Instant::now().checked_sub(age).unwrap_or_else(Instant::now)
-}
-
-fn kernel_lookup_addr(i: usize, ip: u64) -> u64 {
-    if i == 0 {
-        ip
-    } else {
-        ip.saturating_sub(1)
-    }
-}
-
-fn sym_name(sym: Symbolized<'_>) -> Option<String> {
-    sym.into_sym().map(|s| s.name.into_owned())
 }

@@ -1,5 +1,6 @@
 //! Names of the x86-64 syscalls that threads commonly block in, used as the
-//! kernel-side frame of off-CPU stacks that carry no kernel stack.
+//! kernel-side frame of off-CPU stacks that carry no kernel stack and in
+//! the live view of blocked threads.
 
 /// `[syscall NAME]` (or `[syscall NR]` for one not listed).
 pub fn frame(nr: u32) -> String {
@@ -9,7 +10,8 @@ pub fn frame(nr: u32) -> String {
     }
 }
 
-fn name(nr: u32) -> Option<&'static str> {
+/// The syscall's name, if it is one threads commonly block in.
+pub fn name(nr: u32) -> Option<&'static str> {
     Some(match nr {
         0 => "read",
         1 => "write",

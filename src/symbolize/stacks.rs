@@ -1,0 +1,298 @@
+//! Naming stacks. Rows of many threads share their stacks (a pool's
+//! workers waiting in the same place), and so do the live view's blocked
+//! threads: each distinct stack of a process is located and named once per
+//! batch, whether a record or a live thread brought it.
+
+use std::collections::HashMap;
+
+use blazesym::symbolize::{
+    source::{Kernel, Source},
+    Input, Symbolized,
+};
+use rustc_hash::FxHashMap;
+
+use super::{
+    procs::{FileKey, Found},
+    syscalls, Symbolizer,
+};
+use crate::{
+    bpf::abi::State,
+    collect::{RawLive, RawRecord, RawStack, RecordKind},
+    jvm::frames,
+    profile::{Frame, Stack},
+};
+
+/// Where one user address points, before symbolization.
+#[derive(Debug, Clone)]
+enum Location {
+    File {
+        file: FileKey,
+        offset: u64,
+    },
+    Vdso,
+    /// JIT code named by the process's perf map.
+    Jit(Frame),
+    Unknown,
+}
+
+/// What naming one stack needs, from a record or a live thread.
+#[derive(Clone, Copy)]
+pub(super) struct StackSource<'a> {
+    pid: u32,
+    /// Thread name: which image a pid that exec'd in the batch had.
+    comm: &'a str,
+    user: Option<&'a RawStack>,
+    kernel: Option<&'a RawStack>,
+    /// Named as a `[syscall NAME]` frame when there is no kernel stack.
+    syscall: Option<u32>,
+    /// On-CPU samples get no syscall frame: the thread was not blocked.
+    on_cpu: bool,
+}
+
+impl<'a> StackSource<'a> {
+    pub(super) fn of_record(r: &'a RawRecord) -> Self {
+        StackSource {
+            pid: r.pid,
+            comm: &r.comm,
+            user: r.user_stack.as_ref(),
+            kernel: r.kernel_stack.as_ref(),
+            syscall: r.syscall,
+            on_cpu: r.kind == RecordKind::Time(State::Cpu),
+        }
+    }
+
+    pub(super) fn of_live(l: &'a RawLive) -> Self {
+        StackSource {
+            pid: l.pid,
+            comm: &l.comm,
+            user: l.user_stack.as_ref(),
+            kernel: l.kernel_stack.as_ref(),
+            syscall: l.syscall,
+            on_cpu: false,
+        }
+    }
+}
+
+/// What a symbolized stack depends on: its process, its captured stacks
+/// (shared `Arc`s: the same id gives the same pointer), and the syscall
+/// frame off-CPU stacks without a kernel stack get.
+#[derive(PartialEq, Eq, Hash)]
+struct StackIdentity {
+    pid: u32,
+    user: usize,
+    kernel: usize,
+    syscall: Option<u32>,
+    cpu: bool,
+}
+
+impl StackIdentity {
+    fn of(s: &StackSource) -> StackIdentity {
+        let ptr = |s: Option<&RawStack>| s.map_or(0, |s| s.as_ptr() as usize);
+        StackIdentity {
+            pid: s.pid,
+            user: ptr(s.user),
+            kernel: ptr(s.kernel),
+            syscall: s.syscall,
+            cpu: s.on_cpu,
+        }
+    }
+}
+
+impl Symbolizer {
+    /// The stack of each source, in order; sources with equal
+    /// [`StackIdentity`] share one (located and named once).
+    pub(super) fn name_stacks(&mut self, sources: &[StackSource]) -> Vec<Stack> {
+        let mut distinct: FxHashMap<StackIdentity, usize> = FxHashMap::default();
+        let mut firsts: Vec<StackSource> = Vec::new();
+        let which: Vec<usize> = sources
+            .iter()
+            .map(|s| {
+                *distinct.entry(StackIdentity::of(s)).or_insert_with(|| {
+                    firsts.push(*s);
+                    firsts.len() - 1
+                })
+            })
+            .collect();
+        let locations: Vec<Vec<Location>> = firsts.iter().map(|s| self.locate_user(s)).collect();
+        self.resolve_user(&locations);
+        self.resolve_kernel(&firsts);
+        let stacks: Vec<Stack> = firsts
+            .iter()
+            .zip(&locations)
+            .map(|(s, locs)| self.stack(s, locs))
+            .collect();
+        which.into_iter().map(|k| stacks[k].clone()).collect()
+    }
+
+    fn locate_user(&mut self, source: &StackSource) -> Vec<Location> {
+        let Some(ips) = source.user else {
+            return Vec::new();
+        };
+        let (pid, comm) = (source.pid, source.comm);
+        let found: Vec<(u64, Option<Found>)> = ips
+            .iter()
+            .enumerate()
+            .map(|(i, &ip)| {
+                // Callers' frames hold return addresses, which may already
+                // belong to the next line or function: look up the call.
+                let addr = if i == 0 { ip } else { ip.saturating_sub(1) };
+                (addr, self.procs.find(pid, comm, addr))
+            })
+            .collect();
+        let jvm = self.procs.is_jvm(pid, comm);
+        if jvm {
+            self.jvms_seen.entry(pid).or_insert(false);
+        }
+        found
+            .into_iter()
+            .map(|(addr, found)| match found {
+                Some(Found::File { file, offset }) => Location::File { file, offset },
+                Some(Found::Vdso) => Location::Vdso,
+                Some(Found::Anon) => self.locate_jit(pid, addr, jvm),
+                None => Location::Unknown,
+            })
+            .collect()
+    }
+
+    /// Code in anonymous executable memory: JIT code if a perf map names it.
+    fn locate_jit(&mut self, pid: u32, addr: u64, jvm: bool) -> Location {
+        let interner = &mut self.interner;
+        let found = self.jit.find(pid, addr, |name| {
+            interner.get(&frames::frame_name(name, jvm))
+        });
+        match found {
+            Some(frame) => Location::Jit(frame),
+            None if jvm => {
+                self.jvms_seen.insert(pid, true);
+                Location::Jit(self.intern(frames::NOT_IN_PERF_MAP))
+            }
+            None => Location::Unknown,
+        }
+    }
+
+    fn resolve_user(&mut self, locations: &[Vec<Location>]) {
+        let mut wanted: HashMap<FileKey, Vec<u64>> = HashMap::new();
+        for loc in locations.iter().flatten() {
+            if let Location::File { file, offset } = loc {
+                if !self.user_cache.contains_key(&(*file, *offset)) {
+                    wanted.entry(*file).or_default().push(*offset);
+                }
+            }
+        }
+        for (file, mut offsets) in wanted {
+            offsets.sort_unstable();
+            offsets.dedup();
+            let Some(locator) = self.procs.locator(file) else {
+                continue;
+            };
+            let names = self.elf.symbolize(file, locator, &offsets);
+            let module = self
+                .procs
+                .display_name(file)
+                .unwrap_or("[unknown]")
+                .to_string();
+            for (offset, name) in offsets.into_iter().zip(names) {
+                let text = name.unwrap_or_else(|| format!("{module}+{offset:#x}"));
+                let frame = self.intern(&text);
+                self.user_cache.insert((file, offset), frame);
+            }
+        }
+    }
+
+    fn resolve_kernel(&mut self, sources: &[StackSource]) {
+        let mut addrs: Vec<u64> = sources
+            .iter()
+            .filter_map(|s| s.kernel)
+            .flat_map(|s| {
+                s.iter()
+                    .enumerate()
+                    .map(|(i, &ip)| kernel_lookup_addr(i, ip))
+            })
+            .filter(|a| !self.kernel_cache.contains_key(a))
+            .collect();
+        if addrs.is_empty() {
+            return;
+        }
+        addrs.sort_unstable();
+        addrs.dedup();
+        let kernel = Kernel {
+            vmlinux: blazesym::MaybeDefault::None,
+            ..Kernel::default()
+        };
+        let names: Vec<Option<String>> = match self
+            .blaze
+            .symbolize(&Source::Kernel(kernel), Input::AbsAddr(&addrs))
+        {
+            Ok(syms) => syms.into_iter().map(sym_name).collect(),
+            Err(err) => {
+                tracing::warn!("kernel symbolization failed: {err}");
+                vec![None; addrs.len()]
+            }
+        };
+        for (addr, name) in addrs.into_iter().zip(names) {
+            let text = format!("{}_[k]", name.as_deref().unwrap_or("[unknown]"));
+            let frame = self.intern(&text);
+            self.kernel_cache.insert(addr, frame);
+        }
+    }
+
+    fn stack(&mut self, source: &StackSource, locations: &[Location]) -> Stack {
+        let unknown = self.intern("[unknown]");
+        let vdso = self.intern("[vdso]");
+        let mut frames: Vec<Frame> = locations
+            .iter()
+            .rev()
+            .map(|loc| match loc {
+                Location::File { file, offset } => self
+                    .user_cache
+                    .get(&(*file, *offset))
+                    .cloned()
+                    .unwrap_or_else(|| unknown.clone()),
+                Location::Vdso => vdso.clone(),
+                Location::Jit(frame) => frame.clone(),
+                Location::Unknown => unknown.clone(),
+            })
+            .collect();
+        if let Some(ips) = source.kernel {
+            let unknown = self.intern("[unknown]_[k]");
+            let kernel: Vec<Frame> = ips
+                .iter()
+                .enumerate()
+                .map(|(i, &ip)| {
+                    let frame = self.kernel_cache.get(&kernel_lookup_addr(i, ip));
+                    frame.cloned().unwrap_or_else(|| unknown.clone())
+                })
+                .collect();
+            // Stacks our tracepoint programs took begin with the program
+            // and the glue that ran it. A CPU sample's stack is the
+            // interrupted code's (perf_event programs get its registers):
+            // a BPF program there is someone's real work, so it stays.
+            let own = if source.on_cpu {
+                0
+            } else {
+                super::kernel_frames::own_frames(&kernel)
+            };
+            frames.extend(kernel.into_iter().skip(own).rev());
+        } else if let (Some(nr), false) = (source.syscall, source.on_cpu) {
+            // Off-CPU rows skip the costly kernel stack: the syscall names
+            // the kernel path.
+            frames.push(self.intern(&syscalls::frame(nr)));
+        }
+        if frames.is_empty() {
+            frames.push(unknown);
+        }
+        frames.into()
+    }
+}
+
+fn kernel_lookup_addr(i: usize, ip: u64) -> u64 {
+    if i == 0 {
+        ip
+    } else {
+        ip.saturating_sub(1)
+    }
+}
+
+fn sym_name(sym: Symbolized<'_>) -> Option<String> {
+    sym.into_sym().map(|s| s.name.into_owned())
+}
