@@ -39,6 +39,15 @@ struct {
 	__type(value, struct ws_unwind_walk);
 } live_walk SEC(".maps");
 
+/* The record being written (off the program's stack, which the walk's
+ * calls use up). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct ws_live_thread);
+} live_record SEC(".maps");
+
 struct ws_task_walk {
 	struct task_struct *task;
 };
@@ -61,12 +70,13 @@ static long ws_task_walk_step(__u32 index, void *data)
 /* Walks `task`'s user stack from the registers it saved on entering the
  * kernel: with unwind tables where registered, frame pointers elsewhere. */
 static __always_inline long ws_task_user_stack(struct task_struct *task,
-					       struct ws_unwind_walk *w)
+					       struct ws_unwind_walk *w, __u32 *tables)
 {
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
 	struct ws_task_walk ctx = { .task = task };
 
-	if (!ws_unwind_start(w, task->tgid, regs)) {
+	*tables = ws_unwind_start(w, task->tgid, regs);
+	if (!*tables) {
 		/* No tables: every step is a frame-pointer step. */
 		w->proc.count = 0;
 		w->proc.epoch = 0;
@@ -82,15 +92,22 @@ static __always_inline long ws_task_user_stack(struct task_struct *task,
 }
 
 /* The stacks of `task`'s current episode in `s`: walked once, renewed into
- * the current generation on later drains. */
-static __always_inline void ws_task_stacks(struct task_struct *task, struct ws_task *s)
+ * the current generation on later drains. Not inlined, like ws_live_row:
+ * the verifier bounds the stack of a call chain, and these two need theirs
+ * one after the other, not together. */
+static __noinline void ws_task_stacks(struct task_struct *task, struct ws_task *s)
 {
 	__u32 zero = 0, gen = ws_control(WS_CONTROL_GENERATION);
 	struct ws_stack *st = bpf_map_lookup_elem(&live_stack, &zero);
 	struct ws_unwind_walk *w = bpf_map_lookup_elem(&live_walk, &zero);
 	long n;
 
-	if (s->stack_episode == s->off_since) {
+	__u32 pid = task->tgid;
+
+	/* Walked once per episode; once more if the process got unwind tables
+	 * since (it blocked before the daemon registered it). */
+	if (s->stack_episode == s->off_since &&
+	    (s->stack_tables || !unwind_tables || !bpf_map_lookup_elem(&unwind_procs, &pid))) {
 		s->user_stack_id = ws_renew_stack(s->user_stack_id, s->stack_gen, gen);
 		s->kernel_stack_id = ws_renew_stack(s->kernel_stack_id, s->stack_gen, gen);
 		s->stack_gen = gen;
@@ -104,7 +121,7 @@ static __always_inline void ws_task_stacks(struct task_struct *task, struct ws_t
 	s->kernel_stack_id = WS_NO_STACK;
 	ws_stat_inc(WS_STAT_LIVE_WALKS);
 	if (!ws_is_kthread(task)) {
-		n = ws_task_user_stack(task, w);
+		n = ws_task_user_stack(task, w, &s->stack_tables);
 		if (n > 0 && n <= WS_MAX_STACK_DEPTH) {
 			st->len = n;
 			s->user_stack_id = ws_store_stack(st, gen, WS_STAT_USTACK_COLLISION);
@@ -145,28 +162,42 @@ static __always_inline void ws_adopt(struct task_struct *task, struct ws_task *s
 static __always_inline void ws_live_record(struct seq_file *seq, struct task_struct *task,
 					   struct ws_task *s, __u64 now)
 {
-	struct ws_live_thread rec = {};
+	__u32 zero = 0;
+	struct ws_live_thread *r = bpf_map_lookup_elem(&live_record, &zero);
 
-	rec.pid = task->tgid;
-	rec.tid = task->pid;
-	rec.state = s->state;
-	rec.syscall = s->syscall;
-	rec.since_ns = s->phase_start;
-	rec.now_ns = now;
-	rec.stack_gen = s->stack_gen;
-	rec.user_stack_id = s->stack_episode == s->off_since ? s->user_stack_id : WS_NO_STACK;
-	rec.kernel_stack_id = s->stack_episode == s->off_since ? s->kernel_stack_id : WS_NO_STACK;
-	rec.waker_pid = s->waker_pid;
-	rec.waker_tid = s->waker_tid;
-	__builtin_memcpy(rec.comm, task->comm, sizeof(rec.comm));
-	bpf_seq_write(seq, &rec, sizeof(rec));
+	if (!r)
+		return;
+	r->pid = task->tgid;
+	r->tid = task->pid;
+	r->state = s->state;
+	r->syscall = s->syscall;
+	r->since_ns = s->phase_start;
+	r->now_ns = now;
+	r->stack_gen = s->stack_gen;
+	r->user_stack_id = s->stack_episode == s->off_since ? s->user_stack_id : WS_NO_STACK;
+	r->kernel_stack_id = s->stack_episode == s->off_since ? s->kernel_stack_id : WS_NO_STACK;
+	r->waker_pid = s->waker_pid;
+	r->waker_tid = s->waker_tid;
+	r->_pad = 0;
+	__builtin_memcpy(r->comm, task->comm, sizeof(r->comm));
+	bpf_seq_write(seq, r, sizeof(*r));
+}
+
+/* Adds `ns` of the ongoing phase to its stack row. */
+static __noinline void ws_live_row(struct task_struct *task, struct ws_task *s, __u64 ns)
+{
+	struct ws_stack_key key = {};
+
+	if (!task || !s)
+		return;
+	ws_phase_key(&key, task, s, s->state);
+	ws_add(&key, ns);
 }
 
 static __always_inline void ws_live_thread(struct seq_file *seq, struct task_struct *task)
 {
 	struct ws_task *s = bpf_task_storage_get(&tasks, task, 0, 0);
 	__u64 now = bpf_ktime_get_ns(), phase, from, row_min;
-	struct ws_stack_key key = {};
 	bool fresh = !s;
 
 	if (!s) {
@@ -197,8 +228,7 @@ static __always_inline void ws_live_thread(struct seq_file *seq, struct task_str
 		from = s->row_from;
 		if (now - phase >= row_min && from && now > from &&
 		    __sync_val_compare_and_swap(&s->row_from, from, now) == from) {
-			ws_phase_key(&key, task, s, s->state);
-			ws_add(&key, now - from);
+			ws_live_row(task, s, now - from);
 		}
 	}
 	if (now - phase >= live_min_ns)

@@ -31,9 +31,6 @@
 #define TASK_NOLOAD 0x400
 #define WS_NR_FUTEX 202       /* x86-64 */
 #define WS_NR_FUTEX_WAITV 449 /* x86-64 */
-/* x86-64 task stacks (without KASAN): a stack pointer outside the current
- * task's stack means an interrupt stack. */
-#define WS_THREAD_SIZE (16 * 1024)
 
 /* Set by user space before load. */
 const volatile __u64 offcpu_min_ns = 0;
@@ -61,7 +58,7 @@ struct ws_task {
 	__s32 kernel_stack_id;
 	__u32 waker_pid; /* the last wakeup's waker (WS_INTERRUPT_TID: an interrupt) */
 	__u32 waker_tid;
-	__u32 _pad;
+	__u32 stack_tables; /* the user stack above was walked with unwind tables */
 	struct ws_counts c; /* since the last export */
 };
 
@@ -254,7 +251,9 @@ static __always_inline void ws_own_stacks(void *ctx, struct task_struct *t, stru
 {
 	__u32 gen = ws_control(WS_CONTROL_GENERATION);
 
-	if (episode && s->stack_episode == episode) {
+	/* The iterator's walk is kept unless it had no unwind tables yet (a
+	 * process registered after it blocked): then walk here, with them. */
+	if (episode && s->stack_episode == episode && s->stack_tables) {
 		s->user_stack_id = ws_renew_stack(s->user_stack_id, s->stack_gen, gen);
 		s->kernel_stack_id = ws_renew_stack(s->kernel_stack_id, s->stack_gen, gen);
 		s->stack_gen = gen;
@@ -263,6 +262,7 @@ static __always_inline void ws_own_stacks(void *ctx, struct task_struct *t, stru
 	s->stack_gen = gen;
 	s->stack_episode = episode;
 	s->user_stack_id = ws_is_kthread(t) ? WS_NO_STACK : ws_user_stack(ctx, gen);
+	s->stack_tables = 1;
 	s->kernel_stack_id = kernel ? ws_kernel_stack(ctx, gen) : WS_NO_STACK;
 	ws_stat_inc(WS_STAT_OFFCPU_WALKS);
 }
@@ -380,14 +380,21 @@ static __always_inline void ws_on_switched_in(void *ctx)
 	ws_emit_pending(cur, s);
 }
 
-/* Whether the current program runs in an interrupt (hard or soft): x86-64
- * runs them on per-CPU interrupt stacks, off the current task's stack. */
+/* Whether a wakeup by `cur` runs in an interrupt that arrived while `cur`
+ * was in user mode: a thread in user mode wakes nobody, and the register
+ * frame it entered the kernel with is the interrupt's, whose orig_ax is
+ * negative (no syscall; timer and IPI vectors push -1). An interrupt that
+ * arrives while the thread is in the kernel (in a syscall) is not told
+ * apart. The preempt count would say it always, but this kernel's kallsyms
+ * lacks the per-CPU variable BPF would need to read it. */
 static __always_inline bool ws_in_interrupt(struct task_struct *cur)
 {
-	volatile __u64 marker = 0;
-	__u64 sp = (__u64)&marker, base = (__u64)cur->stack;
+	struct pt_regs *regs;
 
-	return sp - base >= WS_THREAD_SIZE;
+	if (ws_is_kthread(cur))
+		return false;
+	regs = (struct pt_regs *)bpf_task_pt_regs(cur);
+	return (long)regs->orig_ax < 0;
 }
 
 /* sched_waking runs in the waker's context (sched_wakeup may run on the
