@@ -223,11 +223,9 @@ pub fn load(opts: &ProbeOptions) -> Result<(Probes, ProbeMaps), LoadError> {
     }
     let mut attached = vec![(names::ON_CPU_PROGRAM.to_string(), cpus.len())];
 
-    let hooks = names::SCHED_PROGRAMS.iter().chain(
-        switch_in_hook
-            .then_some(&names::SWITCH_IN_PROGRAM)
-            .into_iter(),
-    );
+    let hooks = names::SCHED_PROGRAMS
+        .iter()
+        .chain(switch_in_hook.then_some(&names::SWITCH_IN_PROGRAM));
     for &(name, tracepoint) in hooks {
         let err = |source| LoadError::Program { name, source };
         let program: &mut BtfTracePoint = ebpf

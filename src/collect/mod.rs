@@ -274,7 +274,7 @@ impl Drainer {
                 waker: waker(row.waker_pid, row.waker_tid),
             });
         }
-        live.sort_by(|a, b| b.in_state.cmp(&a.in_state));
+        live.sort_by_key(|l| std::cmp::Reverse(l.in_state));
         let stats = self.stat_deltas()?;
         self.stacks.maybe_rotate(
             &mut self.maps.stacks,
