@@ -66,8 +66,14 @@ __attribute__((noinline)) void hold_lock(void)
 static void *locker(void *arg)
 {
 	struct life *l = name_self(arg);
-	while (!stop)
+	/* A pause between turns, so that the lock goes round: glibc's mutex
+	 * is unfair, and a thread that relocks at once can keep it for a
+	 * while, sleeping more than it waits. */
+	struct timespec pause = { 0, 1000 * 1000 };
+	while (!stop) {
 		hold_lock();
+		nanosleep(&pause, NULL);
+	}
 	end_life(l);
 	return NULL;
 }
