@@ -5,10 +5,11 @@
  *  - adds the time of its ongoing phase (or of its running) that has passed
  *    since the last account, so each window holds every thread's time even
  *    if the thread never woke in it;
- *  - for a phase long enough that its end would get a stack for certain
- *    (at least max(offcpu_min_ns, offcpu_sample_ns)), adds that time to the
- *    phase's stack row, walking the blocked thread's stacks once per
- *    episode (later drains renew the stack ids without a walk);
+ *  - for a phase long enough to be listed (live_min_ns, and at least
+ *    offcpu_min_ns and offcpu_sample_ns, so that its end would get a stack
+ *    for certain), adds that time to the phase's stack row, walking the
+ *    blocked thread's stacks once per episode (later drains renew the
+ *    stack ids without a walk);
  *  - writes a ws_live_thread record for each thread off-CPU for at least
  *    live_min_ns (the daemon's /blocked view).
  * Sleepable, to read a blocked thread's user memory
@@ -222,8 +223,13 @@ static __always_inline void ws_live_thread(struct seq_file *seq, struct task_str
 		ws_count_ns(&s->c, s->state, now - from);
 	ws_export(task, s);
 
+	/* Walks of another task's memory are costly (page-table walks per
+	 * read): only for threads blocked long enough to be listed. Shorter
+	 * phases get their row, whole, with their switch-in stack. */
 	row_min = offcpu_min_ns > offcpu_sample_ns ? offcpu_min_ns : offcpu_sample_ns;
-	if (now - phase >= row_min || now - phase >= live_min_ns) {
+	if (row_min < live_min_ns)
+		row_min = live_min_ns;
+	if (now - phase >= row_min) {
 		ws_task_stacks(task, s);
 		from = s->row_from;
 		if (now - phase >= row_min && from && now > from &&

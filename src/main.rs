@@ -51,7 +51,7 @@ struct Sampling {
     /// stack-walk rate stays bounded whatever the switch rate; longer
     /// intervals always get one. 0: a stack for every interval. Per-thread
     /// totals are exact either way.
-    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(0..=4_000_000))]
+    #[arg(long, default_value_t = 50_000, value_parser = clap::value_parser!(u64).range(0..=4_000_000))]
     offcpu_sample_us: u64,
     /// Where off-CPU stacks are walked: `switch-in` (in the task, right
     /// after it gets the CPU back, only for the intervals drawn; needs the

@@ -8,7 +8,7 @@ use std::{
     collections::HashMap,
     io::BufRead,
     thread,
-    time::{Duration, Instant},
+    time::{Duration, Instant, SystemTime},
 };
 
 use serde_json::Value;
@@ -89,13 +89,13 @@ fn a_hung_lock_is_visible_while_it_hangs() {
     let url = daemon();
     settle(url);
     let (w, holder, waiters, placed) = start_hung("60");
+    let placed_at = SystemTime::now() - placed.elapsed();
     let pid = w.pid;
     // The kernel's account at the 30 s window's start and end.
     thread::sleep(Duration::from_secs(10).saturating_sub(placed.elapsed()));
     let before = threads_now(pid, "");
     thread::sleep(Duration::from_secs(40).saturating_sub(placed.elapsed()));
     let after = threads_now(pid, "");
-    let elapsed = placed.elapsed();
     settle(url);
 
     let rows = thread_rows(url, pid, 30);
@@ -136,13 +136,13 @@ fn a_hung_lock_is_visible_while_it_hangs() {
     assert!(share_of(&rows, "waiter_wants_lock") >= 0.5, "{body}");
     assert!(share_of(&rows, "holder_reads_pipe") > 0.1, "{body}");
 
-    blocked_lists_them(url, pid, holder, &waiters, elapsed);
+    blocked_lists_them(url, pid, holder, &waiters, placed_at);
     drop(w);
 }
 
 /// `/blocked` lists the holder and the four waiters, longest first, with
 /// how long they have been blocked (within 1 s) and their stacks.
-fn blocked_lists_them(url: &str, pid: u32, holder: u64, waiters: &[u64], elapsed: Duration) {
+fn blocked_lists_them(url: &str, pid: u32, holder: u64, waiters: &[u64], placed: SystemTime) {
     let (status, body) = get(&format!("{url}/blocked?pid={pid}&min_seconds=1"));
     assert_eq!(status, 200, "{body}");
     let view: Value = serde_json::from_str(&body).unwrap();
@@ -153,9 +153,10 @@ fn blocked_lists_them(url: &str, pid: u32, holder: u64, waiters: &[u64], elapsed
         .iter()
         .map(|t| (t["tid"].as_u64().unwrap(), t))
         .collect();
-    // The view is as of the last drain, at most a couple of seconds before
-    // the query; `elapsed` was measured before the daemon caught up.
-    let truth = elapsed.as_secs_f64();
+    // The truth as of the view: they blocked as the workload said `placed`.
+    let as_of = view["as_of"].as_str().unwrap_or_else(|| panic!("{view}"));
+    let as_of: SystemTime = humantime::parse_rfc3339(as_of).unwrap();
+    let truth = as_of.duration_since(placed).unwrap().as_secs_f64();
     for (&tid, state, function) in std::iter::once((&holder, "sleep", "holder_reads_pipe"))
         .chain(waiters.iter().map(|t| (t, "futex", "waiter_wants_lock")))
     {
@@ -165,7 +166,7 @@ fn blocked_lists_them(url: &str, pid: u32, holder: u64, waiters: &[u64], elapsed
         assert_eq!(t["state"], state, "{t}");
         let blocked = t["in_state_s"].as_f64().unwrap();
         assert!(
-            blocked >= truth - 1.0 && blocked <= truth + 3.0,
+            (blocked - truth).abs() <= 1.0,
             "{tid} blocked {blocked} s, truth {truth} s: {t}"
         );
         let stack = t["stack"].to_string();
@@ -179,4 +180,23 @@ fn blocked_lists_them(url: &str, pid: u32, holder: u64, waiters: &[u64], elapsed
         lengths.windows(2).all(|w| w[0] >= w[1]),
         "longest first: {view}"
     );
+}
+
+#[test]
+fn threads_fill_every_window_they_lived_through() {
+    if !ebpf_available() {
+        return;
+    }
+    let url = daemon();
+    settle(url);
+    let w = Workload::start(&workload("mixed"), &["14"]);
+    let pid = w.pid;
+    thread::sleep(Duration::from_secs(10));
+    settle(url);
+    // Windows inside the run: every thread lived through them, sleepers
+    // that never woke in the shorter one included.
+    for seconds in [2, 5, 8] {
+        add_up_to_the_window(&thread_rows(url, pid, seconds), seconds);
+    }
+    w.wait();
 }
