@@ -128,7 +128,9 @@ pub fn folded(store: &Snapshot, filter: &Filter, now: SystemTime) -> Folded {
             if state.is_some() {
                 *explained.entry((s.tid, s.state)).or_default() += s.ns;
             }
-            let tid = if filter.group == Group::Process {
+            // Wall rows keep their thread until they are scaled to its
+            // totals (below); the prefix leaves it out when not grouped.
+            let tid = if filter.group == Group::Process && state.is_none() {
                 0
             } else {
                 s.tid
@@ -180,7 +182,20 @@ pub fn folded(store: &Snapshot, filter: &Filter, now: SystemTime) -> Folded {
             }
         }
     }
+    // Off-CPU rows are estimates (stacks sampled by interval length): where
+    // a thread's rows of a state exceed its exact time in it, they are
+    // scaled down to it, so a wall graph never outgrows the thread.
+    let scale = |tid: u32, state: State| {
+        let total = totals.get(&(tid, state)).map_or(0, |t| t.0);
+        let rows = explained.get(&(tid, state)).copied().unwrap_or(0);
+        if total > 0 && rows > total {
+            total as f64 / rows as f64
+        } else {
+            1.0
+        }
+    };
     for ((pid, tid, state, _), (stack, ns)) in rows {
+        let ns = state.map_or(ns, |st| (ns as f64 * scale(tid, st)).round() as u64);
         let head = prefix(&names, filter, pid, tid);
         let state = state.map(state_frame);
         let mut frames: Vec<&str> = head.iter().map(String::as_str).collect();
@@ -438,6 +453,41 @@ mod tests {
             f.stacks["ten;t [tid 11];[throttled];[unattributed]"], 2_000,
             "the rest of the thread's exact throttled time"
         );
+    }
+
+    #[test]
+    fn sampled_rows_over_the_exact_time_are_scaled_to_it_in_wall_graphs() {
+        let (mut store, now) = offcpu_store();
+        // A second estimate for the same thread and state: 6 + 6 ms of rows
+        // for 8 ms spent throttled.
+        store.push(Slice {
+            start: now,
+            end: now + Duration::from_millis(10),
+            samples: vec![Sample {
+                state: State::Throttled,
+                ..sample(10, 11, &["main", "wait"], 6_000)
+            }],
+            wakeups: Vec::new(),
+            thread_totals: Vec::new(),
+            runq_hists: Vec::new(),
+            threads: HashMap::new(),
+            processes: [(10, Arc::from("ten"))].into(),
+            stats: Default::default(),
+        });
+        let store = store.snapshot();
+        let now = now + Duration::from_millis(10);
+        for group in [Group::Thread, Group::Process] {
+            let f = folded(&store, &with_kind("wall", group), now);
+            let throttled: u64 = f
+                .stacks
+                .iter()
+                .filter(|(k, _)| k.contains("[throttled]"))
+                .map(|(_, v)| v)
+                .sum();
+            assert_eq!(throttled, 8_000, "{:?}", f.stacks);
+        }
+        let f = folded(&store, &with_kind("throttled", Group::Process), now);
+        assert_eq!(f.stacks["ten;main;wait"], 6_000, "other kinds are unscaled");
     }
 
     #[test]
