@@ -109,7 +109,7 @@ fn quota_throttling_is_told_apart_from_cpu_contention() {
     let kernel = accounts(&out);
     let rows = crunchers(url, pid);
     assert_eq!(rows.len(), 2, "{rows:?}");
-    let mut throttled_sum = 0.0;
+    let (mut throttled_sum, mut runqueue_sum, mut kernel_wait) = (0.0, 0.0, 0.0);
     for t in &rows {
         let wall = us(t, "wall_us");
         let (throttled, runqueue) = (us(t, "throttled_us") / wall, us(t, "runqueue_us") / wall);
@@ -129,10 +129,18 @@ fn quota_throttling_is_told_apart_from_cpu_contention() {
             "runqueue share {runqueue:.2}: {t}"
         );
         throttled_sum += us(t, "throttled_us");
+        runqueue_sum += us(t, "runqueue_us");
+        kernel_wait += k.runqueue_us;
     }
+    // The wait for a CPU after the quota's refill counts as throttled (no
+    // event marks the refill); cpu.stat leaves it out. On a busy host that
+    // wait is what the kernel saw waiting beyond the throttling and the
+    // daemon did not call runqueue: the allowance, nothing on an idle host.
+    let contention = (kernel_wait - kernel_throttled - runqueue_sum).max(0.0);
     assert!(
-        (throttled_sum - kernel_throttled).abs() <= 0.1 * kernel_throttled,
-        "throttled {throttled_sum:.0} us in all, cpu.stat says {kernel_throttled:.0} us"
+        (throttled_sum - kernel_throttled).abs() <= 0.1 * kernel_throttled + contention,
+        "throttled {throttled_sum:.0} us in all, cpu.stat says {kernel_throttled:.0} us \
+         (waiting for a CPU beyond it: {contention:.0} us)"
     );
     drop(group);
 
