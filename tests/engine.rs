@@ -12,12 +12,6 @@ use support::{kernel::accounts, *};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
-fn us(t: &Value, field: &str) -> f64 {
-    t[field]
-        .as_u64()
-        .unwrap_or_else(|| panic!("{field} in {t}")) as f64
-}
-
 fn crunchers(url: &str, pid: u32) -> Vec<Value> {
     let (status, body) = get(&format!("{url}/threads?pid={pid}&seconds=300"));
     assert_eq!(status, 200, "{body}");

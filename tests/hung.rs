@@ -17,12 +17,6 @@ use support::{kernel::threads_now, *};
 /// The states of `/threads`, as their JSON field prefixes.
 const STATES: [&str; 6] = ["cpu", "runqueue", "throttled", "futex", "io", "sleep"];
 
-fn us(t: &Value, field: &str) -> f64 {
-    t[field]
-        .as_u64()
-        .unwrap_or_else(|| panic!("{field} in {t}")) as f64
-}
-
 /// `/threads` rows of `pid` over the last `seconds`, by tid.
 fn thread_rows(url: &str, pid: u32, seconds: u64) -> HashMap<u64, Value> {
     let (status, body) = get(&format!("{url}/threads?pid={pid}&seconds={seconds}"));

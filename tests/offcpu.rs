@@ -22,12 +22,6 @@ fn threads(pid: u32) -> Value {
     serde_json::from_str(&body).unwrap()
 }
 
-fn us(t: &Value, field: &str) -> f64 {
-    t[field]
-        .as_u64()
-        .unwrap_or_else(|| panic!("{field} in {t}")) as f64
-}
-
 /// Panics unless `t`'s CPU and runqueue time agree with the kernel's
 /// account of the thread (from the workload's `account` lines).
 fn agrees_with_kernel(t: &Value, kernel: &HashMap<u64, Account>) {

@@ -227,13 +227,8 @@ impl Drainer {
                     None => continue, // not in the contract: nothing to attribute it to
                 }
             };
-            let mut stack = |id| {
-                let found = self.stacks.get(&self.maps.stacks, key.stack_gen, id);
-                missing_stacks += u64::from(found.is_err());
-                found.ok().flatten()
-            };
-            let user_stack = stack(key.user_stack_id);
-            let kernel_stack = stack(key.kernel_stack_id);
+            let user_stack = self.stack(key.stack_gen, key.user_stack_id, &mut missing_stacks);
+            let kernel_stack = self.stack(key.stack_gen, key.kernel_stack_id, &mut missing_stacks);
             records.push(RawRecord {
                 pid: key.pid,
                 tid: key.tid,
@@ -255,13 +250,8 @@ impl Drainer {
             let Some(state) = State::from_raw(row.state) else {
                 continue;
             };
-            let mut stack = |id| {
-                let found = self.stacks.get(&self.maps.stacks, row.stack_gen, id);
-                missing_stacks += u64::from(found.is_err());
-                found.ok().flatten()
-            };
-            let user_stack = stack(row.user_stack_id);
-            let kernel_stack = stack(row.kernel_stack_id);
+            let user_stack = self.stack(row.stack_gen, row.user_stack_id, &mut missing_stacks);
+            let kernel_stack = self.stack(row.stack_gen, row.kernel_stack_id, &mut missing_stacks);
             live.push(RawLive {
                 pid: row.pid,
                 tid: row.tid,
@@ -300,6 +290,14 @@ impl Drainer {
             missing_stacks,
             drain_time: started.elapsed(),
         })
+    }
+
+    /// Stack `id` of generation `gen`; one gone from its map counts in
+    /// `missing`.
+    fn stack(&mut self, gen: u32, id: i32, missing: &mut u64) -> Option<RawStack> {
+        let found = self.stacks.get(&self.maps.stacks, gen, id);
+        *missing += u64::from(found.is_err());
+        found.ok().flatten()
     }
 
     /// Runs the drain-time task iterator: its records, or none where the

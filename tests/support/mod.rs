@@ -437,3 +437,10 @@ pub fn share_of(rows: &[(Vec<String>, u64)], frame: &str) -> f64 {
         .sum();
     with as f64 / total.max(1) as f64
 }
+
+/// A microsecond field of a `/threads` row, as f64 (panics if missing).
+pub fn us(t: &serde_json::Value, field: &str) -> f64 {
+    t[field]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{field} in {t}")) as f64
+}
