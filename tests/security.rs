@@ -233,6 +233,9 @@ fn hostile_perf_maps_are_refused_and_profiling_goes_on() {
         let w = as_nobody(&dir, &["anonexec"]);
         let map = PathBuf::from(format!("/tmp/perf-{}.map", w.pid));
         scene.cleanup.0.push(map.clone());
+        // Pids recycle: a JVM from an earlier test may have left a map
+        // under this pid (the JVM never removes its own).
+        let _ = fs::remove_file(&map);
         plant(&map, &secret);
         chown(&map, NOBODY);
         wait_refused(&ws.url, "perf_map", reason, before);

@@ -87,6 +87,18 @@ pub struct JavaRun {
 pub struct Jvm {
     pub workload: Workload,
     pub pid: u32,
+    pub map_cleanup: PerfMapCleanup,
+}
+
+/// Removes the JVM's `/tmp` perf map when the test is done with it: the JVM
+/// never removes the map it was asked to write, and pids recycle, so a later
+/// test would find it under another process's pid.
+pub struct PerfMapCleanup(u32);
+
+impl Drop for PerfMapCleanup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(format!("/tmp/perf-{}.map", self.0));
+    }
 }
 
 impl JavaRun {
@@ -126,7 +138,11 @@ impl JavaRun {
             .current_dir("/");
         let workload = Workload::spawn(cmd);
         let pid = find_by_marker(&marker);
-        Jvm { workload, pid }
+        Jvm {
+            workload,
+            pid,
+            map_cleanup: PerfMapCleanup(pid),
+        }
     }
 }
 
