@@ -225,6 +225,15 @@ static __always_inline long ws_unwind_step_in(struct ws_unwind_walk *w, struct w
 	s->ips[len] = w->pc;
 	w->len = len + 1;
 	bp = w->bp;
+	if (w->pc >= w->proc.interp_start && w->pc < w->proc.interp_end) {
+		/* An interpreted Java frame: which method it runs is in the
+		 * frame, not in the pc (all methods share the interpreter). */
+		__u64 method = 0;
+
+		if (bp && !ws_read_user(&method, sizeof(method), bp - WS_JAVA_METHOD_SLOT, task) &&
+		    method && method < (1ULL << 47))
+			s->ips[len] = WS_JAVA_METHOD_TAG | method;
+	}
 	/* A caller's pc is a return address, maybe just past its function. */
 	at = len ? w->pc - 1 : w->pc;
 	if (!ws_unwind_rule(w, at, &row, !task))

@@ -165,7 +165,17 @@ struct ws_unwind_proc {
 	__u32 count; /* mappings used */
 	__u32 epoch; /* changes at every registration: cached lookups expire */
 	struct ws_unwind_mapping mappings[WS_UNWIND_MAX_MAPPINGS];
+	/* A HotSpot JVM's interpreter code, [start, end), or 0, 0: a frame
+	 * there is recorded as WS_JAVA_METHOD_TAG | its Method*. */
+	__u64 interp_start;
+	__u64 interp_end;
 };
+
+/* A user stack entry that is an interpreted Java frame's Method* (read at
+ * frame pointer - 24, where HotSpot's x86-64 interpreter keeps it), not a
+ * pc: user addresses stay below 2^47, kernel ones start at 0xffff8... */
+#define WS_JAVA_METHOD_TAG (1ULL << 62)
+#define WS_JAVA_METHOD_SLOT 24
 
 struct ws_hist {
 	__u64 slots[WS_HIST_SLOTS];
@@ -253,7 +263,7 @@ _Static_assert(sizeof(struct ws_stack_value) == 16, "ws_stack_value size");
 _Static_assert(sizeof(struct ws_stack) == 16 + 8 * WS_MAX_STACK_DEPTH, "ws_stack size");
 _Static_assert(sizeof(struct ws_unwind_row) == 12, "ws_unwind_row size");
 _Static_assert(sizeof(struct ws_unwind_mapping) == 40, "ws_unwind_mapping size");
-_Static_assert(sizeof(struct ws_unwind_proc) == 8 + 40 * WS_UNWIND_MAX_MAPPINGS, "ws_unwind_proc size");
+_Static_assert(sizeof(struct ws_unwind_proc) == 24 + 40 * WS_UNWIND_MAX_MAPPINGS, "ws_unwind_proc size");
 _Static_assert(sizeof(struct ws_thread_totals) == 104, "ws_thread_totals size");
 _Static_assert(sizeof(struct ws_hist_key) == 16, "ws_hist_key size");
 _Static_assert(sizeof(struct ws_hist) == 8 * WS_HIST_SLOTS + 8, "ws_hist size");

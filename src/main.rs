@@ -13,7 +13,7 @@ use clap::{Parser, Subcommand};
 use wallscope::{
     api,
     bpf::ProbeOptions,
-    jvm::agent::JvmMode,
+    jvm::{agent::JvmMode, JvmFrames},
     pipeline::{Pipeline, PipelineOptions},
     profile::{
         query::{self, Filter},
@@ -66,6 +66,13 @@ struct Sampling {
     /// are still used).
     #[arg(long, value_enum, default_value_t = JvmMode::Auto)]
     jvm: JvmMode,
+    /// `full`: name Java frames from the JVM's own structures (methods
+    /// inlined into compiled code `_[i]`, interpreted methods `_[0]`, C1
+    /// `_[1]`, C2 `_[j]`), read from its memory; nothing is loaded into
+    /// the JVM. `perf-map`: one frame per compiled method from its perf
+    /// map, interpreted code as `Interpreter`.
+    #[arg(long, value_enum, default_value_t = JvmFrames::Full)]
+    jvm_frames: JvmFrames,
     /// User stack walking: `tables` walks code without frame pointers (glibc,
     /// release builds) with unwind tables built from `.eh_frame`, and the
     /// frame-pointer chain elsewhere; `fp` uses frame pointers only.
@@ -220,6 +227,7 @@ fn pipeline_options(sampling: &Sampling, history: History) -> PipelineOptions {
         retention: history.retention,
         store_max_bytes: history.max_bytes,
         jvm: sampling.jvm,
+        jvm_frames: sampling.jvm_frames,
     }
 }
 

@@ -16,7 +16,7 @@ use thiserror::Error;
 use crate::{
     bpf::{self, LoadError, ProbeOptions},
     collect::{Drainer, RawBatch},
-    jvm::{agent, agent::JvmMode, Jvms},
+    jvm::{agent, agent::JvmMode, JvmFrames, Jvms},
     process::{self, ProcessTable, TableStats},
     profile::store::Store,
     symbolize::{JvmLink, Symbolizer},
@@ -48,6 +48,8 @@ pub struct PipelineOptions {
     pub store_max_bytes: usize,
     /// Whether to attach to JVMs.
     pub jvm: JvmMode,
+    /// Where Java frames come from.
+    pub jvm_frames: JvmFrames,
 }
 
 /// Health of the daemon's own machinery.
@@ -145,7 +147,11 @@ impl Pipeline {
             .unwind
             .take()
             .filter(|_| opts.probes.unwind_tables)
-            .map(Registry::new);
+            .map(Registry::new)
+            .map(|mut r| {
+                r.java_interpreters = opts.jvm_frames == JvmFrames::Full;
+                r
+            });
         let store = Store::new(opts.retention).with_max_bytes(opts.store_max_bytes);
         let shared = Shared::new(store, probes.attached.clone());
         shared.health().engine = Some(probes.engine.clone());
@@ -153,7 +159,17 @@ impl Pipeline {
         let (tx, rx) = mpsc::sync_channel::<RawBatch>(BATCH_QUEUE);
         let table = Arc::new(ProcessTable::default());
         let procs = match maps.proc_events.take() {
-            Some(ring) => process::spawn_reader(ring, table.clone(), stop.clone()),
+            Some(ring) => {
+                let (jvms, prepare) = (
+                    shared.jvms.clone(),
+                    opts.jvm == JvmMode::Auto && opts.jvm_frames == JvmFrames::Full,
+                );
+                process::spawn_reader(ring, table.clone(), stop.clone(), move |pid| {
+                    if prepare {
+                        crate::jvm::flags::prepare(pid, &jvms);
+                    }
+                })
+            }
             None => thread::Builder::new().spawn(|| {}),
         }
         .map_err(|source| PipelineError::Thread {
@@ -191,9 +207,10 @@ impl Pipeline {
         };
         let symbolizer = {
             let shared = shared.clone();
+            let jvm_frames = opts.jvm_frames;
             thread::Builder::new()
                 .name("ws-symbolize".into())
-                .spawn(move || symbolize_loop(&rx, &shared, table, link))
+                .spawn(move || symbolize_loop(&rx, &shared, table, link, jvm_frames))
                 .map_err(|source| PipelineError::Thread {
                     name: "symbolizer",
                     source,
@@ -353,9 +370,10 @@ fn symbolize_loop(
     shared: &Shared,
     table: Arc<ProcessTable>,
     link: JvmLink,
+    jvm_frames: JvmFrames,
 ) {
     let dropped = link.dropped.clone();
-    let mut symbolizer = Symbolizer::with_jvms(table.clone(), link);
+    let mut symbolizer = Symbolizer::with_jvms(table.clone(), link, jvm_frames);
     for batch in rx {
         let started = Instant::now();
         let named = symbolizer.symbolize(batch);

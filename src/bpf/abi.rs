@@ -222,7 +222,14 @@ pub struct UnwindProc {
     /// Changes at every registration, so BPF's cached lookups expire.
     pub epoch: u32,
     pub mappings: [UnwindMapping; UNWIND_MAX_MAPPINGS],
+    /// A HotSpot JVM's interpreter code, `[start, end)`, or zeros.
+    pub interp_start: u64,
+    pub interp_end: u64,
 }
+
+/// `WS_JAVA_METHOD_TAG`: a user stack entry that is an interpreted Java
+/// frame's `Method*`, not a pc.
+pub const JAVA_METHOD_TAG: u64 = 1 << 62;
 
 // SAFETY: plain-old-data, `repr(C)`, no padding the kernel does not also see.
 unsafe impl aya::Pod for StoredStack {}
@@ -246,7 +253,7 @@ const _: () = assert!(size_of::<StackValue>() == 16);
 const _: () = assert!(size_of::<StoredStack>() == 16 + 8 * MAX_STACK_DEPTH);
 const _: () = assert!(size_of::<UnwindRow>() == 12);
 const _: () = assert!(size_of::<UnwindMapping>() == 40);
-const _: () = assert!(size_of::<UnwindProc>() == 8 + 40 * UNWIND_MAX_MAPPINGS);
+const _: () = assert!(size_of::<UnwindProc>() == 24 + 40 * UNWIND_MAX_MAPPINGS);
 const _: () = assert!(size_of::<ThreadTotals>() == 104);
 const _: () = assert!(size_of::<HistKey>() == 16);
 const _: () = assert!(size_of::<Hist>() == 8 * HIST_SLOTS + 8);

@@ -141,6 +141,8 @@ impl Agent {
             jvms.update(s.pid, |e| e.report.attach = "off");
             return;
         }
+        // Once per JVM, unless the process table did it at its start.
+        super::flags::prepare(s.pid, &jvms);
         match t.phase {
             Phase::Pending { tries, next_try } if now >= next_try => attach(&jvms, t, tries),
             Phase::Attached { perf_map } => {
@@ -211,6 +213,9 @@ fn attach(jvms: &Jvms, t: &mut Tracked, tries: u32) {
             version,
             preserve_frame_pointer: pfp,
             warning: (pfp == Some(false)).then(|| NO_FRAME_POINTER_WARNING.to_string()),
+            // Learned without attaching: kept.
+            frames: e.report.frames.take(),
+            debug_non_safepoints: e.report.debug_non_safepoints,
             ..JvmReport::default()
         }
     });

@@ -15,7 +15,7 @@ pub const NOT_IN_PERF_MAP: &str = "[jvm code not in perf map]";
 /// keep their name, marked `_[j]`.
 pub fn frame_name(entry: &str, in_jvm: bool) -> String {
     if let Some(method) = hotspot_method(entry) {
-        return format!("{method}_[j]");
+        return format!("{}_[j]", stable_name(method));
     }
     if !in_jvm {
         return format!("{entry}_[j]");
@@ -25,6 +25,39 @@ pub fn frame_name(entry: &str, in_jvm: bool) -> String {
     } else {
         format!("[jvm stub] {entry}")
     }
+}
+
+/// The name with what changes from run to run taken out, as async-profiler
+/// does: hidden classes' addresses (`Foo$$Lambda/0x0000…`, `+0x…` inside
+/// the VM) and lambdas' sequence numbers (`Foo$$Lambda$14`), so that the
+/// same code has one name across runs and hosts.
+pub fn stable_name(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    let mut rest = name;
+    while let Some(c) = rest.chars().next() {
+        if (c == '/' || c == '+') && rest[1..].starts_with("0x") {
+            let hex = rest[3..]
+                .find(|c: char| !c.is_ascii_hexdigit())
+                .unwrap_or(rest.len() - 3);
+            if hex > 0 {
+                rest = &rest[3 + hex..];
+                continue;
+            }
+        }
+        if let Some(after) = rest.strip_prefix("$$Lambda$") {
+            let digits = after
+                .find(|c: char| !c.is_ascii_digit())
+                .unwrap_or(after.len());
+            if digits > 0 {
+                out.push_str("$$Lambda");
+                rest = &after[digits..];
+                continue;
+            }
+        }
+        out.push(c);
+        rest = &rest[c.len_utf8()..];
+    }
+    out
 }
 
 /// `pkg.Class.method` from `RET pkg.Class.method(ARGS)`.
@@ -61,7 +94,7 @@ mod tests {
             (
                 "void Pools$$Lambda$14/0x0000000800c03000.run()",
                 true,
-                "Pools$$Lambda$14/0x0000000800c03000.run_[j]",
+                "Pools$$Lambda.run_[j]",
             ),
             ("Interpreter", true, "Interpreter"),
             ("StubRoutines (1)", true, "[jvm stub] StubRoutines (1)"),
@@ -71,6 +104,28 @@ mod tests {
         ];
         for (entry, jvm, want) in cases {
             assert_eq!(frame_name(entry, jvm), want, "{entry}");
+        }
+    }
+
+    #[test]
+    fn hidden_class_addresses_and_lambda_numbers_go() {
+        let cases = [
+            (
+                "Pools$$Lambda$2/0x00007f005c000c30.run",
+                "Pools$$Lambda.run",
+            ),
+            ("Pools$$Lambda+0x00007f005c000c30.run", "Pools$$Lambda.run"),
+            ("Pools$$Lambda/0x000000080100a000.run", "Pools$$Lambda.run"),
+            (
+                "java.lang.invoke.LambdaForm$MH/0x0000000801004c00.invoke",
+                "java.lang.invoke.LambdaForm$MH.invoke",
+            ),
+            ("a.B$$Lambda$.x", "a.B$$Lambda$.x"),
+            ("a.B/0xzz.x", "a.B/0xzz.x"),
+            ("Plain.method", "Plain.method"),
+        ];
+        for (name, want) in cases {
+            assert_eq!(stable_name(name), want, "{name}");
         }
     }
 }

@@ -8,8 +8,13 @@
 
 pub mod agent;
 pub mod attach;
+pub mod code;
+pub mod flags;
 pub mod frames;
+pub mod methods;
 pub mod output;
+pub mod remote;
+pub mod vmstructs;
 
 use std::{
     collections::HashMap,
@@ -37,6 +42,19 @@ pub fn is_hotspot(maps: &ProcMaps) -> bool {
     mapped(&|n| n == "libjvm.so") && !mapped(&|n| n.starts_with("libj9vm"))
 }
 
+/// Where Java frames come from (`--jvm-frames`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum JvmFrames {
+    /// The JVM's own structures: inlined methods (`_[i]`), interpreted
+    /// methods (`_[0]`), C1 (`_[1]`) and C2 (`_[j]`) frames; the perf map
+    /// for the rest.
+    #[default]
+    Full,
+    /// Perf maps only: one frame per compiled method, interpreted code as
+    /// `Interpreter` (wallscope before 0.x; for comparison).
+    PerfMap,
+}
+
 /// What the reports say about one JVM.
 #[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
 pub struct JvmReport {
@@ -53,6 +71,15 @@ pub struct JvmReport {
     /// until attached).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub preserve_frame_pointer: Option<bool>,
+    /// Where Java frames come from: `vm_structures` (inlined and
+    /// interpreted methods named, read from the JVM's own tables) or
+    /// `perf_map: WHY` (one frame per compiled method, interpreted code
+    /// as `Interpreter`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub frames: Option<String>,
+    /// Whether C2 records inlining at every pc (`-XX:+DebugNonSafepoints`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub debug_non_safepoints: Option<flags::DebugNonSafepoints>,
     /// What the user should know, e.g. that stacks stop at JIT frames.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub warning: Option<String>,
@@ -70,6 +97,12 @@ impl JvmReport {
             Some(true) => s += ", -XX:+PreserveFramePointer",
             Some(false) => s += ", no -XX:+PreserveFramePointer",
             None => {}
+        }
+        if let Some(frames) = &self.frames {
+            s += &format!(", frames from {frames}");
+        }
+        if let Some(d) = self.debug_non_safepoints {
+            s += &format!(", DebugNonSafepoints {d:?}");
         }
         for extra in [&self.error, &self.warning].into_iter().flatten() {
             s += &format!("\n  {extra}");
@@ -116,6 +149,16 @@ impl Jvms {
     fn update(&self, pid: u32, f: impl FnOnce(&mut JvmEntry)) {
         let mut entries = self.entries.write().unwrap_or_else(|e| e.into_inner());
         f(entries.entry(pid).or_default());
+    }
+
+    /// Records where JVM `pid`'s Java frames come from (see
+    /// [`JvmReport::frames`]).
+    pub fn set_frames(&self, pid: u32, frames: String) {
+        self.update(pid, |e| {
+            if e.report.frames.as_ref() != Some(&frames) {
+                e.report.frames = Some(frames);
+            }
+        });
     }
 
     fn set_names(&self, pid: u32, names: HashMap<u32, Arc<str>>) {

@@ -27,10 +27,12 @@ const TICK: Duration = Duration::from_millis(100);
 const EVENTS_PER_ROUND: usize = 1024;
 
 /// Starts the reader thread; it ends soon after `stop` is set.
+/// `on_new_jvm` is called with each process as soon as it maps libjvm.
 pub fn spawn_reader(
     mut ring: RingBuf<MapData>,
     table: Arc<ProcessTable>,
     stop: Arc<AtomicBool>,
+    on_new_jvm: impl Fn(u32) + Send + 'static,
 ) -> io::Result<JoinHandle<()>> {
     thread::Builder::new()
         .name("ws-procs".into())
@@ -50,6 +52,9 @@ pub fn spawn_reader(
                 }
                 for (pid, start) in table.due_reads(Instant::now()) {
                     table.read_maps(pid, start);
+                }
+                for pid in table.take_new_jvms() {
+                    on_new_jvm(pid);
                 }
                 if last_expire.elapsed() >= Duration::from_secs(1) {
                     last_expire = Instant::now();

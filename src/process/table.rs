@@ -38,6 +38,18 @@ const SECOND_LOOK: Duration = Duration::from_secs(1);
 const REFRESH_EVERY: Duration = Duration::from_secs(10);
 /// Live processes whose exit event was lost are found this often.
 const SWEEP_EVERY: Duration = Duration::from_secs(10);
+/// How long after exec a `java` launcher is watched for its libjvm, and
+/// how often.
+const LAUNCHER_WATCH: Duration = Duration::from_secs(3);
+const LAUNCHER_LOOK: Duration = Duration::from_millis(15);
+
+/// The `java` launcher (it links libjli), before it has loaded libjvm.
+fn is_java_launcher(maps: &ProcMaps) -> bool {
+    maps.iter().any(|m| match &m.backing {
+        super::maps::Backing::File { path, .. } => path.ends_with("libjli.so"),
+        _ => false,
+    })
+}
 
 /// What one process runs between two execs, as last read.
 #[derive(Debug, Clone)]
@@ -123,7 +135,13 @@ struct Inner {
     due: BinaryHeap<Reverse<(Instant, u32, u64)>>,
     stats: TableStats,
     last_sweep: Option<Instant>,
+    /// Processes that became JVMs, until the reader takes them (each
+    /// round); at most [`MAX_NEW_JVMS`], the rest are prepared late, at
+    /// their first sighting.
+    new_jvms: Vec<u32>,
 }
+
+const MAX_NEW_JVMS: usize = 1024;
 
 /// The table every stage reads processes from. Cheap to query: readers get
 /// `Arc<Image>`s and never hold the lock while reading `/proc`.
@@ -229,8 +247,27 @@ impl ProcessTable {
         let slot = inner
             .live_mut(pid)
             .filter(|i| start_ns == 0 || i.start_ns == start_ns || i.start_ns == 0)?;
+        let was_jvm = slot.jvm;
+        let launcher = is_java_launcher(&maps);
         *slot = Arc::new(slot.with_maps(maps, now));
-        Some(slot.clone())
+        let image = slot.clone();
+        if image.jvm && !was_jvm && inner.new_jvms.len() < MAX_NEW_JVMS {
+            inner.new_jvms.push(pid);
+        } else if !image.jvm && launcher && now.duration_since(image.began) < LAUNCHER_WATCH {
+            // The `java` launcher loads libjvm a few ms after exec: look
+            // again soon, so the JVM is prepared (see `take_new_jvms`)
+            // before it compiles anything.
+            inner
+                .due
+                .push(Reverse((now + LAUNCHER_LOOK, pid, image.start_ns)));
+        }
+        Some(image)
+    }
+
+    /// Processes that became HotSpot JVMs (mapped libjvm) since the last
+    /// call, for [`crate::jvm::flags::prepare`].
+    pub fn take_new_jvms(&self) -> Vec<u32> {
+        std::mem::take(&mut self.lock().new_jvms)
     }
 
     /// The image `pid` ran under while the thread named `comm` was seen,

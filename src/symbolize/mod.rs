@@ -8,6 +8,7 @@
 
 mod elf_files;
 mod interner;
+mod java;
 mod jit;
 mod kernel_frames;
 mod live;
@@ -33,7 +34,7 @@ use blazesym::symbolize::Symbolizer as Blaze;
 use crate::{
     bpf::abi::is_merged_tid,
     collect::{RawBatch, RecordKind},
-    jvm::{agent::Sighting, Jvms},
+    jvm::{agent::Sighting, JvmFrames, Jvms},
     process::ProcessTable,
     profile::{
         live::{keep_longest, LiveView, MAX_LIVE_THREADS},
@@ -86,6 +87,7 @@ pub struct Symbolizer {
     interner: Interner,
     batches: u64,
     jit: jit::JitMaps,
+    java: java::JavaFrames,
     jvm: Option<JvmLink>,
     /// JVMs of the current batch, and whether JIT lookups missed in them.
     jvms_seen: HashMap<u32, bool>,
@@ -119,6 +121,7 @@ impl Symbolizer {
             interner: Interner::default(),
             batches: 0,
             jit: jit::JitMaps::default(),
+            java: java::JavaFrames::default(),
             jvm: None,
             jvms_seen: HashMap::new(),
         }
@@ -126,11 +129,13 @@ impl Symbolizer {
 
     /// A symbolizer that reads processes from `table`, reports JVMs to the
     /// JVM agent and uses the Java thread names it finds.
-    pub fn with_jvms(table: Arc<ProcessTable>, link: JvmLink) -> Self {
-        Symbolizer {
+    pub fn with_jvms(table: Arc<ProcessTable>, link: JvmLink, frames: JvmFrames) -> Self {
+        let mut s = Symbolizer {
             jvm: Some(link),
             ..Symbolizer::with_table(table)
-        }
+        };
+        s.java.disabled = frames == JvmFrames::PerfMap;
+        s
     }
 
     /// Symbolizes one drained batch: its slice of history, and the live
@@ -148,6 +153,7 @@ impl Symbolizer {
         }
         self.procs.begin_batch(batch_began(&batch));
         self.jit.begin_batch();
+        self.java.begin_batch();
         let RawBatch {
             end,
             interval,
@@ -264,6 +270,9 @@ impl Symbolizer {
             return;
         };
         for (pid, jit_misses) in seen {
+            if let Some(frames) = self.java.status(pid) {
+                link.jvms.set_frames(pid, frames);
+            }
             let unnamed_tids = threads
                 .iter()
                 .filter(|(tid, t)| {

@@ -16,7 +16,7 @@ use super::{
     syscalls, Symbolizer,
 };
 use crate::{
-    bpf::abi::State,
+    bpf::abi::{State, JAVA_METHOD_TAG},
     collect::{RawLive, RawRecord, RawStack, RecordKind},
     jvm::frames,
     profile::{Frame, Stack},
@@ -32,6 +32,9 @@ enum Location {
     Vdso,
     /// JIT code named by the process's perf map.
     Jit(Frame),
+    /// Java frames read from the JVM: a compiled method and the methods
+    /// inlined into it, outermost first, or one interpreted method.
+    Java(Vec<Frame>),
     Unknown,
 }
 
@@ -133,6 +136,9 @@ impl Symbolizer {
             .iter()
             .enumerate()
             .map(|(i, &ip)| {
+                if ip & JAVA_METHOD_TAG != 0 {
+                    return (ip, None);
+                }
                 // Callers' frames hold return addresses, which may already
                 // belong to the next line or function: look up the call.
                 let addr = if i == 0 { ip } else { ip.saturating_sub(1) };
@@ -145,17 +151,31 @@ impl Symbolizer {
         }
         found
             .into_iter()
-            .map(|(addr, found)| match found {
+            .enumerate()
+            .map(|(i, (addr, found))| match found {
                 Some(Found::File { file, offset }) => Location::File { file, offset },
                 Some(Found::Vdso) => Location::Vdso,
-                Some(Found::Anon) => self.locate_jit(pid, addr, jvm),
+                Some(Found::Anon) => self.locate_jit(pid, addr, i == 0, jvm),
+                None if jvm && addr & JAVA_METHOD_TAG != 0 => {
+                    let method = addr & !JAVA_METHOD_TAG;
+                    Location::Java(vec![self.java.interpreted(pid, method, &mut self.interner)])
+                }
                 None => Location::Unknown,
             })
             .collect()
     }
 
-    /// Code in anonymous executable memory: JIT code if a perf map names it.
-    fn locate_jit(&mut self, pid: u32, addr: u64, jvm: bool) -> Location {
+    /// Code in anonymous executable memory: a compiled Java method read
+    /// from the JVM, else JIT code if a perf map names it. `addr` is the
+    /// frame's pc, less one unless `leaf` (see `locate_user`).
+    fn locate_jit(&mut self, pid: u32, addr: u64, leaf: bool, jvm: bool) -> Location {
+        if jvm {
+            // The nmethod's pc descriptors are keyed by return address.
+            let pc = if leaf { addr } else { addr + 1 };
+            if let Some(frames) = self.java.compiled(pid, pc, leaf, &mut self.interner) {
+                return Location::Java(frames);
+            }
+        }
         let interner = &mut self.interner;
         let found = self.jit.find(pid, addr, |name| {
             interner.get(&frames::frame_name(name, jvm))
@@ -239,20 +259,21 @@ impl Symbolizer {
     fn stack(&mut self, source: &StackSource, locations: &[Location]) -> Stack {
         let unknown = self.intern("[unknown]");
         let vdso = self.intern("[vdso]");
-        let mut frames: Vec<Frame> = locations
-            .iter()
-            .rev()
-            .map(|loc| match loc {
-                Location::File { file, offset } => self
-                    .user_cache
-                    .get(&(*file, *offset))
-                    .cloned()
-                    .unwrap_or_else(|| unknown.clone()),
-                Location::Vdso => vdso.clone(),
-                Location::Jit(frame) => frame.clone(),
-                Location::Unknown => unknown.clone(),
-            })
-            .collect();
+        let mut frames: Vec<Frame> = Vec::with_capacity(locations.len());
+        for loc in locations.iter().rev() {
+            match loc {
+                Location::File { file, offset } => frames.push(
+                    self.user_cache
+                        .get(&(*file, *offset))
+                        .cloned()
+                        .unwrap_or_else(|| unknown.clone()),
+                ),
+                Location::Vdso => frames.push(vdso.clone()),
+                Location::Jit(frame) => frames.push(frame.clone()),
+                Location::Java(java) => frames.extend(java.iter().cloned()),
+                Location::Unknown => frames.push(unknown.clone()),
+            }
+        }
         if let Some(ips) = source.kernel {
             let unknown = self.intern("[unknown]_[k]");
             let kernel: Vec<Frame> = ips

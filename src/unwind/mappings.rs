@@ -13,14 +13,14 @@ use crate::{
 
 /// A file, by device and inode: one table serves every process mapping it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub(super) struct FileKey {
+pub(crate) struct FileKey {
     pub dev: u64,
     pub inode: u64,
 }
 
 /// An executable file mapping of a process.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct ExecMapping {
+pub(crate) struct ExecMapping {
     pub start: u64,
     pub end: u64,
     pub offset: u64,
@@ -30,7 +30,7 @@ pub(super) struct ExecMapping {
 }
 
 /// Executable file mappings of `pid`, from the symbolizer's parser.
-pub(super) fn exec_mappings(pid: u32) -> std::io::Result<Vec<ExecMapping>> {
+pub(crate) fn exec_mappings(pid: u32) -> std::io::Result<Vec<ExecMapping>> {
     let maps = ProcMaps::read(pid)?;
     Ok(maps
         .iter()
@@ -54,7 +54,7 @@ pub(super) fn exec_mappings(pid: u32) -> std::io::Result<Vec<ExecMapping>> {
 /// reaches it whatever mount namespace or deleted state it is in, and
 /// checked (regular, the mapped file, at most [`MAX_ELF_BYTES`]). Only its
 /// headers and `.eh_frame` are read from it, never the whole file.
-pub(super) fn open_mapped(pid: u32, m: &ExecMapping) -> Result<fs::File, OpenError> {
+pub(crate) fn open_mapped(pid: u32, m: &ExecMapping) -> Result<fs::File, OpenError> {
     let path = PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end));
     let expect = Expect {
         owner: None,

@@ -6,7 +6,7 @@
 mod batch;
 mod elf;
 mod files;
-mod mappings;
+pub(crate) mod mappings;
 mod procs;
 pub mod registry;
 mod space;

@@ -22,6 +22,16 @@ pub(super) struct ProcState {
     pub written: Vec<(FileKey, UnwindMapping)>,
     /// Loaded tables left out of the entry (too many mappings).
     pub left_out: Vec<FileKey>,
+    /// A JVM's interpreter code, as last read and as written.
+    pub interpreter: Option<(u64, u64)>,
+    pub written_interpreter: Option<(u64, u64)>,
+}
+
+impl ProcState {
+    /// Whether the process has a BPF entry.
+    pub fn has_entry(&self) -> bool {
+        !self.written.is_empty() || self.written_interpreter.is_some()
+    }
 }
 
 /// Each file once.

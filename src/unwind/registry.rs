@@ -69,6 +69,9 @@ pub struct Registry {
     stats: UnwindStats,
     /// Registrations so far (each process entry carries its own).
     epoch: u32,
+    /// Whether JVMs' interpreter ranges are registered, so that the walk
+    /// records interpreted frames' methods (`--jvm-frames`).
+    pub java_interpreters: bool,
 }
 
 impl Registry {
@@ -83,6 +86,7 @@ impl Registry {
             queued: HashSet::new(),
             space: RowSpace::new(capacity),
             epoch: 0,
+            java_interpreters: true,
             stats: UnwindStats {
                 rows_capacity: u64::from(capacity),
                 ..UnwindStats::default()
@@ -158,7 +162,7 @@ impl Registry {
                     // the same binary): one map lookup tells. A process
                     // without an entry has nothing to drop; its executable
                     // tells instead.
-                    if p.written.is_empty() {
+                    if !p.has_entry() {
                         p.exe != exe_of(pid)
                     } else {
                         self.maps.procs.get(&pid, 0).is_err()
@@ -182,7 +186,7 @@ impl Registry {
         for pid in gone {
             if let Some(p) = self.procs.remove(&pid) {
                 self.detach(&p.mappings);
-                if !p.written.is_empty() {
+                if p.has_entry() {
                     let _ = self.maps.procs.remove(&pid);
                 }
             }
@@ -241,15 +245,22 @@ impl Registry {
         }
         let mut seen = now;
         let mut written = Vec::new();
+        let mut written_interpreter = None;
         if let Some(old) = old {
             self.detach(&old.mappings);
             seen = old.seen;
             // An entry still there need not be written again if unchanged
             // (a new epoch would empty BPF's cache of its rules).
-            if !old.written.is_empty() && self.maps.procs.get(&pid, 0).is_ok() {
+            if self.maps.procs.get(&pid, 0).is_ok() {
                 written = old.written;
+                written_interpreter = old.written_interpreter;
             }
         }
+        let interpreter = if self.java_interpreters {
+            crate::jvm::code::interpreter_range(pid, &mappings)
+        } else {
+            None
+        };
         self.attach(&mappings, now);
         self.procs.insert(
             pid,
@@ -261,6 +272,8 @@ impl Registry {
                 mappings,
                 written,
                 left_out: Vec::new(),
+                interpreter,
+                written_interpreter,
             },
         );
         self.write_entry(pid);
@@ -294,7 +307,7 @@ impl Registry {
             return;
         };
         p.left_out = left_out;
-        if p.written == entry {
+        if p.written == entry && p.written_interpreter == p.interpreter {
             return;
         }
         self.stats.mappings_dropped += dropped as u64;
@@ -307,7 +320,8 @@ impl Registry {
         for (slot, (_, m)) in proc.mappings.iter_mut().zip(&entry) {
             *slot = *m;
         }
-        if entry.is_empty() {
+        (proc.interp_start, proc.interp_end) = p.interpreter.unwrap_or_default();
+        if entry.is_empty() && p.interpreter.is_none() {
             let _ = self.maps.procs.remove(&pid);
         } else if let Err(err) = self.maps.procs.insert(pid, proc, 0) {
             tracing::debug!(pid, "registering unwind tables: {err}");
@@ -315,6 +329,7 @@ impl Registry {
             return;
         }
         p.written = entry;
+        p.written_interpreter = p.interpreter;
     }
 
     /// The next table to build: the newest file (a process started now

@@ -1,0 +1,406 @@
+//! Which Java methods a pc in a JVM's code cache stands for: the compiled
+//! method (nmethod) holding it, found through the code heaps' segment
+//! maps, and the chain of methods the JIT inlined at that pc, from the
+//! nmethod's pc and scope descriptors (what HotSpot itself reads to
+//! deoptimize or print a stack). Read from the JVM's memory at
+//! symbolization time, while the nmethod is alive; one that is gone by
+//! then leaves the frame to the perf map.
+
+use std::io;
+
+use super::{
+    remote::{uint_at, Remote},
+    vmstructs::{CodeStart, Layout, MetadataPlace, NmethodData, Vm},
+};
+
+/// Code heaps a JVM has at most (non-profiled, profiled, non-nmethods).
+const MAX_HEAPS: u64 = 8;
+/// Segment-map hops to a block's start: each hop goes back up to 254
+/// segments, and nmethods are at most a few hundred KiB.
+const MAX_HOPS: usize = 4096;
+/// Largest metadata, pc table or scope data read for one nmethod.
+const MAX_DATA: u64 = 1 << 20;
+/// Inlining depth followed at most (C2's default limit is 15).
+const MAX_SCOPES: usize = 64;
+
+/// The interpreter's code range in `pid`, if `mappings` (its executable
+/// mappings) include a libjvm whose structures can be read: the BPF walk
+/// then records interpreted frames' methods.
+pub(crate) fn interpreter_range(
+    pid: u32,
+    mappings: &[crate::unwind::mappings::ExecMapping],
+) -> Option<(u64, u64)> {
+    if !mappings.iter().any(|m| m.path.ends_with("/libjvm.so")) {
+        return None;
+    }
+    let vm = super::vmstructs::layout_of(pid).ok()?;
+    let code = JavaCode {
+        vm: &vm,
+        mem: Remote::new(pid),
+    };
+    code.interpreter().ok()
+}
+
+/// How a Java frame ran, as async-profiler marks it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FrameKind {
+    /// `_[0]`
+    Interpreted,
+    /// `_[1]`: compiled by C1 (tiers 1-3).
+    C1,
+    /// `_[j]`: compiled by C2 (or a tier not known).
+    Jit,
+    /// `_[i]`: inlined into the compiled frame below it.
+    Inlined,
+}
+
+impl FrameKind {
+    /// The suffix FlameGraph palettes colour by.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            FrameKind::Interpreted => "_[0]",
+            FrameKind::C1 => "_[1]",
+            FrameKind::Jit => "_[j]",
+            FrameKind::Inlined => "_[i]",
+        }
+    }
+}
+
+/// One code heap: its address range and segment map.
+#[derive(Debug, Clone, Copy)]
+pub struct Heap {
+    low: u64,
+    high: u64,
+    segmap: u64,
+    log2_segment: u32,
+}
+
+/// What one nmethod's frames need, copied out of the JVM.
+#[derive(Debug)]
+pub struct Nmethod {
+    pub compile_id: u32,
+    kind: FrameKind,
+    method: u64,
+    code_begin: u64,
+    /// (pc offset from `code_begin`, scope decode offset), by pc offset.
+    pcs: Vec<(i64, u64)>,
+    scopes: Vec<u8>,
+    metadata: Vec<u8>,
+}
+
+/// A JVM's code, read through its libjvm's layout.
+pub struct JavaCode<'a> {
+    pub vm: &'a Vm,
+    pub mem: Remote,
+}
+
+impl JavaCode<'_> {
+    fn layout(&self) -> &Layout {
+        &self.vm.layout
+    }
+
+    fn err(what: &str) -> io::Error {
+        io::Error::new(io::ErrorKind::InvalidData, what.to_string())
+    }
+
+    /// The code heaps, as they are now (they only change at start-up).
+    pub fn heaps(&self) -> io::Result<Vec<Heap>> {
+        let l = self.layout();
+        let array = self.mem.u64(self.vm.bias + l.code_heaps)?;
+        let len = l.array_len.read(&self.mem, array)?;
+        let data = l.array_data.read(&self.mem, array)?;
+        if len > MAX_HEAPS {
+            return Err(Self::err("too many code heaps"));
+        }
+        (0..len)
+            .map(|i| {
+                let heap = self.mem.u64(data + 8 * i)?;
+                let memory = heap + l.heap_memory;
+                Ok(Heap {
+                    low: l.space_low.read(&self.mem, memory)?,
+                    high: l.space_high.read(&self.mem, memory)?,
+                    segmap: l.space_low.read(&self.mem, heap + l.heap_segmap)?,
+                    log2_segment: l.heap_log2_segment.read(&self.mem, heap)? as u32,
+                })
+            })
+            .filter(|h: &io::Result<Heap>| {
+                h.as_ref().map_or(true, |h| {
+                    h.low < h.high && (4..=16).contains(&h.log2_segment)
+                })
+            })
+            .collect()
+    }
+
+    /// The interpreter's code range.
+    pub fn interpreter(&self) -> io::Result<(u64, u64)> {
+        let l = self.layout();
+        let queue = self.mem.u64(self.vm.bias + l.interpreter_code)?;
+        let start = l.queue_buffer.read(&self.mem, queue)?;
+        let size = l.queue_limit.read(&self.mem, queue)?;
+        if start == 0 || size == 0 || size > 64 << 20 {
+            return Err(Self::err("no interpreter yet"));
+        }
+        Ok((start, start + size))
+    }
+
+    /// The start of the code blob holding `pc`, through its heap's segment
+    /// map (0xff: free; else how many segments back the block starts).
+    pub fn blob_at(&self, heaps: &[Heap], pc: u64) -> Option<u64> {
+        let heap = heaps.iter().find(|h| h.low <= pc && pc < h.high)?;
+        let mut seg = (pc - heap.low) >> heap.log2_segment;
+        let mut byte = [0u8; 1];
+        for _ in 0..MAX_HOPS {
+            self.mem.read(heap.segmap + seg, &mut byte).ok()?;
+            match byte[0] {
+                0 => {
+                    let block = heap.low + (seg << heap.log2_segment);
+                    return Some(block + self.layout().heap_block_size);
+                }
+                0xff => return None,
+                back => seg = seg.checked_sub(u64::from(back))?,
+            }
+        }
+        None
+    }
+
+    /// The nmethod at `blob`, if that blob is one.
+    pub fn nmethod(&self, blob: u64) -> io::Result<Nmethod> {
+        let l = self.layout();
+        let header = self.mem.bytes(blob, l.nm_header as usize)?;
+        let name = self.mem.cstr(l.blob_name.get(&header));
+        if name.as_deref() != Some("nmethod") {
+            return Err(Self::err("not an nmethod"));
+        }
+        let code_begin = match l.blob_code {
+            CodeStart::Pointer(f) => f.get(&header),
+            CodeStart::Offset(f) => blob + f.get(&header),
+        };
+        let (metadata, scopes, pcs) = self.sections(blob, &header)?;
+        let kind = match l.nm_comp_level.map(|f| f.get(&header) as i8) {
+            Some(1..=3) => FrameKind::C1,
+            _ => FrameKind::Jit,
+        };
+        let size = l.pc_desc_size as usize;
+        let mut table: Vec<(i64, u64)> = pcs
+            .chunks_exact(size)
+            .map(|d| {
+                (
+                    i64::from(l.pc_offset.get(d) as u32 as i32),
+                    l.pc_scope_offset.get(d),
+                )
+            })
+            .collect();
+        table.sort_by_key(|p| p.0);
+        Ok(Nmethod {
+            compile_id: l.nm_compile_id.get(&header) as u32,
+            kind,
+            method: l.nm_method.get(&header),
+            code_begin,
+            pcs: table,
+            scopes,
+            metadata,
+        })
+    }
+
+    /// Copies of the nmethod's metadata, scope data and pc descriptors.
+    fn sections(&self, blob: u64, h: &[u8]) -> io::Result<(Vec<u8>, Vec<u8>, Vec<u8>)> {
+        let read = |at: u64, end: u64| -> io::Result<Vec<u8>> {
+            if end < at || end - at > MAX_DATA {
+                return Err(Self::err("implausible nmethod layout"));
+            }
+            self.mem.bytes(at, (end - at) as usize)
+        };
+        match self.layout().nm_data {
+            NmethodData::InBlob {
+                metadata_offset,
+                scopes_data_begin,
+                scopes_pcs_offset,
+                dependencies_offset,
+            } => {
+                let metadata = blob + metadata_offset.get(h);
+                let scopes = scopes_data_begin.get(h);
+                let pcs = blob + scopes_pcs_offset.get(h);
+                let end = blob + dependencies_offset.get(h);
+                Ok((read(metadata, scopes)?, read(scopes, pcs)?, read(pcs, end)?))
+            }
+            NmethodData::Immutable {
+                immutable_data,
+                immutable_data_size,
+                scopes_pcs_offset,
+                scopes_data_offset,
+                ref_count_offset,
+                metadata,
+            } => {
+                let base = immutable_data.get(h);
+                let mut size = immutable_data_size.get(h);
+                if let Some(f) = ref_count_offset {
+                    size = size.min(f.get(h));
+                }
+                let pcs = base + scopes_pcs_offset.get(h);
+                let scopes = base + scopes_data_offset.get(h);
+                let (meta_at, meta_end) = match metadata {
+                    MetadataPlace::AfterCode {
+                        data_offset,
+                        metadata_offset,
+                        size,
+                    } => {
+                        let at = blob + data_offset.get(h) + metadata_offset.get(h);
+                        (at, blob + size.get(h))
+                    }
+                    MetadataPlace::Mutable {
+                        mutable_data,
+                        relocation_size,
+                        mutable_data_size,
+                    } => {
+                        let at = mutable_data.get(h) + relocation_size.get(h);
+                        (at, mutable_data.get(h) + mutable_data_size.get(h))
+                    }
+                };
+                Ok((
+                    read(meta_at, meta_end)?,
+                    read(scopes, base + size)?,
+                    read(pcs, scopes)?,
+                ))
+            }
+        }
+    }
+}
+
+impl Nmethod {
+    /// The methods running at `pc` in this nmethod, outermost first, with
+    /// their kinds: the nmethod's own method, then each one inlined into
+    /// it down to the one the pc is in. `leaf`: the pc was interrupted,
+    /// not a return address, so it is not exactly at a recorded pc.
+    pub fn frames_at(&self, pc: u64, leaf: bool, excluded: u8) -> Vec<(u64, FrameKind)> {
+        let offset = pc.wrapping_sub(self.code_begin) as i64 + i64::from(leaf);
+        // As HotSpot's pc_desc_near: the first descriptor at or after it.
+        let i = self.pcs.partition_point(|p| p.0 < offset);
+        let mut scope = self.pcs.get(i).map_or(0, |p| p.1);
+        let mut chain = Vec::new();
+        let mut limit = self.scopes.len() as u64;
+        while scope != 0 && scope < limit && chain.len() < MAX_SCOPES {
+            limit = scope;
+            let mut r = Unsigned5 {
+                data: &self.scopes[scope as usize..],
+                excluded,
+            };
+            let (Some(sender), Some(index)) = (r.next(), r.next()) else {
+                break;
+            };
+            if index > 0 {
+                let method = uint_at(&self.metadata, 8 * (index as usize - 1), 8);
+                if method != 0 {
+                    chain.push(method);
+                }
+            }
+            scope = sender;
+        }
+        if chain.is_empty() {
+            chain.push(self.method);
+        }
+        chain
+            .into_iter()
+            .rev()
+            .enumerate()
+            .map(|(i, m)| {
+                (
+                    m,
+                    if i == 0 {
+                        self.kind
+                    } else {
+                        FrameKind::Inlined
+                    },
+                )
+            })
+            .collect()
+    }
+}
+
+/// HotSpot's compressed stream of unsigned integers (Pack200's UNSIGNED5:
+/// bytes below 192 end a number; JDK 20+ excludes the zero byte).
+struct Unsigned5<'a> {
+    data: &'a [u8],
+    excluded: u8,
+}
+
+impl Unsigned5<'_> {
+    fn next(&mut self) -> Option<u64> {
+        const L: u8 = 192;
+        let mut sum = 0u64;
+        let mut shift = 0;
+        for i in 0..5 {
+            let b = *self.data.get(i)?;
+            let v = b.checked_sub(self.excluded)?;
+            sum += u64::from(v) << shift;
+            if v < L || i == 4 {
+                self.data = &self.data[i + 1..];
+                return Some(sum);
+            }
+            shift += 6;
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unsigned5_reads_both_encodings() {
+        // 5, then 300 = 192 + 108 + 64 * 1 ... as HotSpot writes them.
+        let enc = |v: u64, x: u8| -> Vec<u8> {
+            let mut out = Vec::new();
+            let mut v = v;
+            for i in 0..5 {
+                if v < 192 || i == 4 {
+                    out.push(v as u8 + x);
+                    return out;
+                }
+                let b = 192 + (v - 192) % 64;
+                out.push(b as u8 + x);
+                v = (v - b) >> 6;
+            }
+            out
+        };
+        for x in [0, 1] {
+            let mut bytes = Vec::new();
+            for v in [0, 5, 191, 192, 300, 70_000, 1 << 30] {
+                bytes.extend(enc(v, x));
+            }
+            let mut r = Unsigned5 {
+                data: &bytes,
+                excluded: x,
+            };
+            let got: Vec<u64> = std::iter::from_fn(|| r.next()).collect();
+            assert_eq!(got, [0, 5, 191, 192, 300, 70_000, 1 << 30], "x={x}");
+        }
+    }
+
+    #[test]
+    fn scopes_chain_outermost_first_with_inlined_kinds() {
+        // Scope at 1: sender 0, method 1 (root). Scope at 3: sender 1,
+        // method 2 (inlined). pc 0x10 records scope 3.
+        let nm = Nmethod {
+            compile_id: 7,
+            kind: FrameKind::Jit,
+            method: 0xaaa,
+            code_begin: 0x1000,
+            pcs: vec![(-1, 0), (0x10, 3), (0x20, 1)],
+            scopes: vec![0, 0, 1, 1, 2, 0],
+            metadata: [0xaaau64, 0xbbb]
+                .iter()
+                .flat_map(|m| m.to_le_bytes())
+                .collect(),
+        };
+        assert_eq!(
+            nm.frames_at(0x1010, false, 0),
+            [(0xaaa, FrameKind::Jit), (0xbbb, FrameKind::Inlined)]
+        );
+        // A leaf pc just before a recorded one takes that one.
+        assert_eq!(nm.frames_at(0x100f, true, 0).len(), 2);
+        assert_eq!(nm.frames_at(0x1018, true, 0), [(0xaaa, FrameKind::Jit)]);
+        // Past the last descriptor: the nmethod's own method.
+        assert_eq!(nm.frames_at(0x1100, true, 0), [(0xaaa, FrameKind::Jit)]);
+    }
+}

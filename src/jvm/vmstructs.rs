@@ -1,0 +1,595 @@
+//! HotSpot's description of itself: the `gHotSpotVMStructs` and
+//! `gHotSpotVMTypes` tables libjvm exports for debuggers (the
+//! Serviceability Agent reads them too). They give the offset and type of
+//! every field wallscope reads in a JVM, so what changed between JDK
+//! versions (an offset, a pointer that became an offset, a field that
+//! moved to another structure) is read from the VM, not hard-coded.
+//!
+//! A layout is the same for every process mapping the same `libjvm.so`:
+//! [`layout_of`] parses it once per file (by device and inode) and keeps
+//! statics as offsets from the load bias.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+};
+
+use object::{Object, ObjectSymbol};
+
+use super::remote::{uint_at, Remote};
+use crate::unwind::mappings::{exec_mappings, open_mapped, ExecMapping, FileKey};
+
+/// Entries read from either table at most (JDK 25 has about 3,000).
+const MAX_ENTRIES: usize = 20_000;
+/// Largest entry stride believed (entries are six words).
+const MAX_STRIDE: u64 = 256;
+/// Largest structure size believed; offsets beyond it are refused.
+const MAX_STRUCT: u64 = 4096;
+/// libjvm files whose layout (or failure) is remembered.
+const MAX_FILES: usize = 16;
+
+/// Why a JVM's structures cannot be read: its frames then come from its
+/// perf map only.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum LayoutError {
+    #[error("no libjvm.so mapping")]
+    NoLibjvm,
+    #[error("libjvm.so: {0}")]
+    File(String),
+    #[error("libjvm.so exports no {0}")]
+    NoSymbol(&'static str),
+    #[error("reading the JVM's memory: {0}")]
+    Read(String),
+    #[error("the JVM's tables lack {0}")]
+    Missing(String),
+    #[error("the JVM's tables are implausible: {0}")]
+    Implausible(String),
+}
+
+/// A field: where it is in its structure and how wide it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Field {
+    pub offset: u64,
+    pub width: usize,
+}
+
+impl Field {
+    /// Its value in `buf`, a copy of the structure.
+    pub fn get(&self, buf: &[u8]) -> u64 {
+        uint_at(buf, self.offset as usize, self.width)
+    }
+
+    /// Reads it from the structure at `base`.
+    pub fn read(&self, mem: &Remote, base: u64) -> std::io::Result<u64> {
+        let mut b = [0u8; 8];
+        mem.read(base + self.offset, &mut b[..self.width])?;
+        Ok(u64::from_le_bytes(b))
+    }
+}
+
+/// Where a code blob's instructions start: a pointer (JDK 9-22) or an
+/// offset from the blob (JDK 23+).
+#[derive(Debug, Clone, Copy)]
+pub enum CodeStart {
+    Pointer(Field),
+    Offset(Field),
+}
+
+/// Where an nmethod keeps its metadata (the `Method*`s its scopes name),
+/// scope descriptors and the pc table that leads to them.
+#[derive(Debug, Clone, Copy)]
+pub enum NmethodData {
+    /// JDK 9-22: all inside the blob; metadata up to the scopes, scopes up
+    /// to the pc descriptors, pc descriptors up to the dependencies.
+    InBlob {
+        metadata_offset: Field,
+        scopes_data_begin: Field,
+        scopes_pcs_offset: Field,
+        dependencies_offset: Field,
+    },
+    /// JDK 23+: scopes and pc descriptors in a separate immutable block;
+    /// metadata after the code (23-24) or in the mutable data (25+).
+    Immutable {
+        immutable_data: Field,
+        immutable_data_size: Field,
+        scopes_pcs_offset: Field,
+        scopes_data_offset: Field,
+        ref_count_offset: Option<Field>,
+        metadata: MetadataPlace,
+    },
+}
+
+/// Where JDK 23+ keeps an nmethod's metadata.
+#[derive(Debug, Clone, Copy)]
+pub enum MetadataPlace {
+    /// `blob + data_offset + metadata_offset`, up to the blob's size.
+    AfterCode {
+        data_offset: Field,
+        metadata_offset: Field,
+        size: Field,
+    },
+    /// `mutable_data + relocation_size`, up to the mutable data's size.
+    Mutable {
+        mutable_data: Field,
+        relocation_size: Field,
+        mutable_data_size: Field,
+    },
+}
+
+/// What wallscope reads in a HotSpot JVM, as this libjvm lays it out.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    /// The VM's major version (`Abstract_VM_Version::_vm_major_version`).
+    pub major: u32,
+    /// Statics, as offsets from the load bias.
+    pub code_heaps: u64,
+    pub interpreter_code: u64,
+    pub array_len: Field,
+    pub array_data: Field,
+    pub heap_memory: u64,
+    pub heap_segmap: u64,
+    pub heap_log2_segment: Field,
+    pub space_low: Field,
+    pub space_high: Field,
+    pub heap_block_size: u64,
+    pub blob_name: Field,
+    pub blob_code: CodeStart,
+    pub nm_compile_id: Field,
+    pub nm_comp_level: Option<Field>,
+    pub nm_method: Field,
+    pub nm_data: NmethodData,
+    /// Bytes of an nmethod header worth reading: past every field above.
+    pub nm_header: u64,
+    pub pc_desc_size: u64,
+    pub pc_offset: Field,
+    pub pc_scope_offset: Field,
+    pub method_const: Field,
+    pub const_constants: Field,
+    pub const_name_index: Field,
+    pub pool_size: u64,
+    pub pool_holder: Field,
+    pub klass_name: Field,
+    pub symbol_length: Field,
+    pub symbol_body: u64,
+    pub queue_buffer: Field,
+    pub queue_limit: Field,
+    /// The VM's flags (`JVMFlag::flags`, a static), when described.
+    pub flags: Option<FlagTable>,
+}
+
+/// The VM's table of `-XX` flags: `count` entries of `size` bytes.
+#[derive(Debug, Clone, Copy)]
+pub struct FlagTable {
+    /// Statics, as offsets from the load bias.
+    pub array: u64,
+    pub count: u64,
+    pub size: u64,
+    pub name: Field,
+    pub addr: Field,
+}
+
+/// The structures whose entries are kept while parsing.
+const WANTED: &[&str] = &[
+    "Abstract_VM_Version",
+    "CodeCache",
+    "GrowableArrayBase",
+    "GenericGrowableArray",
+    "GrowableArray<int>",
+    "CodeHeap",
+    "VirtualSpace",
+    "HeapBlock",
+    "CodeBlob",
+    "CompiledMethod",
+    "nmethod",
+    "PcDesc",
+    "Method",
+    "ConstMethod",
+    "ConstantPool",
+    "Klass",
+    "Symbol",
+    "AbstractInterpreter",
+    "StubQueue",
+    "JVMFlag",
+];
+
+/// The tables as read: fields by (type, name), type sizes by name.
+#[derive(Debug, Default)]
+struct Tables {
+    /// (type, field) → (offset or static address, type string, static).
+    fields: HashMap<(String, String), (u64, String, bool)>,
+    sizes: HashMap<String, u64>,
+}
+
+impl Tables {
+    fn size(&self, ty: &str) -> Result<u64, LayoutError> {
+        match self.sizes.get(ty) {
+            Some(&s) if s > 0 && s <= MAX_STRUCT => Ok(s),
+            Some(&s) => Err(LayoutError::Implausible(format!("sizeof({ty}) = {s}"))),
+            None => Err(LayoutError::Missing(format!("sizeof({ty})"))),
+        }
+    }
+
+    /// Width of a field of type `ty`: the VM's own size for it, pointers 8.
+    fn width(&self, ty: &str) -> usize {
+        if ty.ends_with('*') {
+            return 8;
+        }
+        match self.sizes.get(ty) {
+            Some(&s @ (1 | 2 | 4 | 8)) => s as usize,
+            _ => match ty {
+                "u1" | "bool" | "jbyte" | "jboolean" | "int8_t" | "uint8_t" | "char" => 1,
+                "u2" | "jushort" | "jshort" | "uint16_t" | "int16_t" | "short" => 2,
+                "int" | "u4" | "jint" | "juint" | "int32_t" | "uint32_t" | "uint" => 4,
+                _ => 8,
+            },
+        }
+    }
+
+    /// The first of `types` that has field `name`.
+    fn find(&self, types: &[&str], name: &str) -> Option<(u64, &str, bool)> {
+        types.iter().find_map(|t| {
+            self.fields
+                .get(&(t.to_string(), name.to_string()))
+                .map(|(v, ty, st)| (*v, ty.as_str(), *st))
+        })
+    }
+
+    fn opt_field(&self, types: &[&str], name: &str) -> Option<Field> {
+        let (offset, ty, is_static) = self.find(types, name)?;
+        (!is_static && offset < MAX_STRUCT).then(|| Field {
+            offset,
+            width: self.width(ty),
+        })
+    }
+
+    fn field(&self, types: &[&str], name: &str) -> Result<Field, LayoutError> {
+        self.opt_field(types, name)
+            .ok_or_else(|| LayoutError::Missing(format!("{}::{name}", types[0])))
+    }
+
+    /// A field holding a structure, whose own fields follow: its offset.
+    fn embedded(&self, ty: &str, name: &str) -> Result<u64, LayoutError> {
+        Ok(self.field(&[ty], name)?.offset)
+    }
+
+    fn static_addr(&self, ty: &str, name: &str) -> Result<u64, LayoutError> {
+        match self.find(&[ty], name) {
+            Some((addr, _, true)) if addr != 0 => Ok(addr),
+            _ => Err(LayoutError::Missing(format!("{ty}::{name}"))),
+        }
+    }
+}
+
+impl Layout {
+    fn from_tables(t: &Tables, mem: &Remote, bias: u64) -> Result<Layout, LayoutError> {
+        let blob = ["CodeBlob"];
+        let nm = ["nmethod", "CompiledMethod"];
+        let major_at = t.static_addr("Abstract_VM_Version", "_vm_major_version")?;
+        let mut b = [0u8; 4];
+        mem.read(major_at, &mut b)
+            .map_err(|e| LayoutError::Read(e.to_string()))?;
+        let major = u32::from_le_bytes(b);
+        let blob_code = match t.opt_field(&blob, "_code_begin") {
+            Some(f) => CodeStart::Pointer(f),
+            None => CodeStart::Offset(t.field(&blob, "_code_offset")?),
+        };
+        let nm_data = match t.opt_field(&nm, "_immutable_data") {
+            None => NmethodData::InBlob {
+                metadata_offset: t.field(&nm, "_metadata_offset")?,
+                scopes_data_begin: t.field(&nm, "_scopes_data_begin")?,
+                scopes_pcs_offset: t.field(&nm, "_scopes_pcs_offset")?,
+                dependencies_offset: t.field(&nm, "_dependencies_offset")?,
+            },
+            Some(immutable_data) => NmethodData::Immutable {
+                immutable_data,
+                immutable_data_size: t.field(&nm, "_immutable_data_size")?,
+                scopes_pcs_offset: t.field(&nm, "_scopes_pcs_offset")?,
+                scopes_data_offset: t
+                    .opt_field(&nm, "_scopes_data_offset")
+                    .map_or_else(|| t.field(&nm, "_scopes_data_begin"), Ok)?,
+                ref_count_offset: t.opt_field(&nm, "_immutable_data_ref_count_offset"),
+                metadata: match t.opt_field(&blob, "_mutable_data") {
+                    Some(mutable_data) => MetadataPlace::Mutable {
+                        mutable_data,
+                        relocation_size: t.field(&blob, "_relocation_size")?,
+                        mutable_data_size: t.field(&blob, "_mutable_data_size")?,
+                    },
+                    None => MetadataPlace::AfterCode {
+                        data_offset: t.field(&blob, "_data_offset")?,
+                        metadata_offset: t.field(&nm, "_metadata_offset")?,
+                        size: t.field(&blob, "_size")?,
+                    },
+                },
+            },
+        };
+        let symbol_length = match t.opt_field(&["Symbol"], "_length") {
+            Some(f) => f,
+            // JDK 12+: the length is the high half of a 32-bit word.
+            None => {
+                let f = t.field(&["Symbol"], "_length_and_refcount")?;
+                Field {
+                    offset: f.offset + 2,
+                    width: 2,
+                }
+            }
+        };
+        let array_len = t
+            .opt_field(&["GrowableArrayBase"], "_len")
+            .map_or_else(|| t.field(&["GenericGrowableArray"], "_len"), Ok)?;
+        let nm_size = t.size("nmethod")?;
+        let layout = Layout {
+            major,
+            code_heaps: t.static_addr("CodeCache", "_heaps")? - bias,
+            interpreter_code: t.static_addr("AbstractInterpreter", "_code")? - bias,
+            array_len,
+            array_data: t.field(&["GrowableArray<int>"], "_data")?,
+            heap_memory: t.embedded("CodeHeap", "_memory")?,
+            heap_segmap: t.embedded("CodeHeap", "_segmap")?,
+            heap_log2_segment: t.field(&["CodeHeap"], "_log2_segment_size")?,
+            space_low: t.field(&["VirtualSpace"], "_low_boundary")?,
+            space_high: t.field(&["VirtualSpace"], "_high_boundary")?,
+            heap_block_size: t.size("HeapBlock")?,
+            blob_name: t.field(&blob, "_name")?,
+            blob_code,
+            nm_compile_id: t.field(&nm, "_compile_id")?,
+            nm_comp_level: t.opt_field(&nm, "_comp_level"),
+            nm_method: t.field(&nm, "_method")?,
+            nm_data,
+            nm_header: nm_size,
+            pc_desc_size: t.size("PcDesc")?,
+            pc_offset: t.field(&["PcDesc"], "_pc_offset")?,
+            pc_scope_offset: t.field(&["PcDesc"], "_scope_decode_offset")?,
+            method_const: t.field(&["Method"], "_constMethod")?,
+            const_constants: t.field(&["ConstMethod"], "_constants")?,
+            const_name_index: t.field(&["ConstMethod"], "_name_index")?,
+            pool_size: t.size("ConstantPool")?,
+            pool_holder: t.field(&["ConstantPool"], "_pool_holder")?,
+            klass_name: t.field(&["Klass"], "_name")?,
+            symbol_length,
+            symbol_body: t.embedded("Symbol", "_body")?,
+            queue_buffer: t.field(&["StubQueue"], "_stub_buffer")?,
+            queue_limit: t.field(&["StubQueue"], "_buffer_limit")?,
+            flags: flag_table(t, bias),
+        };
+        if !(8..=64).contains(&layout.pc_desc_size)
+            || layout.pc_offset.offset >= layout.pc_desc_size
+        {
+            return Err(LayoutError::Implausible(format!(
+                "sizeof(PcDesc) = {}",
+                layout.pc_desc_size
+            )));
+        }
+        Ok(layout)
+    }
+
+    /// The encoding of the scope descriptors: JDK 20 excluded the zero
+    /// byte from UNSIGNED5 (each byte one higher).
+    pub fn unsigned5_excluded(&self) -> u8 {
+        u8::from(self.major >= 20)
+    }
+}
+
+fn flag_table(t: &Tables, bias: u64) -> Option<FlagTable> {
+    Some(FlagTable {
+        array: t.static_addr("JVMFlag", "flags").ok()? - bias,
+        count: t.static_addr("JVMFlag", "numFlags").ok()? - bias,
+        size: t.size("JVMFlag").ok()?,
+        name: t.opt_field(&["JVMFlag"], "_name")?,
+        addr: t.opt_field(&["JVMFlag"], "_addr")?,
+    })
+}
+
+/// A JVM process's libjvm: its layout and load bias.
+#[derive(Debug, Clone)]
+pub struct Vm {
+    pub layout: Arc<Layout>,
+    /// Runtime address minus libjvm's virtual address.
+    pub bias: u64,
+}
+
+type Cache = HashMap<FileKey, Result<Arc<Layout>, LayoutError>>;
+
+fn cache() -> &'static Mutex<Cache> {
+    static CACHE: std::sync::OnceLock<Mutex<Cache>> = std::sync::OnceLock::new();
+    CACHE.get_or_init(Mutex::default)
+}
+
+/// The layout of JVM `pid`'s libjvm, parsed once per libjvm file (a
+/// failure too, so a JVM that cannot be read costs one attempt).
+pub fn layout_of(pid: u32) -> Result<Vm, LayoutError> {
+    let mappings = exec_mappings(pid).map_err(|e| LayoutError::Read(e.to_string()))?;
+    let m = mappings
+        .iter()
+        .find(|m| {
+            std::path::Path::new(&*m.path)
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().trim_end_matches(" (deleted)") == "libjvm.so")
+        })
+        .ok_or(LayoutError::NoLibjvm)?;
+    let file = open_mapped(pid, m).map_err(|e| LayoutError::File(e.to_string()))?;
+    let bias = crate::unwind::table::load_bias_of(&file, m.start, m.offset)
+        .map_err(|e| LayoutError::File(e.to_string()))?;
+    let known = cache()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&m.key)
+        .cloned();
+    let layout = match known {
+        Some(result) => result?,
+        None => {
+            let result = parse(pid, m, &file, bias).map(Arc::new);
+            let mut cache = cache().lock().unwrap_or_else(|e| e.into_inner());
+            if cache.len() >= MAX_FILES {
+                // JVM upgrades are rare: starting over is simpler than LRU.
+                cache.clear();
+            }
+            cache.insert(m.key, result.clone());
+            result?
+        }
+    };
+    Ok(Vm { layout, bias })
+}
+
+/// Reads the tables of the libjvm mapped at `m` in `pid`.
+fn parse(
+    pid: u32,
+    _m: &ExecMapping,
+    file: &std::fs::File,
+    bias: u64,
+) -> Result<Layout, LayoutError> {
+    let symbols = exported(file)?;
+    let mem = Remote::new(pid);
+    let read = |name: &'static str| -> Result<u64, LayoutError> {
+        let value = symbols.get(name).ok_or(LayoutError::NoSymbol(name))?;
+        mem.u64(bias + value)
+            .map_err(|e| LayoutError::Read(format!("{name}: {e}")))
+    };
+    let mut tables = Tables::default();
+    // Structs: typeName, fieldName, typeString, isStatic, offset, address.
+    let stride = read("gHotSpotVMStructEntryArrayStride")?;
+    let at = [
+        read("gHotSpotVMStructEntryTypeNameOffset")?,
+        read("gHotSpotVMStructEntryFieldNameOffset")?,
+        read("gHotSpotVMStructEntryTypeStringOffset")?,
+        read("gHotSpotVMStructEntryIsStaticOffset")?,
+        read("gHotSpotVMStructEntryOffsetOffset")?,
+        read("gHotSpotVMStructEntryAddressOffset")?,
+    ];
+    let mut names = Names::new(mem);
+    for_each_entry(&mem, read("gHotSpotVMStructs")?, stride, &at, |e| {
+        let Some(ty) = names.get(uint_at(e, at[0] as usize, 8)) else {
+            return;
+        };
+        if !WANTED.contains(&ty.as_str()) {
+            return;
+        }
+        let (Some(field), type_string) = (
+            names.get(uint_at(e, at[1] as usize, 8)),
+            names.get(uint_at(e, at[2] as usize, 8)).unwrap_or_default(),
+        ) else {
+            return;
+        };
+        let is_static = uint_at(e, at[3] as usize, 4) != 0;
+        let value = if is_static {
+            uint_at(e, at[5] as usize, 8)
+        } else {
+            uint_at(e, at[4] as usize, 8)
+        };
+        tables
+            .fields
+            .insert((ty, field), (value, type_string, is_static));
+    })?;
+    // Types: typeName and size are all that is needed.
+    let stride = read("gHotSpotVMTypeEntryArrayStride")?;
+    let at = [
+        read("gHotSpotVMTypeEntryTypeNameOffset")?,
+        read("gHotSpotVMTypeEntrySizeOffset")?,
+    ];
+    for_each_entry(&mem, read("gHotSpotVMTypes")?, stride, &at, |e| {
+        if let Some(ty) = names.get(uint_at(e, at[0] as usize, 8)) {
+            tables.sizes.insert(ty, uint_at(e, at[1] as usize, 8));
+        }
+    })?;
+    Layout::from_tables(&tables, &mem, bias)
+}
+
+/// The dynamic symbols of libjvm that name the tables.
+fn exported(file: &std::fs::File) -> Result<HashMap<&'static str, u64>, LayoutError> {
+    const NAMES: &[&str] = &[
+        "gHotSpotVMStructs",
+        "gHotSpotVMStructEntryArrayStride",
+        "gHotSpotVMStructEntryTypeNameOffset",
+        "gHotSpotVMStructEntryFieldNameOffset",
+        "gHotSpotVMStructEntryTypeStringOffset",
+        "gHotSpotVMStructEntryIsStaticOffset",
+        "gHotSpotVMStructEntryOffsetOffset",
+        "gHotSpotVMStructEntryAddressOffset",
+        "gHotSpotVMTypes",
+        "gHotSpotVMTypeEntryArrayStride",
+        "gHotSpotVMTypeEntryTypeNameOffset",
+        "gHotSpotVMTypeEntrySizeOffset",
+    ];
+    let data = object::ReadCache::new(file);
+    let elf = object::File::parse(&data).map_err(|e| LayoutError::File(e.to_string()))?;
+    let mut found = HashMap::new();
+    for sym in elf.dynamic_symbols() {
+        if let Ok(name) = sym.name() {
+            if let Some(&n) = NAMES.iter().find(|&&n| n == name) {
+                found.insert(n, sym.address());
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// Strings of the tables by address: type names repeat on every field.
+struct Names {
+    mem: Remote,
+    seen: HashMap<u64, Option<String>>,
+}
+
+impl Names {
+    fn new(mem: Remote) -> Names {
+        Names {
+            mem,
+            seen: HashMap::new(),
+        }
+    }
+
+    fn get(&mut self, addr: u64) -> Option<String> {
+        if addr == 0 {
+            return None;
+        }
+        let mem = self.mem;
+        self.seen
+            .entry(addr)
+            .or_insert_with(|| mem.cstr(addr))
+            .clone()
+    }
+}
+
+/// Calls `f` with each entry of the table at `base` until the entry whose
+/// type name (at `at[0]`) is null, at most [`MAX_ENTRIES`].
+fn for_each_entry(
+    mem: &Remote,
+    base: u64,
+    stride: u64,
+    at: &[u64],
+    mut f: impl FnMut(&[u8]),
+) -> Result<(), LayoutError> {
+    if base == 0 || !(16..=MAX_STRIDE).contains(&stride) || at.iter().any(|&o| o + 8 > stride) {
+        return Err(LayoutError::Implausible(format!(
+            "table at {base:#x}, stride {stride}"
+        )));
+    }
+    const CHUNK: usize = 256;
+    for first in (0..MAX_ENTRIES).step_by(CHUNK) {
+        let start = base + first as u64 * stride;
+        // The table may end near the end of its mapping: entry by entry
+        // when the whole chunk cannot be read.
+        let buf = match mem.bytes(start, CHUNK * stride as usize) {
+            Ok(buf) => buf,
+            Err(_) => {
+                let mut buf = Vec::new();
+                for i in 0..CHUNK as u64 {
+                    let e = mem
+                        .bytes(start + i * stride, stride as usize)
+                        .map_err(|e| LayoutError::Read(e.to_string()))?;
+                    let end = uint_at(&e, at[0] as usize, 8) == 0;
+                    buf.extend_from_slice(&e);
+                    if end {
+                        break;
+                    }
+                }
+                buf
+            }
+        };
+        for e in buf.chunks_exact(stride as usize) {
+            if uint_at(e, at[0] as usize, 8) == 0 {
+                return Ok(());
+            }
+            f(e);
+        }
+    }
+    Err(LayoutError::Implausible("no end to the table".into()))
+}

@@ -1,0 +1,189 @@
+//! Java frames from the JVM's own structures ([`crate::jvm::code`]): each
+//! compiled frame becomes its method and the methods inlined into it at
+//! that pc, and each interpreted frame (a `Method*` the BPF walker read
+//! from the frame) its method. Code that is not an nmethod (stubs, the
+//! interpreter's own code) and JVMs whose structures cannot be read are
+//! left to the perf map.
+//!
+//! Bounds: per JVM at most [`MAX_NMETHODS`] decoded nmethods and
+//! [`MAX_METHODS`] method names (each set starts over when full); a JVM
+//! not looked up for [`FORGET_AFTER_BATCHES`] batches is forgotten.
+
+use std::sync::Arc;
+
+use rustc_hash::FxHashMap;
+
+use super::interner::Interner;
+use crate::{
+    jvm::{
+        code::{FrameKind, Heap, JavaCode, Nmethod},
+        methods::method_name,
+        remote::Remote,
+        vmstructs::{layout_of, LayoutError, Vm},
+    },
+    profile::Frame,
+};
+
+const MAX_NMETHODS: usize = 32_768;
+const MAX_METHODS: usize = 65_536;
+const FORGET_AFTER_BATCHES: u64 = 120;
+/// Batches a method's name is trusted for.
+const METHOD_NAMES_FOR_BATCHES: u64 = 300;
+/// An interpreted frame whose `Method*` does not read as a method.
+pub const INTERPRETER: &str = "Interpreter";
+
+struct JvmCode {
+    vm: Result<Vm, LayoutError>,
+    heaps: Vec<Heap>,
+    /// Batch the heaps were read in (and nmethods last checked against).
+    checked: u64,
+    used: u64,
+    /// Decoded nmethods by blob address, with the batch they were last
+    /// found alive in (their compile id unchanged).
+    nmethods: FxHashMap<u64, (Arc<Nmethod>, u64)>,
+    methods: FxHashMap<u64, Option<Arc<str>>>,
+}
+
+/// Java frames of every JVM seen, read from their memory.
+#[derive(Default)]
+pub struct JavaFrames {
+    jvms: FxHashMap<u32, JvmCode>,
+    batch: u64,
+    /// `--jvm-frames perf-map`: never read JVM memory.
+    pub disabled: bool,
+}
+
+impl JavaFrames {
+    /// Starts a batch: forgets JVMs not looked up for a while.
+    pub fn begin_batch(&mut self) {
+        self.batch += 1;
+        let batch = self.batch;
+        self.jvms
+            .retain(|_, j| batch - j.used < FORGET_AFTER_BATCHES);
+        // A class unloaded frees its methods, and their addresses may come
+        // back as other methods: names are read again now and then.
+        if batch.is_multiple_of(METHOD_NAMES_FOR_BATCHES) {
+            self.jvms.values_mut().for_each(|j| j.methods.clear());
+        }
+    }
+
+    /// Where JVM `pid`'s frames come from, for its report.
+    pub fn status(&self, pid: u32) -> Option<String> {
+        let j = self.jvms.get(&pid)?;
+        Some(match &j.vm {
+            Ok(vm) => format!("vm_structures (HotSpot {})", vm.layout.major),
+            Err(err) => format!("perf_map: {err}"),
+        })
+    }
+
+    fn jvm(&mut self, pid: u32) -> Option<&mut JvmCode> {
+        if self.disabled {
+            return None;
+        }
+        let batch = self.batch;
+        let j = self.jvms.entry(pid).or_insert_with(|| JvmCode {
+            vm: layout_of(pid).inspect_err(|err| tracing::debug!(pid, "JVM structures: {err}")),
+            heaps: Vec::new(),
+            checked: 0,
+            used: batch,
+            nmethods: FxHashMap::default(),
+            methods: FxHashMap::default(),
+        });
+        j.used = batch;
+        let vm = j.vm.as_ref().ok()?;
+        if j.checked != batch {
+            j.checked = batch;
+            let code = JavaCode {
+                vm,
+                mem: Remote::new(pid),
+            };
+            j.heaps = code.heaps().unwrap_or_default();
+        }
+        Some(j)
+    }
+
+    /// The frames, outermost first, of the compiled method at `pc` in
+    /// JVM `pid`; `None` when `pc` is not in a live nmethod.
+    pub fn compiled(
+        &mut self,
+        pid: u32,
+        pc: u64,
+        leaf: bool,
+        interner: &mut Interner,
+    ) -> Option<Vec<Frame>> {
+        let batch = self.batch;
+        let j = self.jvm(pid)?;
+        let vm = j.vm.as_ref().ok()?.clone();
+        let code = JavaCode {
+            vm: &vm,
+            mem: Remote::new(pid),
+        };
+        let blob = code.blob_at(&j.heaps, pc)?;
+        let nm = match j.nmethods.get_mut(&blob) {
+            Some((nm, seen)) if *seen == batch => nm.clone(),
+            Some((nm, seen)) if alive(&code, blob, nm) => {
+                *seen = batch;
+                nm.clone()
+            }
+            _ => {
+                let nm = Arc::new(code.nmethod(blob).ok()?);
+                if j.nmethods.len() >= MAX_NMETHODS {
+                    j.nmethods.clear();
+                }
+                j.nmethods.insert(blob, (nm.clone(), batch));
+                nm
+            }
+        };
+        let chain = nm.frames_at(pc, leaf, vm.layout.unsigned5_excluded());
+        // A method that does not read (unloaded since) leaves the whole
+        // frame to the perf map.
+        chain
+            .into_iter()
+            .map(|(m, kind)| frame(j, &code, m, kind, interner))
+            .collect()
+    }
+
+    /// The frame of an interpreted method, from the `Method*` the BPF
+    /// walker read from its frame.
+    pub fn interpreted(&mut self, pid: u32, method: u64, interner: &mut Interner) -> Frame {
+        let Some(j) = self.jvm(pid) else {
+            return interner.get(INTERPRETER);
+        };
+        let Ok(vm) = j.vm.clone() else {
+            return interner.get(INTERPRETER);
+        };
+        let code = JavaCode {
+            vm: &vm,
+            mem: Remote::new(pid),
+        };
+        frame(j, &code, method, FrameKind::Interpreted, interner)
+            .unwrap_or_else(|| interner.get(INTERPRETER))
+    }
+}
+
+/// Whether the nmethod decoded at `blob` is still the one there.
+fn alive(code: &JavaCode, blob: u64, nm: &Nmethod) -> bool {
+    code.vm
+        .layout
+        .nm_compile_id
+        .read(&code.mem, blob)
+        .is_ok_and(|id| id as u32 == nm.compile_id)
+}
+
+fn frame(
+    j: &mut JvmCode,
+    code: &JavaCode,
+    method: u64,
+    kind: FrameKind,
+    interner: &mut Interner,
+) -> Option<Frame> {
+    if j.methods.len() >= MAX_METHODS {
+        j.methods.clear();
+    }
+    let name = j
+        .methods
+        .entry(method)
+        .or_insert_with(|| method_name(code.vm, &code.mem, method).map(Arc::from))
+        .clone()?;
+    Some(interner.get(&format!("{name}{}", kind.suffix())))
+}
