@@ -267,6 +267,11 @@ impl JavaCode<'_> {
 }
 
 impl Nmethod {
+    /// Bytes it holds, for the symbolizer's budget.
+    pub fn bytes(&self) -> usize {
+        self.scopes.len() + self.metadata.len() + self.pcs.len() * 16 + 96
+    }
+
     /// The methods running at `pc` in this nmethod, outermost first, with
     /// their kinds: the nmethod's own method, then each one inlined into
     /// it down to the one the pc is in. `leaf`: the pc was interrupted,

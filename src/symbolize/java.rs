@@ -6,8 +6,10 @@
 //! left to the perf map.
 //!
 //! Bounds: per JVM at most [`MAX_NMETHODS`] decoded nmethods and
-//! [`MAX_METHODS`] method names (each set starts over when full); a JVM
-//! not looked up for [`FORGET_AFTER_BATCHES`] batches is forgotten.
+//! [`MAX_METHODS`] method names (each set starts over when full), all
+//! JVMs' nmethods together at most [`NMETHOD_BUDGET_BYTES`] (past it the
+//! JVM being read starts over, then all); a JVM not looked up for
+//! [`FORGET_AFTER_BATCHES`] batches is forgotten.
 
 use std::sync::Arc;
 
@@ -25,6 +27,9 @@ use crate::{
 };
 
 const MAX_NMETHODS: usize = 32_768;
+/// Bytes of decoded nmethods of all JVMs together (a JVM's memory is its
+/// user's to fill: sizes are only bounded per nmethod).
+pub const NMETHOD_BUDGET_BYTES: usize = 128 << 20;
 const MAX_METHODS: usize = 65_536;
 const FORGET_AFTER_BATCHES: u64 = 120;
 /// Batches a method's name is trusted for.
@@ -42,6 +47,8 @@ struct JvmCode {
     /// found alive in (their compile id unchanged).
     nmethods: FxHashMap<u64, (Arc<Nmethod>, u64)>,
     methods: FxHashMap<u64, Option<Arc<str>>>,
+    /// Bytes its decoded nmethods hold.
+    bytes: usize,
 }
 
 /// Java frames of every JVM seen, read from their memory.
@@ -49,6 +56,9 @@ struct JvmCode {
 pub struct JavaFrames {
     jvms: FxHashMap<u32, JvmCode>,
     batch: u64,
+    /// This batch's answers by (pid, pc, leaf): the same return addresses
+    /// come back in many stacks. Emptied each batch.
+    answers: FxHashMap<(u32, u64, bool), Option<Vec<Frame>>>,
     /// `--jvm-frames perf-map`: never read JVM memory.
     pub disabled: bool,
 }
@@ -57,6 +67,7 @@ impl JavaFrames {
     /// Starts a batch: forgets JVMs not looked up for a while.
     pub fn begin_batch(&mut self) {
         self.batch += 1;
+        self.answers.clear();
         let batch = self.batch;
         self.jvms
             .retain(|_, j| batch - j.used < FORGET_AFTER_BATCHES);
@@ -88,6 +99,7 @@ impl JavaFrames {
             used: batch,
             nmethods: FxHashMap::default(),
             methods: FxHashMap::default(),
+            bytes: 0,
         });
         j.used = batch;
         let vm = j.vm.as_ref().ok()?;
@@ -111,7 +123,26 @@ impl JavaFrames {
         leaf: bool,
         interner: &mut Interner,
     ) -> Option<Vec<Frame>> {
+        if let Some(known) = self.answers.get(&(pid, pc, leaf)) {
+            return known.clone();
+        }
+        let answer = self.read_compiled(pid, pc, leaf, interner);
+        self.answers.insert((pid, pc, leaf), answer.clone());
+        answer
+    }
+
+    fn read_compiled(
+        &mut self,
+        pid: u32,
+        pc: u64,
+        leaf: bool,
+        interner: &mut Interner,
+    ) -> Option<Vec<Frame>> {
         let batch = self.batch;
+        let total: usize = self.jvms.values().map(|j| j.bytes).sum();
+        if total > NMETHOD_BUDGET_BYTES {
+            self.jvms.values_mut().for_each(JvmCode::clear_nmethods);
+        }
         let j = self.jvm(pid)?;
         let vm = j.vm.as_ref().ok()?.clone();
         let code = JavaCode {
@@ -127,10 +158,15 @@ impl JavaFrames {
             }
             _ => {
                 let nm = Arc::new(code.nmethod(blob).ok()?);
-                if j.nmethods.len() >= MAX_NMETHODS {
-                    j.nmethods.clear();
+                if j.nmethods.len() >= MAX_NMETHODS
+                    || total + nm.bytes() > NMETHOD_BUDGET_BYTES
+                {
+                    j.clear_nmethods();
                 }
-                j.nmethods.insert(blob, (nm.clone(), batch));
+                j.bytes += nm.bytes();
+                if let Some((old, _)) = j.nmethods.insert(blob, (nm.clone(), batch)) {
+                    j.bytes -= old.bytes();
+                }
                 nm
             }
         };
@@ -158,6 +194,13 @@ impl JavaFrames {
         };
         frame(j, &code, method, FrameKind::Interpreted, interner)
             .unwrap_or_else(|| interner.get(INTERPRETER))
+    }
+}
+
+impl JvmCode {
+    fn clear_nmethods(&mut self) {
+        self.nmethods.clear();
+        self.bytes = 0;
     }
 }
 
