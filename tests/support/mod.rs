@@ -4,6 +4,7 @@
 
 pub mod api;
 pub mod java;
+pub mod java_frames;
 pub mod kernel;
 pub mod rows;
 
