@@ -16,7 +16,10 @@ use support::{
     daemon, ebpf_available, get,
     java::{self, JavaRun, Jvm},
     kernel::{self, Account},
-    rows::{folded_at, json_at, named_pool_stack, share_with_chain, show, within, Rows},
+    rows::{
+        folded_at, is_java_frame, jit_marks, json_at, named_pool_stack, share_with_chain, show,
+        within, Rows,
+    },
 };
 
 /// JVMs are heavy on 2 CPUs: one scenario at a time.
@@ -184,7 +187,7 @@ fn forkjoin_churn_parks_on_futex_with_complete_park_stacks() {
     );
 
     let rows = folded_at(url, &format!("pid={pid}&kind=futex&group=pool&seconds=10"));
-    let workers: Rows = rows
+    let workers: Rows = jit_marks(rows)
         .into_iter()
         .filter(|r| r.0.get(1).map(String::as_str) == Some("ForkJoinPool-1-worker-*"))
         .collect();
@@ -217,7 +220,7 @@ fn forkjoin_churn_parks_on_futex_with_complete_park_stacks() {
     eprintln!("complete park stacks {complete:.2}, with the caller named {named:.2}");
     // A thread parked in SynchronousQueue.take, the other common park.
     let rows = folded_at(url, &format!("pid={pid}&kind=futex&group=pool&seconds=10"));
-    let handoff: Rows = rows
+    let handoff: Rows = jit_marks(rows)
         .into_iter()
         .filter(|r| r.0.get(1).map(String::as_str) == Some("handoff"))
         .collect();
@@ -274,7 +277,7 @@ fn starved_java_threads_wait_in_the_runqueue_in_their_java_code() {
         .filter(|r| r.0.get(1).map(String::as_str) == Some("cruncher-*"))
         .filter(|r| {
             r.0.iter()
-                .any(|f| f.starts_with("Starve.") && f.ends_with("_[j]"))
+                .any(|f| f.starts_with("Starve.") && is_java_frame(f))
         })
         .map(|r| r.1)
         .sum();

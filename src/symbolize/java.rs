@@ -158,9 +158,7 @@ impl JavaFrames {
             }
             _ => {
                 let nm = Arc::new(code.nmethod(blob).ok()?);
-                if j.nmethods.len() >= MAX_NMETHODS
-                    || total + nm.bytes() > NMETHOD_BUDGET_BYTES
-                {
+                if j.nmethods.len() >= MAX_NMETHODS || total + nm.bytes() > NMETHOD_BUDGET_BYTES {
                     j.clear_nmethods();
                 }
                 j.bytes += nm.bytes();

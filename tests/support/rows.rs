@@ -74,19 +74,49 @@ pub fn show(rows: &Rows) -> String {
 }
 
 /// A CPU stack from a pool's worker loop down to a workload method, all
-/// of it named: the worker loop, then only Java frames (`_[j]`) or JVM
-/// stubs, ending in a `Pools.` method.
+/// of it named: the worker loop, then only Java frames or JVM stubs, ending
+/// in a `Pools.` method. Java frames of any kind are marked `_[j]` here.
 pub fn named_pool_stack(rows: &Rows) -> Option<Vec<String>> {
-    rows.iter().map(|r| &r.0).find_map(|stack| {
-        let user: Vec<&String> = stack.iter().take_while(|f| !f.ends_with("_[k]")).collect();
-        let start = user
-            .iter()
-            .position(|f| *f == "java.util.concurrent.ThreadPoolExecutor.runWorker_[j]")?;
-        let below = &user[start + 1..];
-        let leaf = below.last()?;
-        let all_named = below
-            .iter()
-            .all(|f| f.ends_with("_[j]") || f.starts_with("[jvm stub]"));
-        (all_named && leaf.starts_with("Pools.") && leaf.ends_with("_[j]")).then(|| stack.clone())
-    })
+    jit_marks(rows.clone())
+        .iter()
+        .map(|r| &r.0)
+        .find_map(|stack| {
+            let user: Vec<&String> = stack.iter().take_while(|f| !f.ends_with("_[k]")).collect();
+            let start = user
+                .iter()
+                .position(|f| *f == "java.util.concurrent.ThreadPoolExecutor.runWorker_[j]")?;
+            let below = &user[start + 1..];
+            let leaf = below.last()?;
+            let all_named = below
+                .iter()
+                .all(|f| f.ends_with("_[j]") || f.starts_with("[jvm stub]"));
+            (all_named && leaf.starts_with("Pools.") && leaf.ends_with("_[j]"))
+                .then(|| stack.clone())
+        })
+}
+
+/// Whether `frame` is a named Java frame of any kind: compiled (`_[j]`,
+/// C1 `_[1]`), inlined (`_[i]`) or interpreted (`_[0]`).
+pub fn is_java_frame(frame: &str) -> bool {
+    ["_[j]", "_[i]", "_[0]", "_[1]"]
+        .iter()
+        .any(|m| frame.ends_with(m))
+}
+
+/// `rows` with every Java frame marked `_[j]`, for checks about which
+/// methods a stack holds, not how each ran (whether a method was inlined
+/// or still interpreted depends on the JIT's timing).
+pub fn jit_marks(rows: Rows) -> Rows {
+    rows.into_iter()
+        .map(|(stack, n)| {
+            let stack = stack
+                .into_iter()
+                .map(|f| match f.len().checked_sub(4) {
+                    Some(cut) if is_java_frame(&f) => format!("{}_[j]", &f[..cut]),
+                    _ => f,
+                })
+                .collect();
+            (stack, n)
+        })
+        .collect()
 }
