@@ -64,26 +64,35 @@ on_both_jdks!(
     lambda_and_hidden_class_names_are_stable,
 );
 
-fn ready(jdk: Jdk) -> bool {
-    ebpf_available() && jdk.available()
-}
-
-/// Starts `Inline` with two workers on `jdk`; it runs until dropped.
-fn start_inline(jdk: Jdk, jvm_opts: &[&str]) -> Jvm {
-    JavaRun {
+/// Runs `scenario` with the shared daemon and `Inline` (two workers) on
+/// `jdk` with `jvm_opts`, one scenario at a time; skips without root or
+/// the JDK (fails under `CI=true`). The JVM is killed when it returns.
+fn with_inline(jdk: Jdk, jvm_opts: &[&str], scenario: impl FnOnce(&str, &Jvm)) {
+    if !ebpf_available() || !jdk.available() {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let url = daemon();
+    let jvm = JavaRun {
         jdk,
         jvm_opts: jvm_opts.iter().map(|o| o.to_string()).collect(),
         ..JavaRun::default()
     }
-    .start("Inline", &["3600", "2"])
+    .start("Inline", &["3600", "2"]);
+    scenario(url, &jvm);
 }
 
-/// `/folded` rows of `pid` over the last `seconds`, grouped by pool.
-fn folded(url: &str, pid: u32, kind: &str, seconds: u64) -> Rows {
+/// `/folded` rows of `pid` over the last [`WINDOW`], grouped by pool.
+fn folded(url: &str, pid: u32, kind: &str) -> Rows {
     folded_at(
         url,
-        &format!("pid={pid}&kind={kind}&group=pool&seconds={seconds}"),
+        &format!("pid={pid}&kind={kind}&group=pool&seconds={WINDOW}"),
     )
+}
+
+/// The workers' CPU rows of the last [`WINDOW`].
+fn workers_cpu(url: &str, pid: u32) -> Rows {
+    under(&folded(url, pid, "cpu"), WORKERS)
 }
 
 /// Waits until the workers' CPU rows of the last [`WINDOW`] show `what`
@@ -93,7 +102,7 @@ fn folded(url: &str, pid: u32, kind: &str, seconds: u64) -> Rows {
 fn warm_up(url: &str, pid: u32, what: &str, warm: impl Fn(&Rows) -> bool) {
     let mut last = Rows::new();
     let found = within(CATCH_UP, || {
-        last = under(&folded(url, pid, "cpu", WINDOW), WORKERS);
+        last = workers_cpu(url, pid);
         warm(&last).then_some(())
     });
     assert!(
@@ -116,85 +125,72 @@ fn report(check: Result<String, String>, rows: &Rows) {
 /// The smoke test that runs before issue #12 lands: `Inline` starts on
 /// the JDK, the daemon attaches to it and samples its workers.
 fn inline_runs_and_is_attached(jdk: Jdk) {
-    if !ready(jdk) {
-        return;
-    }
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let url = daemon();
-    let jvm = start_inline(jdk, &[]);
-    let exe = std::fs::canonicalize(format!("/proc/{}/exe", jvm.pid)).unwrap();
-    let java = std::fs::canonicalize(jdk.java()).unwrap();
-    assert_eq!(exe, java, "the JVM {jdk:?} runs Inline");
-    let report = within(Duration::from_secs(60), || java::jvm_report(url, jvm.pid))
-        .expect("the JVM in /processes");
-    assert_eq!(report["attach"], "attached", "{report}");
-    assert_eq!(report["preserve_frame_pointer"], true, "{report}");
-    let sampled = within(CATCH_UP, || {
-        let workers = under(&folded(url, jvm.pid, "cpu", WINDOW), WORKERS);
-        (!workers.is_empty()).then_some(())
+    with_inline(jdk, &[], |url, jvm| {
+        let exe = std::fs::canonicalize(format!("/proc/{}/exe", jvm.pid)).unwrap();
+        let java = std::fs::canonicalize(jdk.java()).unwrap();
+        assert_eq!(exe, java, "the JVM {jdk:?} runs Inline");
+        let report = within(Duration::from_secs(60), || java::jvm_report(url, jvm.pid))
+            .expect("the JVM in /processes");
+        assert_eq!(report["attach"], "attached", "{report}");
+        assert_eq!(report["preserve_frame_pointer"], true, "{report}");
+        let sampled = within(CATCH_UP, || {
+            (!workers_cpu(url, jvm.pid).is_empty()).then_some(())
+        });
+        assert!(sampled.is_some(), "no CPU samples of {WORKERS}");
     });
-    assert!(sampled.is_some(), "no CPU samples of {WORKERS}");
 }
 
 /// JIT defaults: C2 inlines the hot methods into the worker loop, and each
 /// keeps its time under its own name.
 fn inlined_hot_methods_keep_their_names(jdk: Jdk) {
-    if !ready(jdk) {
-        return;
-    }
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let url = daemon();
-    let jvm = start_inline(jdk, &[]);
-    // C2 compiles the loop with the hot methods inlined seconds after the
-    // start: the first `_[i]` frames of each say it did.
-    let inlined = HOT.map(|(m, _)| format!("{m}_[i]"));
-    warm_up(url, jvm.pid, "`_[i]` frames of the hot methods", |w| {
-        inlined.iter().all(|i| has_frame(w, |f| f == i))
+    with_inline(jdk, &[], |url, jvm| {
+        // C2 compiles the loop with the hot methods inlined seconds after
+        // the start: the first `_[i]` frames of each say it did.
+        let inlined = HOT.map(|(m, _)| format!("{m}_[i]"));
+        warm_up(url, jvm.pid, "`_[i]` frames of the hot methods", |w| {
+            inlined.iter().all(|i| has_frame(w, |f| f == i))
+        });
+        let workers = workers_cpu(url, jvm.pid);
+        report(check_inlined(&workers), &workers);
     });
-    let workers = under(&folded(url, jvm.pid, "cpu", WINDOW), WORKERS);
-    report(check_inlined(&workers), &workers);
 }
 
 /// `-Xint`: every frame interpreted, each named after its method.
 fn interpreted_frames_are_named(jdk: Jdk) {
-    if !ready(jdk) {
-        return;
-    }
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let url = daemon();
-    let jvm = start_inline(jdk, &["-Xint"]);
-    // Nothing to compile: named once the daemon knows the JVM.
-    warm_up(url, jvm.pid, "`_[0]` frames of Inline", |w| {
-        has_frame(w, is_inline_interpreted)
+    with_inline(jdk, &["-Xint"], |url, jvm| {
+        // Nothing to compile: named once the daemon knows the JVM.
+        warm_up(url, jvm.pid, "`_[0]` frames of Inline", |w| {
+            has_frame(w, is_inline_interpreted)
+        });
+        let workers = workers_cpu(url, jvm.pid);
+        report(check_interpreted(&workers), &workers);
     });
-    let workers = under(&folded(url, jvm.pid, "cpu", WINDOW), WORKERS);
-    report(check_interpreted(&workers), &workers);
 }
 
 /// JIT defaults: no frame carries a lambda's number or a hidden class's
 /// address, in CPU or in wall stacks, and the lambdas on the workers' path
 /// are named `Inline$$Lambda.METHOD`.
 fn lambda_and_hidden_class_names_are_stable(jdk: Jdk) {
-    if !ready(jdk) {
-        return;
-    }
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let url = daemon();
-    let jvm = start_inline(jdk, &[]);
-    // The per-round lambda gets compiled (alone or inlined into the loop).
-    warm_up(url, jvm.pid, "a compiled frame of the lambda", |w| {
-        has_frame(w, |f| {
-            java_method(f).is_some_and(|(method, mark)| {
-                method.starts_with("Inline$$Lambda")
-                    && method.ends_with(".applyAsLong")
-                    && mark != "_[0]"
+    with_inline(jdk, &[], |url, jvm| {
+        // The per-round lambda gets compiled (alone or inlined into the
+        // loop).
+        warm_up(url, jvm.pid, "a compiled frame of the lambda", |w| {
+            has_frame(w, |f| {
+                java_method(f).is_some_and(|(method, mark)| {
+                    method.starts_with("Inline$$Lambda")
+                        && method.ends_with(".applyAsLong")
+                        && mark != "_[0]"
+                })
             })
-        })
+        });
+        let cpu = folded(url, jvm.pid, "cpu");
+        let mut all = cpu.clone();
+        all.extend(folded(url, jvm.pid, "wall"));
+        // The message names the unstable frames; the rows to show are the
+        // workers', not the idle threads that dominate wall time.
+        let workers = under(&cpu, WORKERS);
+        report(check_stable_names(&all, &workers), &workers);
     });
-    let cpu = folded(url, jvm.pid, "cpu", WINDOW);
-    let mut all = cpu.clone();
-    all.extend(folded(url, jvm.pid, "wall", WINDOW));
-    report(check_stable_names(&all, &under(&cpu, WORKERS)), &all);
 }
 
 /// True for an interpreted frame of Inline's code, its lambdas included.
