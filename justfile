@@ -21,6 +21,7 @@ bench:
     cargo bench --bench oncpu
     cargo bench --bench offcpu
     cargo bench --bench jvm
+    cargo bench --bench jvm_cost
     cargo bench --bench jvm_symbols
     cargo bench --bench unwind
     cargo bench --bench soak

@@ -60,6 +60,11 @@ pub struct Health {
     pub last_drain_us: u64,
     pub max_drain_us: u64,
     pub last_symbolize_us: u64,
+    /// Sum of every batch's `last_symbolize_us`: with
+    /// `symbolized_batches`, the mean over any window (benches).
+    pub symbolize_us_total: u64,
+    /// Batches symbolized so far.
+    pub symbolized_batches: u64,
     /// Rows whose stack was gone from the stack map when read.
     pub missing_stacks: u64,
     /// Unwind tables: loaded, evicted, processes using them.
@@ -384,6 +389,8 @@ fn symbolize_loop(
         let (name_bytes, elf_files) = symbolizer.held();
         let mut h = shared.health();
         h.last_symbolize_us = started.elapsed().as_micros() as u64;
+        h.symbolize_us_total += h.last_symbolize_us;
+        h.symbolized_batches += 1;
         h.jvm_sightings_dropped = dropped.load(Ordering::Relaxed);
         h.frame_name_bytes = name_bytes as u64;
         h.elf_files_open = elf_files as u64;

@@ -1,7 +1,9 @@
 //! Helpers shared by the benchmarks: child processes, the wallscope daemon,
-//! BPF program stats, statistics and the markdown report. Each bench uses a
-//! subset.
+//! BPF program stats, statistics and the markdown report; Java workloads in
+//! `java.rs`. Each bench uses a subset.
 #![allow(dead_code)]
+
+pub mod java;
 
 use anyhow::{bail, ensure, Context, Result};
 use std::collections::{BTreeMap, BTreeSet};
@@ -115,6 +117,22 @@ pub fn healthz(port: u16) -> Option<serde_json::Value> {
     let url = format!("http://127.0.0.1:{port}/healthz");
     let req = ureq::get(&url).timeout(Duration::from_secs(2));
     serde_json::from_str(&req.call().ok()?.into_string().ok()?).ok()
+}
+
+/// The body of the daemon's `GET query` (`/folded?...`), or an error with
+/// the status and body of a refusal.
+pub fn get(port: u16, query: &str) -> Result<String> {
+    let url = format!("http://127.0.0.1:{port}{query}");
+    match ureq::get(&url).timeout(Duration::from_secs(30)).call() {
+        Ok(r) => Ok(r.into_string()?),
+        Err(ureq::Error::Status(code, r)) => {
+            bail!(
+                "GET {query}: {code}: {}",
+                r.into_string().unwrap_or_default()
+            )
+        }
+        Err(e) => Err(e).with_context(|| format!("GET {query}")),
+    }
 }
 
 /// Spawns `cmd` with stdin and stdout on /dev/null and stderr to `log`.

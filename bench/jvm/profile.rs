@@ -1,20 +1,25 @@
 //! Reading a folded CPU profile of the JVM and computing Java self time.
 //! Both tools' output comes through here: `parse` reads folded rows
-//! (wallscope's `/folded`, async-profiler's `collapsed` files), `java_method`
-//! names a frame's Java method the same way for both (suffix stripped,
-//! `pkg.Class.method`), and `Profile` holds the result: per-method self
-//! weight (innermost Java frame), the rows that have no Java frame, an
+//! (wallscope's `/folded`, async-profiler's `collapsed` files), `java_frame`
+//! names a frame's Java method the same way for both (kind suffix stripped,
+//! `pkg.Class.method`, hidden and lambda classes normalized), and `Profile`
+//! holds the result: per-method self weight (innermost Java frame), the
+//! weight by the kind of that frame, the rows that have no Java frame, an
 //! unsymbolized frame or an unnamed Java frame, and the shares and top-N
 //! the report compares.
 
 use std::collections::BTreeMap;
 
 /// wallscope's names for JVM code it cannot tie to a method: the template
-/// interpreter and JIT code the perf map does not cover.
+/// interpreter and JIT code the perf map does not cover (with perf-map
+/// frames, before issue #12).
 const WS_UNNAMED_JAVA: [&str; 2] = ["Interpreter", "[jvm code not in perf map]"];
-/// async-profiler's (`ann`) suffixes of Java frames: JIT-compiled, inlined,
-/// interpreted, C1-compiled.
-const AP_JAVA_SUFFIXES: [&str; 4] = ["_[j]", "_[i]", "_[0]", "_[1]"];
+/// Suffixes of Java frames, async-profiler's (`ann`) and wallscope's alike:
+/// JIT-compiled (C2), C1-compiled, inlined into a compiled frame,
+/// interpreted.
+pub const JAVA_SUFFIXES: [&str; 4] = ["_[j]", "_[1]", "_[i]", "_[0]"];
+/// The kind of an innermost Java frame without a method name.
+pub const UNNAMED: &str = "unnamed";
 
 /// Which of the two tools a profile or frame comes from.
 #[derive(Clone, Copy, PartialEq)]
@@ -34,6 +39,9 @@ pub struct Profile {
     pub java: f64,
     /// Self weight by method (innermost Java frame).
     pub methods: BTreeMap<String, f64>,
+    /// Self weight by the innermost Java frame's kind: one of
+    /// [`JAVA_SUFFIXES`] or [`UNNAMED`].
+    pub kinds: BTreeMap<&'static str, f64>,
     /// Rows with no Java frame: (weight, row), heaviest first.
     pub no_java: Vec<(f64, String)>,
     /// Rows with an unsymbolized frame (`[unknown]`, `module+0xOFFSET`):
@@ -45,21 +53,46 @@ pub struct Profile {
     pub kernel_rows: usize,
 }
 
-/// A frame's Java method, normalized (`pkg.Class.method`), or `None` if
-/// the frame is not Java code; Java code with no method name is named by
-/// its frame (`Interpreter`).
-fn java_method(frame: &str, tool: Tool) -> Option<String> {
-    let name = match tool {
-        Tool::Wallscope if WS_UNNAMED_JAVA.contains(&frame) => return Some(frame.to_string()),
-        Tool::Wallscope => frame.strip_suffix("_[j]")?,
-        Tool::AsyncProfiler => AP_JAVA_SUFFIXES
-            .iter()
-            .find_map(|s| frame.strip_suffix(s))?,
+/// A frame's Java method, normalized (`pkg.Class.method`), and its kind
+/// (a [`JAVA_SUFFIXES`] entry), or `None` if the frame is not Java code;
+/// Java code with no method name is named by its frame (`Interpreter`), of
+/// kind [`UNNAMED`].
+fn java_frame(frame: &str, tool: Tool) -> Option<(String, &'static str)> {
+    if tool == Tool::Wallscope && WS_UNNAMED_JAVA.contains(&frame) {
+        return Some((frame.to_string(), UNNAMED));
+    }
+    let (name, kind) = JAVA_SUFFIXES
+        .iter()
+        .find_map(|s| Some((frame.strip_suffix(s)?, *s)))?;
+    Some((normalize(name), kind))
+}
+
+/// `pkg.Class.method` for both tools' spelling of a method: signature cut
+/// (neither prints one with these options, but cut one anyway), `/` (
+/// async-profiler's package separator) to `.`, and hidden classes named
+/// without their address and lambda counter (`Pools$$Lambda$14/0x0000000800c03000`,
+/// `Pools$$Lambda/0x…` and `Pools$$Lambda` all become `Pools$$Lambda`):
+/// the counter and address differ from run to run and between the JVM's
+/// perf map (`/0x…`) and JVMTI (`.0x…`), not between methods.
+pub fn normalize(name: &str) -> String {
+    let name = name.split('(').next().unwrap_or(name).replace('/', ".");
+    let Some((class, method)) = name.rsplit_once('.') else {
+        return name;
     };
-    // async-profiler separates packages with '/', the JVM's perf map with
-    // '.'; neither prints signatures with these options, but cut one anyway.
-    let name = name.split('(').next().unwrap_or(name);
-    Some(name.replace('/', "."))
+    let mut class = class.to_string();
+    // A hidden class's address: the last part of its name, a number.
+    if let Some((outer, last)) = class.rsplit_once(['.', '+']) {
+        if last.starts_with(|c: char| c.is_ascii_digit()) {
+            class.truncate(outer.len());
+        }
+    }
+    if let Some(at) = class.find("$$Lambda$") {
+        let tail = &class[at + "$$Lambda$".len()..];
+        if !tail.is_empty() && tail.chars().all(|c| c.is_ascii_digit()) {
+            class.truncate(at + "$$Lambda".len());
+        }
+    }
+    format!("{class}.{method}")
 }
 
 /// Parses folded rows (`frame;...;leaf VALUE`, root first).
@@ -88,12 +121,13 @@ pub fn parse(text: &str, tool: Tool) -> Profile {
         {
             p.unknown.push((value, line.to_string()));
         }
-        match frames.iter().rev().find_map(|f| java_method(f, tool)) {
-            Some(method) => {
+        match frames.iter().rev().find_map(|f| java_frame(f, tool)) {
+            Some((method, kind)) => {
                 p.java += value;
-                if tool == Tool::Wallscope && WS_UNNAMED_JAVA.contains(&method.as_str()) {
+                if kind == UNNAMED {
                     p.unnamed.push((value, line.to_string()));
                 }
+                *p.kinds.entry(kind).or_default() += value;
                 *p.methods.entry(method).or_default() += value;
             }
             None => p.no_java.push((value, line.to_string())),

@@ -1,18 +1,18 @@
 //! The markdown report of one JVM run: `render` compares the two profiles'
 //! top-10 Java methods by self time (overlap and share differences, the
 //! PASS/FAIL verdict), lists every method against the workload's design,
-//! the samples each tool took and its unattributed rows, and how the run
-//! was made; `heaviest`, `fmt_pct` and `shorten` format its pieces.
+//! the samples each tool took, the kinds of their innermost Java frames and
+//! their unattributed rows, and how the run was made; `heaviest`, `fmt_pct`
+//! and `shorten` format its pieces.
 
 use crate::async_profiler::AP_VERSION;
 use crate::common::{self, ROOT};
-use crate::profile::Profile;
+use crate::profile::{Profile, JAVA_SUFFIXES, UNNAMED};
 use crate::{Run, Setup, AP_INTERVAL, DESIGN, MAX_DIFF_PP, MIN_OVERLAP, TAIL_S, TOP};
 use crate::{WARMUP_S, WARM_DRAINS};
 use anyhow::{bail, Result};
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
-use std::process::Command;
 
 /// The `n` heaviest `rows`, one per line, long ones cut in the middle.
 pub fn heaviest(rows: &[(f64, String)], n: usize) -> String {
@@ -52,14 +52,7 @@ pub fn render(setup: &Setup, run: &Run, failed: &[String]) -> Result<String> {
     let pass = both.len() >= MIN_OVERLAP && max_diff <= MAX_DIFF_PP;
 
     let (date, kernel, load) = common::system()?;
-    let java_version = Command::new(&setup.java).arg("-version").output()?;
-    let java_version = String::from_utf8_lossy(&java_version.stderr);
-    let java_version = java_version
-        .lines()
-        .nth(1)
-        .unwrap_or("?")
-        .trim()
-        .to_string();
+    let java_version = common::java::java_version(&setup.java)?;
     let cpus = std::thread::available_parallelism()?.get();
     let ap_interval_ms = AP_INTERVAL.trim_end_matches("ms").parse::<f64>()?;
     let mut s = format!(
@@ -67,12 +60,18 @@ pub fn render(setup: &Setup, run: &Run, failed: &[String]) -> Result<String> {
          - date: {date}\n- kernel: {kernel}\n- CPUs: {cpus}\n- JVM: {java_version}\n\
          - async-profiler {AP_VERSION} (Maven Central `tools.profiler:async-profiler`), \
          event `{event}`, interval {AP_INTERVAL}\n\
-         - wallscope: `serve` at its default 99 Hz\n\
+         - wallscope: `serve` at its default 99 Hz, {frames}\n\
          - workload: `bench/workloads/Burn.java`, 2 threads, {WARMUP_S} s warmup + \
          {steady} s steady + {TAIL_S} s tail; the steady window is compared\n\
          - load average after the run: {load}\n\n",
         event = run.event,
         steady = setup.steady_s,
+        frames = if setup.full_frames {
+            "`--jvm-frames full` (Java frames from HotSpot's own structures)"
+        } else {
+            "a daemon without `--jvm-frames` (before issue #12: compiled code named \
+             from the perf map only, one frame per compiled blob; a FAIL is expected)"
+        },
     );
     let verdict = if pass { "PASS" } else { "FAIL" };
     let _ = write!(
@@ -181,6 +180,7 @@ pub fn render(setup: &Setup, run: &Run, failed: &[String]) -> Result<String> {
             row("async-profiler", ap, "samples", 1.0, ap_interval_ms),
         ],
     );
+    s += &kinds_table(ws, ap);
     // wallscope's rows are in µs, one sample = 1/99 s of CPU at 99 Hz.
     let ws_samples = ws.java / (1e6 / 99.0);
     let p = ws_top.first().map_or(0.0, |t| t.1) / 100.0;
@@ -248,18 +248,20 @@ pub fn render(setup: &Setup, run: &Run, failed: &[String]) -> Result<String> {
          - Both sides: self time of a method = weight of the rows whose innermost Java \
          frame is that method (frames above it — JVM stubs, native, kernel — are charged \
          to it); shares are of the rows with any Java frame. Names normalized to \
-         `pkg.Class.method` (suffix stripped, `/` → `.`). wallscope also sees \
-         async-profiler's own work in the JVM: its timer thread (no Java frame, left out) \
-         and its `PerfEvents::signalHandler` on the Java threads (charged to the Java \
-         frame below the signal frame).\n\
-         - `-XX:CompileCommand=dontinline,Burn::*`: a JIT-compiled method that inlined \
-         its callees is one code blob, and HotSpot's perf map names only that outer \
-         method, while async-profiler reads the JIT's debug info and still reports the \
-         inlined frames (`_[i]`). With inlining on, the two would disagree by \
-         construction, not by sampling accuracy. `-XX:+PreserveFramePointer` keeps a \
-         frame pointer in JIT code, which wallscope's frame-pointer stack walk needs to \
-         get past the first Java frame. `-XX:CompileCommand=quiet` silences the \
-         CompileCommand echo.\n",
+         `pkg.Class.method` (kind suffix `_[j]`/`_[1]`/`_[i]`/`_[0]` stripped, `/` → `.`, \
+         hidden and lambda classes without address and counter: `Pools$$Lambda.run`). \
+         wallscope also sees async-profiler's own work in the JVM: its timer thread (no \
+         Java frame, left out) and its `PerfEvents::signalHandler` on the Java threads \
+         (charged to the Java frame below the signal frame).\n\
+         - The JIT's defaults (no `CompileCommand`): C2 inlines the Burn leaf methods \
+         into `round` and `work`, so most samples are in inlined code. async-profiler \
+         reports inlined methods as frames of their own (`_[i]`) from the JIT's debug \
+         info; its agent, loaded at startup, turns on `-XX:+DebugNonSafepoints` in the \
+         JVM, so that info covers every instruction, for wallscope too. wallscope with \
+         `--jvm-frames full` reads the same info from outside (issue #12); from the \
+         perf map alone it names only the outer compiled method of a blob. \
+         `-XX:+PreserveFramePointer` keeps a frame pointer in JIT code, which \
+         wallscope's frame-pointer stack walk needs to get past the first Java frame.\n",
         query = run.query,
         command = shorten(&run.command, setup),
         n = setup.steady_s / WARMUP_S,
@@ -312,4 +314,35 @@ fn shorten(command: &str, setup: &Setup) -> String {
     command
         .replace(&tmp, "$TMP")
         .replace(&format!("{ROOT}/"), "")
+}
+
+/// The weight of each kind of innermost Java frame, as a share of each
+/// tool's Java weight: how much of the self time was named in inlined,
+/// interpreted or C1 code rather than by compiled blob.
+fn kinds_table(ws: &Profile, ap: &Profile) -> String {
+    let labels = [
+        ("_[j]", "compiled `_[j]`"),
+        ("_[1]", "C1 `_[1]`"),
+        ("_[i]", "inlined `_[i]`"),
+        ("_[0]", "interpreted `_[0]`"),
+        (UNNAMED, "unnamed"),
+    ];
+    debug_assert!(JAVA_SUFFIXES
+        .iter()
+        .all(|k| labels.iter().any(|l| l.0 == *k)));
+    let mut header = vec!["innermost Java frame".to_string()];
+    header.extend(labels.iter().map(|l| l.1.to_string()));
+    let row = |name: &str, p: &Profile| {
+        let mut row = vec![name.to_string()];
+        for (kind, _) in labels {
+            let w = p.kinds.get(kind).copied().unwrap_or(0.0);
+            row.push(format!("{:.2} %", w / p.java * 100.0));
+        }
+        row
+    };
+    format!(
+        "\nSelf time by the kind of the innermost Java frame (shares of the rows with a \
+         Java frame):\n\n{}",
+        common::table(&header, &[row("wallscope", ws), row("async-profiler", ap)])
+    )
 }

@@ -4,17 +4,17 @@
 // (22, 17, 13, 11, 9, 7, 6, 5, 4, 3, 2, 1 %). Two threads run them round after
 // round for DURATION seconds.
 //
-// Usage: java [-XX:+PreserveFramePointer -XX:CompileCommand=dontinline,Burn::*]
-//        Burn DURATION
+// Usage: java [-XX:+PreserveFramePointer] Burn DURATION
 // Prints `ready <pid>` once the threads run, then `done <checksum>`.
 //
-// The bench runs it with `-XX:CompileCommand=dontinline,Burn::*`: a JIT-ed
-// method that inlines its callees is one compiled blob, and the JVM's perf
-// map (what wallscope symbolizes JIT frames with) names only that outer
-// method, while async-profiler reads HotSpot's debug info and still reports
-// the inlined frames. Without inlining, both see the same frames. And
-// `-XX:+PreserveFramePointer` keeps rbp a frame pointer in JIT-ed code, so a
-// frame-pointer walk (wallscope's) gets through Java frames.
+// The bench runs it with the JIT's defaults: C2 inlines the twelve methods
+// into `round` (and that into the OSR-compiled `work`), so most of the time
+// is spent in inlined code, one compiled blob that the JVM's perf map names
+// by its outer method only. A profiler must read HotSpot's debug info to
+// name the inlined methods, as async-profiler does (`_[i]` frames) and
+// wallscope does since issue #12. `-XX:+PreserveFramePointer` keeps rbp a
+// frame pointer in JIT-ed code, so a frame-pointer walk (wallscope's) gets
+// through Java frames.
 public final class Burn {
     /// Percent of a round spent in each method, in declaration order.
     static final int[] WEIGHTS = {22, 17, 13, 11, 9, 7, 6, 5, 4, 3, 2, 1};
@@ -25,7 +25,8 @@ public final class Burn {
     static volatile long sink;
 
     // The twelve bodies are the same on purpose: each method must be its own
-    // JIT frame, with a share set only by its iteration count.
+    // Java frame (compiled or inlined), with a share set only by its
+    // iteration count.
     static long alpha(long x, int n) {
         for (int i = 0; i < n; i++) {
             x = x * 6364136223846793005L + i;
