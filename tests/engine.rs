@@ -169,7 +169,7 @@ fn a_timer_wakeup_is_not_charged_to_the_thread_it_interrupted() {
     let woke_ticker = format!("[wakes ticker [tid {ticker}]]");
     let rows: Vec<_> = rows
         .into_iter()
-        .filter(|(frames, _)| frames.iter().any(|f| *f == woke_ticker))
+        .filter(|(frames, _)| frames.contains(&woke_ticker))
         .collect();
     assert!(
         !rows.is_empty(),
