@@ -30,15 +30,8 @@ pub(crate) fn interpreter_range(
     pid: u32,
     mappings: &[crate::unwind::mappings::ExecMapping],
 ) -> Option<(u64, u64)> {
-    if !mappings.iter().any(|m| m.path.ends_with("/libjvm.so")) {
-        return None;
-    }
-    let vm = super::vmstructs::layout_of(pid).ok()?;
-    let code = JavaCode {
-        vm: &vm,
-        mem: Remote::new(pid),
-    };
-    code.interpreter().ok()
+    let vm = super::vmstructs::layout_in(pid, mappings).ok()?;
+    JavaCode::new(&vm, pid).interpreter().ok()
 }
 
 /// How a Java frame ran, as async-profiler marks it.
@@ -94,7 +87,15 @@ pub struct JavaCode<'a> {
     pub mem: Remote,
 }
 
-impl JavaCode<'_> {
+impl<'a> JavaCode<'a> {
+    /// The code of JVM `pid`, laid out as `vm` says.
+    pub fn new(vm: &'a Vm, pid: u32) -> JavaCode<'a> {
+        JavaCode {
+            vm,
+            mem: Remote::new(pid),
+        }
+    }
+
     fn layout(&self) -> &Layout {
         &self.vm.layout
     }

@@ -17,7 +17,7 @@ use std::{
 use object::{Object, ObjectSymbol};
 
 use super::remote::{uint_at, Remote};
-use crate::unwind::mappings::{exec_mappings, open_mapped, ExecMapping, FileKey};
+use crate::unwind::mappings::{exec_mappings, is_libjvm, open_mapped, ExecMapping, FileKey};
 
 /// Entries read from either table at most (JDK 25 has about 3,000).
 const MAX_ENTRIES: usize = 20_000;
@@ -398,13 +398,14 @@ fn cache() -> &'static Mutex<Cache> {
 /// failure too, so a JVM that cannot be read costs one attempt).
 pub fn layout_of(pid: u32) -> Result<Vm, LayoutError> {
     let mappings = exec_mappings(pid).map_err(|e| LayoutError::Read(e.to_string()))?;
+    layout_in(pid, &mappings)
+}
+
+/// [`layout_of`], with the process's executable mappings already read.
+pub(crate) fn layout_in(pid: u32, mappings: &[ExecMapping]) -> Result<Vm, LayoutError> {
     let m = mappings
         .iter()
-        .find(|m| {
-            std::path::Path::new(&*m.path)
-                .file_name()
-                .is_some_and(|n| n.to_string_lossy().trim_end_matches(" (deleted)") == "libjvm.so")
-        })
+        .find(|m| is_libjvm(&m.path))
         .ok_or(LayoutError::NoLibjvm)?;
     let file = open_mapped(pid, m).map_err(|e| LayoutError::File(e.to_string()))?;
     let bias = crate::unwind::table::load_bias_of(&file, m.start, m.offset)
@@ -417,7 +418,7 @@ pub fn layout_of(pid: u32) -> Result<Vm, LayoutError> {
     let layout = match known {
         Some(result) => result?,
         None => {
-            let result = parse(pid, m, &file, bias).map(Arc::new);
+            let result = parse(pid, &file, bias).map(Arc::new);
             let mut cache = cache().lock().unwrap_or_else(|e| e.into_inner());
             if cache.len() >= MAX_FILES {
                 // JVM upgrades are rare: starting over is simpler than LRU.
@@ -430,13 +431,8 @@ pub fn layout_of(pid: u32) -> Result<Vm, LayoutError> {
     Ok(Vm { layout, bias })
 }
 
-/// Reads the tables of the libjvm mapped at `m` in `pid`.
-fn parse(
-    pid: u32,
-    _m: &ExecMapping,
-    file: &std::fs::File,
-    bias: u64,
-) -> Result<Layout, LayoutError> {
+/// Reads the tables of the libjvm `file`, loaded at `bias` in `pid`.
+fn parse(pid: u32, file: &std::fs::File, bias: u64) -> Result<Layout, LayoutError> {
     let symbols = exported(file)?;
     let mem = Remote::new(pid);
     let read = |name: &'static str| -> Result<u64, LayoutError> {

@@ -20,7 +20,6 @@ use crate::{
     jvm::{
         code::{FrameKind, Heap, JavaCode, Nmethod},
         methods::method_name,
-        remote::Remote,
         vmstructs::{layout_of, LayoutError, Vm},
     },
     profile::Frame,
@@ -59,6 +58,8 @@ pub struct JavaFrames {
     /// This batch's answers by (pid, pc, leaf): the same return addresses
     /// come back in many stacks. Emptied each batch.
     answers: FxHashMap<(u32, u64, bool), Option<Vec<Frame>>>,
+    /// Bytes of all JVMs' decoded nmethods (the sum of their `bytes`).
+    nmethod_bytes: usize,
     /// `--jvm-frames perf-map`: never read JVM memory.
     pub disabled: bool,
 }
@@ -71,6 +72,7 @@ impl JavaFrames {
         let batch = self.batch;
         self.jvms
             .retain(|_, j| batch - j.used < FORGET_AFTER_BATCHES);
+        self.nmethod_bytes = self.jvms.values().map(|j| j.bytes).sum();
         // A class unloaded frees its methods, and their addresses may come
         // back as other methods: names are read again now and then.
         if batch.is_multiple_of(METHOD_NAMES_FOR_BATCHES) {
@@ -105,11 +107,7 @@ impl JavaFrames {
         let vm = j.vm.as_ref().ok()?;
         if j.checked != batch {
             j.checked = batch;
-            let code = JavaCode {
-                vm,
-                mem: Remote::new(pid),
-            };
-            j.heaps = code.heaps().unwrap_or_default();
+            j.heaps = JavaCode::new(vm, pid).heaps().unwrap_or_default();
         }
         Some(j)
     }
@@ -139,16 +137,17 @@ impl JavaFrames {
         interner: &mut Interner,
     ) -> Option<Vec<Frame>> {
         let batch = self.batch;
-        let total: usize = self.jvms.values().map(|j| j.bytes).sum();
-        if total > NMETHOD_BUDGET_BYTES {
-            self.jvms.values_mut().for_each(JvmCode::clear_nmethods);
+        if self.nmethod_bytes > NMETHOD_BUDGET_BYTES {
+            self.jvms.values_mut().for_each(|j| {
+                j.clear_nmethods();
+            });
+            self.nmethod_bytes = 0;
         }
+        let total = self.nmethod_bytes;
         let j = self.jvm(pid)?;
         let vm = j.vm.as_ref().ok()?.clone();
-        let code = JavaCode {
-            vm: &vm,
-            mem: Remote::new(pid),
-        };
+        let code = JavaCode::new(&vm, pid);
+        let mut new_total = total;
         let blob = code.blob_at(&j.heaps, pc)?;
         let nm = match j.nmethods.get_mut(&blob) {
             Some((nm, seen)) if *seen == batch => nm.clone(),
@@ -158,23 +157,28 @@ impl JavaFrames {
             }
             _ => {
                 let nm = Arc::new(code.nmethod(blob).ok()?);
+                let mut freed = 0;
                 if j.nmethods.len() >= MAX_NMETHODS || total + nm.bytes() > NMETHOD_BUDGET_BYTES {
-                    j.clear_nmethods();
+                    freed = j.clear_nmethods();
                 }
                 j.bytes += nm.bytes();
                 if let Some((old, _)) = j.nmethods.insert(blob, (nm.clone(), batch)) {
                     j.bytes -= old.bytes();
+                    freed += old.bytes();
                 }
+                new_total = total + nm.bytes() - freed;
                 nm
             }
         };
         let chain = nm.frames_at(pc, leaf, vm.layout.unsigned5_excluded());
         // A method that does not read (unloaded since) leaves the whole
         // frame to the perf map.
-        chain
+        let frames = chain
             .into_iter()
             .map(|(m, kind)| frame(j, &code, m, kind, interner))
-            .collect()
+            .collect();
+        self.nmethod_bytes = new_total;
+        frames
     }
 
     /// The frame of an interpreted method, from the `Method*` the BPF
@@ -186,19 +190,22 @@ impl JavaFrames {
         let Ok(vm) = j.vm.clone() else {
             return interner.get(INTERPRETER);
         };
-        let code = JavaCode {
-            vm: &vm,
-            mem: Remote::new(pid),
-        };
-        frame(j, &code, method, FrameKind::Interpreted, interner)
-            .unwrap_or_else(|| interner.get(INTERPRETER))
+        frame(
+            j,
+            &JavaCode::new(&vm, pid),
+            method,
+            FrameKind::Interpreted,
+            interner,
+        )
+        .unwrap_or_else(|| interner.get(INTERPRETER))
     }
 }
 
 impl JvmCode {
-    fn clear_nmethods(&mut self) {
+    /// Forgets its nmethods; the bytes they held.
+    fn clear_nmethods(&mut self) -> usize {
         self.nmethods.clear();
-        self.bytes = 0;
+        std::mem::take(&mut self.bytes)
     }
 }
 

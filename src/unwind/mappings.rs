@@ -80,6 +80,20 @@ pub(super) fn name_of(pid: u32) -> String {
         .unwrap_or_default()
 }
 
+/// `p_vaddr - p_offset` of the segment `m` maps, read from its headers.
+pub(super) fn delta_of(pid: u32, m: &ExecMapping) -> Option<i64> {
+    let file = open_mapped(pid, m).ok()?;
+    let bias = super::table::load_bias_of(&file, m.start, m.offset).ok()?;
+    Some(m.start.wrapping_sub(m.offset).wrapping_sub(bias) as i64)
+}
+
+/// Whether `path` (as `/proc/PID/maps` shows it) is HotSpot's `libjvm.so`.
+pub(crate) fn is_libjvm(path: &str) -> bool {
+    std::path::Path::new(path)
+        .file_name()
+        .is_some_and(|n| n.to_string_lossy().trim_end_matches(" (deleted)") == "libjvm.so")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

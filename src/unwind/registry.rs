@@ -22,7 +22,7 @@ pub use super::stats::UnwindStats;
 use super::{
     batch::set_rows,
     files::{layout, FileEntry, TablePlace, TableState},
-    mappings::{exe_of, exec_mappings, name_of, open_mapped, ExecMapping, FileKey},
+    mappings::{delta_of, exe_of, exec_mappings, name_of, open_mapped, ExecMapping, FileKey},
     procs::{choose, unique_keys, Candidate, ProcState},
     space::{cheapest_room, Placed, RowSpace},
     stats::{top_missing, Lacking, Missing},
@@ -256,11 +256,10 @@ impl Registry {
                 written_interpreter = old.written_interpreter;
             }
         }
-        let interpreter = if self.java_interpreters {
-            crate::jvm::code::interpreter_range(pid, &mappings)
-        } else {
-            None
-        };
+        let interpreter = self
+            .java_interpreters
+            .then(|| crate::jvm::code::interpreter_range(pid, &mappings))
+            .flatten();
         self.attach(&mappings, now);
         self.procs.insert(
             pid,
@@ -602,11 +601,4 @@ impl Registry {
         s.last_update_us = now.elapsed().as_micros() as u64;
         s.max_update_us = s.max_update_us.max(s.last_update_us);
     }
-}
-
-/// `p_vaddr - p_offset` of the segment `m` maps, read from its headers.
-fn delta_of(pid: u32, m: &ExecMapping) -> Option<i64> {
-    let file = open_mapped(pid, m).ok()?;
-    let bias = load_bias_of(&file, m.start, m.offset).ok()?;
-    Some(m.start.wrapping_sub(m.offset).wrapping_sub(bias) as i64)
 }
