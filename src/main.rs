@@ -19,6 +19,7 @@ use wallscope::{
         query::{self, Filter},
         render::{self, GraphLabels},
         store::DEFAULT_MAX_BYTES,
+        window::Window,
     },
 };
 
@@ -316,13 +317,14 @@ fn record(pid: u32, duration: Duration, output: &Path, sampling: &Sampling) -> R
     // time to reach the store.
     pipeline.stop_within(Duration::from_secs(10));
 
-    let filter = Filter::cpu(Some(pid), None, retention.as_secs());
+    let window = Window::last(retention.as_secs(), SystemTime::now());
+    let filter = Filter::cpu(Some(pid), None, window);
     let snapshot = shared
         .store
         .read()
         .unwrap_or_else(|e| e.into_inner())
         .snapshot();
-    let folded = query::folded(&snapshot, &filter, SystemTime::now());
+    let folded = query::folded(&snapshot, &filter);
     if folded.stacks.is_empty() {
         bail!(
             "no CPU samples for pid {pid} in {:.1} s (was it idle?)",
@@ -339,7 +341,7 @@ fn record(pid: u32, duration: Duration, output: &Path, sampling: &Sampling) -> R
             subject: format!("{name} (pid {pid})"),
             kind: filter.kind,
             group: filter.group,
-            seconds: started.elapsed().as_secs().max(1),
+            window: Window::last(started.elapsed().as_secs().max(1), SystemTime::now()),
         };
         render::flamegraph_svg(&folded, &labels, false)?
     } else {

@@ -15,6 +15,7 @@ use std::{
 };
 
 use super::{limit::QueryStats, memory::Rss};
+use crate::profile::window::Window;
 use crate::{
     bpf::abi::{Stat, State},
     pipeline::{Health, Shared},
@@ -267,7 +268,7 @@ fn http_series(out: &mut Out) {
 fn top_pids(store: &Snapshot, now: SystemTime) -> Vec<u32> {
     let mut wall: HashMap<u32, u64> = HashMap::new();
     for t in store
-        .window(TOP_WINDOW_S, now)
+        .within(Window::last(TOP_WINDOW_S, now))
         .flat_map(|s| &s.thread_totals)
     {
         *wall.entry(t.pid).or_default() += t.ns.iter().sum::<u64>();

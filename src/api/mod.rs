@@ -10,6 +10,7 @@ pub mod params;
 mod queries;
 pub mod server;
 pub mod token;
+pub mod window;
 
 use std::{
     sync::{Arc, Mutex},
@@ -29,7 +30,8 @@ use crate::{bpf::abi::Stat, pipeline::Shared, profile::store::Published};
 pub use access::Access;
 use error::ApiError;
 use limit::Queries;
-pub use queries::{DEFAULT_SECONDS, TRUNCATED_HEADER};
+pub use queries::TRUNCATED_HEADER;
+pub use window::DEFAULT_SECONDS;
 
 const INDEX_HTML: &str = include_str!("../../web/index.html");
 

@@ -1,6 +1,9 @@
 //! Query-string parsing with errors that name the parameter.
 
-use std::{collections::HashMap, time::Duration};
+use std::{
+    collections::HashMap,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
 
 use super::error::ApiError;
 
@@ -108,6 +111,28 @@ impl Params {
             ));
         }
         Ok(Some(d))
+    }
+
+    /// An optional instant: Unix seconds (digits, optional fraction) or
+    /// RFC 3339 (`2026-11-23T10:00:00Z`, `...+01:00`).
+    pub fn time(&self, name: &str) -> Result<Option<SystemTime>, ApiError> {
+        let Some(raw) = self.values.get(name) else {
+            return Ok(None);
+        };
+        if let Some(d) = strict_seconds(raw) {
+            return Ok(Some(UNIX_EPOCH + d));
+        }
+        let t = chrono::DateTime::parse_from_rfc3339(raw).map_err(|e| {
+            ApiError::bad(
+                name,
+                format!("expected Unix seconds or RFC 3339 (e.g. 2026-11-23T10:00:00Z), got `{raw}`: {e}"),
+            )
+        })?;
+        let nanos = t
+            .timestamp_nanos_opt()
+            .filter(|n| *n >= 0)
+            .ok_or_else(|| ApiError::bad(name, format!("`{raw}` is before 1970 or after 2262")))?;
+        Ok(Some(UNIX_EPOCH + Duration::from_nanos(nanos as u64)))
     }
 
     /// An optional process or thread id.
@@ -238,5 +263,39 @@ mod tests {
             let e = p.seconds("s", max).expect_err(raw);
             assert!(msg(e).contains("`s`"), "{raw}");
         }
+    }
+}
+
+#[cfg(test)]
+mod time_tests {
+    use super::*;
+
+    fn time(raw: &str) -> Result<Option<SystemTime>, ApiError> {
+        let q = serde_urlencoded::to_string([("t", raw)]).unwrap();
+        Params::parse(Some(&q), &["t"]).unwrap().time("t")
+    }
+
+    #[test]
+    fn instants_are_unix_seconds_or_rfc3339() {
+        let at = |s: u64, ms: u64| Some(UNIX_EPOCH + Duration::from_millis(s * 1000 + ms));
+        assert_eq!(time("1763892000").unwrap(), at(1_763_892_000, 0));
+        assert_eq!(time("1763892000.250").unwrap(), at(1_763_892_000, 250));
+        assert_eq!(time("2025-11-23T10:00:00Z").unwrap(), at(1_763_892_000, 0));
+        assert_eq!(
+            time("2025-11-23T11:00:00.5+01:00").unwrap(),
+            at(1_763_892_000, 500)
+        );
+        for bad in [
+            "",
+            "-5",
+            "yesterday",
+            "2025-11-23",
+            "2025-11-23T10:00:00",
+            "1e9",
+        ] {
+            let e = time(bad).expect_err(bad).to_string();
+            assert!(e.contains("`t`"), "{bad}: {e}");
+        }
+        assert!(time("1969-12-31T23:59:59Z").is_err());
     }
 }

@@ -16,7 +16,7 @@ use axum::{
     Json,
 };
 
-use super::{error::ApiError, params::Params, ApiState};
+use super::{error::ApiError, params::Params, window::WINDOW_PARAMS, ApiState};
 use crate::{
     bpf::abi,
     pipeline::Shared,
@@ -30,14 +30,12 @@ use crate::{
         store::Snapshot,
         threads,
         truncate::{self, Limits, Truncation},
+        window::Window,
     },
 };
 
 /// Parameters of `/folded` (and, with `format`, `/flamegraph`).
-const PROFILE_PARAMS: [&str; 5] = ["pid", "tid", "seconds", "kind", "group"];
-
-/// Window used when a query gives no `seconds`.
-pub const DEFAULT_SECONDS: u64 = 30;
+const PROFILE_PARAMS: [&str; 7] = ["pid", "tid", "seconds", "from", "until", "kind", "group"];
 
 /// Response header saying what the size bounds merged away.
 pub const TRUNCATED_HEADER: &str = "x-wallscope-truncated";
@@ -51,19 +49,19 @@ fn snapshot(shared: &Shared) -> Snapshot {
         .snapshot()
 }
 
-fn max_seconds(shared: &Shared) -> u64 {
-    shared
+/// The window `p` asks for, `seconds` bounded by the retention.
+pub(super) fn window(p: &Params, shared: &Shared) -> Result<Window, ApiError> {
+    let retention = shared
         .store
         .read()
         .unwrap_or_else(|e| e.into_inner())
-        .retention()
-        .as_secs()
-        .max(1)
+        .retention();
+    super::window::window(p, retention, SystemTime::now())
 }
 
-fn seconds(p: &Params, shared: &Shared) -> Result<u64, ApiError> {
-    Ok(p.int("seconds", 1, max_seconds(shared))?
-        .unwrap_or(DEFAULT_SECONDS))
+/// `names` and the window's parameters.
+fn with_window(names: &[&'static str]) -> Vec<&'static str> {
+    [names, &WINDOW_PARAMS[..]].concat()
 }
 
 fn filter(shared: &Shared, p: &Params) -> Result<Filter, ApiError> {
@@ -80,7 +78,7 @@ fn filter(shared: &Shared, p: &Params) -> Result<Filter, ApiError> {
         tid: p.id("tid")?,
         kind,
         group,
-        seconds: seconds(p, shared)?,
+        window: window(p, shared)?,
     })
 }
 
@@ -95,7 +93,7 @@ struct Profile {
 /// message saying why when there are none.
 fn profile(shared: &Shared, filter: Filter) -> Result<Profile, ApiError> {
     let store = snapshot(shared);
-    let mut folded = query::folded(&store, &filter, SystemTime::now());
+    let mut folded = query::folded(&store, &filter);
     if folded.stacks.is_empty() {
         return Err(ApiError::NotFound(empty_message(&store, &filter)));
     }
@@ -118,7 +116,7 @@ fn unknown_pid(store: &Snapshot, pid: u32) -> Option<String> {
 }
 
 fn empty_message(store: &Snapshot, filter: &Filter) -> String {
-    let window = format!("in the last {} s", filter.seconds);
+    let window = format!("in the {}", filter.window.describe());
     let what = format!("no {} samples", filter.kind.describe());
     let retention = format!("in the last {} min", store.retention().as_secs() / 60);
     if let Some(unknown) = filter.pid.and_then(|pid| unknown_pid(store, pid)) {
@@ -198,7 +196,7 @@ pub(super) async fn flamegraph(
                 subject: subject(&profile),
                 kind: profile.filter.kind,
                 group: profile.filter.group,
-                seconds: profile.filter.seconds,
+                window: profile.filter.window,
             };
             let svg = render::flamegraph_svg(&profile.folded, &labels, false)
                 .map_err(ApiError::Render)?;
@@ -244,12 +242,9 @@ pub(super) async fn processes(
     State(state): State<ApiState>,
     RawQuery(q): RawQuery,
 ) -> Result<Response, ApiError> {
-    let p = Params::parse(q.as_deref(), &["seconds"])?;
-    let seconds = seconds(&p, &state.shared)?;
-    let mut rows = over_snapshot(&state, move |store| {
-        query::processes(store, seconds, SystemTime::now())
-    })
-    .await?;
+    let p = Params::parse(q.as_deref(), &WINDOW_PARAMS)?;
+    let window = window(&p, &state.shared)?;
+    let mut rows = over_snapshot(&state, move |store| query::processes(store, window)).await?;
     for row in &mut rows {
         row.jvm = state.shared.jvms.report(row.pid);
     }
@@ -260,15 +255,15 @@ pub(super) async fn threads(
     State(state): State<ApiState>,
     RawQuery(q): RawQuery,
 ) -> Result<Response, ApiError> {
-    let p = Params::parse(q.as_deref(), &["pid", "seconds", "format"])?;
+    let p = Params::parse(q.as_deref(), &with_window(&["pid", "format"]))?;
     let pid = p
         .id("pid")?
         .ok_or_else(|| ApiError::bad("pid", "required"))?;
-    let seconds = seconds(&p, &state.shared)?;
+    let window = window(&p, &state.shared)?;
     let text = p.choice("format", &["json", "text"])? == Some("text");
     let report = over_snapshot(&state, move |store| {
-        threads::report(store, pid, seconds, SystemTime::now())
-            .ok_or_else(|| ApiError::NotFound(no_threads(pid, seconds)))
+        threads::report(store, pid, window)
+            .ok_or_else(|| ApiError::NotFound(no_threads(pid, window)))
     })
     .await?;
     let mut report = report?;
@@ -276,13 +271,12 @@ pub(super) async fn threads(
     Ok(json_or_text(text, report, threads::render_text))
 }
 
-fn no_threads(pid: u32, seconds: u64) -> String {
+fn no_threads(pid: u32, window: Window) -> String {
+    let window = window.describe();
     if Path::new(&format!("/proc/{pid}")).exists() {
-        format!("no thread activity for pid {pid} in the last {seconds} s")
+        format!("no thread activity for pid {pid} in the {window}")
     } else {
-        format!(
-            "unknown pid {pid}: no such process, and nothing recorded for it in the last {seconds} s"
-        )
+        format!("unknown pid {pid}: no such process, and nothing recorded for it in the {window}")
     }
 }
 
@@ -290,16 +284,13 @@ pub(super) async fn runqueue(
     State(state): State<ApiState>,
     RawQuery(q): RawQuery,
 ) -> Result<Response, ApiError> {
-    let p = Params::parse(q.as_deref(), &["pid", "cgroup", "seconds", "format"])?;
-    let seconds = seconds(&p, &state.shared)?;
+    let p = Params::parse(q.as_deref(), &with_window(&["pid", "cgroup", "format"]))?;
+    let window = window(&p, &state.shared)?;
     let text = p.choice("format", &["json", "text"])? == Some("text");
     let pid = p.id("pid")?;
     let cgroup = p.text("cgroup").map(str::to_string);
     if pid.is_none() && cgroup.as_deref() == Some(cgroup_list::ALL) {
-        let list = over_snapshot(&state, move |store| {
-            cgroup_list::list(store, seconds, SystemTime::now())
-        })
-        .await?;
+        let list = over_snapshot(&state, move |store| cgroup_list::list(store, window)).await?;
         return Ok(json_or_text(text, list, cgroup_list::render_text));
     }
     // Resolving a cgroup path walks the cgroup tree: blocking work too.
@@ -308,10 +299,11 @@ pub(super) async fn runqueue(
             OwnerError::Param(param, message) => ApiError::bad(param, message),
             OwnerError::NoSuchCgroup(message) => ApiError::NotFound(message),
         })?;
-        runqueue::report(store, owner, seconds, SystemTime::now()).ok_or_else(|| {
+        runqueue::report(store, owner, window).ok_or_else(|| {
             let who = runqueue::Owner::resolve(owner).describe();
             ApiError::NotFound(format!(
-                "no runqueue latency or throttling recorded for {who} in the last {seconds} s"
+                "no runqueue latency or throttling recorded for {who} in the {}",
+                window.describe()
             ))
         })
     })

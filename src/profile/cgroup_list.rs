@@ -1,7 +1,8 @@
 //! Every cgroup's runqueue latency and throttled time (`/runqueue?cgroup=all`):
 //! which cgroups starve for CPU, and which are held back by their quota.
 
-use std::{collections::HashMap, fmt::Write as _, time::SystemTime};
+use crate::profile::window::Window;
+use std::{collections::HashMap, fmt::Write as _};
 
 use serde::Serialize;
 
@@ -40,11 +41,11 @@ pub struct CgroupList {
     pub cgroups: Vec<CgroupRow>,
 }
 
-/// Every cgroup with waits or throttled time in the last `seconds`.
-pub fn list(store: &Snapshot, seconds: u64, now: SystemTime) -> CgroupList {
+/// Every cgroup with waits or throttled time within `window`.
+pub fn list(store: &Snapshot, window: Window) -> CgroupList {
     // Per cgroup id: waits, throttled.
     let mut by_id: HashMap<u64, (Merged, Merged)> = HashMap::new();
-    for slice in store.window(seconds, now) {
+    for slice in store.within(window) {
         for (owner, h) in &slice.runq_hists {
             match *owner {
                 HistOwner::Cgroup(id) => by_id.entry(id).or_default().0.add(h),
@@ -68,7 +69,10 @@ pub fn list(store: &Snapshot, seconds: u64, now: SystemTime) -> CgroupList {
         let key = |r: &CgroupRow| (r.throttled_us, r.throttled_intervals, r.runqueue_total_us);
         key(b).cmp(&key(a)).then_with(|| id(a).cmp(&id(b)))
     });
-    CgroupList { seconds, cgroups }
+    CgroupList {
+        seconds: window.seconds(),
+        cgroups,
+    }
 }
 
 fn id(row: &CgroupRow) -> u64 {
@@ -111,6 +115,8 @@ pub fn render_text(list: &CgroupList) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::time::SystemTime;
+
     use std::time::Duration;
 
     use super::*;
@@ -150,7 +156,7 @@ mod tests {
             processes: HashMap::new(),
             stats: Default::default(),
         });
-        let list = list(&store.snapshot(), 30, end);
+        let list = list(&store.snapshot(), Window::last(30, end));
         let ids: Vec<u64> = list.cgroups.iter().map(id).collect();
         assert_eq!(ids, [capped, busy, idle]);
         let json = serde_json::to_value(&list).unwrap();
@@ -180,8 +186,11 @@ mod tests {
     }
 
     fn list_is_empty_outside_the_window(store: &Store, end: SystemTime) -> bool {
-        list(&store.snapshot(), 30, end + Duration::from_secs(60))
-            .cgroups
-            .is_empty()
+        list(
+            &store.snapshot(),
+            Window::last(30, end + Duration::from_secs(60)),
+        )
+        .cgroups
+        .is_empty()
     }
 }

@@ -4,7 +4,8 @@
 //! Slot 0 counts intervals under 1 us, slot i > 0 intervals in
 //! [2^(i-1), 2^i) us.
 
-use std::{fmt::Write as _, time::SystemTime};
+use crate::profile::window::Window;
+use std::fmt::Write as _;
 
 use serde::Serialize;
 
@@ -125,10 +126,10 @@ pub fn quantile_rounded(slots: &Slots, q: f64) -> f64 {
     quantile_us(slots, q).map_or(0.0, |v| (v * 10.0).round() / 10.0)
 }
 
-/// The histograms of `owner` over the last `seconds`, merged.
-pub fn merged(store: &Snapshot, owner: HistOwner, seconds: u64, now: SystemTime) -> Merged {
+/// The histograms of `owner` within `window`, merged.
+pub fn merged(store: &Snapshot, owner: HistOwner, window: Window) -> Merged {
     let mut merged = Merged::default();
-    for slice in store.window(seconds, now) {
+    for slice in store.within(window) {
         for (_, hist) in slice.runq_hists.iter().filter(|(o, _)| *o == owner) {
             merged.add(hist);
         }

@@ -13,6 +13,7 @@ pub mod size;
 pub mod store;
 pub mod threads;
 pub mod truncate;
+pub mod window;
 
 use std::{collections::HashMap, sync::Arc, time::SystemTime};
 
@@ -99,4 +100,21 @@ pub struct Slice {
     pub processes: HashMap<u32, Arc<str>>,
     /// BPF loss counters for this interval.
     pub stats: StatDeltas,
+}
+
+impl Slice {
+    /// A slice of `start..end` with nothing in it.
+    pub fn empty(start: SystemTime, end: SystemTime) -> Slice {
+        Slice {
+            start,
+            end,
+            samples: Vec::new(),
+            wakeups: Vec::new(),
+            threads: HashMap::new(),
+            thread_totals: Vec::new(),
+            runq_hists: Vec::new(),
+            processes: HashMap::new(),
+            stats: [0; crate::bpf::abi::Stat::COUNT],
+        }
+    }
 }

@@ -1,9 +1,9 @@
 //! Selecting and grouping samples: the answers the API gives.
 
+use crate::profile::window::Window;
 use std::{
     collections::{BTreeMap, HashMap},
     sync::Arc,
-    time::SystemTime,
 };
 
 use serde::Serialize;
@@ -24,19 +24,19 @@ pub struct Filter {
     pub tid: Option<u32>,
     pub kind: Kind,
     pub group: Group,
-    /// The last `seconds` before the query.
-    pub seconds: u64,
+    /// Which slices to read.
+    pub window: Window,
 }
 
 impl Filter {
     /// A CPU profile grouped by process.
-    pub fn cpu(pid: Option<u32>, tid: Option<u32>, seconds: u64) -> Filter {
+    pub fn cpu(pid: Option<u32>, tid: Option<u32>, window: Window) -> Filter {
         Filter {
             pid,
             tid,
             kind: Kind::State(State::Cpu),
             group: Group::Process,
-            seconds,
+            window,
         }
     }
 
@@ -108,9 +108,9 @@ fn prefix(names: &Names, filter: &Filter, pid: u32, tid: u32) -> Vec<String> {
 type RowKey = (u32, u32, Option<State>, usize);
 
 /// Folds the samples that match `filter`; the root frame is the process name.
-pub fn folded(store: &Snapshot, filter: &Filter, now: SystemTime) -> Folded {
+pub fn folded(store: &Snapshot, filter: &Filter) -> Folded {
     let mut out = Folded::default();
-    let names = Names::of(store.window(filter.seconds, now));
+    let names = Names::of(store.within(filter.window));
     // Per (tid, state): exact totals and what stack rows explain (wall only).
     let mut explained: HashMap<(u32, State), u64> = HashMap::new();
     let mut totals: HashMap<(u32, State), (u64, Vec<String>)> = HashMap::new();
@@ -119,7 +119,7 @@ pub fn folded(store: &Snapshot, filter: &Filter, now: SystemTime) -> Folded {
     // stack's address stands for its frames, and the window's many rows
     // fold into few keys at the cost of a hash of four integers each.
     let mut rows: FxHashMap<RowKey, (&Stack, u64)> = FxHashMap::default();
-    for slice in store.window(filter.seconds, now) {
+    for slice in store.within(filter.window) {
         for s in &slice.samples {
             if !filter.matches(s.pid, s.tid) || !filter.kind.includes(s.state) {
                 continue;
@@ -241,10 +241,10 @@ pub struct ProcessSummary {
     pub jvm: Option<crate::jvm::JvmReport>,
 }
 
-/// Processes by CPU time in the last `seconds`, busiest first.
-pub fn processes(store: &Snapshot, seconds: u64, now: SystemTime) -> Vec<ProcessSummary> {
+/// Processes by CPU time within `window`, busiest first.
+pub fn processes(store: &Snapshot, window: Window) -> Vec<ProcessSummary> {
     let mut cpu: HashMap<u32, (Arc<str>, u64)> = HashMap::new();
-    for slice in store.window(seconds, now) {
+    for slice in store.within(window) {
         for s in slice.samples.iter().filter(|s| s.state == State::Cpu) {
             let entry = cpu
                 .entry(s.pid)
@@ -292,6 +292,8 @@ pub fn ns_to_us(ns: u64) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use std::time::SystemTime;
+
     use std::time::Duration;
 
     use super::*;
@@ -345,8 +347,8 @@ mod tests {
     #[test]
     fn folds_by_process_and_filters_by_pid_and_tid() {
         let (store, now) = store();
-        let all = Filter::cpu(None, None, 30);
-        let f = folded(&store.snapshot(), &all, now);
+        let all = Filter::cpu(None, None, Window::last(30, now));
+        let f = folded(&store.snapshot(), &all);
         assert_eq!(f.total_ns, 15_000);
         assert_eq!(
             f.stacks["ten;main;a"], 4_000,
@@ -361,14 +363,21 @@ mod tests {
                 tid: Some(11),
                 ..all.clone()
             },
-            now,
         );
         assert_eq!(f.total_ns, 3_000);
         assert_eq!(f.stacks.len(), 2);
 
         let later = now + Duration::from_secs(60);
         assert!(
-            folded(&store.snapshot(), &all, later).stacks.is_empty(),
+            folded(
+                &store.snapshot(),
+                &Filter {
+                    window: Window::last(30, later),
+                    ..all.clone()
+                }
+            )
+            .stacks
+            .is_empty(),
             "outside the window"
         );
     }
@@ -431,11 +440,11 @@ mod tests {
         (store, end + Duration::from_secs(1))
     }
 
-    fn with_kind(kind: &str, group: Group) -> Filter {
+    fn with_kind(kind: &str, group: Group, now: SystemTime) -> Filter {
         Filter {
             kind: Kind::parse(kind).unwrap(),
             group,
-            ..Filter::cpu(Some(10), None, 30)
+            ..Filter::cpu(Some(10), None, Window::last(30, now))
         }
     }
 
@@ -443,11 +452,11 @@ mod tests {
     fn throttled_time_is_a_kind_and_a_wall_state() {
         let (store, now) = offcpu_store();
         let store = store.snapshot();
-        let f = folded(&store, &with_kind("throttled", Group::Process), now);
+        let f = folded(&store, &with_kind("throttled", Group::Process, now));
         assert_eq!(f.stacks, BTreeMap::from([("ten;main;spin".into(), 6_000)]));
-        let f = folded(&store, &with_kind("offcpu", Group::Process), now);
+        let f = folded(&store, &with_kind("offcpu", Group::Process, now));
         assert_eq!(f.stacks["ten;main;spin"], 6_000, "off-CPU includes it");
-        let f = folded(&store, &with_kind("wall", Group::Thread), now);
+        let f = folded(&store, &with_kind("wall", Group::Thread, now));
         assert_eq!(f.stacks["ten;t [tid 11];[throttled];main;spin"], 6_000);
         assert_eq!(
             f.stacks["ten;t [tid 11];[throttled];[unattributed]"], 2_000,
@@ -477,7 +486,7 @@ mod tests {
         let store = store.snapshot();
         let now = now + Duration::from_millis(10);
         for group in [Group::Thread, Group::Process] {
-            let f = folded(&store, &with_kind("wall", group), now);
+            let f = folded(&store, &with_kind("wall", group, now));
             let throttled: u64 = f
                 .stacks
                 .iter()
@@ -486,7 +495,7 @@ mod tests {
                 .sum();
             assert_eq!(throttled, 8_000, "{:?}", f.stacks);
         }
-        let f = folded(&store, &with_kind("throttled", Group::Process), now);
+        let f = folded(&store, &with_kind("throttled", Group::Process, now));
         assert_eq!(f.stacks["ten;main;wait"], 6_000, "other kinds are unscaled");
     }
 
@@ -495,7 +504,7 @@ mod tests {
         let (store, now) = offcpu_store();
         let store = store.snapshot();
         for group in [Group::Process, Group::Thread, Group::Pool] {
-            let f = folded(&store, &with_kind("wakeup", group), now);
+            let f = folded(&store, &with_kind("wakeup", group, now));
             let irq: Vec<&String> = f.stacks.keys().filter(|k| k.contains("net_rx")).collect();
             assert_eq!(
                 irq,
@@ -511,7 +520,7 @@ mod tests {
     #[test]
     fn processes_sorted_by_cpu() {
         let (store, now) = store();
-        let rows = processes(&store.snapshot(), 30, now);
+        let rows = processes(&store.snapshot(), Window::last(30, now));
         assert_eq!(
             rows[0],
             ProcessSummary {

@@ -1,5 +1,6 @@
 //! Output formats: folded text (FlameGraph/inferno) and SVG flame graphs.
 
+use crate::profile::window::Window;
 use std::fmt::Write as _;
 
 use inferno::flamegraph::{self, Options};
@@ -28,7 +29,8 @@ pub struct GraphLabels {
     pub kind: Kind,
     /// What sits under the root frames.
     pub group: Group,
-    pub seconds: u64,
+    /// The window the graph covers.
+    pub window: Window,
 }
 
 /// The title: what the widths measure, then what was profiled, how it is
@@ -41,10 +43,10 @@ pub fn title(labels: &GraphLabels, total_ns: u64) -> String {
         Group::Pool => "by pool",
     };
     format!(
-        "{} — {}, {by}, last {} s, total {:.1} ms",
+        "{} — {}, {by}, {}, total {:.1} ms",
         capitalized(labels.kind.describe()),
         labels.subject,
-        labels.seconds,
+        labels.window.describe(),
         total_ns as f64 / 1e6
     )
 }
@@ -119,7 +121,7 @@ mod tests {
             subject: "app (pid 7)".into(),
             kind: Kind::State(State::Cpu),
             group: Group::Process,
-            seconds: 30,
+            window: Window::last(30, std::time::UNIX_EPOCH),
         };
         let svg = String::from_utf8(flamegraph_svg(&sample(), &labels, true).unwrap()).unwrap();
         assert!(svg.contains("CPU — app (pid 7), by process, last 30 s, total 9.0 ms"));
@@ -132,7 +134,7 @@ mod tests {
             subject: "java (pid 1234)".into(),
             kind: Kind::parse(kind).unwrap(),
             group,
-            seconds: 30,
+            window: Window::last(30, std::time::UNIX_EPOCH),
         };
         let cases = [
             (

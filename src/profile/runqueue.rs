@@ -3,7 +3,8 @@
 //! it, how long they were throttled (runnable, but their cgroup's CPU
 //! quota was spent), which the latency histogram does not count.
 
-use std::{fmt::Write as _, time::SystemTime};
+use crate::profile::window::Window;
+use std::fmt::Write as _;
 
 use serde::Serialize;
 
@@ -140,17 +141,12 @@ pub fn throttled_owner(owner: HistOwner) -> HistOwner {
 }
 
 /// The report of `owner` (a [`HistOwner::Process`] or
-/// [`HistOwner::Cgroup`]) over the last `seconds`; `None` when it neither
+/// [`HistOwner::Cgroup`]) within `window`; `None` when it neither
 /// waited nor was throttled.
-pub fn report(
-    store: &Snapshot,
-    owner: HistOwner,
-    seconds: u64,
-    now: SystemTime,
-) -> Option<RunqueueReport> {
-    let waits = hist::merged(store, owner, seconds, now);
-    let throttled = hist::merged(store, throttled_owner(owner), seconds, now);
-    from_merged(&waits, &throttled, Owner::resolve(owner), seconds)
+pub fn report(store: &Snapshot, owner: HistOwner, window: Window) -> Option<RunqueueReport> {
+    let waits = hist::merged(store, owner, window);
+    let throttled = hist::merged(store, throttled_owner(owner), window);
+    from_merged(&waits, &throttled, Owner::resolve(owner), window.seconds())
 }
 
 /// The report on merged histograms; `None` if both are empty.
@@ -224,6 +220,8 @@ pub fn render_text(r: &RunqueueReport) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::time::SystemTime;
+
     use std::{collections::HashMap, time::Duration};
 
     use super::*;
@@ -291,8 +289,13 @@ mod tests {
     fn report_merges_one_owner_over_the_window() {
         let end = SystemTime::UNIX_EPOCH + Duration::from_secs(100);
         let store = store(end);
-        let report =
-            |pid, seconds| report(&store.snapshot(), HistOwner::Process(pid), seconds, end);
+        let report = |pid, seconds| {
+            report(
+                &store.snapshot(),
+                HistOwner::Process(pid),
+                Window::last(seconds, end),
+            )
+        };
         let r = report(7, 30).unwrap();
         assert_eq!((r.count, r.p50_us, r.p99_us), (100, 8.0, 121.6));
         assert_eq!(r.total_us, 2_000);
@@ -318,7 +321,12 @@ mod tests {
     fn throttled_time_is_reported_apart_from_the_waits() {
         let end = SystemTime::UNIX_EPOCH + Duration::from_secs(100);
         let store = store(end);
-        let r = report(&store.snapshot(), HistOwner::Process(7), 60, end).unwrap();
+        let r = report(
+            &store.snapshot(),
+            HistOwner::Process(7),
+            Window::last(60, end),
+        )
+        .unwrap();
         let json = serde_json::to_value(&r).unwrap();
         assert_eq!(
             json["throttled"],
@@ -334,7 +342,12 @@ mod tests {
                 ],
             })
         );
-        let r = report(&store.snapshot(), HistOwner::Process(8), 60, end).unwrap();
+        let r = report(
+            &store.snapshot(),
+            HistOwner::Process(8),
+            Window::last(60, end),
+        )
+        .unwrap();
         assert_eq!((r.throttled.count, r.throttled.total_us), (0, 0));
         let json = serde_json::to_value(&r).unwrap();
         assert_eq!(
@@ -342,7 +355,12 @@ mod tests {
             serde_json::json!({"count": 0, "total_us": 0, "buckets": []})
         );
         // Only throttled: a report with no waits, not a 404.
-        let r = report(&store.snapshot(), HistOwner::Process(9), 60, end).unwrap();
+        let r = report(
+            &store.snapshot(),
+            HistOwner::Process(9),
+            Window::last(60, end),
+        )
+        .unwrap();
         assert_eq!((r.count, r.max_bucket, r.throttled.count), (0, None, 6));
         let text = render_text(&r);
         assert!(

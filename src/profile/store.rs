@@ -17,7 +17,7 @@ use std::{
 
 use serde::Serialize;
 
-use super::{live::LiveView, size, Slice, Stack};
+use super::{live::LiveView, size, window::Window, Slice, Stack};
 use crate::{
     bpf::abi::{Stat, HIST_SLOTS},
     collect::{HistOwner, StatDeltas},
@@ -129,12 +129,9 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// Slices that ended within the last `seconds` before `now`.
-    pub fn window(&self, seconds: u64, now: SystemTime) -> impl Iterator<Item = &Slice> {
-        let from = now
-            .checked_sub(Duration::from_secs(seconds))
-            .unwrap_or(SystemTime::UNIX_EPOCH);
-        self.all().filter(move |s| s.end > from)
+    /// Slices that ended within `window`.
+    pub fn within(&self, window: Window) -> impl Iterator<Item = &Slice> {
+        self.all().filter(move |s| window.holds(s))
     }
 
     /// Every slice the store held.
@@ -442,8 +439,8 @@ mod tests {
         assert_eq!(store.all().count(), 11, "slices ending in [20, 30]");
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(30);
         let snapshot = store.snapshot();
-        assert_eq!(snapshot.window(3, now).count(), 3);
-        assert_eq!(snapshot.window(1000, now).count(), 11);
+        assert_eq!(snapshot.within(Window::last(3, now)).count(), 3);
+        assert_eq!(snapshot.within(Window::last(1000, now)).count(), 11);
         assert_eq!(store.totals()[0], 30);
     }
 

@@ -1,7 +1,8 @@
 //! Per-thread time breakdowns (`/threads`): exact time by state, switches
 //! and wakeups, per thread, per pool and for the process.
 
-use std::{collections::HashMap, fmt::Write as _, time::SystemTime};
+use crate::profile::window::Window;
+use std::{collections::HashMap, fmt::Write as _};
 
 use serde::Serialize;
 
@@ -106,13 +107,13 @@ impl Sum {
     }
 }
 
-/// Per-thread breakdown of `pid` over the last `seconds`; `None` when
-/// nothing was recorded for it.
-pub fn report(store: &Snapshot, pid: u32, seconds: u64, now: SystemTime) -> Option<ThreadReport> {
+/// Per-thread breakdown of `pid` within `window`; `None` when nothing was
+/// recorded for it.
+pub fn report(store: &Snapshot, pid: u32, window: Window) -> Option<ThreadReport> {
     let mut sums: HashMap<u32, Sum> = HashMap::new();
     let mut names: HashMap<u32, String> = HashMap::new();
     let mut comm = None;
-    for slice in store.window(seconds, now) {
+    for slice in store.within(window) {
         for t in slice.thread_totals.iter().filter(|t| t.pid == pid) {
             sums.entry(t.tid).or_default().merge(&Sum::of(t));
             // The symbolizer's name (e.g. a full Java thread name) over
@@ -162,7 +163,7 @@ pub fn report(store: &Snapshot, pid: u32, seconds: u64, now: SystemTime) -> Opti
     Some(ThreadReport {
         pid,
         comm: comm.unwrap_or_default(),
-        seconds,
+        seconds: window.seconds(),
         process: process.breakdown(),
         pools,
         threads,
@@ -241,6 +242,8 @@ fn truncate(s: &str, max: usize) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::time::SystemTime;
+
     use std::{collections::HashMap as Map, sync::Arc, time::Duration};
 
     use super::*;
@@ -282,7 +285,7 @@ mod tests {
                 stats: Default::default(),
             });
         }
-        let r = report(&store.snapshot(), 7, 30, end).unwrap();
+        let r = report(&store.snapshot(), 7, Window::last(30, end)).unwrap();
         assert_eq!(r.comm, "app");
         assert_eq!(r.threads.len(), 4);
         let w1 = r.threads.iter().find(|t| t.tid == 8).unwrap();
@@ -301,7 +304,7 @@ mod tests {
             (1500, 2000)
         );
         assert_eq!(r.process.throttled_us, 1500);
-        assert!(report(&store.snapshot(), 8, 30, end).is_none());
+        assert!(report(&store.snapshot(), 8, Window::last(30, end)).is_none());
         let text = render_text(&r);
         assert!(text.contains("worker-1") && text.contains("90.0"), "{text}");
         assert!(text.lines().next().is_some_and(|l| !l.is_empty()));

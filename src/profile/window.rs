@@ -1,0 +1,111 @@
+//! The time window a query reads: the last N seconds, or an absolute
+//! `from`..`until` range, so that two exports of one window are the same
+//! data (as long as the store still holds it).
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use super::Slice;
+
+/// The slices whose end lies in `(from, until]`. Slices are whole drain
+/// intervals (about a second): a window takes every slice that ended in it
+/// and none other, so windows that tile time never count a slice twice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    pub from: SystemTime,
+    pub until: SystemTime,
+    /// Whether the window was given as `from`/`until` (titles then show
+    /// the range, not "last N s").
+    pub absolute: bool,
+}
+
+impl Window {
+    /// The last `seconds` before `now`.
+    pub fn last(seconds: u64, now: SystemTime) -> Window {
+        Window {
+            from: now
+                .checked_sub(Duration::from_secs(seconds))
+                .unwrap_or(UNIX_EPOCH),
+            until: now,
+            absolute: false,
+        }
+    }
+
+    /// `from`..`until`, given as such.
+    pub fn between(from: SystemTime, until: SystemTime) -> Window {
+        Window {
+            from,
+            until,
+            absolute: true,
+        }
+    }
+
+    /// Whether `slice` belongs to the window.
+    pub fn holds(&self, slice: &Slice) -> bool {
+        slice.end > self.from && slice.end <= self.until
+    }
+
+    /// The window's length.
+    pub fn length(&self) -> Duration {
+        self.until.duration_since(self.from).unwrap_or_default()
+    }
+
+    /// Its length in whole seconds, rounded up (what reports show).
+    pub fn seconds(&self) -> u64 {
+        let d = self.length();
+        d.as_secs() + u64::from(d.subsec_nanos() > 0)
+    }
+
+    /// Words for titles: `last 30 s`, or the range in RFC 3339.
+    pub fn describe(&self) -> String {
+        if self.absolute {
+            format!("{} to {}", rfc3339(self.from), rfc3339(self.until))
+        } else {
+            format!("last {} s", self.seconds())
+        }
+    }
+}
+
+/// `t` in RFC 3339, UTC, to the second unless it has a fraction.
+pub fn rfc3339(t: SystemTime) -> String {
+    let precise = t
+        .duration_since(UNIX_EPOCH)
+        .is_ok_and(|d| d.subsec_nanos() != 0);
+    if precise {
+        humantime::format_rfc3339_millis(t).to_string()
+    } else {
+        humantime::format_rfc3339_seconds(t).to_string()
+    }
+}
+
+/// Unix seconds (digits, optional fraction) of `t`, as nanoseconds.
+pub fn unix_nanos(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos().min(u128::from(u64::MAX)) as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(secs: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(secs)
+    }
+
+    #[test]
+    fn windows_take_slices_that_ended_in_them() {
+        let w = Window::between(at(100), at(110));
+        let ends = |end: u64| w.holds(&Slice::empty(at(end - 1), at(end)));
+        assert!(!ends(100) && ends(101) && ends(110) && !ends(111));
+        assert_eq!(w.seconds(), 10);
+        assert_eq!(Window::last(30, at(1000)), {
+            let mut l = Window::between(at(970), at(1000));
+            l.absolute = false;
+            l
+        });
+        assert_eq!(Window::last(30, at(1000)).describe(), "last 30 s");
+        assert_eq!(
+            Window::between(at(0), at(60)).describe(),
+            "1970-01-01T00:00:00Z to 1970-01-01T00:01:00Z"
+        );
+    }
+}
