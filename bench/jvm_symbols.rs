@@ -237,12 +237,9 @@ fn check_slice(cache: &CodeCache, slice: &Slice, stacks: &[Vec<Site>]) -> Result
 fn query(slice: Slice) -> String {
     let mut store = Store::new(Duration::from_secs(600));
     store.push(slice);
-    let filter = query::Filter::cpu(Some(std::process::id()), None, 60);
-    render::folded_text(&query::folded(
-        &store.snapshot(),
-        &filter,
-        SystemTime::now(),
-    ))
+    let window = wallscope::profile::window::Window::last(60, SystemTime::now());
+    let filter = query::Filter::cpu(Some(std::process::id()), None, window);
+    render::folded_text(&query::folded(&store.snapshot(), &filter))
 }
 
 /// Fails unless there is one row per stack, each `process;thread_start;...`.
