@@ -10,6 +10,7 @@
 pub mod api;
 pub mod bpf;
 pub mod collect;
+pub mod export;
 pub mod jvm;
 pub mod pipeline;
 pub mod process;

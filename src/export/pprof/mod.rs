@@ -1,0 +1,3 @@
+//! pprof profiles from the store.
+
+pub mod proto;
