@@ -8,6 +8,7 @@ pub mod kind;
 pub mod live;
 pub mod query;
 pub mod render;
+pub mod rows;
 pub mod runqueue;
 pub mod size;
 pub mod store;

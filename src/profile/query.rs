@@ -1,6 +1,5 @@
 //! Selecting and grouping samples: the answers the API gives.
 
-use crate::profile::window::Window;
 use std::{
     collections::{BTreeMap, HashMap},
     sync::Arc,
@@ -8,12 +7,11 @@ use std::{
 
 use serde::Serialize;
 
-use rustc_hash::FxHashMap;
-
 use super::{
     kind::{pool_name, state_frame, thread_frame, Group, Kind},
+    rows::{self, Names},
     store::Snapshot,
-    Frame, Slice, Stack,
+    window::Window,
 };
 use crate::bpf::abi::State;
 
@@ -40,7 +38,8 @@ impl Filter {
         }
     }
 
-    fn matches(&self, pid: u32, tid: u32) -> bool {
+    /// Whether the filter selects thread `tid` of `pid`.
+    pub fn matches(&self, pid: u32, tid: u32) -> bool {
         self.pid.is_none_or(|p| p == pid) && self.tid.is_none_or(|t| t == tid)
     }
 }
@@ -66,151 +65,37 @@ impl Folded {
 }
 
 /// Frames above the stack: the process, then the thread or pool if asked.
-/// The latest names of processes and threads in a window: a thread that
-/// renames itself (pools do, right after start) is one thread, not two.
-#[derive(Default)]
-struct Names {
-    processes: HashMap<u32, Arc<str>>,
-    threads: HashMap<u32, Arc<str>>,
-}
-
-impl Names {
-    fn of<'a>(slices: impl Iterator<Item = &'a Slice>) -> Names {
-        let mut names = Names::default();
-        for slice in slices {
-            names
-                .processes
-                .extend(slice.processes.iter().map(|(k, v)| (*k, v.clone())));
-            names
-                .threads
-                .extend(slice.threads.iter().map(|(k, v)| (*k, v.name.clone())));
-        }
-        names
-    }
-
-    fn thread(&self, tid: u32) -> &str {
-        self.threads.get(&tid).map_or("[unknown]", |n| n)
-    }
-}
-
 fn prefix(names: &Names, filter: &Filter, pid: u32, tid: u32) -> Vec<String> {
-    let process = names.processes.get(&pid).map_or("[unknown]", |n| n);
-    let thread = names.thread(tid);
+    let process = names.process(pid).to_string();
     match filter.group {
-        Group::Process => vec![process.to_string()],
-        Group::Thread => vec![process.to_string(), thread_frame(thread, tid)],
-        Group::Pool => vec![process.to_string(), pool_name(thread)],
+        Group::Process => vec![process],
+        Group::Thread => vec![process, thread_frame(names.thread(tid), tid)],
+        Group::Pool => vec![process, pool_name(names.thread(tid))],
     }
 }
 
-/// Samples that fold into one line: pid, tid (0 unless grouped by thread or
-/// pool), state (wall graphs only) and the stack's address.
-type RowKey = (u32, u32, Option<State>, usize);
-
-/// Folds the samples that match `filter`; the root frame is the process name.
+/// Folds the samples that match `filter`; the root frame is the process
+/// name (or, for wakeups raised in interrupt context, the interrupt).
 pub fn folded(store: &Snapshot, filter: &Filter) -> Folded {
     let mut out = Folded::default();
-    let names = Names::of(store.within(filter.window));
-    // Per (tid, state): exact totals and what stack rows explain (wall only).
-    let mut explained: HashMap<(u32, State), u64> = HashMap::new();
-    let mut totals: HashMap<(u32, State), (u64, Vec<String>)> = HashMap::new();
-    // Samples summed per (pid, tid if grouped by thread, state if wall,
-    // stack) before any text is built: the store interns stacks, so the
-    // stack's address stands for its frames, and the window's many rows
-    // fold into few keys at the cost of a hash of four integers each.
-    let mut rows: FxHashMap<RowKey, (&Stack, u64)> = FxHashMap::default();
-    for slice in store.within(filter.window) {
-        for s in &slice.samples {
-            if !filter.matches(s.pid, s.tid) || !filter.kind.includes(s.state) {
-                continue;
+    let (rows, names) = rows::select(store, filter, false);
+    for row in rows {
+        let mut frames = match row.interrupt {
+            // Not the interrupted thread, nor pid 0's name: the
+            // interrupt's kernel path is the whole story.
+            Some(irq) => vec![irq.frame().to_string()],
+            None => {
+                note_process(&mut out, &names, row.pid);
+                prefix(&names, filter, row.pid, row.tid)
             }
-            let state = (filter.kind == Kind::Wall).then_some(s.state);
-            if state.is_some() {
-                *explained.entry((s.tid, s.state)).or_default() += s.ns;
-            }
-            // Wall rows keep their thread until they are scaled to its
-            // totals (below); the prefix leaves it out when not grouped.
-            let tid = if filter.group == Group::Process && state.is_none() {
-                0
-            } else {
-                s.tid
-            };
-            let stack = Arc::as_ptr(&s.stack) as *const Frame as usize;
-            rows.entry((s.pid, tid, state, stack))
-                .or_insert((&s.stack, 0))
-                .1 += s.ns;
-        }
-        if filter.kind == Kind::Wakeup {
-            for w in &slice.wakeups {
-                if !filter.matches(w.pid, w.tid) && !filter.matches(w.peer_pid, w.peer_tid) {
-                    continue;
-                }
-                let mut frames = match w.interrupt {
-                    // Not the interrupted thread, nor pid 0's name: the
-                    // interrupt's kernel path is the whole story.
-                    Some(irq) => vec![irq.frame().to_string()],
-                    None => {
-                        note_process(&mut out, &names, w.pid);
-                        prefix(&names, filter, w.pid, w.tid)
-                    }
-                };
-                frames.extend(w.stack.iter().map(|f| f.to_string()));
-                let wakee = slice
-                    .threads
-                    .get(&w.peer_tid)
-                    .map_or("[unknown]", |t| &t.name);
-                frames.push(format!("[wakes {}]", thread_frame(wakee, w.peer_tid)));
-                out.add(&frames.iter().map(String::as_str).collect::<Vec<_>>(), w.ns);
-            }
-        }
+        };
         if filter.kind == Kind::Wall {
-            for t in slice
-                .thread_totals
-                .iter()
-                .filter(|t| filter.matches(t.pid, t.tid))
-            {
-                for state in State::ALL {
-                    let entry = totals
-                        .entry((t.tid, state))
-                        .or_insert_with(|| (0, Vec::new()));
-                    entry.0 += t.ns[state as usize];
-                    if entry.1.is_empty() {
-                        entry.1 = prefix(&names, filter, t.pid, t.tid);
-                        note_process(&mut out, &names, t.pid);
-                    }
-                }
-            }
+            frames.extend(row.state.map(state_frame));
         }
-    }
-    // Off-CPU rows are estimates (stacks sampled by interval length): where
-    // a thread's rows of a state exceed its exact time in it, they are
-    // scaled down to it, so a wall graph never outgrows the thread.
-    let scale = |tid: u32, state: State| {
-        let total = totals.get(&(tid, state)).map_or(0, |t| t.0);
-        let rows = explained.get(&(tid, state)).copied().unwrap_or(0);
-        if total > 0 && rows > total {
-            total as f64 / rows as f64
-        } else {
-            1.0
-        }
-    };
-    for ((pid, tid, state, _), (stack, ns)) in rows {
-        let ns = state.map_or(ns, |st| (ns as f64 * scale(tid, st)).round() as u64);
-        let head = prefix(&names, filter, pid, tid);
-        let state = state.map(state_frame);
-        let mut frames: Vec<&str> = head.iter().map(String::as_str).collect();
-        frames.extend(state.as_deref());
-        frames.extend(stack.iter().map(|f| &**f));
-        note_process(&mut out, &names, pid);
-        out.add(&frames, ns);
-    }
-    // Wall graphs add up to each thread's wall time: what no stack row
-    // explains (short intervals, sampling error) shows as [unattributed].
-    for ((tid, state), (total, mut frames)) in totals {
-        let rest = total.saturating_sub(explained.get(&(tid, state)).copied().unwrap_or(0));
-        frames.push(state_frame(state));
-        frames.push("[unattributed]".to_string());
-        out.add(&frames.iter().map(String::as_str).collect::<Vec<_>>(), rest);
+        let mut all: Vec<&str> = frames.iter().map(String::as_str).collect();
+        all.extend(row.stack.iter().map(|f| &**f));
+        all.extend(row.leaf.as_deref());
+        out.add(&all, row.ns);
     }
     // The process asked for names the graph even when it only shows as a
     // wakee (`kind=wakeup`, woken by others or by interrupts).
@@ -221,13 +106,9 @@ pub fn folded(store: &Snapshot, filter: &Filter) -> Folded {
 }
 
 fn note_process(out: &mut Folded, names: &Names, pid: u32) {
-    out.processes.entry(pid).or_insert_with(|| {
-        names
-            .processes
-            .get(&pid)
-            .cloned()
-            .unwrap_or_else(|| Arc::from("[unknown]"))
-    });
+    out.processes
+        .entry(pid)
+        .or_insert_with(|| Arc::from(names.process(pid)));
 }
 
 /// One row of `/processes`.

@@ -1,0 +1,212 @@
+//! The rows a profile query selects, before they are rendered: one per
+//! (process, thread, state, stack), with the wall-graph scaling and the
+//! `[unattributed]` rest already applied, so that folded text and pprof
+//! built from them add up to the same total.
+
+use std::{collections::HashMap, sync::Arc};
+
+use rustc_hash::FxHashMap;
+
+use super::{
+    kind::{thread_frame, Group, Kind},
+    query::Filter,
+    store::Snapshot,
+    Frame, Interrupt, Slice, Stack,
+};
+use crate::bpf::abi::State;
+
+/// The frame that closes a wall row no stack explains.
+pub const UNATTRIBUTED: &str = "[unattributed]";
+
+/// Time of one thread (or, merged, one process) with one stack.
+#[derive(Debug, Clone)]
+pub struct Row {
+    /// 0 for wakeups raised in interrupt context.
+    pub pid: u32,
+    /// 0 when rows were merged per process.
+    pub tid: u32,
+    /// The state the time was spent in; `None` for wakeups.
+    pub state: Option<State>,
+    /// Set for wakeups raised in interrupt context: the interrupt, not a
+    /// process, is the waker.
+    pub interrupt: Option<Interrupt>,
+    /// Outermost first.
+    pub stack: Stack,
+    /// A frame below the stack: `[wakes NAME [tid N]]` or `[unattributed]`.
+    pub leaf: Option<Frame>,
+    pub ns: u64,
+    /// Samples (on CPU), intervals (off CPU) or wakeups; 0 for the
+    /// `[unattributed]` rest.
+    pub count: u64,
+}
+
+/// The latest names of processes and threads in a window: a thread that
+/// renames itself (pools do, right after start) is one thread, not two.
+#[derive(Default)]
+pub struct Names {
+    processes: HashMap<u32, Arc<str>>,
+    threads: HashMap<u32, Arc<str>>,
+}
+
+impl Names {
+    /// The names in `slices`, the newest winning.
+    pub fn of<'a>(slices: impl Iterator<Item = &'a Slice>) -> Names {
+        let mut names = Names::default();
+        for slice in slices {
+            names
+                .processes
+                .extend(slice.processes.iter().map(|(k, v)| (*k, v.clone())));
+            names
+                .threads
+                .extend(slice.threads.iter().map(|(k, v)| (*k, v.name.clone())));
+        }
+        names
+    }
+
+    /// A process's name, `[unknown]` if none was recorded.
+    pub fn process(&self, pid: u32) -> &str {
+        self.processes.get(&pid).map_or("[unknown]", |n| n)
+    }
+
+    /// A thread's name, `[unknown]` if none was recorded.
+    pub fn thread(&self, tid: u32) -> &str {
+        self.threads.get(&tid).map_or("[unknown]", |n| n)
+    }
+
+    /// Whether a name was recorded for `pid`.
+    pub fn has_process(&self, pid: u32) -> bool {
+        self.processes.contains_key(&pid)
+    }
+}
+
+/// Samples that merge into one row: pid, tid (0 when merged), state,
+/// and the stack's address (the store interns stacks, so the address
+/// stands for its frames and the window's many rows fold at the cost of a
+/// hash of four integers each).
+type RowKey = (u32, u32, State, usize);
+
+/// The rows `filter` selects, with the names of the window. Rows keep
+/// their thread when `per_thread` or when the filter groups by thread or
+/// pool; wall rows always do until they are scaled to their thread's
+/// exact totals.
+pub fn select(store: &Snapshot, filter: &Filter, per_thread: bool) -> (Vec<Row>, Names) {
+    let names = Names::of(store.within(filter.window));
+    let keep_tid = per_thread || filter.group != Group::Process;
+    let wall = filter.kind == Kind::Wall;
+    let mut out = Vec::new();
+    // Per (tid, state): exact totals (pid alongside) and what stack rows
+    // explain (wall only).
+    let mut explained: HashMap<(u32, State), u64> = HashMap::new();
+    let mut totals: HashMap<(u32, State), (u32, u64)> = HashMap::new();
+    let mut rows: FxHashMap<RowKey, (&Stack, u64, u64)> = FxHashMap::default();
+    for slice in store.within(filter.window) {
+        for s in &slice.samples {
+            if !filter.matches(s.pid, s.tid) || !filter.kind.includes(s.state) {
+                continue;
+            }
+            if wall {
+                *explained.entry((s.tid, s.state)).or_default() += s.ns;
+            }
+            let tid = if keep_tid || wall { s.tid } else { 0 };
+            let stack = Arc::as_ptr(&s.stack) as *const Frame as usize;
+            let row = rows
+                .entry((s.pid, tid, s.state, stack))
+                .or_insert((&s.stack, 0, 0));
+            row.1 += s.ns;
+            row.2 += s.count;
+        }
+        if filter.kind == Kind::Wakeup {
+            wakeups(slice, filter, keep_tid, &mut out);
+        }
+        if wall {
+            for t in slice
+                .thread_totals
+                .iter()
+                .filter(|t| filter.matches(t.pid, t.tid))
+            {
+                for state in State::ALL {
+                    let entry = totals.entry((t.tid, state)).or_insert((t.pid, 0));
+                    entry.1 += t.ns[state as usize];
+                }
+            }
+        }
+    }
+    // Off-CPU rows are estimates (stacks sampled by interval length): where
+    // a thread's rows of a state exceed its exact time in it, they are
+    // scaled down to it, so a wall graph never outgrows the thread.
+    let scale = |tid: u32, state: State| {
+        let total = totals.get(&(tid, state)).map_or(0, |t| t.1);
+        let rows = explained.get(&(tid, state)).copied().unwrap_or(0);
+        if total > 0 && rows > total {
+            total as f64 / rows as f64
+        } else {
+            1.0
+        }
+    };
+    for ((pid, tid, state, _), (stack, ns, count)) in rows {
+        let ns = if wall {
+            (ns as f64 * scale(tid, state)).round() as u64
+        } else {
+            ns
+        };
+        out.push(Row {
+            pid,
+            tid,
+            state: Some(state),
+            interrupt: None,
+            stack: stack.clone(),
+            leaf: None,
+            ns,
+            count,
+        });
+    }
+    // Wall graphs add up to each thread's wall time: what no stack row
+    // explains (short intervals, sampling error) shows as [unattributed].
+    let unattributed: Frame = Arc::from(UNATTRIBUTED);
+    for ((tid, state), (pid, total)) in totals {
+        let rest = total.saturating_sub(explained.get(&(tid, state)).copied().unwrap_or(0));
+        out.push(Row {
+            pid,
+            tid,
+            state: Some(state),
+            interrupt: None,
+            stack: Arc::from([]),
+            leaf: Some(unattributed.clone()),
+            ns: rest,
+            count: 0,
+        });
+    }
+    out.retain(|r| r.ns > 0);
+    (out, names)
+}
+
+/// The wakeups of one slice that `filter` selects: those the process or
+/// thread sent, and those it received.
+fn wakeups(slice: &Slice, filter: &Filter, keep_tid: bool, out: &mut Vec<Row>) {
+    for w in &slice.wakeups {
+        if !filter.matches(w.pid, w.tid) && !filter.matches(w.peer_pid, w.peer_tid) {
+            continue;
+        }
+        let wakee = slice
+            .threads
+            .get(&w.peer_tid)
+            .map_or("[unknown]", |t| &t.name);
+        out.push(Row {
+            pid: if w.interrupt.is_some() { 0 } else { w.pid },
+            tid: if keep_tid && w.interrupt.is_none() {
+                w.tid
+            } else {
+                0
+            },
+            state: None,
+            interrupt: w.interrupt,
+            stack: w.stack.clone(),
+            leaf: Some(Arc::from(format!(
+                "[wakes {}]",
+                thread_frame(wakee, w.peer_tid)
+            ))),
+            ns: w.ns,
+            count: w.count,
+        });
+    }
+}
