@@ -4,7 +4,7 @@
 use std::{
     sync::{
         atomic::{AtomicBool, AtomicU64, Ordering},
-        mpsc, Arc, Mutex, RwLock,
+        mpsc, Arc, Mutex, OnceLock, RwLock,
     },
     thread::{self, JoinHandle},
     time::{Duration, Instant},
@@ -16,6 +16,7 @@ use thiserror::Error;
 use crate::{
     bpf::{self, LoadError, ProbeOptions},
     collect::{Drainer, RawBatch},
+    export::push::PushStats,
     jvm::{agent, agent::JvmMode, JvmFrames, Jvms},
     process::{self, ProcessTable, TableStats},
     profile::store::Store,
@@ -113,6 +114,8 @@ pub struct Shared {
     pub attached: Vec<(String, usize)>,
     /// The JVMs seen, their thread names and attach status.
     pub jvms: Arc<Jvms>,
+    /// The Pyroscope pusher's counters, once it runs (`--push-url`).
+    pub push: OnceLock<Arc<PushStats>>,
 }
 
 impl Shared {
@@ -129,6 +132,7 @@ impl Shared {
             started: Instant::now(),
             attached,
             jvms: Arc::new(Jvms::default()),
+            push: OnceLock::new(),
         })
     }
 }

@@ -166,7 +166,7 @@ pub fn parse_allowed_host(value: &str) -> Result<String, String> {
 }
 
 /// This machine's name (`gethostname`), lowercase.
-fn this_host_name() -> Option<String> {
+pub fn this_host_name() -> Option<String> {
     let mut buf = [0u8; 256];
     // SAFETY: the buffer is valid for its length; gethostname writes at most
     // that many bytes.

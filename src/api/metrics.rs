@@ -15,13 +15,15 @@ use std::{
 };
 
 use super::{limit::QueryStats, memory::Rss};
+use crate::export::push::{stats::Failure, PushReport};
 use crate::profile::window::Window;
 use crate::{
     bpf::abi::{Stat, State},
     pipeline::{Health, Shared},
     profile::{
         hist::slot_bounds_us,
-        store::{ProcessTotals, Snapshot, StoreStats},
+        query,
+        store::{ProcessTotals, StoreStats},
     },
 };
 
@@ -72,7 +74,7 @@ pub fn render(shared: &Shared, queries: &QueryStats, now: SystemTime) -> String 
         let store = shared.store.read().unwrap_or_else(|e| e.into_inner());
         (store.snapshot(), *store.totals(), store.stats())
     };
-    let ranked = top_pids(&snapshot, now);
+    let ranked = query::busiest(&snapshot, Window::last(TOP_WINDOW_S, now), TOP);
     drop(snapshot);
     let procs = {
         let store = shared.store.read().unwrap_or_else(|e| e.into_inner());
@@ -177,6 +179,9 @@ pub fn render(shared: &Shared, queries: &QueryStats, now: SystemTime) -> String 
     memory_series(&mut out, &store, &health);
     query_series(&mut out, queries);
     http_series(&mut out);
+    if let Some(push) = shared.push.get() {
+        push_series(&mut out, &push.report());
+    }
     out.0
 }
 
@@ -263,20 +268,37 @@ fn http_series(out: &mut Out) {
     }
 }
 
-/// The [`TOP`] processes by wall time in the last [`TOP_WINDOW_S`] s,
-/// busiest first.
-fn top_pids(store: &Snapshot, now: SystemTime) -> Vec<u32> {
-    let mut wall: HashMap<u32, u64> = HashMap::new();
-    for t in store
-        .within(Window::last(TOP_WINDOW_S, now))
-        .flat_map(|s| &s.thread_totals)
-    {
-        *wall.entry(t.pid).or_default() += t.ns.iter().sum::<u64>();
+/// The Pyroscope pusher's counters (`--push-url`).
+fn push_series(out: &mut Out, r: &PushReport) {
+    let name = "wallscope_push_requests_total";
+    let help = "Requests to Pyroscope (one per process and interval): sent, and failed tries by reason (timeout, refused, http_4xx, http_5xx)";
+    out.family(name, "counter", help);
+    out.sample(name, &label("outcome", "sent"), r.sent_requests);
+    for f in Failure::ALL {
+        out.sample(name, &label("outcome", f.name()), r.failed.get(f));
     }
-    let mut ranked: Vec<(u32, u64)> = wall.into_iter().collect();
-    ranked.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-    ranked.truncate(TOP);
-    ranked.into_iter().map(|(pid, _)| pid).collect()
+    let name = "wallscope_push_profiles_total";
+    let help = "Profiles pushed to Pyroscope, refused as invalid (4xx but 429), and dropped unsent from the full queue";
+    out.family(name, "counter", help);
+    for (outcome, n) in [
+        ("sent", r.sent_profiles),
+        ("rejected", r.rejected_profiles),
+        ("dropped", r.dropped_profiles),
+    ] {
+        out.sample(name, &label("outcome", outcome), n);
+    }
+    let name = "wallscope_push_trimmed_samples_total";
+    let help = "Samples merged into [trimmed] to fit Pyroscope's limits";
+    out.family(name, "counter", help);
+    out.sample(name, "", r.trimmed_samples);
+    let name = "wallscope_push_queued_bytes";
+    out.family(name, "gauge", "Bytes of requests waiting to be pushed");
+    out.sample(name, "", r.queued_bytes);
+    if let Some(t) = r.last_success_unix {
+        let name = "wallscope_push_last_success_timestamp_seconds";
+        out.family(name, "gauge", "When a push last succeeded (Unix time)");
+        out.sample(name, "", t);
+    }
 }
 
 /// The processes in `pids` with their running totals.

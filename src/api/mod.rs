@@ -133,6 +133,7 @@ async fn healthz(State(state): State<ApiState>) -> Json<serde_json::Value> {
         "memory": memory::Rss::of_self(),
         "queries": state.queries.stats(),
         "http": server::STATS.snapshot(),
+        "push": shared.push.get().map(|p| p.report()),
     }))
 }
 

@@ -97,6 +97,12 @@ impl Token {
         Token::new(text.trim())
     }
 
+    /// The token's text, to send it (printable ASCII: [`Token::new`]
+    /// checks).
+    pub fn text(&self) -> &str {
+        std::str::from_utf8(&self.0).unwrap_or_default()
+    }
+
     /// Whether `given` is the token, in time that depends only on the
     /// token's length, not on where `given` first differs: a timing
     /// difference would let a client guess the token byte by byte.

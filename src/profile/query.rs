@@ -151,6 +151,19 @@ pub fn processes(store: &Snapshot, window: Window) -> Vec<ProcessSummary> {
     rows
 }
 
+/// The `n` processes with the most wall time (all their threads' states)
+/// within `window`, busiest first.
+pub fn busiest(store: &Snapshot, window: Window, n: usize) -> Vec<u32> {
+    let mut wall: HashMap<u32, u64> = HashMap::new();
+    for t in store.within(window).flat_map(|s| &s.thread_totals) {
+        *wall.entry(t.pid).or_default() += t.ns.iter().sum::<u64>();
+    }
+    let mut ranked: Vec<(u32, u64)> = wall.into_iter().collect();
+    ranked.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    ranked.truncate(n);
+    ranked.into_iter().map(|(pid, _)| pid).collect()
+}
+
 /// Whether anything was recorded for `pid` during the whole retention.
 pub fn pid_recorded(store: &Snapshot, pid: u32) -> bool {
     store.all().any(|s| s.processes.contains_key(&pid))

@@ -1,0 +1,235 @@
+//! Requests waiting to be sent: a queue bounded by intervals and bytes,
+//! oldest dropped first (counted), and the backoff between failed tries.
+
+use std::{
+    collections::VecDeque,
+    sync::{Condvar, Mutex, MutexGuard},
+    time::{Duration, Instant},
+};
+
+use super::stats::PushStats;
+
+/// Intervals' worth of requests kept while the server does not take them:
+/// the newest and the one before.
+pub const MAX_INTERVALS: u64 = 2;
+/// Bytes of requests kept while the server does not take them.
+pub const MAX_BYTES: usize = 32 << 20;
+/// The first wait after a failed try; it doubles up to the interval.
+pub const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+
+/// One `Push` call: the profiles of one process for one interval.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// The encoded `PushRequest`.
+    pub body: Vec<u8>,
+    pub profiles: u64,
+    /// Which interval it belongs to (counted from 1).
+    pub interval: u64,
+    /// The service it is for, for log lines.
+    pub service: String,
+}
+
+#[derive(Default)]
+struct Queue {
+    requests: VecDeque<Request>,
+    bytes: usize,
+    stopped: bool,
+}
+
+/// The queue between the thread that builds profiles and the one that
+/// sends them.
+#[derive(Default)]
+pub struct Outbox {
+    queue: Mutex<Queue>,
+    changed: Condvar,
+}
+
+impl Outbox {
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues an interval's requests, then drops the oldest past the
+    /// bounds.
+    pub fn add(&self, requests: Vec<Request>, stats: &PushStats) {
+        let mut q = self.lock();
+        for r in requests {
+            q.bytes += r.body.len();
+            q.requests.push_back(r);
+        }
+        bound(&mut q, stats);
+        self.changed.notify_all();
+    }
+
+    /// Puts a request that failed for now back in front of the others
+    /// (unless it is too old to keep).
+    pub fn put_back(&self, r: Request, stats: &PushStats) {
+        let mut q = self.lock();
+        q.bytes += r.body.len();
+        q.requests.push_front(r);
+        bound(&mut q, stats);
+    }
+
+    /// The oldest request, waiting for one; `None` once stopped.
+    pub fn take(&self, stats: &PushStats) -> Option<Request> {
+        let mut q = self.lock();
+        loop {
+            if q.stopped {
+                return None;
+            }
+            if let Some(r) = q.requests.pop_front() {
+                q.bytes -= r.body.len();
+                publish(&q, stats);
+                return Some(r);
+            }
+            q = self.changed.wait(q).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Waits `d`, or less if stopped; false once stopped.
+    pub fn pause(&self, d: Duration) -> bool {
+        let deadline = Instant::now() + d;
+        let mut q = self.lock();
+        while !q.stopped {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return true;
+            }
+            q = self
+                .changed
+                .wait_timeout(q, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        false
+    }
+
+    /// Wakes and ends [`Outbox::take`] and [`Outbox::pause`] for good.
+    pub fn stop(&self) {
+        self.lock().stopped = true;
+        self.changed.notify_all();
+    }
+
+    /// Whether [`Outbox::stop`] was called.
+    pub fn stopped(&self) -> bool {
+        self.lock().stopped
+    }
+}
+
+/// Drops the oldest requests while more than [`MAX_INTERVALS`] intervals
+/// or [`MAX_BYTES`] are queued.
+fn bound(q: &mut Queue, stats: &PushStats) {
+    let newest = q.requests.iter().map(|r| r.interval).max().unwrap_or(0);
+    let mut dropped = 0;
+    while let Some(old) = q.requests.front() {
+        let too_old = old.interval + MAX_INTERVALS <= newest;
+        if !too_old && q.bytes <= MAX_BYTES {
+            break;
+        }
+        q.bytes -= old.body.len();
+        dropped += old.profiles;
+        q.requests.pop_front();
+    }
+    if dropped > 0 {
+        stats.lock().dropped_profiles += dropped;
+    }
+    publish(q, stats);
+}
+
+fn publish(q: &Queue, stats: &PushStats) {
+    let mut r = stats.lock();
+    r.queued_requests = q.requests.len() as u64;
+    r.queued_bytes = q.bytes as u64;
+}
+
+/// Waits between failed tries: [`FIRST_BACKOFF`], doubling up to `max`.
+#[derive(Debug)]
+pub struct Backoff {
+    next: Duration,
+    max: Duration,
+}
+
+impl Backoff {
+    /// Backoff up to `max` (at least [`FIRST_BACKOFF`]).
+    pub fn new(max: Duration) -> Backoff {
+        Backoff {
+            next: FIRST_BACKOFF,
+            max: max.max(FIRST_BACKOFF),
+        }
+    }
+
+    /// How long to wait after a failure; the next wait is twice as long.
+    pub fn failed(&mut self) -> Duration {
+        let wait = self.next;
+        self.next = (self.next * 2).min(self.max);
+        wait
+    }
+
+    /// After a success: the next failure waits [`FIRST_BACKOFF`] again.
+    pub fn reset(&mut self) {
+        self.next = FIRST_BACKOFF;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(interval: u64, bytes: usize) -> Request {
+        Request {
+            body: vec![0; bytes],
+            profiles: 2,
+            interval,
+            service: "s".into(),
+        }
+    }
+
+    #[test]
+    fn the_oldest_intervals_go_first() {
+        let (outbox, stats) = (Outbox::default(), PushStats::default());
+        for interval in 1..=4 {
+            outbox.add(vec![request(interval, 10), request(interval, 10)], &stats);
+        }
+        let r = stats.report();
+        assert_eq!((r.queued_requests, r.queued_bytes, r.dropped_profiles), (4, 40, 8));
+        let first = outbox.take(&stats).unwrap();
+        assert_eq!(first.interval, 3);
+        // A failed try goes back in front, unless its interval is too old.
+        outbox.put_back(first, &stats);
+        outbox.add(vec![request(5, 10)], &stats);
+        assert_eq!(outbox.take(&stats).unwrap().interval, 4);
+        assert_eq!(stats.report().dropped_profiles, 8 + 4);
+    }
+
+    #[test]
+    fn bytes_are_bounded() {
+        let (outbox, stats) = (Outbox::default(), PushStats::default());
+        outbox.add(vec![request(1, MAX_BYTES / 2 + 1); 3], &stats);
+        let r = stats.report();
+        assert_eq!((r.queued_requests, r.dropped_profiles), (1, 4));
+        assert!(r.queued_bytes <= MAX_BYTES as u64);
+    }
+
+    #[test]
+    fn stop_ends_waits() {
+        let (outbox, stats) = (Outbox::default(), PushStats::default());
+        std::thread::scope(|s| {
+            let taker = s.spawn(|| outbox.take(&stats));
+            let pauser = s.spawn(|| outbox.pause(Duration::from_secs(3600)));
+            std::thread::sleep(Duration::from_millis(50));
+            outbox.stop();
+            assert!(taker.join().unwrap().is_none());
+            assert!(!pauser.join().unwrap());
+        });
+        assert!(outbox.stopped());
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_the_interval() {
+        let mut b = Backoff::new(Duration::from_secs(5));
+        let waits: Vec<u64> = (0..5).map(|_| b.failed().as_secs()).collect();
+        assert_eq!(waits, [1, 2, 4, 5, 5]);
+        b.reset();
+        assert_eq!(b.failed(), FIRST_BACKOFF);
+    }
+}

@@ -1,0 +1,213 @@
+//! Sending `PushRequest`s over HTTP as Pyroscope's connect-go server takes
+//! them (unary call, binary protobuf body), with timeouts, and the thread
+//! that empties the [`Outbox`].
+
+use std::{io::Read, time::Duration};
+
+use base64::Engine as _;
+use url::Url;
+
+use super::{
+    outbox::{Backoff, Outbox},
+    stats::{Failure, PushStats},
+};
+use crate::api::token::Token;
+
+/// The Push API's path below the server's URL.
+pub const PUSH_PATH: &str = "push.v1.PusherService/Push";
+/// Longest a request may take in all (connecting, sending, answer); also
+/// the bound on connecting and on each read and write.
+pub const TIMEOUT: Duration = Duration::from_secs(10);
+/// Bytes of an error answer kept for the report.
+const MAX_ERROR_BYTES: u64 = 512;
+
+/// Why a request was not delivered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendError {
+    pub failure: Failure,
+    pub message: String,
+}
+
+impl SendError {
+    /// Whether trying again later may work: not for a 4xx other than 429,
+    /// which says the profiles themselves are wrong.
+    pub fn retry(&self) -> bool {
+        self.failure != Failure::Http4xx || self.message.starts_with("HTTP 429")
+    }
+}
+
+/// An HTTP client for one Pyroscope server.
+pub struct Client {
+    agent: ureq::Agent,
+    endpoint: String,
+    authorization: Option<String>,
+}
+
+impl Client {
+    /// A client for the server at `base` (its path, if any, kept as a
+    /// prefix). With `token`: `Authorization: Bearer TOKEN`, or, when the
+    /// URL names a user (`https://USER@host`), basic auth with the token as
+    /// the password (as Grafana Cloud wants).
+    pub fn new(base: &Url, token: Option<&Token>) -> Client {
+        let user = base.username().to_string();
+        let mut plain = base.clone();
+        // The user goes in the header; the URL (shown in /healthz) has none.
+        let _ = plain.set_username("");
+        let endpoint = format!("{}/{PUSH_PATH}", plain.as_str().trim_end_matches('/'));
+        let authorization = match (token, user.is_empty()) {
+            (Some(t), true) => Some(format!("Bearer {}", t.text())),
+            (Some(t), false) => Some(basic(&user, t.text())),
+            (None, false) => Some(basic(&user, "")),
+            (None, true) => None,
+        };
+        let agent = ureq::AgentBuilder::new()
+            .timeout_connect(TIMEOUT)
+            .timeout_read(TIMEOUT)
+            .timeout_write(TIMEOUT)
+            .timeout(TIMEOUT)
+            .redirects(0)
+            .build();
+        Client {
+            agent,
+            endpoint,
+            authorization,
+        }
+    }
+
+    /// Where requests go.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// Posts one encoded `PushRequest`.
+    pub fn send(&self, body: &[u8]) -> Result<(), SendError> {
+        let mut request = self
+            .agent
+            .post(&self.endpoint)
+            .set("Content-Type", "application/proto")
+            .set("Connect-Protocol-Version", "1");
+        if let Some(auth) = &self.authorization {
+            request = request.set("Authorization", auth);
+        }
+        match request.send_bytes(body) {
+            Ok(_) => Ok(()),
+            Err(e) => Err(classify(e)),
+        }
+    }
+}
+
+fn basic(user: &str, password: &str) -> String {
+    let pair = format!("{user}:{password}");
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(pair)
+    )
+}
+
+/// What went wrong, in words that never hold the URL's credentials (the
+/// URL is left out: the report names it once).
+fn classify(e: ureq::Error) -> SendError {
+    match e {
+        ureq::Error::Status(code, answer) => {
+            let mut text = String::new();
+            let _ = answer
+                .into_reader()
+                .take(MAX_ERROR_BYTES)
+                .read_to_string(&mut text);
+            SendError {
+                failure: if code < 500 {
+                    Failure::Http4xx
+                } else {
+                    Failure::Http5xx
+                },
+                message: format!("HTTP {code}: {}", text.trim()),
+            }
+        }
+        ureq::Error::Transport(t) => {
+            let io = std::error::Error::source(&t).and_then(|s| s.downcast_ref::<std::io::Error>());
+            let timed_out = io.is_some_and(|e| {
+                matches!(
+                    e.kind(),
+                    std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
+                )
+            });
+            let mut message = t.kind().to_string();
+            if let Some(m) = t.message() {
+                message = format!("{message}: {m}");
+            }
+            if let Some(io) = io {
+                message = format!("{message}: {io}");
+            }
+            SendError {
+                failure: if timed_out {
+                    Failure::Timeout
+                } else {
+                    Failure::Refused
+                },
+                message,
+            }
+        }
+    }
+}
+
+/// Sends what the outbox holds, oldest first, until it is stopped. A
+/// request that may go through later goes back in front and the thread
+/// waits ([`Backoff`]); one the server refused as invalid is dropped.
+pub fn run(client: &Client, outbox: &Outbox, stats: &PushStats, backoff: &mut Backoff) {
+    while let Some(request) = outbox.take(stats) {
+        match client.send(&request.body) {
+            Ok(()) => {
+                stats.sent(request.profiles, request.body.len() as u64);
+                backoff.reset();
+            }
+            Err(e) => {
+                stats.failed(e.failure, e.message.clone());
+                if e.retry() {
+                    let wait = backoff.failed();
+                    tracing::debug!(service = %request.service, error = %e.message, ?wait, "push failed; will retry");
+                    outbox.put_back(request, stats);
+                    if !outbox.pause(wait) {
+                        return;
+                    }
+                } else {
+                    tracing::warn!(service = %request.service, error = %e.message, "push refused: profiles dropped");
+                    stats.lock().rejected_profiles += request.profiles;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_and_credentials() {
+        let token = Token::new("s3cret").unwrap();
+        let url = |u: &str| Url::parse(u).unwrap();
+        let c = Client::new(&url("http://localhost:4040"), Some(&token));
+        assert_eq!(c.endpoint(), "http://localhost:4040/push.v1.PusherService/Push");
+        assert_eq!(c.authorization.as_deref(), Some("Bearer s3cret"));
+        let c = Client::new(&url("https://1234@p.example.net/prefix/"), Some(&token));
+        assert_eq!(c.endpoint(), "https://p.example.net/prefix/push.v1.PusherService/Push");
+        // base64("1234:s3cret")
+        assert_eq!(c.authorization.as_deref(), Some("Basic MTIzNDpzM2NyZXQ="));
+        assert!(Client::new(&url("http://h/"), None).authorization.is_none());
+    }
+
+    #[test]
+    fn failures_are_told_apart() {
+        let status = |code| SendError {
+            failure: if code < 500 { Failure::Http4xx } else { Failure::Http5xx },
+            message: format!("HTTP {code}: x"),
+        };
+        assert!(!status(400).retry());
+        assert!(status(429).retry() && status(503).retry());
+        // Nothing listens on port 1 of loopback: refused at once.
+        let c = Client::new(&Url::parse("http://127.0.0.1:1").unwrap(), None);
+        let e = c.send(b"").unwrap_err();
+        assert_eq!(e.failure, Failure::Refused, "{e:?}");
+        assert!(e.retry());
+    }
+}

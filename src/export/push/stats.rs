@@ -1,0 +1,174 @@
+//! What the pusher reports in `/healthz` (`push`) and `/metrics`
+//! (`wallscope_push_*`).
+
+use std::{
+    sync::{Mutex, MutexGuard},
+    time::{SystemTime, UNIX_EPOCH},
+};
+
+use serde::Serialize;
+
+/// Why a push failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// No answer in time (connecting, sending or waiting for it).
+    Timeout,
+    /// No connection: refused, unreachable, name not found, or broken.
+    Refused,
+    /// A 4xx answer: 429 (rate limited) is retried, the others mean the
+    /// profiles are invalid and are dropped (`rejected_profiles`).
+    Http4xx,
+    /// A 5xx answer (server overloaded or down): retried.
+    Http5xx,
+}
+
+impl Failure {
+    /// Every failure, in report order.
+    pub const ALL: [Failure; 4] = [
+        Failure::Timeout,
+        Failure::Refused,
+        Failure::Http4xx,
+        Failure::Http5xx,
+    ];
+
+    /// The name in `/healthz` and the `reason` label in `/metrics`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Failure::Timeout => "timeout",
+            Failure::Refused => "refused",
+            Failure::Http4xx => "http_4xx",
+            Failure::Http5xx => "http_5xx",
+        }
+    }
+}
+
+/// Failed requests by [`Failure`].
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
+pub struct Failed {
+    pub timeout: u64,
+    pub refused: u64,
+    pub http_4xx: u64,
+    pub http_5xx: u64,
+}
+
+impl Failed {
+    /// The count for `f`.
+    pub fn get(&self, f: Failure) -> u64 {
+        match f {
+            Failure::Timeout => self.timeout,
+            Failure::Refused => self.refused,
+            Failure::Http4xx => self.http_4xx,
+            Failure::Http5xx => self.http_5xx,
+        }
+    }
+
+    fn count(&mut self, f: Failure) {
+        *match f {
+            Failure::Timeout => &mut self.timeout,
+            Failure::Refused => &mut self.refused,
+            Failure::Http4xx => &mut self.http_4xx,
+            Failure::Http5xx => &mut self.http_5xx,
+        } += 1;
+    }
+}
+
+/// The pusher's counters since start.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PushReport {
+    /// Where profiles go (without credentials).
+    pub url: String,
+    pub interval_s: f64,
+    /// Intervals turned into profiles.
+    pub intervals: u64,
+    /// Requests (one per process and interval) and profiles delivered.
+    pub sent_requests: u64,
+    pub sent_profiles: u64,
+    pub sent_bytes: u64,
+    /// Failed attempts by reason; all but non-429 4xx are retried.
+    pub failed: Failed,
+    /// Profiles the server refused as invalid (4xx other than 429): not
+    /// sent again.
+    pub rejected_profiles: u64,
+    /// Profiles dropped unsent, oldest first, to keep the queue within its
+    /// bound during an outage.
+    pub dropped_profiles: u64,
+    /// Requests waiting to be sent, and their bytes.
+    pub queued_requests: u64,
+    pub queued_bytes: u64,
+    /// Samples merged into `[trimmed]` to fit Pyroscope's limits, and
+    /// their nanoseconds.
+    pub trimmed_samples: u64,
+    pub trimmed_ns: u64,
+    /// Unix time of the last delivered request.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_success_unix: Option<f64>,
+    /// The last failure, as the server or the connection put it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
+
+/// [`PushReport`] behind a lock held only to update or copy it.
+#[derive(Debug, Default)]
+pub struct PushStats(Mutex<PushReport>);
+
+impl PushStats {
+    /// Counters for pushes to `url` every `interval_s`.
+    pub fn new(url: String, interval_s: f64) -> PushStats {
+        PushStats(Mutex::new(PushReport {
+            url,
+            interval_s,
+            ..PushReport::default()
+        }))
+    }
+
+    /// The counters, locked for a short update.
+    pub fn lock(&self) -> MutexGuard<'_, PushReport> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A copy of the counters.
+    pub fn report(&self) -> PushReport {
+        self.lock().clone()
+    }
+
+    /// Counts a delivered request of `profiles` profiles and `bytes`.
+    pub fn sent(&self, profiles: u64, bytes: u64) {
+        let mut r = self.lock();
+        r.sent_requests += 1;
+        r.sent_profiles += profiles;
+        r.sent_bytes += bytes;
+        r.last_success_unix = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .ok()
+            .map(|d| d.as_secs_f64());
+    }
+
+    /// Counts a failed attempt and keeps its message.
+    pub fn failed(&self, failure: Failure, message: String) {
+        let mut r = self.lock();
+        r.failed.count(failure);
+        r.last_error = Some(message);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failures_count_by_reason() {
+        let stats = PushStats::new("http://x/".into(), 15.0);
+        stats.failed(Failure::Http5xx, "503".into());
+        stats.failed(Failure::Http5xx, "503 again".into());
+        stats.failed(Failure::Timeout, "slow".into());
+        stats.sent(2, 100);
+        let r = stats.report();
+        let counts: Vec<u64> = Failure::ALL.iter().map(|f| r.failed.get(*f)).collect();
+        assert_eq!(counts, [1, 0, 0, 2]);
+        assert_eq!((r.sent_requests, r.sent_profiles, r.sent_bytes), (1, 2, 100));
+        assert_eq!(r.last_error.as_deref(), Some("slow"));
+        assert!(r.last_success_unix.is_some());
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["failed"]["http_5xx"], 2);
+    }
+}
