@@ -139,7 +139,8 @@ fn states_are_labels_and_kernel_frames_have_their_mapping() {
             .sum()
     };
     // (CPU rows of thread 11 exceed its exact CPU time and are scaled.)
-    for state in ["throttled"] {
+    {
+        let state = "throttled";
         let alone = build(
             &store,
             &filter(state, "thread", Window::last(30, now)),
