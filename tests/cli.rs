@@ -17,7 +17,7 @@ fn wallscope(args: &[&str]) -> (i32, String) {
 fn record_rejects_unknown_output_type() {
     let (code, err) = wallscope(&["record", "--pid", "1", "-o", "out.png"]);
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains(".svg or .folded"), "{err}");
+    assert!(err.contains(".svg, .folded or .pb.gz"), "{err}");
 }
 
 #[test]

@@ -7,6 +7,7 @@ pub mod limit;
 pub mod memory;
 mod metrics;
 pub mod params;
+mod pprof;
 mod queries;
 pub mod server;
 pub mod token;
@@ -73,6 +74,7 @@ fn routes(shared: Arc<Shared>) -> Router {
         .route("/", get(index))
         .route("/folded", get(queries::folded))
         .route("/flamegraph", get(queries::flamegraph))
+        .route("/pprof", get(pprof::pprof))
         .route("/processes", get(queries::processes))
         .route("/threads", get(queries::threads))
         .route("/healthz", get(healthz))

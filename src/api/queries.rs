@@ -35,13 +35,14 @@ use crate::{
 };
 
 /// Parameters of `/folded` (and, with `format`, `/flamegraph`).
-const PROFILE_PARAMS: [&str; 7] = ["pid", "tid", "seconds", "from", "until", "kind", "group"];
+pub(super) const PROFILE_PARAMS: [&str; 7] =
+    ["pid", "tid", "seconds", "from", "until", "kind", "group"];
 
 /// Response header saying what the size bounds merged away.
 pub const TRUNCATED_HEADER: &str = "x-wallscope-truncated";
 
 /// The store's slices now; the lock is held only to copy the list.
-fn snapshot(shared: &Shared) -> Snapshot {
+pub(super) fn snapshot(shared: &Shared) -> Snapshot {
     shared
         .store
         .read()
@@ -64,7 +65,8 @@ fn with_window(names: &[&'static str]) -> Vec<&'static str> {
     [names, &WINDOW_PARAMS[..]].concat()
 }
 
-fn filter(shared: &Shared, p: &Params) -> Result<Filter, ApiError> {
+/// The filter of a profile query; `group` when none is given.
+pub(super) fn filter(shared: &Shared, p: &Params, group: Group) -> Result<Filter, ApiError> {
     let kind = p
         .choice("kind", &Kind::NAMES)?
         .and_then(Kind::parse)
@@ -72,7 +74,7 @@ fn filter(shared: &Shared, p: &Params) -> Result<Filter, ApiError> {
     let group = p
         .choice("group", &Group::NAMES)?
         .and_then(Group::parse)
-        .unwrap_or(Group::Process);
+        .unwrap_or(group);
     Ok(Filter {
         pid: p.id("pid")?,
         tid: p.id("tid")?,
@@ -115,7 +117,7 @@ fn unknown_pid(store: &Snapshot, pid: u32) -> Option<String> {
     })
 }
 
-fn empty_message(store: &Snapshot, filter: &Filter) -> String {
+pub(super) fn empty_message(store: &Snapshot, filter: &Filter) -> String {
     let window = format!("in the {}", filter.window.describe());
     let what = format!("no {} samples", filter.kind.describe());
     let retention = format!("in the last {} min", store.retention().as_secs() / 60);
@@ -142,7 +144,7 @@ pub(super) async fn folded(
     RawQuery(q): RawQuery,
 ) -> Result<Response, ApiError> {
     let p = Params::parse(q.as_deref(), &PROFILE_PARAMS)?;
-    let filter = filter(&state.shared, &p)?;
+    let filter = filter(&state.shared, &p, Group::Process)?;
     let shared = state.shared.clone();
     let (text, truncated) = state
         .queries
@@ -182,7 +184,7 @@ pub(super) async fn flamegraph(
 ) -> Result<Response, ApiError> {
     let p = Params::parse(q.as_deref(), &[&PROFILE_PARAMS[..], &["format"]].concat())?;
     let svg = p.choice("format", &["svg", "folded"])?.unwrap_or("svg") == "svg";
-    let filter = filter(&state.shared, &p)?;
+    let filter = filter(&state.shared, &p, Group::Process)?;
     let shared = state.shared.clone();
     let (body, truncated) = state
         .queries

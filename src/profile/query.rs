@@ -185,7 +185,7 @@ pub fn ns_to_us(ns: u64) -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::time::SystemTime;
 
     use std::time::Duration;
@@ -206,7 +206,9 @@ mod tests {
         }
     }
 
-    fn store() -> (Store, SystemTime) {
+    /// Pids 10 (threads 10 and 11) and 20 on CPU, in one slice ending at
+    /// the time returned.
+    pub(crate) fn store() -> (Store, SystemTime) {
         let end = SystemTime::UNIX_EPOCH + Duration::from_secs(100);
         let mut store = Store::new(Duration::from_secs(600));
         store.push(Slice {
@@ -278,7 +280,7 @@ mod tests {
 
     /// Pid 10 (thread 11 throttled, then woken by thread 10 and by a
     /// softirq); pid 0 is the idle task, named like it.
-    fn offcpu_store() -> (Store, SystemTime) {
+    pub(crate) fn offcpu_store() -> (Store, SystemTime) {
         use crate::{bpf::abi::INTERRUPT_TID, collect::RawThread, profile::Interrupt};
         let (mut store, end) = store();
         let frames = |names: &[&str]| -> Stack { names.iter().map(|f| Arc::from(*f)).collect() };

@@ -1,3 +1,193 @@
-//! pprof profiles from the store.
+//! pprof profiles (`profile.proto`, gzipped) from the store, built from
+//! the same rows as folded text ([`crate::profile::rows`]), so both add up
+//! to the same total.
+//!
+//! Sample types (documented in the README):
+//! - `kind=cpu`: `samples/count`, `cpu/nanoseconds`, period
+//!   `cpu/nanoseconds`, as Go's CPU profiles;
+//! - every other state kind, `offcpu` and `wall`: `samples/count`,
+//!   `wall/nanoseconds`, each sample labelled with its `state`;
+//! - `kind=wakeup`: `wakeups/count`, `wakee_wait/nanoseconds`.
 
 pub mod proto;
+mod tables;
+
+use std::{collections::HashMap, io::Write as _};
+
+use flate2::{write::GzEncoder, Compression};
+use prost::Message as _;
+
+use crate::{
+    bpf::abi::State,
+    profile::{
+        kind::{pool_name, Group, Kind},
+        query::Filter,
+        rows::{self, Names, Row},
+        store::Snapshot,
+        window::unix_nanos,
+    },
+};
+use proto::{Label, Profile, Sample, ValueType};
+pub use tables::FrameKind;
+use tables::Tables;
+
+/// Which labels samples carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Detail {
+    /// `pid`, `comm`, and by the filter's group `thread_id`, `thread_name`
+    /// and `pool` (thread) or `pool` (pool); `state`.
+    Threads,
+    /// `state` only: for series stores that turn every distinct label set
+    /// into a series of its own (Pyroscope).
+    Series,
+}
+
+/// The sample types of a kind: `(type, unit)` for the count, then for the
+/// time, which is the default.
+pub fn sample_types(kind: Kind) -> [(&'static str, &'static str); 2] {
+    match kind {
+        Kind::State(State::Cpu) => [("samples", "count"), ("cpu", "nanoseconds")],
+        Kind::Wakeup => [("wakeups", "count"), ("wakee_wait", "nanoseconds")],
+        _ => [("samples", "count"), ("wall", "nanoseconds")],
+    }
+}
+
+/// The profile of what `filter` selects in `store`.
+pub fn build(store: &Snapshot, filter: &Filter, detail: Detail) -> Profile {
+    let per_thread = detail == Detail::Threads && filter.group != Group::Process;
+    let (mut rows, names) = rows::select(store, filter, per_thread);
+    // Rows come in hash order: sorted, equal windows give equal bytes.
+    rows.sort_by(|a, b| {
+        let key = |r: &Row| {
+            (
+                r.pid,
+                r.tid,
+                r.state.map(|s| s as u8),
+                r.interrupt.is_some(),
+            )
+        };
+        key(a)
+            .cmp(&key(b))
+            .then_with(|| a.stack.cmp(&b.stack))
+            .then_with(|| a.leaf.cmp(&b.leaf))
+    });
+    let mut t = Tables::default();
+    let mut profile = Profile::default();
+    let types = sample_types(filter.kind);
+    for (ty, unit) in types {
+        let vt = ValueType {
+            r#type: t.string(ty),
+            unit: t.string(unit),
+        };
+        profile.sample_type.push(vt);
+    }
+    profile.default_sample_type = t.string(types[1].0);
+    profile.period_type = Some(profile.sample_type[1]);
+    profile.period = period(filter.kind, &rows);
+    profile.time_nanos = unix_nanos(filter.window.from) as i64;
+    profile.duration_nanos = filter.window.length().as_nanos() as i64;
+    let comment = format!(
+        "wallscope kind={} group={} {}",
+        kind_name(filter.kind),
+        group_name(filter.group),
+        filter.window.describe()
+    );
+    profile.comment.push(t.string(&comment));
+    // Rows that differ only in what the labels leave out (two threads of a
+    // pool, an off-CPU stack in two states under `Series`...) are one
+    // sample.
+    let mut samples: HashMap<(Vec<u64>, Vec<Label>), usize> = HashMap::new();
+    for row in &rows {
+        let locations = locations(&mut t, row);
+        let labels = labels(&mut t, &names, row, filter.group, detail);
+        let at = *samples
+            .entry((locations.clone(), labels.clone()))
+            .or_insert_with(|| {
+                profile.sample.push(Sample {
+                    location_id: locations,
+                    value: vec![0, 0],
+                    label: labels,
+                });
+                profile.sample.len() - 1
+            });
+        let value = &mut profile.sample[at].value;
+        value[0] += row.count as i64;
+        value[1] += row.ns as i64;
+    }
+    t.fill(&mut profile);
+    profile
+}
+
+/// The sampling period: the time one on-CPU sample stands for, which every
+/// CPU row holds a whole number of. Off-CPU time is exact or sampled by
+/// interval length, with no period.
+fn period(kind: Kind, rows: &[Row]) -> i64 {
+    if kind != Kind::State(State::Cpu) {
+        return 0;
+    }
+    rows.iter()
+        .find(|r| r.count > 0)
+        .map_or(0, |r| (r.ns / r.count) as i64)
+}
+
+/// The row's frames, leaf first as pprof wants them.
+fn locations(t: &mut Tables, row: &Row) -> Vec<u64> {
+    let mut ids = Vec::with_capacity(row.stack.len() + 2);
+    if let Some(leaf) = &row.leaf {
+        ids.push(t.location(leaf));
+    }
+    for frame in row.stack.iter().rev() {
+        ids.push(t.location(frame));
+    }
+    if let Some(irq) = row.interrupt {
+        ids.push(t.location(irq.frame()));
+    }
+    ids
+}
+
+fn labels(t: &mut Tables, names: &Names, row: &Row, group: Group, detail: Detail) -> Vec<Label> {
+    let mut labels = Vec::new();
+    if let Some(state) = row.state {
+        labels.push(t.label("state", state.name()));
+    }
+    if detail == Detail::Series || row.interrupt.is_some() {
+        return labels;
+    }
+    labels.push(t.number("pid", u64::from(row.pid)));
+    labels.push(t.label("comm", names.process(row.pid)));
+    if row.tid != 0 {
+        let thread = names.thread(row.tid);
+        if group == Group::Thread {
+            labels.push(t.number("thread_id", u64::from(row.tid)));
+            labels.push(t.label("thread_name", thread));
+        }
+        labels.push(t.label("pool", &pool_name(thread)));
+    }
+    labels
+}
+
+fn kind_name(kind: Kind) -> &'static str {
+    Kind::NAMES
+        .into_iter()
+        .find(|n| Kind::parse(n) == Some(kind))
+        .unwrap_or("?")
+}
+
+fn group_name(group: Group) -> &'static str {
+    Group::NAMES
+        .into_iter()
+        .find(|n| Group::parse(n) == Some(group))
+        .unwrap_or("?")
+}
+
+/// The profile, encoded and gzipped, as `go tool pprof` and Pyroscope read
+/// it.
+pub fn encode_gzip(profile: &Profile) -> Vec<u8> {
+    let mut gz = GzEncoder::new(Vec::new(), Compression::default());
+    // Writing into a Vec cannot fail.
+    let _ = gz.write_all(&profile.encode_to_vec());
+    gz.finish().unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests;

@@ -58,7 +58,7 @@ pub struct Sample {
 }
 
 /// A sample's label: a string (`str`) or a number (`num`, `num_unit`).
-#[derive(Clone, Copy, PartialEq, Eq, prost::Message)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, prost::Message)]
 pub struct Label {
     #[prost(int64, tag = "1")]
     pub key: i64,

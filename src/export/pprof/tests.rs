@@ -1,0 +1,210 @@
+use std::{io::Read as _, path::Path};
+
+use flate2::read::GzDecoder;
+
+use super::*;
+use crate::profile::{
+    query::{
+        folded,
+        tests::{offcpu_store, store},
+    },
+    window::Window,
+};
+
+fn filter(kind: &str, group: &str, window: Window) -> Filter {
+    Filter {
+        pid: None,
+        tid: None,
+        kind: Kind::parse(kind).unwrap(),
+        group: Group::parse(group).unwrap(),
+        window,
+    }
+}
+
+fn string(p: &Profile, i: i64) -> &str {
+    &p.string_table[i as usize]
+}
+
+fn total(p: &Profile) -> i64 {
+    p.sample.iter().map(|s| s.value[1]).sum()
+}
+
+/// The sample's string labels, `key=value`, and number labels, `key=#n`.
+fn labels(p: &Profile, s: &Sample) -> Vec<String> {
+    s.label
+        .iter()
+        .map(|l| match l.str {
+            0 => format!("{}=#{}", string(p, l.key), l.num),
+            v => format!("{}={}", string(p, l.key), string(p, v)),
+        })
+        .collect()
+}
+
+/// The sample's function names, root first, with their mappings.
+fn frames(p: &Profile, s: &Sample) -> Vec<String> {
+    s.location_id
+        .iter()
+        .rev()
+        .map(|id| {
+            let loc = &p.location[*id as usize - 1];
+            let f = &p.function[loc.line[0].function_id as usize - 1];
+            let m = &p.mapping[p
+                .mapping
+                .iter()
+                .position(|m| m.id == loc.mapping_id)
+                .unwrap()];
+            format!("{}@{}", string(p, f.name), string(p, m.filename))
+        })
+        .collect()
+}
+
+#[test]
+fn cpu_profiles_are_typed_as_go_does() {
+    let (store, now) = store();
+    let p = build(
+        &store.snapshot(),
+        &filter("cpu", "thread", Window::last(30, now)),
+        Detail::Threads,
+    );
+    let types: Vec<(&str, &str)> = p
+        .sample_type
+        .iter()
+        .map(|t| (string(&p, t.r#type), string(&p, t.unit)))
+        .collect();
+    assert_eq!(types, [("samples", "count"), ("cpu", "nanoseconds")]);
+    let period = p.period_type.unwrap();
+    assert_eq!(
+        (string(&p, period.r#type), string(&p, period.unit)),
+        ("cpu", "nanoseconds")
+    );
+    assert_eq!(string(&p, p.default_sample_type), "cpu");
+    assert_eq!(total(&p), 15_000);
+    assert_eq!(p.duration_nanos, 30_000_000_000);
+    let thread_11_b = p
+        .sample
+        .iter()
+        .find(|s| frames(&p, s).last().unwrap() == "b@[native]")
+        .unwrap();
+    assert_eq!(
+        labels(&p, thread_11_b),
+        [
+            "state=cpu",
+            "pid=#10",
+            "comm=ten",
+            "thread_id=#11",
+            "thread_name=t",
+            "pool=t"
+        ]
+    );
+    assert_eq!(thread_11_b.value, [1, 2_000]);
+    let ids = p.location.iter().map(|l| l.id);
+    let ids = ids.chain(p.function.iter().map(|f| f.id));
+    assert!(ids.chain(p.mapping.iter().map(|m| m.id)).all(|id| id != 0));
+}
+
+#[test]
+fn totals_match_folded_for_every_kind_and_group() {
+    let (store, now) = offcpu_store();
+    let store = store.snapshot();
+    for kind in Kind::NAMES {
+        for group in Group::NAMES {
+            let f = Filter {
+                pid: Some(10),
+                ..filter(kind, group, Window::last(30, now))
+            };
+            let p = build(&store, &f, Detail::Threads);
+            let series = build(&store, &f, Detail::Series);
+            let want = folded(&store, &f).total_ns as i64;
+            assert_eq!(total(&p), want, "{kind} {group}");
+            assert_eq!(total(&series), want, "{kind} {group}");
+        }
+    }
+}
+
+#[test]
+fn states_are_labels_and_kernel_frames_have_their_mapping() {
+    let (store, now) = offcpu_store();
+    let store = store.snapshot();
+    let wall = build(
+        &store,
+        &filter("wall", "thread", Window::last(30, now)),
+        Detail::Threads,
+    );
+    let of_state = |p: &Profile, state: &str| -> i64 {
+        let label = format!("state={state}");
+        p.sample
+            .iter()
+            .filter(|s| labels(p, s).contains(&label))
+            .map(|s| s.value[1])
+            .sum()
+    };
+    // (CPU rows of thread 11 exceed its exact CPU time and are scaled.)
+    {
+        let state = "throttled";
+        let alone = build(
+            &store,
+            &filter(state, "thread", Window::last(30, now)),
+            Detail::Threads,
+        );
+        // Wall rows are scaled to exact totals and completed by
+        // [unattributed]: only the stack rows compare.
+        let stacks_only: i64 = wall
+            .sample
+            .iter()
+            .filter(|s| labels(&wall, s).contains(&format!("state={state}")))
+            .filter(|s| !frames(&wall, s).iter().any(|f| f.contains("unattributed")))
+            .map(|s| s.value[1])
+            .sum();
+        assert_eq!(stacks_only, total(&alone), "{state}");
+        assert_eq!(of_state(&alone, state), total(&alone), "{state}");
+    }
+    let wakeups = build(
+        &store,
+        &filter("wakeup", "process", Window::last(30, now)),
+        Detail::Threads,
+    );
+    let irq = wakeups
+        .sample
+        .iter()
+        .map(|s| frames(&wakeups, s))
+        .find(|f| f[0] == "[softirq]@[wallscope]")
+        .unwrap();
+    assert_eq!(
+        irq,
+        [
+            "[softirq]@[wallscope]",
+            "net_rx_action@[kernel.kallsyms]",
+            "try_to_wake_up@[kernel.kallsyms]",
+            "[wakes t [tid 11]]@[wallscope]"
+        ]
+    );
+}
+
+#[test]
+fn encoded_profile_matches_golden() {
+    let (store, now) = offcpu_store();
+    let window = Window::between(now - std::time::Duration::from_secs(30), now);
+    let p = build(
+        &store.snapshot(),
+        &filter("wall", "thread", window),
+        Detail::Threads,
+    );
+    let gz = encode_gzip(&p);
+    let mut raw = Vec::new();
+    GzDecoder::new(&gz[..]).read_to_end(&mut raw).unwrap();
+    assert_eq!(Profile::decode(&raw[..]).unwrap(), p, "round trip");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/offcpu.pb.gz");
+    if std::env::var_os("BLESS").is_some() {
+        std::fs::write(&path, &gz).unwrap();
+    }
+    let expected = std::fs::read(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (run with BLESS=1 to create it)", path.display()));
+    assert!(gz == expected, "encoding differs from {}", path.display());
+    // The same window twice is the same bytes.
+    let again = build(
+        &store.snapshot(),
+        &filter("wall", "thread", window),
+        Detail::Threads,
+    );
+    assert_eq!(encode_gzip(&again), gz);
+}
