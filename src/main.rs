@@ -13,7 +13,10 @@ use clap::{Parser, Subcommand};
 use wallscope::{
     api,
     bpf::ProbeOptions,
-    export::pprof::{self, Detail},
+    export::{
+        pprof::{self, Detail},
+        push::{self, PushOptions, Pusher, SeriesLabels},
+    },
     jvm::{agent::JvmMode, JvmFrames},
     pipeline::{Pipeline, PipelineOptions},
     profile::{
@@ -107,6 +110,58 @@ struct Security {
     insecure_listen: bool,
 }
 
+/// Pushing profiles to Grafana Pyroscope.
+#[derive(clap::Args, Clone)]
+struct Push {
+    /// Push profiles to the Pyroscope server at this URL (http or https)
+    /// every --push-interval: `process_cpu` and `wallscope_offcpu` for the
+    /// busiest processes. `https://USER@host` sends basic auth, with
+    /// --push-token-file as the password.
+    #[arg(long, value_name = "URL", value_parser = push::parse_url)]
+    push_url: Option<url::Url>,
+    /// Time between pushes (1s to 10m); each push holds the time since the
+    /// previous one.
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = push::parse_interval, requires = "push_url")]
+    push_interval: Duration,
+    /// A label for every pushed series (repeatable); `service_name=NAME`
+    /// replaces the process's, `hostname=` (empty) drops that label.
+    #[arg(long = "push-label", value_name = "NAME=VALUE", value_parser = push::labels::parse_label, requires = "push_url")]
+    push_label: Vec<(String, String)>,
+    /// File holding the token sent as `Authorization: Bearer TOKEN` (the
+    /// password with a user in the URL); checked as --token-file is.
+    #[arg(long, value_name = "FILE", requires = "push_url")]
+    push_token_file: Option<PathBuf>,
+    /// Processes pushed per interval, busiest (by wall time) first.
+    #[arg(long, value_name = "N", default_value_t = push::DEFAULT_TOP as u16, value_parser = clap::value_parser!(u16).range(1..=256), requires = "push_url")]
+    push_top: u16,
+}
+
+impl Push {
+    /// The pusher's options, checked before anything is loaded: a bad
+    /// label or token file is a usage error.
+    fn options(&self) -> Result<Option<PushOptions>> {
+        let Some(url) = &self.push_url else {
+            return Ok(None);
+        };
+        let token = match &self.push_token_file {
+            Some(path) => Some(
+                api::token::Token::from_file(path)
+                    .map_err(|e| Usage(format!("--push-token-file {}: {e}", path.display())))?,
+            ),
+            None => None,
+        };
+        let labels = SeriesLabels::for_this_host(self.push_label.clone())
+            .map_err(|e| Usage(format!("--push-label: {e}")))?;
+        Ok(Some(PushOptions {
+            url: url.clone(),
+            interval: self.push_interval,
+            labels,
+            token,
+            top: usize::from(self.push_top),
+        }))
+    }
+}
+
 /// Where off-CPU stacks are walked (`--offcpu-stacks`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum OffcpuStacks {
@@ -141,6 +196,8 @@ enum Command {
         max_memory_mb: u64,
         #[command(flatten)]
         sampling: Sampling,
+        #[command(flatten)]
+        push: Push,
     },
     /// Profile one process for a while and write a flame graph or folded stacks.
     Record {
@@ -181,12 +238,13 @@ fn main() -> ExitCode {
             retention,
             max_memory_mb,
             sampling,
+            push,
         } => {
             let history = History {
                 retention: Duration::from_secs(retention * 60),
                 max_bytes: (max_memory_mb << 20) as usize,
             };
-            serve(listen, &security, history, &sampling)
+            serve(listen, &security, history, &sampling, &push)
         }
         Command::Record {
             pid,
@@ -265,8 +323,10 @@ fn serve(
     security: &Security,
     history: History,
     sampling: &Sampling,
+    push: &Push,
 ) -> Result<()> {
     let access = access(listen, security)?;
+    let push = push.options()?;
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     // Bind first: a taken port should fail before anything is loaded.
     let listener = runtime
@@ -280,12 +340,20 @@ fn serve(
             anyhow::anyhow!("cannot listen on {listen}: {e}{hint}")
         })?;
     let pipeline = Pipeline::start(&pipeline_options(sampling, history))?;
+    let pusher = push
+        .map(|opts| Pusher::start(pipeline.shared(), opts))
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     tracing::info!(%listen, frequency = sampling.frequency, "wallscope serving on http://{listen}/");
     let served = runtime.block_on(api::serve(listener, pipeline.shared(), access));
     let stopping = Instant::now();
     // A flame graph still rendering on a blocking thread must not hold the
     // exit: its client is gone.
     runtime.shutdown_background();
+    // Nor a push to a hung server: what is unsent is lost either way.
+    if let Some(pusher) = pusher {
+        pusher.stop(Duration::from_millis(200));
+    }
     pipeline.stop();
     tracing::info!(took = ?stopping.elapsed(), "pipeline stopped");
     served.context("serving HTTP")

@@ -2,9 +2,8 @@
 //! and off-CPU profiles of the window, fitted to Pyroscope's limits, in
 //! one `PushRequest`.
 
-use std::{io::Write as _, sync::Arc};
+use std::sync::Arc;
 
-use flate2::{write::GzEncoder, Compression};
 use prost::Message;
 
 use super::{
@@ -16,14 +15,14 @@ use super::{
 };
 use crate::{
     bpf::abi::State,
-    export::pprof::proto::Profile,
+    export::pprof::{self, Detail},
     jvm::Jvms,
     profile::{
         kind::{Group, Kind},
         query::{self, Filter},
         rows::Names,
         store::Snapshot,
-        window::{unix_nanos, Window},
+        window::Window,
     },
 };
 
@@ -37,11 +36,6 @@ pub const OFFCPU_SERIES: &str = "wallscope_offcpu";
 /// the interval) first.
 pub const DEFAULT_TOP: usize = 32;
 
-/// Builds a pprof profile of what a filter selects, with no sample labels
-/// but `state` (each distinct set of sample labels is a series to
-/// Pyroscope: thread ids would make thousands).
-pub type BuildFn = dyn Fn(&Snapshot, &Filter) -> Profile + Send + Sync;
-
 /// The series pushed for a process, and the kind each profiles.
 const SERIES: [(&str, Kind); 2] = [
     (CPU_SERIES, Kind::State(State::Cpu)),
@@ -51,7 +45,6 @@ const SERIES: [(&str, Kind); 2] = [
 /// What it takes to turn a window into requests.
 pub struct Batcher {
     pub labels: SeriesLabels,
-    pub build: Arc<BuildFn>,
     pub jvms: Arc<Jvms>,
     /// Processes per interval.
     pub top: usize,
@@ -86,15 +79,15 @@ impl Batcher {
                     group: Group::Process,
                     window,
                 };
-                let mut profile = (self.build)(store, &filter);
+                // No sample label but `state`: each distinct set of sample
+                // labels is a series to Pyroscope, and thread ids would
+                // make thousands. The profile's time and duration are the
+                // window's, so a reader can ask `/pprof` for the same one.
+                let mut profile = pprof::build(store, &filter, Detail::Series);
                 if profile.sample.is_empty() {
                     continue;
                 }
-                // The window, exactly: a reader can ask the API for the
-                // same one (`from`/`until`).
-                profile.time_nanos = unix_nanos(window.from) as i64;
-                profile.duration_nanos = window.length().as_nanos() as i64;
-                let (raw_profile, t) = fit::fit(&mut profile, gzip);
+                let (raw_profile, t) = fit::fit(&mut profile, pprof::encode_gzip);
                 trimmed.samples += t.samples;
                 trimmed.ns += t.ns;
                 series.push(RawProfileSeries {
@@ -123,12 +116,4 @@ impl Batcher {
 /// none until the store records containers.
 fn container_labels(_store: &Snapshot, _pid: u32) -> Vec<(&'static str, String)> {
     Vec::new()
-}
-
-/// A profile as Pyroscope wants it in `raw_profile`: gzip'd pprof.
-pub fn gzip(profile: &Profile) -> Vec<u8> {
-    let mut gz = GzEncoder::new(Vec::new(), Compression::default());
-    // Writing to a Vec cannot fail.
-    let _ = gz.write_all(&profile.encode_to_vec());
-    gz.finish().unwrap_or_default()
 }

@@ -103,6 +103,12 @@ impl SeriesLabels {
         })
     }
 
+    /// [`SeriesLabels::new`] with this machine's name as `hostname`.
+    pub fn for_this_host(extra: Vec<(String, String)>) -> Result<SeriesLabels, String> {
+        let hostname = crate::api::access::this_host_name().unwrap_or_default();
+        SeriesLabels::new(extra, hostname)
+    }
+
     /// The labels of series `name` for a process of `service`, sorted by
     /// name (as Pyroscope keeps them), without empty values.
     pub fn series(

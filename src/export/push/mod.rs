@@ -26,9 +26,9 @@ use std::{
 
 use url::Url;
 
-pub use batch::{BuildFn, CPU_SERIES, DEFAULT_TOP, OFFCPU_SERIES};
+pub use batch::{CPU_SERIES, DEFAULT_TOP, OFFCPU_SERIES};
 use batch::Batcher;
-use labels::SeriesLabels;
+pub use labels::SeriesLabels;
 use outbox::{Backoff, Outbox};
 use send::Client;
 pub use stats::{PushReport, PushStats};
@@ -45,8 +45,8 @@ pub struct PushOptions {
     /// The server (`http` or `https`, no password).
     pub url: Url,
     pub interval: Duration,
-    /// `--push-label`s, checked ([`labels::parse_label`]).
-    pub labels: Vec<(String, String)>,
+    /// The series labels, `--push-label`s included.
+    pub labels: SeriesLabels,
     pub token: Option<Token>,
     /// Processes per interval.
     pub top: usize,
@@ -92,15 +92,9 @@ pub struct Pusher {
 }
 
 impl Pusher {
-    /// Starts pushing what `shared`'s store records from now on, each
-    /// profile built by `build`. Its counters go in `shared.push`.
-    pub fn start(
-        shared: Arc<Shared>,
-        opts: PushOptions,
-        build: Arc<BuildFn>,
-    ) -> Result<Pusher, String> {
-        let hostname = crate::api::access::this_host_name().unwrap_or_default();
-        let labels = SeriesLabels::new(opts.labels.clone(), hostname)?;
+    /// Starts pushing what `shared`'s store records from now on. Its
+    /// counters go in `shared.push`.
+    pub fn start(shared: Arc<Shared>, opts: PushOptions) -> Result<Pusher, String> {
         let client = Client::new(&opts.url, opts.token.as_ref());
         let mut shown = opts.url.clone();
         let _ = shown.set_username("");
@@ -111,8 +105,7 @@ impl Pusher {
         let _ = shared.push.set(stats.clone());
         let outbox = Arc::new(Outbox::default());
         let batcher = Batcher {
-            labels,
-            build,
+            labels: opts.labels,
             jvms: shared.jvms.clone(),
             top: opts.top,
             services: Default::default(),
