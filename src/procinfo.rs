@@ -49,14 +49,30 @@ impl Status {
     }
 }
 
+/// Field `n` of `/proc/PID/stat`, counted from 0 after the command name
+/// (the state is 0): the name may hold spaces and parentheses, so fields
+/// start after the last `)`.
+fn stat_field(pid: u32, n: usize) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(n)?.parse().ok()
+}
+
+/// `PF_KTHREAD` in the flags of `/proc/PID/stat`.
+const PF_KTHREAD: u64 = 0x0020_0000;
+
+/// Whether `pid` is a kernel thread (or the idle task, pid 0); false when
+/// it is gone.
+pub fn is_kernel_thread(pid: u32) -> bool {
+    // flags is field 9, the 6th after the name.
+    pid == 0 || stat_field(pid, 6).is_some_and(|f| f & PF_KTHREAD != 0)
+}
+
 /// When `pid` started (wall clock), from its start time in clock ticks
 /// after boot and the boot time.
 pub fn start_time(pid: u32) -> Option<SystemTime> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name may hold spaces and parentheses: fields start after
-    // the last `)`. starttime is field 22, the 20th after it.
-    let after = &stat[stat.rfind(')')? + 1..];
-    let ticks: u64 = after.split_whitespace().nth(19)?.parse().ok()?;
+    // starttime is field 22, the 19th after the name.
+    let ticks = stat_field(pid, 19)?;
     let boot: u64 = fs::read_to_string("/proc/stat")
         .ok()?
         .lines()
@@ -86,6 +102,16 @@ mod tests {
         let age = SystemTime::now().duration_since(started).unwrap();
         assert!(age < Duration::from_secs(3600), "{age:?}");
         assert!(Status::read(u32::MAX).is_none());
+        assert!(!is_kernel_thread(me) && !is_kernel_thread(u32::MAX));
+        assert!(is_kernel_thread(0));
+        // Kernel threads have no command line; in the host's pid namespace
+        // kthreadd (pid 2) is one.
+        for pid in 1..=4096 {
+            let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            assert!(!is_kernel_thread(pid) || cmdline.is_empty(), "{pid}");
+        }
+        let comm = fs::read_to_string("/proc/2/comm").unwrap_or_default();
+        assert_eq!(is_kernel_thread(2), comm.trim() == "kthreadd");
     }
 
     #[test]

@@ -151,10 +151,12 @@ impl Queries {
 
 /// This thread's nice value, raised for a while: the pool's threads run
 /// other work after, so it is restored when dropped.
-struct Nice(Option<libc::c_int>);
+pub struct Nice(Option<libc::c_int>);
 
 impl Nice {
-    fn set(nice: libc::c_int) -> Nice {
+    /// Raises this thread's nice value to `nice` (never lowers it) until
+    /// dropped.
+    pub fn set(nice: libc::c_int) -> Nice {
         // SAFETY: plain syscalls on this thread; errno is checked because
         // -1 is also a valid nice value.
         unsafe {

@@ -6,6 +6,7 @@ pub mod api;
 pub mod java;
 pub mod java_frames;
 pub mod kernel;
+pub mod pyroscope;
 pub mod rows;
 
 use std::{

@@ -33,7 +33,7 @@ pub const CPU_SERIES: &str = "process_cpu";
 /// each sample labelled with its `state`.
 pub const OFFCPU_SERIES: &str = "wallscope_offcpu";
 /// Processes pushed per interval by default, busiest (by wall time in
-/// the interval) first.
+/// the interval) first; kernel threads are left out.
 pub const DEFAULT_TOP: usize = 32;
 
 /// The series pushed for a process, and the kind each profiles.
@@ -60,15 +60,22 @@ impl Batcher {
         window: Window,
         interval: u64,
     ) -> (Vec<Request>, Trimmed) {
-        let pids = query::busiest(store, window, self.top);
         let names = Names::of(store.within(window));
+        let mut looked_at = Vec::new();
+        let mut chosen = Vec::new();
+        for pid in query::busiest(store, window, usize::MAX) {
+            if chosen.len() == self.top {
+                break;
+            }
+            looked_at.push(pid);
+            let is_jvm = self.jvms.report(pid).is_some();
+            if let Some(service) = self.services.get(pid, names.process(pid), is_jvm) {
+                chosen.push((pid, service));
+            }
+        }
         let mut trimmed = Trimmed::default();
         let mut out = Vec::new();
-        for &pid in &pids {
-            let comm = names.process(pid);
-            let service = self
-                .services
-                .get(pid, comm, self.jvms.report(pid).is_some());
+        for (pid, service) in chosen {
             let container = container_labels(store, pid);
             let mut series = Vec::new();
             for (name, kind) in SERIES {
@@ -87,13 +94,13 @@ impl Batcher {
                 if profile.sample.is_empty() {
                     continue;
                 }
-                let (raw_profile, t) = fit::fit(&mut profile, pprof::encode_gzip);
+                let t = fit::fit(&mut profile);
                 trimmed.samples += t.samples;
                 trimmed.ns += t.ns;
                 series.push(RawProfileSeries {
                     labels: self.labels.series(name, &service, &container),
                     samples: vec![RawSample {
-                        raw_profile,
+                        raw_profile: pprof::encode_gzip(&profile),
                         id: String::new(),
                     }],
                 });
@@ -107,7 +114,7 @@ impl Batcher {
                 });
             }
         }
-        self.services.keep_only(&pids);
+        self.services.keep_only(&looked_at);
         (out, trimmed)
     }
 }
@@ -116,4 +123,145 @@ impl Batcher {
 /// none until the store records containers.
 fn container_labels(_store: &Snapshot, _pid: u32) -> Vec<(&'static str, String)> {
     Vec::new()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{
+        collections::{BTreeMap, HashMap},
+        io::Read as _,
+        time::{Duration, SystemTime},
+    };
+
+    use super::*;
+    use crate::{
+        collect::RawThread,
+        export::pprof::proto::Profile,
+        profile::window::unix_nanos,
+        profile::{store::Store, Sample, Slice},
+    };
+
+    /// A pid no process has: not a kernel thread, and its own name.
+    const APP: u32 = 4_194_300;
+    const MS: u64 = 1_000_000;
+
+    fn thread(pid: u32, tid: u32, state: State, ns: u64) -> RawThread {
+        let mut all = [0; State::COUNT];
+        all[state as usize] = ns;
+        RawThread {
+            tid,
+            pid,
+            comm: String::new(),
+            ns: all,
+            switches_voluntary: 0,
+            switches_involuntary: 0,
+            wakeups_sent: 0,
+            wakeups_received: 0,
+        }
+    }
+
+    /// A kernel thread of this host, if this pid namespace shows any.
+    fn kernel_thread() -> Option<u32> {
+        (1..=4096).find(|pid| crate::procinfo::is_kernel_thread(*pid))
+    }
+
+    /// One second of the app (cpu 300 ms, futex 700 ms on another thread),
+    /// of process `k` asleep for `k_wall` and of a quiet third process.
+    fn store(end: SystemTime, k: u32, k_wall: u64) -> Store {
+        let sample = |pid, tid, state, frames: &[&str], ns| Sample {
+            pid,
+            tid,
+            state,
+            stack: frames.iter().map(|f| Arc::<str>::from(*f)).collect(),
+            ns,
+            count: 1,
+        };
+        let mut slice = Slice::empty(end - Duration::from_secs(1), end);
+        slice.samples = vec![
+            sample(APP, APP, State::Cpu, &["main", "work"], 300 * MS),
+            sample(APP, APP + 1, State::Futex, &["main", "lock"], 700 * MS),
+            sample(k, k, State::Sleep, &["kthreadd"], k_wall),
+        ];
+        slice.thread_totals = vec![
+            thread(APP, APP, State::Cpu, 300 * MS),
+            thread(APP, APP + 1, State::Futex, 700 * MS),
+            thread(k, k, State::Sleep, k_wall),
+            thread(APP + 10, APP + 10, State::Sleep, 10 * MS),
+        ];
+        slice.processes = HashMap::from([
+            (APP, Arc::from("app")),
+            (k, Arc::from("kthreadd")),
+            (APP + 10, Arc::from("quiet")),
+        ]);
+        let mut store = Store::new(Duration::from_secs(600));
+        store.push(slice);
+        store
+    }
+
+    fn decode(raw: &[u8]) -> Profile {
+        let mut bytes = Vec::new();
+        flate2::read::GzDecoder::new(raw)
+            .read_to_end(&mut bytes)
+            .unwrap();
+        Profile::decode(&bytes[..]).unwrap()
+    }
+
+    #[test]
+    fn a_request_per_busy_process_with_both_series() {
+        let end = SystemTime::now();
+        let window = Window::between(end - Duration::from_secs(2), end);
+        let mut batcher = Batcher {
+            labels: SeriesLabels::new(vec![("env".into(), "dev".into())], "box".into()).unwrap(),
+            jvms: Arc::default(),
+            top: 1,
+            services: ServiceNames::default(),
+        };
+        // A kernel thread with more wall time than the app; without one
+        // in sight (a container), a process with less.
+        let (k, k_wall) = kernel_thread().map_or((APP + 20, 5 * MS), |k| (k, 3000 * MS));
+        let snapshot = store(end, k, k_wall).snapshot();
+        let (requests, trimmed) = batcher.requests(&snapshot, window, 7);
+        assert_eq!(trimmed, Trimmed::default());
+        // Kernel threads are not pushed; top 1 leaves the others out.
+        assert_eq!(requests.len(), 1);
+        let r = &requests[0];
+        assert_eq!((r.interval, r.profiles, r.service.as_str()), (7, 2, "app"));
+        let push = PushRequest::decode(&r.body[..]).unwrap();
+        let mut totals = BTreeMap::new();
+        for series in &push.series {
+            let labels: BTreeMap<&str, &str> = series
+                .labels
+                .iter()
+                .map(|l| (l.name.as_str(), l.value.as_str()))
+                .collect();
+            assert_eq!(labels["service_name"], "app");
+            assert_eq!((labels["env"], labels["hostname"]), ("dev", "box"));
+            let p = decode(&series.samples[0].raw_profile);
+            assert_eq!(p.time_nanos as u64, unix_nanos(window.from));
+            assert_eq!(p.duration_nanos, 2_000_000_000);
+            for s in &p.sample {
+                let keys: Vec<&str> = s
+                    .label
+                    .iter()
+                    .map(|l| p.string_table[l.key as usize].as_str())
+                    .collect();
+                assert_eq!(keys, ["state"]);
+                let state = p.string_table[s.label[0].str as usize].clone();
+                *totals
+                    .entry((labels["__name__"].to_string(), state))
+                    .or_default() += s.value[1];
+            }
+        }
+        let want = BTreeMap::from([
+            ((CPU_SERIES.to_string(), "cpu".to_string()), 300 * MS as i64),
+            (
+                (OFFCPU_SERIES.to_string(), "futex".to_string()),
+                700 * MS as i64,
+            ),
+        ]);
+        assert_eq!(totals, want);
+        // A window with nothing in it makes no requests.
+        let empty = Window::between(end, end + Duration::from_secs(1));
+        assert!(batcher.requests(&snapshot, empty, 9).0.is_empty());
+    }
 }

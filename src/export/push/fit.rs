@@ -1,16 +1,19 @@
 //! Keeping a profile within what Pyroscope takes: 16,000 samples
-//! (`max_profile_stacktrace_samples`) and 4 MiB (`max_profile_size_bytes`).
+//! (`max_profile_stacktrace_samples`) and 4 MiB (`max_profile_size_bytes`,
+//! which Pyroscope checks on the decompressed profile).
 //! The lightest samples go first; their values move to one `[trimmed]`
 //! sample per set of sample labels (per state), so totals, and each
 //! state's total, are kept.
 
 use std::collections::{HashMap, HashSet};
 
+use prost::Message as _;
+
 use crate::export::pprof::proto::{Function, Label, Line, Location, Profile, Sample};
 
 /// Most samples a pushed profile holds.
 pub const MAX_SAMPLES: usize = 16_000;
-/// Largest pushed profile, compressed as it is sent.
+/// Largest pushed profile, encoded, before compression.
 pub const MAX_BYTES: usize = 4 << 20;
 /// The frame that carries the time of trimmed samples.
 pub const TRIMMED: &str = "[trimmed]";
@@ -28,10 +31,9 @@ pub struct Trimmed {
     pub ns: u64,
 }
 
-/// Trims `profile` to [`MAX_SAMPLES`], then further while `encode` (the
-/// gzip'd pprof bytes) makes it larger than [`MAX_BYTES`]; returns those
-/// bytes and what was trimmed.
-pub fn fit(profile: &mut Profile, encode: impl Fn(&Profile) -> Vec<u8>) -> (Vec<u8>, Trimmed) {
+/// Trims `profile` to [`MAX_SAMPLES`], then further while it encodes to
+/// more than [`MAX_BYTES`]; returns what was trimmed.
+pub fn fit(profile: &mut Profile) -> Trimmed {
     let mut trimmed = Trimmed::default();
     let mut keep = MAX_SAMPLES;
     loop {
@@ -39,9 +41,8 @@ pub fn fit(profile: &mut Profile, encode: impl Fn(&Profile) -> Vec<u8>) -> (Vec<
             trim(profile, keep, &mut trimmed);
             compact(profile);
         }
-        let bytes = encode(profile);
-        if bytes.len() <= MAX_BYTES || keep <= MIN_SAMPLES {
-            return (bytes, trimmed);
+        if profile.encoded_len() <= MAX_BYTES || keep <= MIN_SAMPLES {
+            return trimmed;
         }
         keep = (keep.min(profile.sample.len()) / 2).max(MIN_SAMPLES);
     }
@@ -215,11 +216,11 @@ fn for_each_string(p: &mut Profile, f: &mut impl FnMut(&mut i64)) {
         f(&mut func.system_name);
         f(&mut func.filename);
     }
-    for i in p
-        .comment
-        .iter_mut()
-        .chain([&mut p.drop_frames, &mut p.keep_frames, &mut p.default_sample_type])
-    {
+    for i in p.comment.iter_mut().chain([
+        &mut p.drop_frames,
+        &mut p.keep_frames,
+        &mut p.default_sample_type,
+    ]) {
         f(i);
     }
 }
@@ -289,18 +290,12 @@ pub(super) mod tests {
         out
     }
 
-    fn plain(p: &Profile) -> Vec<u8> {
-        p.encode_to_vec()
-    }
-
     #[test]
     fn small_profiles_are_untouched() {
         let mut p = synthetic(100, 0);
         let before = p.clone();
-        let (bytes, trimmed) = fit(&mut p, plain);
+        assert_eq!(fit(&mut p), Trimmed::default());
         assert_eq!(p, before);
-        assert_eq!(trimmed, Trimmed::default());
-        assert_eq!(Profile::decode(&bytes[..]).unwrap(), before);
     }
 
     #[test]
@@ -308,7 +303,7 @@ pub(super) mod tests {
         let n = MAX_SAMPLES + 1000;
         let mut p = synthetic(n, 0);
         let totals = by_state(&p);
-        let (_, trimmed) = fit(&mut p, plain);
+        let trimmed = fit(&mut p);
         assert_eq!(p.sample.len(), MAX_SAMPLES);
         assert_eq!(by_state(&p), totals);
         // The lightest went: 1002 of them (two states take two samples).
@@ -332,12 +327,12 @@ pub(super) mod tests {
         // 2,000 samples of 4 KiB names: 8 MiB uncompressed.
         let mut p = synthetic(2000, 4096);
         let totals = by_state(&p);
-        let (bytes, trimmed) = fit(&mut p, plain);
+        let trimmed = fit(&mut p);
+        let bytes = p.encode_to_vec();
         assert!(bytes.len() <= MAX_BYTES, "{}", bytes.len());
         assert!(trimmed.samples >= 1000, "{trimmed:?}");
         assert_eq!(by_state(&Profile::decode(&bytes[..]).unwrap()), totals);
         // A second fit finds nothing to do.
-        let (_, again) = fit(&mut p, plain);
-        assert_eq!(again, Trimmed::default());
+        assert_eq!(fit(&mut p), Trimmed::default());
     }
 }

@@ -35,7 +35,9 @@ pub fn parse_label(arg: &str) -> Result<(String, String), String> {
         ));
     }
     if value.chars().count() > MAX_LENGTH {
-        return Err(format!("the value of `{name}` is over {MAX_LENGTH} characters"));
+        return Err(format!(
+            "the value of `{name}` is over {MAX_LENGTH} characters"
+        ));
     }
     if value.is_empty() && name == SERVICE_NAME {
         return Err("`service_name` cannot be empty: Pyroscope requires it".into());
@@ -122,7 +124,11 @@ impl SeriesLabels {
         } else {
             service
         };
-        let own = [(NAME, name), (SERVICE_NAME, service), (HOSTNAME, &self.hostname)];
+        let own = [
+            (NAME, name),
+            (SERVICE_NAME, service),
+            (HOSTNAME, &self.hostname),
+        ];
         let mut labels: Vec<LabelPair> = Vec::with_capacity(MAX_LABELS);
         let mut set = |n: &str, v: &str| {
             labels.retain(|l| l.name != n);
@@ -160,7 +166,15 @@ mod tests {
             ("env".into(), "prod=eu".into())
         );
         assert_eq!(parse_label("hostname=").unwrap().1, "");
-        for bad in ["env", "1env=x", "en-v=x", "=x", "__name__=x", "é=x", "service_name="] {
+        for bad in [
+            "env",
+            "1env=x",
+            "en-v=x",
+            "=x",
+            "__name__=x",
+            "é=x",
+            "service_name=",
+        ] {
             assert!(parse_label(bad).is_err(), "{bad}");
         }
         let long = format!("a={}", "x".repeat(MAX_LENGTH + 1));

@@ -26,14 +26,21 @@ use std::{
 
 use url::Url;
 
-pub use batch::{CPU_SERIES, DEFAULT_TOP, OFFCPU_SERIES};
 use batch::Batcher;
+pub use batch::{CPU_SERIES, DEFAULT_TOP, OFFCPU_SERIES};
 pub use labels::SeriesLabels;
 use outbox::{Backoff, Outbox};
 use send::Client;
 pub use stats::{PushReport, PushStats};
 
-use crate::{api::token::Token, pipeline::Shared, profile::window::Window};
+use crate::{
+    api::{
+        limit::{Nice, QUERY_NICE},
+        token::Token,
+    },
+    pipeline::Shared,
+    profile::window::Window,
+};
 
 /// Shortest and longest `--push-interval`.
 pub const MIN_INTERVAL: Duration = Duration::from_secs(1);
@@ -70,7 +77,9 @@ pub fn parse_url(arg: &str) -> Result<Url, String> {
         );
     }
     if url.query().is_some() || url.fragment().is_some() {
-        return Err(format!("`{arg}`: give the server's URL, without `?` or `#`"));
+        return Err(format!(
+            "`{arg}`: give the server's URL, without `?` or `#`"
+        ));
     }
     Ok(url)
 }
@@ -170,6 +179,9 @@ fn build_loop(
     stats: &PushStats,
     interval: Duration,
 ) {
+    // Building profiles is a query over the store: it yields to the
+    // workloads and the pipeline as the API's queries do.
+    let _nice = Nice::set(QUERY_NICE);
     let mut from = SystemTime::now();
     let mut next = Instant::now() + interval;
     let mut number = 0;

@@ -191,7 +191,10 @@ mod tests {
             outbox.add(vec![request(interval, 10), request(interval, 10)], &stats);
         }
         let r = stats.report();
-        assert_eq!((r.queued_requests, r.queued_bytes, r.dropped_profiles), (4, 40, 8));
+        assert_eq!(
+            (r.queued_requests, r.queued_bytes, r.dropped_profiles),
+            (4, 40, 8)
+        );
         let first = outbox.take(&stats).unwrap();
         assert_eq!(first.interval, 3);
         // A failed try goes back in front, unless its interval is too old.

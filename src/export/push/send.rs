@@ -152,28 +152,40 @@ fn classify(e: ureq::Error) -> SendError {
 
 /// Sends what the outbox holds, oldest first, until it is stopped. A
 /// request that may go through later goes back in front and the thread
-/// waits ([`Backoff`]); one the server refused as invalid is dropped.
+/// waits ([`Backoff`]); one the server refused as invalid is dropped. The
+/// log says when pushing starts failing and when it works again, not
+/// every failed request.
 pub fn run(client: &Client, outbox: &Outbox, stats: &PushStats, backoff: &mut Backoff) {
+    let mut failing = false;
     while let Some(request) = outbox.take(stats) {
-        match client.send(&request.body) {
+        let e = match client.send(&request.body) {
             Ok(()) => {
                 stats.sent(request.profiles, request.body.len() as u64);
                 backoff.reset();
-            }
-            Err(e) => {
-                stats.failed(e.failure, e.message.clone());
-                if e.retry() {
-                    let wait = backoff.failed();
-                    tracing::debug!(service = %request.service, error = %e.message, ?wait, "push failed; will retry");
-                    outbox.put_back(request, stats);
-                    if !outbox.pause(wait) {
-                        return;
-                    }
-                } else {
-                    tracing::warn!(service = %request.service, error = %e.message, "push refused: profiles dropped");
-                    stats.lock().rejected_profiles += request.profiles;
+                if std::mem::take(&mut failing) {
+                    tracing::info!("pushing to Pyroscope works again");
                 }
+                continue;
             }
+            Err(e) => e,
+        };
+        stats.failed(e.failure, e.message.clone());
+        let retry = e.retry();
+        if !std::mem::replace(&mut failing, true) {
+            tracing::warn!(
+                service = %request.service,
+                error = %e.message,
+                "pushing to Pyroscope fails; {} (counted in /healthz push)",
+                if retry { "retrying with backoff" } else { "the refused profiles are dropped" }
+            );
+        }
+        if !retry {
+            stats.lock().rejected_profiles += request.profiles;
+            continue;
+        }
+        outbox.put_back(request, stats);
+        if !outbox.pause(backoff.failed()) {
+            return;
         }
     }
 }
@@ -187,10 +199,16 @@ mod tests {
         let token = Token::new("s3cret").unwrap();
         let url = |u: &str| Url::parse(u).unwrap();
         let c = Client::new(&url("http://localhost:4040"), Some(&token));
-        assert_eq!(c.endpoint(), "http://localhost:4040/push.v1.PusherService/Push");
+        assert_eq!(
+            c.endpoint(),
+            "http://localhost:4040/push.v1.PusherService/Push"
+        );
         assert_eq!(c.authorization.as_deref(), Some("Bearer s3cret"));
         let c = Client::new(&url("https://1234@p.example.net/prefix/"), Some(&token));
-        assert_eq!(c.endpoint(), "https://p.example.net/prefix/push.v1.PusherService/Push");
+        assert_eq!(
+            c.endpoint(),
+            "https://p.example.net/prefix/push.v1.PusherService/Push"
+        );
         // base64("1234:s3cret")
         assert_eq!(c.authorization.as_deref(), Some("Basic MTIzNDpzM2NyZXQ="));
         assert!(Client::new(&url("http://h/"), None).authorization.is_none());
@@ -199,7 +217,11 @@ mod tests {
     #[test]
     fn failures_are_told_apart() {
         let status = |code| SendError {
-            failure: if code < 500 { Failure::Http4xx } else { Failure::Http5xx },
+            failure: if code < 500 {
+                Failure::Http4xx
+            } else {
+                Failure::Http5xx
+            },
             message: format!("HTTP {code}: x"),
         };
         assert!(!status(400).retry());

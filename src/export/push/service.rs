@@ -1,5 +1,8 @@
 //! `service_name` for a process: a JVM's main class (or jar, or module),
 //! since every JVM's command name is `java`; otherwise its command name.
+//! Kernel threads get none: they are not pushed (as Alloy's process
+//! discovery leaves them out), else hundreds of mostly idle `kworker`s,
+//! each a process of its own, would take the places of services.
 
 use std::{collections::HashMap, io::Read};
 
@@ -64,32 +67,35 @@ fn read_cmdline(pid: u32) -> Option<Vec<u8>> {
     Some(bytes)
 }
 
-/// Service names by pid, for the processes of the last push only: the
-/// command line of a JVM is read once, not every interval.
+/// Service names by pid, for the processes looked at by the last push
+/// only: a process is looked up once, not every interval.
 #[derive(Default)]
 pub struct ServiceNames {
-    known: HashMap<u32, (String, String)>,
+    /// pid -> its command name and service name (`None`: a kernel thread).
+    known: HashMap<u32, (String, Option<String>)>,
 }
 
 impl ServiceNames {
-    /// The service name of `pid` named `comm`; `is_jvm` says whether to
-    /// look for a main class.
-    pub fn get(&mut self, pid: u32, comm: &str, is_jvm: bool) -> String {
+    /// The service name of `pid` named `comm`, `None` for a kernel thread;
+    /// `is_jvm` says whether to look for a main class.
+    pub fn get(&mut self, pid: u32, comm: &str, is_jvm: bool) -> Option<String> {
         if let Some((c, name)) = self.known.get(&pid) {
             // A reused pid runs another program under another name.
             if c == comm {
                 return name.clone();
             }
         }
-        let name = is_jvm
-            .then(|| read_cmdline(pid).and_then(|c| java_main(&c)))
-            .flatten()
-            .unwrap_or_else(|| comm.to_string());
+        let name = if crate::procinfo::is_kernel_thread(pid) {
+            None
+        } else {
+            let main = is_jvm.then(|| read_cmdline(pid).and_then(|c| java_main(&c)));
+            Some(main.flatten().unwrap_or_else(|| comm.to_string()))
+        };
         self.known.insert(pid, (comm.to_string(), name.clone()));
         name
     }
 
-    /// Forgets every pid not in `pids` (the processes just pushed).
+    /// Forgets every pid not in `pids` (the processes just looked at).
     pub fn keep_only(&mut self, pids: &[u32]) {
         self.known.retain(|pid, _| pids.contains(pid));
     }
@@ -105,9 +111,23 @@ mod tests {
 
     #[test]
     fn main_classes_jars_and_modules() {
-        let cp = ["java", "-Xmx1g", "-cp", "a.jar:b", "-Dx=y", "com.example.Main", "arg"];
+        let cp = [
+            "java",
+            "-Xmx1g",
+            "-cp",
+            "a.jar:b",
+            "-Dx=y",
+            "com.example.Main",
+            "arg",
+        ];
         assert_eq!(main_of(&cp).as_deref(), Some("com.example.Main"));
-        let jar = ["/usr/bin/java", "-XX:+UseG1GC", "-jar", "/srv/app/shop-2.1.jar", "--port=1"];
+        let jar = [
+            "/usr/bin/java",
+            "-XX:+UseG1GC",
+            "-jar",
+            "/srv/app/shop-2.1.jar",
+            "--port=1",
+        ];
         assert_eq!(main_of(&jar).as_deref(), Some("shop-2.1"));
         let module = ["java", "--module-path", "mods", "-m", "app/org.app.Server"];
         assert_eq!(main_of(&module).as_deref(), Some("org.app.Server"));
@@ -120,11 +140,13 @@ mod tests {
         let mut names = ServiceNames::default();
         // Not a JVM: the command name, whatever its command line says.
         let me = std::process::id();
-        assert_eq!(names.get(me, "worker", false), "worker");
-        assert_eq!(names.get(me, "other", false), "other");
+        assert_eq!(names.get(me, "worker", false).unwrap(), "worker");
+        assert_eq!(names.get(me, "other", false).unwrap(), "other");
         names.keep_only(&[]);
         assert!(names.known.is_empty());
         // A "JVM" whose command line has no main class keeps its name.
-        assert_eq!(names.get(u32::MAX, "worker", true), "worker");
+        assert_eq!(names.get(u32::MAX, "worker", true).unwrap(), "worker");
+        // kthreadd is not pushed.
+        assert_eq!(names.get(2, "kthreadd", false), None);
     }
 }

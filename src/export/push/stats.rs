@@ -165,7 +165,10 @@ mod tests {
         let r = stats.report();
         let counts: Vec<u64> = Failure::ALL.iter().map(|f| r.failed.get(*f)).collect();
         assert_eq!(counts, [1, 0, 0, 2]);
-        assert_eq!((r.sent_requests, r.sent_profiles, r.sent_bytes), (1, 2, 100));
+        assert_eq!(
+            (r.sent_requests, r.sent_profiles, r.sent_bytes),
+            (1, 2, 100)
+        );
         assert_eq!(r.last_error.as_deref(), Some("slow"));
         assert!(r.last_success_unix.is_some());
         let json = serde_json::to_value(&r).unwrap();
