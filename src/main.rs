@@ -176,6 +176,8 @@ enum Unwind {
     Fp,
 }
 
+// Parsed once at start: the size of a variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Run the profiler daemon and serve its HTTP API.
