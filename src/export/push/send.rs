@@ -20,19 +20,23 @@ pub const PUSH_PATH: &str = "push.v1.PusherService/Push";
 pub const TIMEOUT: Duration = Duration::from_secs(10);
 /// Bytes of an error answer kept for the report.
 const MAX_ERROR_BYTES: u64 = 512;
+/// Bytes of a successful answer read (an empty `PushResponse` is 0).
+const MAX_ANSWER_BYTES: u64 = 64 * 1024;
 
 /// Why a request was not delivered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SendError {
     pub failure: Failure,
+    /// The HTTP status, when there was an answer.
+    pub status: Option<u16>,
     pub message: String,
 }
 
 impl SendError {
-    /// Whether trying again later may work: not for a 4xx other than 429,
-    /// which says the profiles themselves are wrong.
+    /// Whether trying again later may work: not for a 4xx other than 429
+    /// (too many requests), which says the profiles themselves are wrong.
     pub fn retry(&self) -> bool {
-        self.failure != Failure::Http4xx || self.message.starts_with("HTTP 429")
+        self.failure != Failure::Http4xx || self.status == Some(429)
     }
 }
 
@@ -89,10 +93,24 @@ impl Client {
         if let Some(auth) = &self.authorization {
             request = request.set("Authorization", auth);
         }
-        match request.send_bytes(body) {
-            Ok(_) => Ok(()),
-            Err(e) => Err(classify(e)),
+        let answer = request.send_bytes(body).map_err(classify)?;
+        let status = answer.status();
+        // Read to the end (bounded): the connection then goes back to the
+        // agent's pool.
+        let _ = std::io::copy(
+            &mut answer.into_reader().take(MAX_ANSWER_BYTES),
+            &mut std::io::sink(),
+        );
+        if !(200..300).contains(&status) {
+            // Redirects are not followed (the body would not be sent
+            // again): the URL needs fixing, trying again will not help.
+            return Err(SendError {
+                failure: Failure::Http4xx,
+                status: Some(status),
+                message: format!("HTTP {status}: redirects are not followed; give the final URL"),
+            });
         }
+        Ok(())
     }
 }
 
@@ -120,6 +138,7 @@ fn classify(e: ureq::Error) -> SendError {
                 } else {
                     Failure::Http5xx
                 },
+                status: Some(code),
                 message: format!("HTTP {code}: {}", text.trim()),
             }
         }
@@ -144,6 +163,7 @@ fn classify(e: ureq::Error) -> SendError {
                 } else {
                     Failure::Refused
                 },
+                status: None,
                 message,
             }
         }
@@ -169,8 +189,9 @@ pub fn run(client: &Client, outbox: &Outbox, stats: &PushStats, backoff: &mut Ba
             }
             Err(e) => e,
         };
-        stats.failed(e.failure, e.message.clone());
         let retry = e.retry();
+        let rejected = if retry { 0 } else { request.profiles };
+        stats.failed(e.failure, e.message.clone(), rejected);
         if !std::mem::replace(&mut failing, true) {
             tracing::warn!(
                 service = %request.service,
@@ -180,7 +201,6 @@ pub fn run(client: &Client, outbox: &Outbox, stats: &PushStats, backoff: &mut Ba
             );
         }
         if !retry {
-            stats.lock().rejected_profiles += request.profiles;
             continue;
         }
         outbox.put_back(request, stats);
@@ -222,6 +242,7 @@ mod tests {
             } else {
                 Failure::Http5xx
             },
+            status: Some(code),
             message: format!("HTTP {code}: x"),
         };
         assert!(!status(400).retry());

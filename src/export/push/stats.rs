@@ -143,10 +143,12 @@ impl PushStats {
             .map(|d| d.as_secs_f64());
     }
 
-    /// Counts a failed attempt and keeps its message.
-    pub fn failed(&self, failure: Failure, message: String) {
+    /// Counts a failed attempt, with the profiles it gave up for good
+    /// (`rejected`: refused as invalid), and keeps its message.
+    pub fn failed(&self, failure: Failure, message: String, rejected: u64) {
         let mut r = self.lock();
         r.failed.count(failure);
+        r.rejected_profiles += rejected;
         r.last_error = Some(message);
     }
 }
@@ -158,13 +160,14 @@ mod tests {
     #[test]
     fn failures_count_by_reason() {
         let stats = PushStats::new("http://x/".into(), 15.0);
-        stats.failed(Failure::Http5xx, "503".into());
-        stats.failed(Failure::Http5xx, "503 again".into());
-        stats.failed(Failure::Timeout, "slow".into());
+        stats.failed(Failure::Http5xx, "503".into(), 0);
+        stats.failed(Failure::Http4xx, "400".into(), 2);
+        stats.failed(Failure::Timeout, "slow".into(), 0);
         stats.sent(2, 100);
         let r = stats.report();
         let counts: Vec<u64> = Failure::ALL.iter().map(|f| r.failed.get(*f)).collect();
-        assert_eq!(counts, [1, 0, 0, 2]);
+        assert_eq!(counts, [1, 0, 1, 1]);
+        assert_eq!(r.rejected_profiles, 2);
         assert_eq!(
             (r.sent_requests, r.sent_profiles, r.sent_bytes),
             (1, 2, 100)
@@ -172,6 +175,6 @@ mod tests {
         assert_eq!(r.last_error.as_deref(), Some("slow"));
         assert!(r.last_success_unix.is_some());
         let json = serde_json::to_value(&r).unwrap();
-        assert_eq!(json["failed"]["http_5xx"], 2);
+        assert_eq!(json["failed"]["http_4xx"], 1);
     }
 }
