@@ -117,3 +117,42 @@ fn serve_rejects_a_port_in_allow_host() {
         "{err}"
     );
 }
+
+#[test]
+fn push_flags_are_checked_before_anything_loads() {
+    let url = "http://127.0.0.1:4040";
+    let too_many: Vec<String> = (0..20).map(|i| format!("--push-label=l{i}=v")).collect();
+    let (_dir, exposed) = token_file("s3cret\n", 0o644);
+    let exposed = exposed.to_str().unwrap();
+    let mut cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["--push-url", "ftp://host"], "only http and https"),
+        (vec!["--push-url", "http://u:p@host"], "password"),
+        (
+            vec!["--push-url", url, "--push-interval", "500ms"],
+            "1s to 10m",
+        ),
+        (
+            vec!["--push-url", url, "--push-label", "bad-name=x"],
+            "not a label name",
+        ),
+        (
+            vec!["--push-url", url, "--push-label", "__name__=x"],
+            "reserved",
+        ),
+        (
+            vec!["--push-url", url, "--push-token-file", exposed],
+            "other users",
+        ),
+        (vec!["--push-label", "env=x"], "--push-url"),
+    ];
+    let mut many = vec!["--push-url", url];
+    many.extend(too_many.iter().map(String::as_str));
+    cases.push((many, "give at most 19"));
+    for (args, message) in cases {
+        let mut all = vec!["serve", "--listen", "127.0.0.1:1"];
+        all.extend(&args);
+        let (code, err) = wallscope(&all);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains(message), "{args:?}: {err}");
+    }
+}
