@@ -70,14 +70,16 @@ fn trim(profile: &mut Profile, keep: usize, trimmed: &mut Trimmed) {
     // sample (unless a kept one is there already): drop more until they fit.
     let mut kept = keep;
     loop {
-        let groups: HashSet<LabelKey> = profile.sample[kept..]
+        let (kept_samples, dropped) = profile.sample.split_at(kept);
+        let have: HashSet<LabelKey> = kept_samples
             .iter()
-            .filter(|s| {
-                !profile.sample[..kept]
-                    .iter()
-                    .any(|k| is_trimmed(k) && k.label == s.label)
-            })
+            .filter(|s| is_trimmed(s))
             .map(|s| key(&s.label))
+            .collect();
+        let groups: HashSet<LabelKey> = dropped
+            .iter()
+            .map(|s| key(&s.label))
+            .filter(|k| !have.contains(k))
             .collect();
         if kept + groups.len() <= keep || kept == 0 {
             break;
@@ -334,5 +336,22 @@ pub(super) mod tests {
         assert_eq!(by_state(&Profile::decode(&bytes[..]).unwrap()), totals);
         // A second fit finds nothing to do.
         assert_eq!(fit(&mut p), Trimmed::default());
+    }
+
+    #[test]
+    fn trimming_twice_keeps_one_trimmed_sample_per_state() {
+        // Over both bounds: 20,000 samples of ~300-byte names (6 MB).
+        let mut p = synthetic(MAX_SAMPLES + 4000, 300);
+        let totals = by_state(&p);
+        let trimmed = fit(&mut p);
+        assert!(p.encoded_len() <= MAX_BYTES && p.sample.len() < MAX_SAMPLES);
+        assert_eq!(by_state(&p), totals);
+        let loc = trimmed_location(&mut p);
+        let merged = p.sample.iter().filter(|s| s.location_id == [loc]).count();
+        assert_eq!(merged, 2);
+        assert_eq!(
+            trimmed.samples as usize,
+            MAX_SAMPLES + 4000 - (p.sample.len() - 2)
+        );
     }
 }
