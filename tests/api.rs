@@ -201,6 +201,7 @@ fn metrics_app() -> axum::Router {
             thread_totals: totals,
             runq_hists,
             processes: HashMap::from([(BUSY_PID, Arc::from("app")), (600, Arc::from("we\"ird"))]),
+            containers: HashMap::new(),
             stats,
         });
     }

@@ -105,6 +105,7 @@ fn slice(i: u64, end: SystemTime, stacks: &[Stack]) -> Slice {
         processes: pids
             .map(|pid| (pid, Arc::from(format!("app{pid}"))))
             .collect::<HashMap<_, _>>(),
+        containers: HashMap::new(),
         stats: Default::default(),
     }
 }

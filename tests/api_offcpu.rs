@@ -116,6 +116,7 @@ fn app() -> axum::Router {
             (HistOwner::CgroupThrottled(CAPPED), hist(15, 3, 300 * MS)),
         ],
         processes: HashMap::from([(PID, Arc::from("java")), (0, Arc::from("swapper/0"))]),
+        containers: HashMap::new(),
         stats: Default::default(),
     });
     api::router(Shared::new(store, Vec::new()))

@@ -10,6 +10,7 @@
 //! symbolize with the maps and name they were taken under. A reused pid
 //! gets a new entry and never the previous process's image.
 
+pub mod container;
 pub mod maps;
 mod reader;
 mod table;

@@ -5,6 +5,7 @@
 //! [`KEEP_ENDED`] after it ended, and past [`MAX_IMAGES`] the ones that
 //! ended first go first, then the oldest live ones (counted as evicted).
 
+use super::container::{self, Container};
 use std::{
     cmp::Reverse,
     collections::BinaryHeap,
@@ -64,6 +65,9 @@ pub struct Image {
     pub maps: Arc<ProcMaps>,
     /// A HotSpot JVM, as its maps tell.
     pub jvm: bool,
+    /// Its container, read with the maps (runtimes place a process in its
+    /// container's cgroup before it execs).
+    pub container: Option<Arc<Container>>,
     /// When the maps were read from `/proc` (`None`: not yet, or inherited
     /// from the parent at fork and not re-read).
     pub maps_read: Option<Instant>,
@@ -84,6 +88,7 @@ impl Image {
             name,
             maps: Arc::default(),
             jvm: false,
+            container: None,
             maps_read: None,
             began: now,
             ended: None,
@@ -94,6 +99,7 @@ impl Image {
     fn with_maps(&self, maps: ProcMaps, now: Instant) -> Image {
         Image {
             jvm: crate::jvm::is_hotspot(&maps),
+            container: container::of_pid(self.pid).map(Arc::new),
             maps: Arc::new(maps),
             maps_read: Some(now),
             ..self.clone()

@@ -154,6 +154,7 @@ mod tests {
                 (HistOwner::ProcessThrottled(7), hist(20, 9, 1)),
             ],
             processes: HashMap::new(),
+            containers: Default::default(),
             stats: Default::default(),
         });
         let list = list(&store.snapshot(), Window::last(30, end));

@@ -21,6 +21,7 @@ use std::{collections::HashMap, sync::Arc, time::SystemTime};
 use crate::{
     bpf::abi::{Hist, State},
     collect::{HistOwner, RawThread, StatDeltas},
+    process::container::Container,
 };
 
 /// A frame name, interned: equal names share one allocation.
@@ -99,6 +100,8 @@ pub struct Slice {
     pub runq_hists: Vec<(HistOwner, Hist)>,
     /// Process names by pid.
     pub processes: HashMap<u32, Arc<str>>,
+    /// The containers of the processes that run in one, by pid.
+    pub containers: HashMap<u32, Arc<Container>>,
     /// BPF loss counters for this interval.
     pub stats: StatDeltas,
 }
@@ -115,6 +118,7 @@ impl Slice {
             thread_totals: Vec::new(),
             runq_hists: Vec::new(),
             processes: HashMap::new(),
+            containers: HashMap::new(),
             stats: [0; crate::bpf::abi::Stat::COUNT],
         }
     }

@@ -235,6 +235,7 @@ pub(crate) mod tests {
                 })
                 .into(),
             processes: [(10, Arc::from("ten")), (20, Arc::from("twenty"))].into(),
+            containers: Default::default(),
             stats: Default::default(),
         });
         (store, end)
@@ -331,6 +332,7 @@ pub(crate) mod tests {
                 },
             )]),
             processes: [(0, Arc::from("swapper/0")), (10, Arc::from("ten"))].into(),
+            containers: Default::default(),
             stats: Default::default(),
         });
         (store, end + Duration::from_secs(1))
@@ -377,6 +379,7 @@ pub(crate) mod tests {
             runq_hists: Vec::new(),
             threads: HashMap::new(),
             processes: [(10, Arc::from("ten"))].into(),
+            containers: Default::default(),
             stats: Default::default(),
         });
         let store = store.snapshot();

@@ -279,6 +279,7 @@ mod tests {
                     (HistOwner::ProcessThrottled(9), throttled),
                 ],
                 processes: HashMap::new(),
+                containers: Default::default(),
                 stats: Default::default(),
             });
         }

@@ -17,6 +17,7 @@ use super::{
 use crate::{
     bpf::abi::Hist,
     collect::{HistOwner, RawThread},
+    process::container::Container,
 };
 
 /// Two reference counts ahead of every `Arc` allocation.
@@ -46,6 +47,23 @@ pub fn slice_bytes(s: &Slice) -> usize {
             .sum::<usize>()
         + s.runq_hists.capacity() * size_of::<(HistOwner, Hist)>()
         + map(&s.processes)
+        + map(&s.containers)
+        + s.containers
+            .values()
+            .map(|c| ARC_HEADER + container_bytes(c))
+            .sum::<usize>()
+}
+
+/// Heap bytes of a container's names (the `Arc` is shared with the
+/// process table while the process lives: counted here all the same).
+fn container_bytes(c: &Container) -> usize {
+    size_of::<Container>()
+        + c.id.capacity()
+        + c.cgroup.capacity()
+        + [&c.pod_uid, &c.namespace, &c.pod, &c.container]
+            .iter()
+            .map(|s| s.as_ref().map_or(0, String::capacity))
+            .sum::<usize>()
 }
 
 /// Bytes of one distinct stack held in the store's stack table: its array

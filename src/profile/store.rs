@@ -426,6 +426,7 @@ mod tests {
             thread_totals: Vec::new(),
             runq_hists: Vec::new(),
             processes: HashMap::new(),
+            containers: Default::default(),
             stats: [1; Stat::COUNT],
         }
     }

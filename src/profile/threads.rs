@@ -282,6 +282,7 @@ mod tests {
                 ],
                 runq_hists: vec![],
                 processes: Map::from([(7, Arc::from("app"))]),
+                containers: Default::default(),
                 stats: Default::default(),
             });
         }

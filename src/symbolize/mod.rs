@@ -184,6 +184,10 @@ impl Symbolizer {
             .chain(totals.iter().map(|t| (t.pid, t.tid, t.comm.as_str())))
             .chain(live.iter().map(|l| (l.pid, l.tid, l.comm.as_str())));
         let (threads, processes) = self.name_threads(names);
+        let containers = processes
+            .keys()
+            .filter_map(|pid| Some((*pid, self.procs.container(*pid)?)))
+            .collect();
         let mut samples = Vec::with_capacity(records.len());
         let mut wakeups = Vec::new();
         for (record, stack) in records.iter().zip(stacks) {
@@ -233,6 +237,7 @@ impl Symbolizer {
             thread_totals: totals,
             runq_hists,
             processes,
+            containers,
             stats,
         };
         Named { slice, live }

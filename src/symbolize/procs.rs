@@ -6,6 +6,7 @@ use std::{collections::hash_map::Entry, path::Path, sync::Arc, time::Instant};
 
 use super::elf_files::Locator;
 use crate::process::{
+    container::Container,
     maps::{Backing, Mapping},
     Image, ProcessTable,
 };
@@ -89,6 +90,12 @@ impl Procs {
         // No thread is called this: the lookup falls back to the newest.
         const NO_THREAD: &str = "\0";
         Some(self.choose(pid, NO_THREAD)?.image.name.clone())
+    }
+
+    /// The container of `pid`'s newest image in the batch.
+    pub fn container(&mut self, pid: u32) -> Option<Arc<Container>> {
+        const NO_THREAD: &str = "\0";
+        self.choose(pid, NO_THREAD)?.image.container.clone()
     }
 
     /// Whether `pid` (as seen by thread `comm`) is a HotSpot JVM.

@@ -70,6 +70,7 @@ pub fn shared() -> Arc<Shared> {
             ),
         ]),
         processes: HashMap::from([(GONE_PID, Arc::from("app"))]),
+        containers: HashMap::new(),
         stats: Default::default(),
     });
     Shared::new(store, vec![("on_cpu_sample".into(), 2)])
