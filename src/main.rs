@@ -196,6 +196,10 @@ enum Command {
         /// so less than --retention may be kept on a busy host.
         #[arg(long, default_value_t = (DEFAULT_MAX_BYTES >> 20) as u64, value_parser = clap::value_parser!(u64).range(1..=65_536))]
         max_memory_mb: u64,
+        /// The kubelet's pod log directory, where pod and container names
+        /// are read (`NAMESPACE_POD_UID/CONTAINER/`).
+        #[arg(long, default_value = "/var/log/pods")]
+        pod_logs_dir: PathBuf,
         #[command(flatten)]
         sampling: Sampling,
         #[command(flatten)]
@@ -239,9 +243,11 @@ fn main() -> ExitCode {
             security,
             retention,
             max_memory_mb,
+            pod_logs_dir,
             sampling,
             push,
         } => {
+            wallscope::process::container::set_pod_logs_dir(&pod_logs_dir);
             let history = History {
                 retention: Duration::from_secs(retention * 60),
                 max_bytes: (max_memory_mb << 20) as usize,

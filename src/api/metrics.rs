@@ -306,11 +306,16 @@ fn with_totals(pids: Vec<u32>, all: &HashMap<u32, ProcessTotals>) -> Vec<Process
     pids.into_iter()
         .filter_map(|pid| {
             let totals = all.get(&pid)?.clone();
-            let labels = format!(
+            let mut labels = format!(
                 "{},{}",
                 label("pid", &pid.to_string()),
                 label("comm", &totals.comm)
             );
+            // At most one container per process: no more series.
+            for (key, value) in totals.container.iter().flat_map(|c| c.labels()) {
+                labels.push(',');
+                labels.push_str(&label(key, &value));
+            }
             Some(Process { labels, totals })
         })
         .collect()

@@ -286,17 +286,31 @@ pub(super) async fn runqueue(
     State(state): State<ApiState>,
     RawQuery(q): RawQuery,
 ) -> Result<Response, ApiError> {
-    let p = Params::parse(q.as_deref(), &with_window(&["pid", "cgroup", "format"]))?;
+    let p = Params::parse(
+        q.as_deref(),
+        &with_window(&["pid", "cgroup", "container", "format"]),
+    )?;
     let window = window(&p, &state.shared)?;
     let text = p.choice("format", &["json", "text"])? == Some("text");
     let pid = p.id("pid")?;
     let cgroup = p.text("cgroup").map(str::to_string);
+    let container = p.text("container").map(str::to_string);
+    if container.is_some() && (pid.is_some() || cgroup.is_some()) {
+        return Err(ApiError::bad(
+            "container",
+            "give one of `pid`, `cgroup` and `container`",
+        ));
+    }
     if pid.is_none() && cgroup.as_deref() == Some(cgroup_list::ALL) {
         let list = over_snapshot(&state, move |store| cgroup_list::list(store, window)).await?;
         return Ok(json_or_text(text, list, cgroup_list::render_text));
     }
     // Resolving a cgroup path walks the cgroup tree: blocking work too.
     let report = over_snapshot(&state, move |store| {
+        let cgroup = match container {
+            Some(name) => Some(container_cgroup(store, &name)?),
+            None => cgroup,
+        };
         let owner = runqueue::owner(pid, cgroup.as_deref()).map_err(|e| match e {
             OwnerError::Param(param, message) => ApiError::bad(param, message),
             OwnerError::NoSuchCgroup(message) => ApiError::NotFound(message),
@@ -311,6 +325,35 @@ pub(super) async fn runqueue(
     })
     .await??;
     Ok(json_or_text(text, report, runqueue::render_text))
+}
+
+/// The cgroup path of the container `name` (see
+/// [`crate::process::container::Container::is_named`]) among those seen
+/// within the retention.
+fn container_cgroup(store: &Snapshot, name: &str) -> Result<String, ApiError> {
+    let mut found: Vec<String> = store
+        .all()
+        .flat_map(|s| s.containers.values())
+        .filter(|c| c.is_named(name))
+        .map(|c| c.cgroup.clone())
+        .collect();
+    found.sort();
+    found.dedup();
+    match found.as_slice() {
+        [one] => Ok(one.clone()),
+        [] if name.len() < 12 && !name.contains('/') => Err(ApiError::bad(
+            "container",
+            format!("expected a container id (at least 12 hex digits) or namespace/pod/container, got `{name}`"),
+        )),
+        [] => Err(ApiError::NotFound(format!(
+            "no container `{name}` seen in the last {} min",
+            store.retention().as_secs() / 60
+        ))),
+        _ => Err(ApiError::bad(
+            "container",
+            format!("`{name}` names {} containers: give more of the id", found.len()),
+        )),
+    }
 }
 
 /// `min_seconds` of `/blocked` when not given: waits shorter than a second

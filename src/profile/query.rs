@@ -13,7 +13,7 @@ use super::{
     store::Snapshot,
     window::Window,
 };
-use crate::bpf::abi::State;
+use crate::{bpf::abi::State, process::container::Container};
 
 /// Which samples a query wants and how to fold them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,12 +120,17 @@ pub struct ProcessSummary {
     /// What wallscope knows of the process as a JVM, when it is one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub jvm: Option<crate::jvm::JvmReport>,
+    /// Its container and pod, when it runs in one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container: Option<Arc<Container>>,
 }
 
 /// Processes by CPU time within `window`, busiest first.
 pub fn processes(store: &Snapshot, window: Window) -> Vec<ProcessSummary> {
     let mut cpu: HashMap<u32, (Arc<str>, u64)> = HashMap::new();
+    let mut containers: HashMap<u32, Arc<Container>> = HashMap::new();
     for slice in store.within(window) {
+        containers.extend(slice.containers.iter().map(|(k, v)| (*k, v.clone())));
         for s in slice.samples.iter().filter(|s| s.state == State::Cpu) {
             let entry = cpu
                 .entry(s.pid)
@@ -145,6 +150,7 @@ pub fn processes(store: &Snapshot, window: Window) -> Vec<ProcessSummary> {
             comm: comm.to_string(),
             cpu_us: ns_to_us(ns),
             jvm: None,
+            container: containers.get(&pid).cloned(),
         })
         .collect();
     rows.sort_by(|a, b| b.cpu_us.cmp(&a.cpu_us).then(a.pid.cmp(&b.pid)));

@@ -13,7 +13,7 @@ use super::{
     store::Snapshot,
     Frame, Interrupt, Slice, Stack,
 };
-use crate::bpf::abi::State;
+use crate::{bpf::abi::State, process::container::Container};
 
 /// The frame that closes a wall row no stack explains.
 pub const UNATTRIBUTED: &str = "[unattributed]";
@@ -46,6 +46,7 @@ pub struct Row {
 pub struct Names {
     processes: HashMap<u32, Arc<str>>,
     threads: HashMap<u32, Arc<str>>,
+    containers: HashMap<u32, Arc<Container>>,
 }
 
 impl Names {
@@ -59,6 +60,9 @@ impl Names {
             names
                 .threads
                 .extend(slice.threads.iter().map(|(k, v)| (*k, v.name.clone())));
+            names
+                .containers
+                .extend(slice.containers.iter().map(|(k, v)| (*k, v.clone())));
         }
         names
     }
@@ -71,6 +75,11 @@ impl Names {
     /// A thread's name, `[unknown]` if none was recorded.
     pub fn thread(&self, tid: u32) -> &str {
         self.threads.get(&tid).map_or("[unknown]", |n| n)
+    }
+
+    /// The container `pid` ran in, if any.
+    pub fn container(&self, pid: u32) -> Option<&Arc<Container>> {
+        self.containers.get(&pid)
     }
 
     /// Whether a name was recorded for `pid`.

@@ -21,6 +21,7 @@ use super::{live::LiveView, size, window::Window, Slice, Stack};
 use crate::{
     bpf::abi::{Stat, HIST_SLOTS},
     collect::{HistOwner, StatDeltas},
+    process::container::Container,
 };
 
 /// A process's totals since the daemon first saw it: they only grow, as
@@ -37,6 +38,8 @@ pub struct ProcessTotals {
     pub runq: [u64; HIST_SLOTS],
     /// End of the last slice that had anything of it.
     pub last_seen: SystemTime,
+    /// Its container, as last seen.
+    pub container: Option<Arc<Container>>,
 }
 
 /// Pushes between two sweeps of the stack table.
@@ -393,11 +396,15 @@ fn process_entry<'a>(
         wakeups_received: 0,
         runq: [0; HIST_SLOTS],
         last_seen: slice.end,
+        container: None,
     });
     if let Some(comm) = comm {
         e.comm = comm;
     }
     e.last_seen = slice.end;
+    if let Some(c) = slice.containers.get(&pid) {
+        e.container = Some(c.clone());
+    }
     e
 }
 

@@ -2,12 +2,12 @@
 //! and wakeups, per thread, per pool and for the process.
 
 use crate::profile::window::Window;
-use std::{collections::HashMap, fmt::Write as _};
+use std::{collections::HashMap, fmt::Write as _, sync::Arc};
 
 use serde::Serialize;
 
 use super::{kind::pool_name, query::ns_to_us, store::Snapshot};
-use crate::{bpf::abi::State, collect::RawThread, jvm::JvmReport};
+use crate::{bpf::abi::State, collect::RawThread, jvm::JvmReport, process::container::Container};
 
 /// Time and events of one thread, pool or process.
 #[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
@@ -57,6 +57,9 @@ pub struct ThreadReport {
     /// What wallscope knows of the process as a JVM, when it is one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub jvm: Option<JvmReport>,
+    /// Its container and pod, when it runs in one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container: Option<Arc<Container>>,
 }
 
 #[derive(Default)]
@@ -113,6 +116,7 @@ pub fn report(store: &Snapshot, pid: u32, window: Window) -> Option<ThreadReport
     let mut sums: HashMap<u32, Sum> = HashMap::new();
     let mut names: HashMap<u32, String> = HashMap::new();
     let mut comm = None;
+    let mut container = None;
     for slice in store.within(window) {
         for t in slice.thread_totals.iter().filter(|t| t.pid == pid) {
             sums.entry(t.tid).or_default().merge(&Sum::of(t));
@@ -123,6 +127,9 @@ pub fn report(store: &Snapshot, pid: u32, window: Window) -> Option<ThreadReport
         }
         if let Some(name) = slice.processes.get(&pid) {
             comm = Some(name.to_string());
+        }
+        if let Some(c) = slice.containers.get(&pid) {
+            container = Some(c.clone());
         }
     }
     if sums.is_empty() {
@@ -168,6 +175,7 @@ pub fn report(store: &Snapshot, pid: u32, window: Window) -> Option<ThreadReport
         pools,
         threads,
         jvm: None,
+        container,
     })
 }
 

@@ -8,6 +8,9 @@
 //! - every other state kind, `offcpu` and `wall`: `samples/count`,
 //!   `wall/nanoseconds`, each sample labelled with its `state`;
 //! - `kind=wakeup`: `wakeups/count`, `wakee_wait/nanoseconds`.
+//!
+//! Samples carry their process's container labels
+//! ([`crate::process::container::Container::labels`]).
 
 pub mod proto;
 mod tables;
@@ -155,6 +158,13 @@ fn labels(t: &mut Tables, names: &Names, row: &Row, group: Group, detail: Detail
     }
     labels.push(t.number("pid", u64::from(row.pid)));
     labels.push(t.label("comm", names.process(row.pid)));
+    for (key, value) in names
+        .container(row.pid)
+        .map(|c| c.labels())
+        .unwrap_or_default()
+    {
+        labels.push(t.label(key, &value));
+    }
     if row.tid != 0 {
         let thread = names.thread(row.tid);
         if group == Group::Thread {

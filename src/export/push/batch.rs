@@ -76,7 +76,7 @@ impl Batcher {
         let mut trimmed = Trimmed::default();
         let mut out = Vec::new();
         for (pid, service) in chosen {
-            let container = container_labels(store, pid);
+            let container = names.container(pid).map(|c| c.labels()).unwrap_or_default();
             let mut series = Vec::new();
             for (name, kind) in SERIES {
                 let filter = Filter {
@@ -117,12 +117,6 @@ impl Batcher {
         self.services.keep_only(&looked_at);
         (out, trimmed)
     }
-}
-
-/// The labels of `pid`'s container (`container_id`, pod, namespace, …):
-/// none until the store records containers.
-fn container_labels(_store: &Snapshot, _pid: u32) -> Vec<(&'static str, String)> {
-    Vec::new()
 }
 
 #[cfg(test)]
