@@ -433,6 +433,7 @@ pub(crate) mod tests {
                 comm: "twenty".into(),
                 cpu_us: 9,
                 jvm: None,
+                container: None,
             }
         );
         assert_eq!(rows[1].pid, 10);

@@ -154,6 +154,10 @@ fn pod_uid(part: &str) -> Option<String> {
     ok.then_some(uid)
 }
 
+/// One scan of the pod logs directory: when, and namespace and pod name
+/// by pod uid.
+type Scan = (Instant, HashMap<String, (String, String)>);
+
 /// Most pod directories read from the pod logs directory in one scan.
 const MAX_POD_DIRS: usize = 4096;
 /// Most containers listed per pod, and entries read from `containers/`.
@@ -168,7 +172,7 @@ const RESCAN_AFTER: Duration = Duration::from_secs(10);
 /// only when a uid is not in it and the last scan is [`RESCAN_AFTER`] old.
 pub struct PodLogs {
     dir: PathBuf,
-    scan: Mutex<Option<(Instant, HashMap<String, (String, String)>)>>,
+    scan: Mutex<Option<Scan>>,
 }
 
 impl PodLogs {
@@ -206,9 +210,7 @@ impl PodLogs {
 
     fn pod(&self, uid: &str) -> Option<(String, String)> {
         let mut scan = self.scan.lock().unwrap_or_else(|e| e.into_inner());
-        let found = |s: &Option<(Instant, HashMap<String, (String, String)>)>| {
-            s.as_ref().and_then(|(_, pods)| pods.get(uid).cloned())
-        };
+        let found = |s: &Option<Scan>| s.as_ref().and_then(|(_, pods)| pods.get(uid).cloned());
         if let Some(names) = found(&scan) {
             return Some(names);
         }
