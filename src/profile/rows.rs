@@ -13,7 +13,11 @@ use super::{
     store::Snapshot,
     Frame, Interrupt, Slice, Stack,
 };
-use crate::{bpf::abi::State, process::container::Container};
+use crate::{
+    bpf::abi::{is_merged_tid, State},
+    collect::MERGED_THREADS,
+    process::container::Container,
+};
 
 /// The frame that closes a wall row no stack explains.
 pub const UNATTRIBUTED: &str = "[unattributed]";
@@ -196,10 +200,12 @@ fn wakeups(slice: &Slice, filter: &Filter, keep_tid: bool, out: &mut Vec<Row>) {
         if !filter.matches(w.pid, w.tid) && !filter.matches(w.peer_pid, w.peer_tid) {
             continue;
         }
-        let wakee = slice
-            .threads
-            .get(&w.peer_tid)
-            .map_or("[unknown]", |t| &t.name);
+        // A merged wakee row stands for many threads, none of them named.
+        let wakee = match slice.threads.get(&w.peer_tid) {
+            Some(t) => &t.name,
+            None if is_merged_tid(w.peer_tid) => MERGED_THREADS,
+            None => "[unknown]",
+        };
         out.push(Row {
             pid: if w.interrupt.is_some() { 0 } else { w.pid },
             tid: if keep_tid && w.interrupt.is_none() {
