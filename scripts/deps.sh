@@ -39,6 +39,16 @@ jdk25_ok() { "$JDK25_DIR/java-home/bin/java" -version 2>&1 | grep -q 'version "2
 if ! jdk25_ok; then
   { have_cmd python3 && python3 -m pip --version >/dev/null 2>&1; } || need+=(python3-pip)
 fi
+# DaemonSet schema checks offline: PyPI's kubernetes-validate ships the
+# schemas (tests/deploy.rs runs it with PYTHONPATH=/opt/wallscope-kv).
+KV_DIR=/opt/wallscope-kv
+kv_ok() { PYTHONPATH="$KV_DIR" python3 -c 'import kubernetes_validate' >/dev/null 2>&1; }
+if ! kv_ok; then
+  { have_cmd python3 && python3 -m pip --version >/dev/null 2>&1; } || need+=(python3-pip)
+fi
+# systemd-analyze (verify, security) and capsh for the unit's tests.
+have_cmd systemd-analyze || need+=(systemd)
+have_cmd capsh || need+=(libcap2-bin)
 if [ "${1:-}" = bench ]; then
   have_cmd perf || need+=(linux-perf)
   have_cmd bpftrace || need+=(bpftrace)
@@ -70,4 +80,17 @@ if ! jdk25_ok; then
   $sudo rm -rf "$JDK25_DIR"
   $sudo mv "$new" "$JDK25_DIR"
   jdk25_ok || { echo "deps: $JDK25_DIR/java-home/bin/java is no JDK 25" >&2; exit 1; }
+fi
+
+if ! kv_ok; then
+  echo "deps: installing kubernetes-validate into $KV_DIR" >&2
+  python=$(python3 -c 'import sys; print(sys.executable)')
+  new="$KV_DIR.new"
+  $sudo rm -rf "$new"
+  $sudo env PIP_ROOT_USER_ACTION=ignore "$python" -m pip install --quiet \
+    --disable-pip-version-check --target "$new" 'kubernetes-validate>=1.31'
+  $sudo chmod -R a+rX "$new"
+  $sudo rm -rf "$KV_DIR"
+  $sudo mv "$new" "$KV_DIR"
+  kv_ok || { echo "deps: kubernetes-validate did not install" >&2; exit 1; }
 fi

@@ -9,6 +9,7 @@
 
 pub mod api;
 pub mod bpf;
+pub mod caps;
 pub mod collect;
 pub mod export;
 pub mod jvm;

@@ -347,6 +347,7 @@ fn serve(
             };
             anyhow::anyhow!("cannot listen on {listen}: {e}{hint}")
         })?;
+    wallscope::caps::check().map_err(anyhow::Error::msg)?;
     let pipeline = Pipeline::start(&pipeline_options(sampling, history))?;
     let pusher = push
         .map(|opts| Pusher::start(pipeline.shared(), opts))
@@ -401,6 +402,7 @@ fn record(pid: u32, duration: Duration, output: &Path, sampling: &Sampling) -> R
         retention,
         max_bytes: DEFAULT_MAX_BYTES,
     };
+    wallscope::caps::check().map_err(anyhow::Error::msg)?;
     let pipeline = Pipeline::start(&pipeline_options(sampling, history))?;
     let started = Instant::now();
     while started.elapsed() < duration && Path::new(&format!("/proc/{pid}")).exists() {

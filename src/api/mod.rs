@@ -135,6 +135,7 @@ async fn healthz(State(state): State<ApiState>) -> Json<serde_json::Value> {
         "memory": memory::Rss::of_self(),
         "queries": state.queries.stats(),
         "http": server::STATS.snapshot(),
+        "capabilities": crate::caps::report(),
         "push": shared.push.get().map(|p| p.report()),
     }))
 }

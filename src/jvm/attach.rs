@@ -116,7 +116,13 @@ impl Target {
         }
         let addr = socket2::SockAddr::unix(tmp.fd_path().join(&name))?;
         let socket = socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None)?;
-        socket.connect_timeout(&addr, CONNECT_TIMEOUT)?;
+        // As the JVM's user: its socket is theirs, mode 0600, and root
+        // without CAP_DAC_OVERRIDE (deploy/wallscope.service grants none)
+        // may not write to it. HotSpot accepts the peer anyway: its euid,
+        // not its fsuid, is root.
+        as_user(status.euid, status.egid, || {
+            socket.connect_timeout(&addr, CONNECT_TIMEOUT)
+        })?;
         let stream = UnixStream::from(OwnedFd::from(socket));
         if peer_pid(&stream)? != self.pid {
             return Err(OpenError::refuse(What::AttachSocket, Reason::WrongPeer, shown()).into());

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod api;
+pub mod caps;
 pub mod java;
 pub mod java_frames;
 pub mod kernel;
@@ -308,6 +309,10 @@ impl Daemon {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_wallscope"));
         cmd.args(["serve", "--listen", &format!("127.0.0.1:{port}")])
             .args(args);
+        if caps::requested() {
+            let (granted, _) = caps::grantable(&caps::unit_caps());
+            cmd = caps::under(&granted, &cmd);
+        }
         use std::os::unix::process::CommandExt;
         // SAFETY: prctl is async-signal-safe.
         unsafe {
