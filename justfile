@@ -7,12 +7,13 @@ run *ARGS:
     ./target/release/wallscope serve {{ARGS}}
 
 # Formatting, lints and every test. eBPF tests need root; with CI=true they
-# fail instead of skipping without it.
+# fail instead of skipping without it. Their daemons run with exactly the
+# capabilities of deploy/wallscope.service (tests/support/caps.rs).
 test:
     scripts/deps.sh
     cargo fmt --check
     cargo clippy --all-targets --quiet -- -D warnings
-    cargo test
+    WALLSCOPE_TEST_UNIT_CAPS=1 cargo test
 
 # Overhead benchmarks against the reference tools; results in bench/results/.
 bench:
