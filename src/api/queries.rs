@@ -305,6 +305,18 @@ pub(super) async fn runqueue(
         let list = over_snapshot(&state, move |store| cgroup_list::list(store, window)).await?;
         return Ok(json_or_text(text, list, cgroup_list::render_text));
     }
+    if pid.is_none() && cgroup.is_none() && container.is_none() {
+        let report = over_snapshot(&state, move |store| {
+            runqueue::host_report(store, window).ok_or_else(|| {
+                ApiError::NotFound(format!(
+                    "no runqueue latency or throttling recorded on the host in the {}",
+                    window.describe()
+                ))
+            })
+        })
+        .await??;
+        return Ok(json_or_text(text, report, runqueue::render_text));
+    }
     // Resolving a cgroup path walks the cgroup tree: blocking work too.
     let report = over_snapshot(&state, move |store| {
         let cgroup = match container {

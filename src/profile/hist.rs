@@ -128,9 +128,14 @@ pub fn quantile_rounded(slots: &Slots, q: f64) -> f64 {
 
 /// The histograms of `owner` within `window`, merged.
 pub fn merged(store: &Snapshot, owner: HistOwner, window: Window) -> Merged {
+    merged_where(store, window, |o| *o == owner)
+}
+
+/// The histograms of the owners `pick` takes within `window`, merged.
+pub fn merged_where(store: &Snapshot, window: Window, pick: impl Fn(&HistOwner) -> bool) -> Merged {
     let mut merged = Merged::default();
     for slice in store.within(window) {
-        for (_, hist) in slice.runq_hists.iter().filter(|(o, _)| *o == owner) {
+        for (_, hist) in slice.runq_hists.iter().filter(|(o, _)| pick(o)) {
             merged.add(hist);
         }
     }

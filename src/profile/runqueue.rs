@@ -1,6 +1,6 @@
-//! Runqueue latency (`/runqueue`): how long threads of a process or cgroup
-//! waited to run once woken, from the BPF log2 histograms; and, apart from
-//! it, how long they were throttled (runnable, but their cgroup's CPU
+//! Runqueue latency (`/runqueue`): how long threads of a process, a cgroup
+//! or the host waited in the runqueue, once woken or once preempted, from
+//! the BPF log2 histograms; and, apart from it, how long they were throttled (runnable, but their cgroup's CPU
 //! quota was spent), which the latency histogram does not count.
 
 use crate::profile::window::Window;
@@ -21,6 +21,10 @@ use crate::collect::HistOwner;
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 #[serde(untagged)]
 pub enum Owner {
+    /// Every process of the host: `{"host": true}`.
+    Host {
+        host: bool,
+    },
     Pid {
         pid: u32,
     },
@@ -46,6 +50,7 @@ impl Owner {
     /// E.g. `pid 42` or `cgroup 1234 (/system.slice/ssh.service)`.
     pub fn describe(&self) -> String {
         match self {
+            Owner::Host { .. } => "the host".to_string(),
             Owner::Pid { pid } => format!("pid {pid}"),
             Owner::Cgroup {
                 cgroup,
@@ -138,6 +143,22 @@ pub fn throttled_owner(owner: HistOwner) -> HistOwner {
         }
         HistOwner::Cgroup(id) | HistOwner::CgroupThrottled(id) => HistOwner::CgroupThrottled(id),
     }
+}
+
+/// The report of the whole host within `window`: every process's
+/// histograms merged (each wait counts once, in its process's histogram);
+/// `None` when nothing waited or was throttled.
+pub fn host_report(store: &Snapshot, window: Window) -> Option<RunqueueReport> {
+    let waits = hist::merged_where(store, window, |o| matches!(o, HistOwner::Process(_)));
+    let throttled = hist::merged_where(store, window, |o| {
+        matches!(o, HistOwner::ProcessThrottled(_))
+    });
+    from_merged(
+        &waits,
+        &throttled,
+        Owner::Host { host: true },
+        window.seconds(),
+    )
 }
 
 /// The report of `owner` (a [`HistOwner::Process`] or
