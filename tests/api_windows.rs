@@ -25,6 +25,8 @@ use wallscope::{
 };
 
 const PID: u32 = 4_194_301;
+/// A process whose threads are all blocked on a futex.
+const STUCK: u32 = 4_194_310;
 
 /// Five one-second slices, slice `i` ending at `t0 + 10 i` s with one CPU
 /// sample of `i` ms on stack `main;slice_I`. Returns the router and `t0`.
@@ -61,6 +63,22 @@ fn app() -> (axum::Router, u64) {
             wakeups_sent: 0,
             wakeups_received: 0,
         });
+        // A process stuck on a lock: every thread on a futex, no CPU.
+        let mut futex = [0; State::COUNT];
+        futex[State::Futex as usize] = 1_000_000_000;
+        for tid in [STUCK, STUCK + 1] {
+            slice.thread_totals.push(RawThread {
+                tid,
+                pid: STUCK,
+                comm: "stuck-db".into(),
+                ns: futex,
+                switches_voluntary: 0,
+                switches_involuntary: 0,
+                wakeups_sent: 0,
+                wakeups_received: 0,
+            });
+        }
+        slice.processes.insert(STUCK, Arc::from("stuck-db"));
         slice.processes.insert(PID, Arc::from("app"));
         slice.threads.insert(
             PID,
@@ -215,4 +233,43 @@ async fn pprof_is_the_folded_profile_of_the_same_window() {
     // Unknown pid: 404 as for /folded.
     let (status, _, body) = call_on(app, "/pprof?pid=4194302").await;
     assert_eq!(status, 404, "{body}");
+}
+
+#[tokio::test]
+async fn processes_sort_by_state_and_filter_by_name() {
+    let (app, _) = app();
+    let pids = |body: &str| -> Vec<u64> {
+        let rows: serde_json::Value = serde_json::from_str(body).unwrap();
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["pid"].as_u64().unwrap())
+            .collect()
+    };
+    let (_, _, body) = call_on(app.clone(), "/processes?seconds=600").await;
+    assert_eq!(
+        pids(&body),
+        [u64::from(PID), u64::from(STUCK)],
+        "by CPU: {body}"
+    );
+    for sort in ["futex", "blocked", "wall"] {
+        let (status, _, body) =
+            call_on(app.clone(), &format!("/processes?seconds=600&sort={sort}")).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(pids(&body)[0], u64::from(STUCK), "sort={sort}: {body}");
+    }
+    let (_, _, body) = call_on(app.clone(), "/processes?seconds=600&sort=futex").await;
+    let rows: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        rows[0]["time"]["futex_us"], 10_000_000,
+        "5 slices x 2 threads x 1 s"
+    );
+    assert_eq!(rows[0]["cpu_us"], 0);
+    let (_, _, body) = call_on(app.clone(), "/processes?seconds=600&comm=stuck").await;
+    assert_eq!(pids(&body), [u64::from(STUCK)], "{body}");
+    let (_, _, body) = call_on(app.clone(), "/processes?comm=nothing-like-it").await;
+    assert_eq!(body, "[]");
+    let (status, _, body) = call_on(app, "/processes?sort=park").await;
+    assert_eq!(status, 400, "{body}");
+    assert!(error_of(&body).contains("`sort`"), "{body}");
 }

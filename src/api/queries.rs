@@ -24,6 +24,7 @@ use crate::{
         blocked::{self, BlockedFilter},
         cgroup_list,
         kind::{Group, Kind},
+        processes::{self, SortBy},
         query::{self, Filter, Folded},
         render::{self, GraphLabels},
         runqueue::{self, OwnerError},
@@ -244,9 +245,17 @@ pub(super) async fn processes(
     State(state): State<ApiState>,
     RawQuery(q): RawQuery,
 ) -> Result<Response, ApiError> {
-    let p = Params::parse(q.as_deref(), &WINDOW_PARAMS)?;
+    let p = Params::parse(q.as_deref(), &with_window(&["sort", "comm"]))?;
     let window = window(&p, &state.shared)?;
-    let mut rows = over_snapshot(&state, move |store| query::processes(store, window)).await?;
+    let sort = p
+        .choice("sort", &SortBy::NAMES)?
+        .and_then(SortBy::parse)
+        .unwrap_or(SortBy::Cpu);
+    let comm = p.text("comm").map(str::to_string);
+    let mut rows = over_snapshot(&state, move |store| {
+        processes::processes(store, window, sort, comm.as_deref())
+    })
+    .await?;
     for row in &mut rows {
         row.jvm = state.shared.jvms.report(row.pid);
     }

@@ -6,6 +6,7 @@ pub mod cgroups;
 pub mod hist;
 pub mod kind;
 pub mod live;
+pub mod processes;
 pub mod query;
 pub mod render;
 pub mod rows;

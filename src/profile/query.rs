@@ -5,15 +5,13 @@ use std::{
     sync::Arc,
 };
 
-use serde::Serialize;
-
 use super::{
     kind::{pool_name, state_frame, thread_frame, Group, Kind},
     rows::{self, Names},
     store::Snapshot,
     window::Window,
 };
-use crate::{bpf::abi::State, process::container::Container};
+use crate::bpf::abi::State;
 
 /// Which samples a query wants and how to fold them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,52 +107,6 @@ fn note_process(out: &mut Folded, names: &Names, pid: u32) {
     out.processes
         .entry(pid)
         .or_insert_with(|| Arc::from(names.process(pid)));
-}
-
-/// One row of `/processes`.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct ProcessSummary {
-    pub pid: u32,
-    pub comm: String,
-    pub cpu_us: u64,
-    /// What wallscope knows of the process as a JVM, when it is one.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub jvm: Option<crate::jvm::JvmReport>,
-    /// Its container and pod, when it runs in one.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub container: Option<Arc<Container>>,
-}
-
-/// Processes by CPU time within `window`, busiest first.
-pub fn processes(store: &Snapshot, window: Window) -> Vec<ProcessSummary> {
-    let mut cpu: HashMap<u32, (Arc<str>, u64)> = HashMap::new();
-    let mut containers: HashMap<u32, Arc<Container>> = HashMap::new();
-    for slice in store.within(window) {
-        containers.extend(slice.containers.iter().map(|(k, v)| (*k, v.clone())));
-        for s in slice.samples.iter().filter(|s| s.state == State::Cpu) {
-            let entry = cpu
-                .entry(s.pid)
-                .or_insert_with(|| (Arc::from("[unknown]"), 0));
-            // Slices come oldest first: the newest name wins (a program
-            // exec'd under the same pid, or a pid reused).
-            if let Some(name) = slice.processes.get(&s.pid) {
-                entry.0 = name.clone();
-            }
-            entry.1 += s.ns;
-        }
-    }
-    let mut rows: Vec<ProcessSummary> = cpu
-        .into_iter()
-        .map(|(pid, (comm, ns))| ProcessSummary {
-            pid,
-            comm: comm.to_string(),
-            cpu_us: ns_to_us(ns),
-            jvm: None,
-            container: containers.get(&pid).cloned(),
-        })
-        .collect();
-    rows.sort_by(|a, b| b.cpu_us.cmp(&a.cpu_us).then(a.pid.cmp(&b.pid)));
-    rows
 }
 
 /// The `n` processes with the most wall time (all their threads' states)
@@ -420,25 +372,6 @@ pub(crate) mod tests {
             assert!(!f.processes.contains_key(&0), "{:?}", f.processes);
             assert_eq!(f.processes[&10].as_ref(), "ten");
         }
-    }
-
-    #[test]
-    fn processes_sorted_by_cpu() {
-        let (store, now) = store();
-        let rows = processes(&store.snapshot(), Window::last(30, now));
-        assert_eq!(
-            rows[0],
-            ProcessSummary {
-                pid: 20,
-                comm: "twenty".into(),
-                cpu_us: 9,
-                jvm: None,
-                container: None,
-            }
-        );
-        assert_eq!(rows[1].pid, 10);
-        assert!(pid_recorded(&store.snapshot(), 10) && !pid_recorded(&store.snapshot(), 11));
-        assert!(tid_recorded(&store.snapshot(), 11) && !tid_recorded(&store.snapshot(), 99));
     }
 
     #[test]

@@ -1,0 +1,260 @@
+//! `/processes`: every process recorded in a window with its time by
+//! state, sorted by the state asked for and filtered by name, so that an
+//! idle or stuck process is as easy to find as a busy one.
+
+use std::{collections::HashMap, sync::Arc};
+
+use serde::Serialize;
+
+use super::{query::ns_to_us, store::Snapshot, window::Window};
+use crate::{bpf::abi::State, process::container::Container};
+
+/// What `/processes` sorts by (`sort=`), most first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SortBy {
+    /// Sampled CPU time (the default).
+    Cpu,
+    State(State),
+    /// Futex, I/O and sleep together: waiting on something else.
+    Blocked,
+    /// Every state together.
+    Wall,
+}
+
+impl SortBy {
+    /// Names accepted by the API.
+    pub const NAMES: [&'static str; 8] = [
+        "cpu",
+        "runqueue",
+        "throttled",
+        "futex",
+        "io",
+        "sleep",
+        "blocked",
+        "wall",
+    ];
+
+    /// Parses an API name.
+    pub fn parse(name: &str) -> Option<SortBy> {
+        Some(match name {
+            "cpu" => SortBy::Cpu,
+            "blocked" => SortBy::Blocked,
+            "wall" => SortBy::Wall,
+            _ => SortBy::State(State::ALL.into_iter().find(|s| s.name() == name)?),
+        })
+    }
+
+    fn key(self, row: &ProcessSummary) -> u64 {
+        match self {
+            SortBy::Cpu => row.cpu_us,
+            SortBy::State(State::Cpu) => row.time.cpu_us,
+            SortBy::State(State::Runqueue) => row.time.runqueue_us,
+            SortBy::State(State::Throttled) => row.time.throttled_us,
+            SortBy::State(State::Futex) => row.time.futex_us,
+            SortBy::State(State::Io) => row.time.io_us,
+            SortBy::State(State::Sleep) => row.time.sleep_us,
+            SortBy::Blocked => row.time.blocked_us,
+            SortBy::Wall => row.time.wall_us,
+        }
+    }
+}
+
+/// A process's exact time by state in the window, from its threads'
+/// totals (µs, all threads added up).
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct StateTimes {
+    pub cpu_us: u64,
+    pub runqueue_us: u64,
+    pub throttled_us: u64,
+    pub futex_us: u64,
+    pub io_us: u64,
+    pub sleep_us: u64,
+    /// `futex_us + io_us + sleep_us`.
+    pub blocked_us: u64,
+    pub wall_us: u64,
+}
+
+impl StateTimes {
+    fn of(ns: &[u64; State::COUNT]) -> StateTimes {
+        let us = |s: State| ns_to_us(ns[s as usize]);
+        StateTimes {
+            cpu_us: us(State::Cpu),
+            runqueue_us: us(State::Runqueue),
+            throttled_us: us(State::Throttled),
+            futex_us: us(State::Futex),
+            io_us: us(State::Io),
+            sleep_us: us(State::Sleep),
+            blocked_us: ns_to_us(
+                ns[State::Futex as usize] + ns[State::Io as usize] + ns[State::Sleep as usize],
+            ),
+            wall_us: ns_to_us(ns.iter().sum()),
+        }
+    }
+}
+
+/// One row of `/processes`.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ProcessSummary {
+    pub pid: u32,
+    pub comm: String,
+    /// Sampled CPU time (the flame graphs' total).
+    pub cpu_us: u64,
+    /// Exact time by state.
+    pub time: StateTimes,
+    /// What wallscope knows of the process as a JVM, when it is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub jvm: Option<crate::jvm::JvmReport>,
+    /// Its container and pod, when it runs in one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container: Option<Arc<Container>>,
+}
+
+/// Every process with samples or thread totals within `window` whose name
+/// contains `comm` (all without), by `sort` (most first, then by pid).
+pub fn processes(
+    store: &Snapshot,
+    window: Window,
+    sort: SortBy,
+    comm: Option<&str>,
+) -> Vec<ProcessSummary> {
+    #[derive(Default)]
+    struct Acc {
+        name: Option<Arc<str>>,
+        cpu_ns: u64,
+        ns: [u64; State::COUNT],
+        container: Option<Arc<Container>>,
+    }
+    let mut by_pid: HashMap<u32, Acc> = HashMap::new();
+    for slice in store.within(window) {
+        for s in slice.samples.iter().filter(|s| s.state == State::Cpu) {
+            by_pid.entry(s.pid).or_default().cpu_ns += s.ns;
+        }
+        for t in &slice.thread_totals {
+            let acc = by_pid.entry(t.pid).or_default();
+            for (sum, ns) in acc.ns.iter_mut().zip(t.ns) {
+                *sum += ns;
+            }
+        }
+        // Slices come oldest first: the newest name wins (a program
+        // exec'd under the same pid, or a pid reused).
+        for (pid, name) in &slice.processes {
+            if let Some(acc) = by_pid.get_mut(pid) {
+                acc.name = Some(name.clone());
+            }
+        }
+        for (pid, c) in &slice.containers {
+            if let Some(acc) = by_pid.get_mut(pid) {
+                acc.container = Some(c.clone());
+            }
+        }
+    }
+    let mut rows: Vec<ProcessSummary> = by_pid
+        .into_iter()
+        .map(|(pid, acc)| ProcessSummary {
+            pid,
+            comm: acc.name.as_deref().unwrap_or("[unknown]").to_string(),
+            cpu_us: ns_to_us(acc.cpu_ns),
+            time: StateTimes::of(&acc.ns),
+            jvm: None,
+            container: acc.container,
+        })
+        .filter(|r| comm.is_none_or(|c| r.comm.contains(c)))
+        .collect();
+    rows.sort_by(|a, b| sort.key(b).cmp(&sort.key(a)).then(a.pid.cmp(&b.pid)));
+    rows
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use super::*;
+    use crate::{
+        collect::RawThread,
+        profile::{
+            query::{pid_recorded, tests::store, tid_recorded},
+            store::Store,
+            Slice,
+        },
+    };
+
+    #[test]
+    fn processes_sorted_by_cpu() {
+        let (store, now) = store();
+        let rows = processes(&store.snapshot(), Window::last(30, now), SortBy::Cpu, None);
+        assert_eq!(
+            (rows[0].pid, rows[0].comm.as_str(), rows[0].cpu_us),
+            (20, "twenty", 9)
+        );
+        assert_eq!(rows[1].pid, 10);
+        assert!(pid_recorded(&store.snapshot(), 10) && !pid_recorded(&store.snapshot(), 11));
+        assert!(tid_recorded(&store.snapshot(), 11) && !tid_recorded(&store.snapshot(), 99));
+    }
+
+    /// Pid 1 burns CPU; pid 2 ("stuck-db") has every thread on a futex and
+    /// no CPU sample at all; pid 3 sleeps.
+    fn mixed() -> (Store, SystemTime) {
+        let end = SystemTime::UNIX_EPOCH + Duration::from_secs(100);
+        let mut store = Store::new(Duration::from_secs(600));
+        let mut slice = Slice::empty(end - Duration::from_secs(1), end);
+        let thread = |pid, tid, state: State, ms: u64| {
+            let mut ns = [0; State::COUNT];
+            ns[state as usize] = ms * 1_000_000;
+            RawThread {
+                tid,
+                pid,
+                comm: String::new(),
+                ns,
+                switches_voluntary: 0,
+                switches_involuntary: 0,
+                wakeups_sent: 0,
+                wakeups_received: 0,
+            }
+        };
+        slice.thread_totals = vec![
+            thread(1, 1, State::Cpu, 900),
+            thread(2, 2, State::Futex, 1000),
+            thread(2, 21, State::Futex, 1000),
+            thread(3, 3, State::Sleep, 700),
+            thread(3, 3, State::Io, 100),
+        ];
+        for (pid, name) in [(1, "burner"), (2, "stuck-db"), (3, "napper")] {
+            slice.processes.insert(pid, Arc::from(name));
+        }
+        store.push(slice);
+        (store, end)
+    }
+
+    #[test]
+    fn sorting_by_a_state_puts_the_stuck_process_first() {
+        let (store, now) = mixed();
+        let window = Window::last(30, now);
+        let order = |sort| -> Vec<u32> {
+            let rows = processes(&store.snapshot(), window, sort, None);
+            rows.iter().map(|r| r.pid).collect()
+        };
+        assert_eq!(order(SortBy::parse("futex").unwrap()), [2, 1, 3]);
+        assert_eq!(order(SortBy::parse("blocked").unwrap()), [2, 3, 1]);
+        assert_eq!(order(SortBy::parse("sleep").unwrap()), [3, 1, 2]);
+        assert_eq!(order(SortBy::parse("io").unwrap()), [3, 1, 2]);
+        assert_eq!(order(SortBy::parse("wall").unwrap()), [2, 1, 3]);
+        let rows = processes(&store.snapshot(), window, SortBy::Blocked, None);
+        assert_eq!(rows[0].time.futex_us, 2_000_000);
+        assert_eq!(rows[0].time.blocked_us, 2_000_000);
+        assert_eq!(rows[1].time.blocked_us, 800_000);
+        for name in SortBy::NAMES {
+            assert!(SortBy::parse(name).is_some(), "{name}");
+        }
+        assert!(SortBy::parse("park").is_none());
+    }
+
+    #[test]
+    fn comm_filters_by_name() {
+        let (store, now) = mixed();
+        let window = Window::last(30, now);
+        let rows = processes(&store.snapshot(), window, SortBy::Cpu, Some("db"));
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].comm, "stuck-db");
+        assert!(processes(&store.snapshot(), window, SortBy::Cpu, Some("nope")).is_empty());
+    }
+}
