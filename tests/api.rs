@@ -9,7 +9,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use support::api::{call, call_on, error_of, GONE_PID};
+use support::api::{app, call, call_on, error_of, get_with, GONE_PID};
 use wallscope::{
     api,
     pipeline::Shared,
@@ -46,18 +46,51 @@ async fn flamegraph_is_svg_by_default_and_folded_on_request() {
 }
 
 #[tokio::test]
-async fn unknown_pid_and_empty_window_are_404() {
-    let (status, _, body) = call("/folded?pid=4194000").await;
-    assert_eq!(status, 404);
-    assert!(error_of(&body).contains("unknown pid 4194000"), "{body}");
+async fn unknown_pid_is_404_and_a_known_one_with_nothing_recorded_200_with_a_note() {
+    for uri in [
+        "/folded?pid=4194000",
+        "/flamegraph?pid=4194000",
+        "/pprof?pid=4194000",
+        "/threads?pid=4194000",
+    ] {
+        let (status, _, body) = call(uri).await;
+        assert_eq!(status, 404, "{uri}");
+        assert!(
+            error_of(&body).contains("unknown pid 4194000"),
+            "{uri}: {body}"
+        );
+    }
     // Our own process exists but has no samples in this store.
     let me = std::process::id();
-    let (status, _, body) = call(&format!("/flamegraph?pid={me}")).await;
-    assert_eq!(status, 404);
+    let note = format!("no CPU samples for pid {me} in the last 30 s");
+    for uri in [format!("/folded?pid={me}"), format!("/flamegraph?pid={me}")] {
+        let (status, headers, body) = support::api::send(app(), get_with(&uri, &[])).await;
+        assert_eq!(status, 200, "{uri}: {body}");
+        let header = headers.get("x-wallscope-note").unwrap().to_str().unwrap();
+        assert_eq!(header, note, "{uri}");
+        if uri.starts_with("/flamegraph") {
+            assert!(body.contains(&note) && body.contains("<svg"), "{body}");
+        }
+    }
+    let (status, _, body) = call(&format!("/threads?pid={me}")).await;
+    assert_eq!(status, 200, "{body}");
+    let report: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert!(
-        error_of(&body).contains(&format!("no CPU samples for pid {me} in the last 30 s")),
+        report["note"]
+            .as_str()
+            .unwrap()
+            .contains("nothing recorded"),
         "{body}"
     );
+    let listed = report["threads"].as_array().unwrap();
+    assert!(
+        listed.iter().any(|t| t["tid"] == me),
+        "our main thread: {body}"
+    );
+    assert!(listed.iter().all(|t| t["wall_us"] == 0), "{body}");
+    // A process recorded within the retention, gone now: known too.
+    let (status, _, body) = call(&format!("/folded?pid={GONE_PID}&seconds=1&kind=futex")).await;
+    assert_eq!(status, 200, "{body}");
     let (status, _, body) = call(&format!("/folded?pid={GONE_PID}&tid=4194001")).await;
     assert_eq!(status, 404);
     assert!(error_of(&body).contains("tid 4194001"), "{body}");
@@ -101,7 +134,11 @@ async fn processes_and_healthz_are_json() {
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(
         v,
-        serde_json::json!([{"pid": GONE_PID, "comm": "app", "cpu_us": 7000}])
+        serde_json::json!([{"pid": GONE_PID, "comm": "app", "cpu_us": 7000, "time": {
+            "cpu_us": 0, "runqueue_us": 0, "throttled_us": 0, "futex_us": 0, "io_us": 0,
+            "sleep_us": 0, "blocked_us": 0, "wall_us": 0
+        }}]),
+        "no thread totals in this store: sampled CPU only"
     );
 
     let (status, _, body) = call("/healthz").await;

@@ -129,13 +129,18 @@ async fn a_window_holds_the_slices_that_ended_in_it() {
     )
     .await;
     assert_eq!(body, "app;main;slice_1 1000\n");
-    // Nothing ended in it: the same 404 as an empty `seconds` window.
-    let (status, _, body) = call_on(
-        app.clone(),
-        &format!("/folded?pid={PID}&from={}&until={}", t0 + 11, t0 + 19),
-    )
-    .await;
-    assert_eq!(status, 404, "{body}");
+    // Nothing ended in it: a known process, so 200, empty, with a note.
+    let empty = format!("pid={PID}&from={}&until={}", t0 + 11, t0 + 19);
+    let (status, _, body) = call_on(app.clone(), &format!("/folded?{empty}")).await;
+    assert_eq!((status, body.as_str()), (200, ""));
+    let req = support::api::get_with(&format!("/pprof?{empty}"), &[]);
+    let res = app.clone().oneshot(req).await.unwrap();
+    assert_eq!(res.status().as_u16(), 200);
+    let note = res.headers()["x-wallscope-note"].to_str().unwrap();
+    assert!(
+        note.starts_with(&format!("no CPU samples for pid {PID} in the ")),
+        "{note}"
+    );
     // Titles show the range.
     let (status, _, svg) = call_on(
         app.clone(),

@@ -10,7 +10,7 @@ use axum::{
 use super::{
     error::ApiError,
     params::Params,
-    queries::{empty_message, filter, snapshot, PROFILE_PARAMS},
+    queries::{empty_note, filter, snapshot, with_note, PROFILE_PARAMS},
     ApiState,
 };
 use crate::{
@@ -19,7 +19,9 @@ use crate::{
 };
 
 /// `/pprof?pid=&tid=&kind=&group=&seconds=|from=&until=`: samples labelled
-/// by thread unless `group` says otherwise; 404 when nothing matches.
+/// by thread unless `group` says otherwise. An empty profile (with a
+/// note header) for a known process with nothing in the window; 404 for
+/// an unknown one.
 pub(super) async fn pprof(
     State(state): State<ApiState>,
     RawQuery(q): RawQuery,
@@ -27,18 +29,20 @@ pub(super) async fn pprof(
     let p = Params::parse(q.as_deref(), &PROFILE_PARAMS)?;
     let filter = filter(&state.shared, &p, Group::Thread)?;
     let shared = state.shared.clone();
-    let bytes = state
+    let (bytes, note) = state
         .queries
         .run(move || {
             let store = snapshot(&shared);
             let profile = pprof::build(&store, &filter, Detail::Threads);
-            if profile.sample.is_empty() {
-                return Err(ApiError::NotFound(empty_message(&store, &filter)));
-            }
-            Ok(pprof::encode_gzip(&profile))
+            let note = if profile.sample.is_empty() {
+                Some(empty_note(&store, &filter)?)
+            } else {
+                None
+            };
+            Ok::<_, ApiError>((pprof::encode_gzip(&profile), note))
         })
         .await??;
-    Ok((
+    let response = (
         [
             (header::CONTENT_TYPE, "application/octet-stream"),
             (
@@ -48,5 +52,6 @@ pub(super) async fn pprof(
         ],
         bytes,
     )
-        .into_response())
+        .into_response();
+    Ok(with_note(response, note.as_deref()))
 }

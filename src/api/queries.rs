@@ -90,22 +90,39 @@ struct Profile {
     filter: Filter,
     folded: Folded,
     truncated: Option<Truncation>,
+    /// Why it is empty, when it is.
+    note: Option<String>,
 }
 
-/// Folds the samples `filter` selects (on a blocking thread): 404 with a
-/// message saying why when there are none.
+/// Folds the samples `filter` selects (on a blocking thread). Empty, with
+/// a note saying why, when the process or thread is known but recorded
+/// nothing in the window; 404 when it was never seen.
 fn profile(shared: &Shared, filter: Filter) -> Result<Profile, ApiError> {
     let store = snapshot(shared);
     let mut folded = query::folded(&store, &filter);
-    if folded.stacks.is_empty() {
-        return Err(ApiError::NotFound(empty_message(&store, &filter)));
-    }
+    let note = if folded.stacks.is_empty() {
+        Some(empty_note(&store, &filter)?)
+    } else {
+        None
+    };
     let truncated = truncate::truncate(&mut folded, Limits::API);
     Ok(Profile {
         filter,
         folded,
         truncated,
+        note,
     })
+}
+
+/// Response header saying why an answer for a known process is empty.
+pub const NOTE_HEADER: &str = "x-wallscope-note";
+
+/// Adds the [`NOTE_HEADER`] when there is a note.
+pub(super) fn with_note(mut response: Response, note: Option<&str>) -> Response {
+    if let Some(value) = note.and_then(|n| HeaderValue::from_str(n).ok()) {
+        response.headers_mut().insert(NOTE_HEADER, value);
+    }
+    response
 }
 
 /// Why `pid` is unknown, if it is: no such process now, and nothing
@@ -118,18 +135,23 @@ fn unknown_pid(store: &Snapshot, pid: u32) -> Option<String> {
     })
 }
 
-pub(super) fn empty_message(store: &Snapshot, filter: &Filter) -> String {
+/// Why `filter` found nothing: `Ok(note)` when its process and thread are
+/// known (alive, or recorded within the retention) but recorded nothing of
+/// the kind in the window, 404 when one of them was never seen.
+pub(super) fn empty_note(store: &Snapshot, filter: &Filter) -> Result<String, ApiError> {
     let window = format!("in the {}", filter.window.describe());
     let what = format!("no {} samples", filter.kind.describe());
     let retention = format!("in the last {} min", store.retention().as_secs() / 60);
     if let Some(unknown) = filter.pid.and_then(|pid| unknown_pid(store, pid)) {
-        return unknown;
+        return Err(ApiError::NotFound(unknown));
     }
-    match (filter.pid, filter.tid) {
+    Ok(match (filter.pid, filter.tid) {
         (_, Some(tid))
             if !query::tid_recorded(store, tid) && !Path::new(&format!("/proc/{tid}")).exists() =>
         {
-            format!("unknown tid {tid}: no such thread, and nothing recorded for it {retention}")
+            return Err(ApiError::NotFound(format!(
+                "unknown tid {tid}: no such thread, and nothing recorded for it {retention}"
+            )));
         }
         (Some(pid), None) => format!("{what} for pid {pid} {window}"),
         (pid, Some(tid)) => {
@@ -137,7 +159,7 @@ pub(super) fn empty_message(store: &Snapshot, filter: &Filter) -> String {
             format!("{what} for tid {tid}{of_pid} {window}")
         }
         (None, None) => format!("{what} {window}"),
-    }
+    })
 }
 
 pub(super) async fn folded(
@@ -147,14 +169,16 @@ pub(super) async fn folded(
     let p = Params::parse(q.as_deref(), &PROFILE_PARAMS)?;
     let filter = filter(&state.shared, &p, Group::Process)?;
     let shared = state.shared.clone();
-    let (text, truncated) = state
+    let (text, truncated, note) = state
         .queries
         .run(move || {
             let profile = profile(&shared, filter)?;
-            Ok::<_, ApiError>((render::folded_text(&profile.folded), profile.truncated))
+            let text = render::folded_text(&profile.folded);
+            Ok::<_, ApiError>((text, profile.truncated, profile.note))
         })
         .await??;
-    Ok(with_truncation(folded_response(text), truncated))
+    let response = with_truncation(folded_response(text), truncated);
+    Ok(with_note(response, note.as_deref()))
 }
 
 fn folded_response(text: String) -> Response {
@@ -191,9 +215,10 @@ pub(super) async fn flamegraph(
         .queries
         .run(move || {
             let profile = profile(&shared, filter)?;
+            let note = profile.note.as_deref();
             if !svg {
                 let text = render::folded_text(&profile.folded);
-                return Ok((folded_response(text), profile.truncated));
+                return Ok((with_note(folded_response(text), note), profile.truncated));
             }
             let labels = GraphLabels {
                 subject: subject(&profile),
@@ -201,10 +226,13 @@ pub(super) async fn flamegraph(
                 group: profile.filter.group,
                 window: profile.filter.window,
             };
-            let svg = render::flamegraph_svg(&profile.folded, &labels, false)
-                .map_err(ApiError::Render)?;
+            let svg = match note {
+                Some(note) => render::note_svg(&labels, note),
+                None => render::flamegraph_svg(&profile.folded, &labels, false)
+                    .map_err(ApiError::Render)?,
+            };
             let response = ([(header::CONTENT_TYPE, "image/svg+xml")], svg).into_response();
-            Ok::<_, ApiError>((response, profile.truncated))
+            Ok::<_, ApiError>((with_note(response, note), profile.truncated))
         })
         .await??;
     Ok(with_truncation(body, truncated))
@@ -273,22 +301,22 @@ pub(super) async fn threads(
     let window = window(&p, &state.shared)?;
     let text = p.choice("format", &["json", "text"])? == Some("text");
     let report = over_snapshot(&state, move |store| {
-        threads::report(store, pid, window)
-            .ok_or_else(|| ApiError::NotFound(no_threads(pid, window)))
+        if let Some(report) = threads::report(store, pid, window) {
+            return Ok(report);
+        }
+        if let Some(unknown) = unknown_pid(store, pid) {
+            return Err(ApiError::NotFound(unknown));
+        }
+        let note = format!(
+            "nothing recorded for pid {pid} in the {}: its threads neither ran, waited nor slept in it (it started later, or the daemon did)",
+            window.describe()
+        );
+        Ok(threads::empty_report(pid, window, note))
     })
     .await?;
     let mut report = report?;
     report.jvm = state.shared.jvms.report(pid);
     Ok(json_or_text(text, report, threads::render_text))
-}
-
-fn no_threads(pid: u32, window: Window) -> String {
-    let window = window.describe();
-    if Path::new(&format!("/proc/{pid}")).exists() {
-        format!("no thread activity for pid {pid} in the {window}")
-    } else {
-        format!("unknown pid {pid}: no such process, and nothing recorded for it in the {window}")
-    }
 }
 
 pub(super) async fn runqueue(

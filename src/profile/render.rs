@@ -59,6 +59,23 @@ fn capitalized(words: &str) -> String {
         .unwrap_or_default()
 }
 
+/// An SVG with the graph's title and `note` (why there is no graph), for
+/// a window in which a known process recorded nothing.
+pub fn note_svg(labels: &GraphLabels, note: &str) -> Vec<u8> {
+    let escape = |s: &str| {
+        s.replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+            .replace('"', "&quot;")
+    };
+    format!(
+        "<?xml version=\"1.0\" standalone=\"no\"?>\n<svg version=\"1.1\" width=\"1200\" height=\"80\" xmlns=\"http://www.w3.org/2000/svg\"><text x=\"600\" y=\"24\" text-anchor=\"middle\" font-family=\"Verdana\" font-size=\"17\">{}</text><text x=\"600\" y=\"56\" text-anchor=\"middle\" font-family=\"Verdana\" font-size=\"13\">{}</text></svg>\n",
+        escape(&title(labels, 0)),
+        escape(note)
+    )
+    .into_bytes()
+}
+
 /// Renders an interactive SVG. `deterministic` fixes colours and ids for
 /// golden tests.
 pub fn flamegraph_svg(

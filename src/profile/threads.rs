@@ -60,6 +60,9 @@ pub struct ThreadReport {
     /// Its container and pod, when it runs in one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub container: Option<Arc<Container>>,
+    /// Why every figure is zero, when nothing was recorded in the window.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 #[derive(Default)]
@@ -176,7 +179,49 @@ pub fn report(store: &Snapshot, pid: u32, window: Window) -> Option<ThreadReport
         threads,
         jvm: None,
         container,
+        note: None,
     })
+}
+
+/// Most threads [`empty_report`] lists from `/proc`.
+const MAX_LISTED_THREADS: usize = 100_000;
+
+/// The report of a known process that recorded nothing in `window`: its
+/// threads as `/proc/PID/task` lists them now (none if it is gone), all
+/// zero, and `note`.
+pub fn empty_report(pid: u32, window: Window, note: String) -> ThreadReport {
+    let name = |dir: &str| {
+        std::fs::read_to_string(format!("{dir}/comm"))
+            .map(|s| s.trim_end().to_string())
+            .unwrap_or_default()
+    };
+    let mut threads: Vec<ThreadRow> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .take(MAX_LISTED_THREADS)
+        .filter_map(|e| {
+            let tid: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+            let name = name(&format!("/proc/{pid}/task/{tid}"));
+            Some(ThreadRow {
+                tid,
+                pool: pool_name(&name),
+                name,
+                time: Breakdown::default(),
+            })
+        })
+        .collect();
+    threads.sort_by_key(|t| t.tid);
+    ThreadReport {
+        pid,
+        comm: name(&format!("/proc/{pid}")),
+        seconds: window.seconds(),
+        process: Breakdown::default(),
+        pools: Vec::new(),
+        threads,
+        jvm: None,
+        container: None,
+        note: Some(note),
+    }
 }
 
 /// An aligned table for a terminal, threads sorted by wall time, with the
@@ -188,6 +233,9 @@ pub fn render_text(r: &ThreadReport) -> String {
         "pid {} ({}), last {} s: wall time by state",
         r.pid, r.comm, r.seconds
     );
+    if let Some(note) = &r.note {
+        let _ = writeln!(out, "note: {note}");
+    }
     if let Some(jvm) = &r.jvm {
         let _ = writeln!(out, "{}", jvm.describe());
     }
