@@ -278,3 +278,49 @@ async fn processes_sort_by_state_and_filter_by_name() {
     assert_eq!(status, 400, "{body}");
     assert!(error_of(&body).contains("`sort`"), "{body}");
 }
+
+#[tokio::test]
+async fn windows_reaching_before_the_records_say_how_much_was_recorded() {
+    let (app, _) = app();
+    // The oldest slice began 51 s ago (t0 + 9, t0 = now - 60).
+    let recorded = |headers: &axum::http::HeaderMap| -> u64 {
+        headers["x-wallscope-recorded-seconds"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    for uri in [
+        format!("/folded?pid={PID}&seconds=600"),
+        format!("/flamegraph?pid={PID}&seconds=600"),
+        format!("/threads?pid={PID}&seconds=600"),
+        "/processes?seconds=600".to_string(),
+    ] {
+        let (status, headers, _) =
+            support::api::send(app.clone(), support::api::get_with(&uri, &[])).await;
+        assert_eq!(status, 200, "{uri}");
+        let r = recorded(&headers);
+        assert!((50..=52).contains(&r), "{uri}: {r}");
+    }
+    let (_, _, body) = call_on(app.clone(), &format!("/threads?pid={PID}&seconds=600")).await;
+    let report: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(report["seconds"], 600);
+    let r = report["recorded_seconds"].as_u64().unwrap();
+    assert!((50..=52).contains(&r), "{body}");
+    let (_, _, text) = call_on(
+        app.clone(),
+        &format!("/threads?pid={PID}&seconds=600&format=text"),
+    )
+    .await;
+    assert!(
+        text.contains(&format!("last 600 s (only {r} s recorded)")),
+        "{text}"
+    );
+    // A window inside the records: all of it.
+    let (_, headers, _) = support::api::send(
+        app,
+        support::api::get_with(&format!("/folded?pid={PID}&seconds=30"), &[]),
+    )
+    .await;
+    assert_eq!(recorded(&headers), 30);
+}

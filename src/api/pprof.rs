@@ -1,6 +1,8 @@
 //! `/pprof`: a profile in pprof's format, gzipped, for `go tool pprof`,
 //! Pyroscope, Parca and speedscope.
 
+use std::time::SystemTime;
+
 use axum::{
     extract::{RawQuery, State},
     http::header,
@@ -10,7 +12,7 @@ use axum::{
 use super::{
     error::ApiError,
     params::Params,
-    queries::{empty_note, filter, snapshot, with_note, PROFILE_PARAMS},
+    queries::{empty_note, filter, snapshot, with_note, with_recorded, PROFILE_PARAMS},
     ApiState,
 };
 use crate::{
@@ -29,7 +31,7 @@ pub(super) async fn pprof(
     let p = Params::parse(q.as_deref(), &PROFILE_PARAMS)?;
     let filter = filter(&state.shared, &p, Group::Thread)?;
     let shared = state.shared.clone();
-    let (bytes, note) = state
+    let (bytes, note, recorded) = state
         .queries
         .run(move || {
             let store = snapshot(&shared);
@@ -39,7 +41,8 @@ pub(super) async fn pprof(
             } else {
                 None
             };
-            Ok::<_, ApiError>((pprof::encode_gzip(&profile), note))
+            let recorded = store.recorded_seconds(filter.window, SystemTime::now());
+            Ok::<_, ApiError>((pprof::encode_gzip(&profile), note, recorded))
         })
         .await??;
     let response = (
@@ -53,5 +56,8 @@ pub(super) async fn pprof(
         bytes,
     )
         .into_response();
-    Ok(with_note(response, note.as_deref()))
+    Ok(with_recorded(
+        with_note(response, note.as_deref()),
+        recorded,
+    ))
 }

@@ -92,6 +92,8 @@ struct Profile {
     truncated: Option<Truncation>,
     /// Why it is empty, when it is.
     note: Option<String>,
+    /// Seconds of the window the store has records of.
+    recorded: u64,
 }
 
 /// Folds the samples `filter` selects (on a blocking thread). Empty, with
@@ -106,16 +108,31 @@ fn profile(shared: &Shared, filter: Filter) -> Result<Profile, ApiError> {
         None
     };
     let truncated = truncate::truncate(&mut folded, Limits::API);
+    let recorded = store.recorded_seconds(filter.window, SystemTime::now());
     Ok(Profile {
         filter,
         folded,
         truncated,
         note,
+        recorded,
     })
 }
 
 /// Response header saying why an answer for a known process is empty.
 pub const NOTE_HEADER: &str = "x-wallscope-note";
+
+/// Response header with the seconds of the window the daemon has records
+/// of: less than the window when it reaches before the daemon started (or
+/// past what the retention keeps).
+pub const RECORDED_HEADER: &str = "x-wallscope-recorded-seconds";
+
+/// Adds the [`RECORDED_HEADER`].
+pub(super) fn with_recorded(mut response: Response, seconds: u64) -> Response {
+    response
+        .headers_mut()
+        .insert(RECORDED_HEADER, HeaderValue::from(seconds));
+    response
+}
 
 /// Adds the [`NOTE_HEADER`] when there is a note.
 pub(super) fn with_note(mut response: Response, note: Option<&str>) -> Response {
@@ -169,16 +186,19 @@ pub(super) async fn folded(
     let p = Params::parse(q.as_deref(), &PROFILE_PARAMS)?;
     let filter = filter(&state.shared, &p, Group::Process)?;
     let shared = state.shared.clone();
-    let (text, truncated, note) = state
+    let (text, truncated, note, recorded) = state
         .queries
         .run(move || {
             let profile = profile(&shared, filter)?;
             let text = render::folded_text(&profile.folded);
-            Ok::<_, ApiError>((text, profile.truncated, profile.note))
+            Ok::<_, ApiError>((text, profile.truncated, profile.note, profile.recorded))
         })
         .await??;
     let response = with_truncation(folded_response(text), truncated);
-    Ok(with_note(response, note.as_deref()))
+    Ok(with_recorded(
+        with_note(response, note.as_deref()),
+        recorded,
+    ))
 }
 
 fn folded_response(text: String) -> Response {
@@ -216,9 +236,11 @@ pub(super) async fn flamegraph(
         .run(move || {
             let profile = profile(&shared, filter)?;
             let note = profile.note.as_deref();
+            let recorded = profile.recorded;
             if !svg {
                 let text = render::folded_text(&profile.folded);
-                return Ok((with_note(folded_response(text), note), profile.truncated));
+                let response = with_recorded(with_note(folded_response(text), note), recorded);
+                return Ok((response, profile.truncated));
             }
             let labels = GraphLabels {
                 subject: subject(&profile),
@@ -232,7 +254,8 @@ pub(super) async fn flamegraph(
                     .map_err(ApiError::Render)?,
             };
             let response = ([(header::CONTENT_TYPE, "image/svg+xml")], svg).into_response();
-            Ok::<_, ApiError>((with_note(response, note), profile.truncated))
+            let response = with_recorded(with_note(response, note), recorded);
+            Ok::<_, ApiError>((response, profile.truncated))
         })
         .await??;
     Ok(with_truncation(body, truncated))
@@ -280,14 +303,15 @@ pub(super) async fn processes(
         .and_then(SortBy::parse)
         .unwrap_or(SortBy::Cpu);
     let comm = p.text("comm").map(str::to_string);
-    let mut rows = over_snapshot(&state, move |store| {
-        processes::processes(store, window, sort, comm.as_deref())
+    let (mut rows, recorded) = over_snapshot(&state, move |store| {
+        let rows = processes::processes(store, window, sort, comm.as_deref());
+        (rows, store.recorded_seconds(window, SystemTime::now()))
     })
     .await?;
     for row in &mut rows {
         row.jvm = state.shared.jvms.report(row.pid);
     }
-    Ok(Json(rows).into_response())
+    Ok(with_recorded(Json(rows).into_response(), recorded))
 }
 
 pub(super) async fn threads(
@@ -301,7 +325,9 @@ pub(super) async fn threads(
     let window = window(&p, &state.shared)?;
     let text = p.choice("format", &["json", "text"])? == Some("text");
     let report = over_snapshot(&state, move |store| {
-        if let Some(report) = threads::report(store, pid, window) {
+        let recorded = store.recorded_seconds(window, SystemTime::now());
+        if let Some(mut report) = threads::report(store, pid, window) {
+            report.recorded_seconds = recorded;
             return Ok(report);
         }
         if let Some(unknown) = unknown_pid(store, pid) {
@@ -311,12 +337,18 @@ pub(super) async fn threads(
             "nothing recorded for pid {pid} in the {}: its threads neither ran, waited nor slept in it (it started later, or the daemon did)",
             window.describe()
         );
-        Ok(threads::empty_report(pid, window, note))
+        let mut report = threads::empty_report(pid, window, note);
+        report.recorded_seconds = recorded;
+        Ok(report)
     })
     .await?;
     let mut report = report?;
     report.jvm = state.shared.jvms.report(pid);
-    Ok(json_or_text(text, report, threads::render_text))
+    let recorded = report.recorded_seconds;
+    Ok(with_recorded(
+        json_or_text(text, report, threads::render_text),
+        recorded,
+    ))
 }
 
 pub(super) async fn runqueue(
@@ -339,20 +371,31 @@ pub(super) async fn runqueue(
         ));
     }
     if pid.is_none() && cgroup.as_deref() == Some(cgroup_list::ALL) {
-        let list = over_snapshot(&state, move |store| cgroup_list::list(store, window)).await?;
-        return Ok(json_or_text(text, list, cgroup_list::render_text));
+        let list = over_snapshot(&state, move |store| {
+            let mut list = cgroup_list::list(store, window);
+            list.recorded_seconds = store.recorded_seconds(window, SystemTime::now());
+            list
+        })
+        .await?;
+        let recorded = list.recorded_seconds;
+        let response = json_or_text(text, list, cgroup_list::render_text);
+        return Ok(with_recorded(response, recorded));
     }
     if pid.is_none() && cgroup.is_none() && container.is_none() {
         let report = over_snapshot(&state, move |store| {
-            runqueue::host_report(store, window).ok_or_else(|| {
+            let mut report = runqueue::host_report(store, window).ok_or_else(|| {
                 ApiError::NotFound(format!(
                     "no runqueue latency or throttling recorded on the host in the {}",
                     window.describe()
                 ))
-            })
+            })?;
+            report.recorded_seconds = store.recorded_seconds(window, SystemTime::now());
+            Ok::<_, ApiError>(report)
         })
         .await??;
-        return Ok(json_or_text(text, report, runqueue::render_text));
+        let recorded = report.recorded_seconds;
+        let response = json_or_text(text, report, runqueue::render_text);
+        return Ok(with_recorded(response, recorded));
     }
     // Resolving a cgroup path walks the cgroup tree: blocking work too.
     let report = over_snapshot(&state, move |store| {
@@ -364,16 +407,22 @@ pub(super) async fn runqueue(
             OwnerError::Param(param, message) => ApiError::bad(param, message),
             OwnerError::NoSuchCgroup(message) => ApiError::NotFound(message),
         })?;
-        runqueue::report(store, owner, window).ok_or_else(|| {
+        let mut report = runqueue::report(store, owner, window).ok_or_else(|| {
             let who = runqueue::Owner::resolve(owner).describe();
             ApiError::NotFound(format!(
                 "no runqueue latency or throttling recorded for {who} in the {}",
                 window.describe()
             ))
-        })
+        })?;
+        report.recorded_seconds = store.recorded_seconds(window, SystemTime::now());
+        Ok::<_, ApiError>(report)
     })
     .await??;
-    Ok(json_or_text(text, report, runqueue::render_text))
+    let recorded = report.recorded_seconds;
+    Ok(with_recorded(
+        json_or_text(text, report, runqueue::render_text),
+        recorded,
+    ))
 }
 
 /// The cgroup path of the container `name` (see

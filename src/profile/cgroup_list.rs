@@ -38,6 +38,8 @@ pub struct CgroupRow {
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct CgroupList {
     pub seconds: u64,
+    /// Seconds of the window the daemon has records of.
+    pub recorded_seconds: u64,
     pub cgroups: Vec<CgroupRow>,
 }
 
@@ -71,6 +73,7 @@ pub fn list(store: &Snapshot, window: Window) -> CgroupList {
     });
     CgroupList {
         seconds: window.seconds(),
+        recorded_seconds: window.seconds(),
         cgroups,
     }
 }

@@ -13,6 +13,7 @@ use super::{
     hist::{self, Bucket, Merged},
     query::ns_to_us,
     store::Snapshot,
+    threads::recorded_note,
 };
 use crate::collect::HistOwner;
 
@@ -81,6 +82,8 @@ pub struct Throttled {
 pub struct RunqueueReport {
     pub owner: Owner,
     pub seconds: u64,
+    /// Seconds of the window the daemon has records of.
+    pub recorded_seconds: u64,
     /// Number of runqueue waits (wakeup or preemption to running).
     pub count: u64,
     /// Their total time.
@@ -184,6 +187,7 @@ pub fn from_merged(
     Some(RunqueueReport {
         owner,
         seconds,
+        recorded_seconds: seconds,
         count: waits.count(),
         total_us: ns_to_us(waits.ns),
         p50_us: q(0.5),
@@ -208,14 +212,20 @@ pub fn render_text(r: &RunqueueReport) -> String {
     if r.count == 0 {
         let _ = writeln!(
             out,
-            "runqueue latency of {who}, last {} s: no waits",
-            r.seconds
+            "runqueue latency of {who}, last {} s{}: no waits",
+            r.seconds,
+            recorded_note(r.seconds, r.recorded_seconds)
         );
     } else {
         let _ = writeln!(
             out,
-            "runqueue latency of {who}, last {} s: {} waits, p50 {:.1} us, p90 {:.1} us, p99 {:.1} us\n",
-            r.seconds, r.count, r.p50_us, r.p90_us, r.p99_us
+            "runqueue latency of {who}, last {} s{}: {} waits, p50 {:.1} us, p90 {:.1} us, p99 {:.1} us\n",
+            r.seconds,
+            recorded_note(r.seconds, r.recorded_seconds),
+            r.count,
+            r.p50_us,
+            r.p90_us,
+            r.p99_us
         );
         hist::render_bars(&mut out, &r.buckets);
     }

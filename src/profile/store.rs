@@ -147,6 +147,21 @@ impl Snapshot {
         self.retention
     }
 
+    /// Whole seconds of `window` that lie within what the store holds:
+    /// from the start of its oldest slice (the daemon's start, or what the
+    /// retention and memory bound left) to `now`; less than the window's
+    /// length when it reaches further back.
+    pub fn recorded_seconds(&self, window: Window, now: SystemTime) -> u64 {
+        let Some(oldest) = self.slices.first() else {
+            return 0;
+        };
+        let from = window.from.max(oldest.start);
+        let until = window.until.min(now);
+        until
+            .duration_since(from)
+            .map_or(0, |d| (d.as_secs_f64().round()) as u64)
+    }
+
     /// The threads off-CPU at the last drain (empty, without `as_of`,
     /// before the first).
     pub fn live(&self) -> &LiveView {

@@ -51,6 +51,9 @@ pub struct ThreadReport {
     pub pid: u32,
     pub comm: String,
     pub seconds: u64,
+    /// Seconds of the window the daemon has records of (less than
+    /// `seconds` when the window reaches before its start).
+    pub recorded_seconds: u64,
     pub process: Breakdown,
     pub pools: Vec<PoolRow>,
     pub threads: Vec<ThreadRow>,
@@ -174,6 +177,7 @@ pub fn report(store: &Snapshot, pid: u32, window: Window) -> Option<ThreadReport
         pid,
         comm: comm.unwrap_or_default(),
         seconds: window.seconds(),
+        recorded_seconds: window.seconds(),
         process: process.breakdown(),
         pools,
         threads,
@@ -215,6 +219,7 @@ pub fn empty_report(pid: u32, window: Window, note: String) -> ThreadReport {
         pid,
         comm: name(&format!("/proc/{pid}")),
         seconds: window.seconds(),
+        recorded_seconds: window.seconds(),
         process: Breakdown::default(),
         pools: Vec::new(),
         threads,
@@ -230,8 +235,11 @@ pub fn render_text(r: &ThreadReport) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "pid {} ({}), last {} s: wall time by state",
-        r.pid, r.comm, r.seconds
+        "pid {} ({}), last {} s{}: wall time by state",
+        r.pid,
+        r.comm,
+        r.seconds,
+        recorded_note(r.seconds, r.recorded_seconds)
     );
     if let Some(note) = &r.note {
         let _ = writeln!(out, "note: {note}");
@@ -293,6 +301,15 @@ fn truncate(s: &str, max: usize) -> String {
         s.to_string()
     } else {
         s.chars().take(max - 1).chain(['…']).collect()
+    }
+}
+
+/// ` (only N s recorded)` when the window reaches before the records.
+pub fn recorded_note(seconds: u64, recorded: u64) -> String {
+    if recorded < seconds {
+        format!(" (only {recorded} s recorded)")
+    } else {
+        String::new()
     }
 }
 
