@@ -269,3 +269,46 @@ fn thread_sleep(d: Duration) {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+#[test]
+fn runqueue_takes_a_cgroup_v1_path() {
+    if !ebpf_available() {
+        return;
+    }
+    let (_, v1) = mounts();
+    let Some(v1) = v1 else {
+        // A pure cgroup v2 host: v2 paths are tested in tests/api.rs.
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true")
+                || !Path::new("/sys/fs/cgroup/pids").exists(),
+            "a v1 hierarchy exists but was not found"
+        );
+        return;
+    };
+    let d = Daemon::start(&[]);
+    settle(&d.url);
+    let cgroup = Cgroup::create(&v1, "ws-test-render");
+    // Four runnable threads on fewer CPUs: runqueue waits.
+    let w = start_in(&cgroup);
+    thread_sleep(Duration::from_secs(3));
+    settle(&d.url);
+    // One pinned window for both answers compared below.
+    let until = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let window = format!("from={}&until={until}", until - 60);
+    let report = json(&format!(
+        "{}/runqueue?cgroup=/ws-test-render&{window}",
+        d.url
+    ));
+    assert_eq!(report["owner"]["cgroup_v1"], "/ws-test-render", "{report}");
+    assert_eq!(report["owner"]["processes"], 1, "{report}");
+    assert!(report["count"].as_u64().unwrap() > 0, "{report}");
+    // Its waits are its process's.
+    let by_pid = json(&format!("{}/runqueue?pid={}&{window}", d.url, w.pid));
+    assert_eq!(report["count"], by_pid["count"], "{report}\n{by_pid}");
+    drop(w);
+    let (status, body) = get(&format!("{}/runqueue?cgroup=/ws-test-nothing-here", d.url));
+    assert_eq!(status, 404, "{body}");
+}

@@ -22,7 +22,7 @@ use crate::{
     pipeline::Shared,
     profile::{
         blocked::{self, BlockedFilter},
-        cgroup_list,
+        cgroup_list, cgroups,
         kind::{Group, Kind},
         processes::{self, SortBy},
         query::{self, Filter, Folded},
@@ -403,6 +403,29 @@ pub(super) async fn runqueue(
             Some(name) => Some(container_cgroup(store, &name)?),
             None => cgroup,
         };
+        // A path only a v1 hierarchy has: its processes' histograms.
+        if let Some(path) = cgroup.as_deref().filter(|c| c.starts_with('/')) {
+            let pids = match cgroups::system().id_of(path) {
+                Some(_) => Vec::new(),
+                None => cgroups::v1_members(path),
+            };
+            if !pids.is_empty() {
+                let owner = runqueue::Owner::CgroupV1 {
+                    cgroup_v1: path.to_string(),
+                    processes: pids.len(),
+                };
+                let who = owner.describe();
+                let mut report = runqueue::processes_report(store, owner, &pids, window)
+                    .ok_or_else(|| {
+                        ApiError::NotFound(format!(
+                            "no runqueue latency or throttling recorded for {who} in the {}",
+                            window.describe()
+                        ))
+                    })?;
+                report.recorded_seconds = store.recorded_seconds(window, SystemTime::now());
+                return Ok(report);
+            }
+        }
         let owner = runqueue::owner(pid, cgroup.as_deref()).map_err(|e| match e {
             OwnerError::Param(param, message) => ApiError::bad(param, message),
             OwnerError::NoSuchCgroup(message) => ApiError::NotFound(message),

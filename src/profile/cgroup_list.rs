@@ -82,7 +82,7 @@ fn id(row: &CgroupRow) -> u64 {
     match row.owner {
         Owner::Cgroup { cgroup, .. } => cgroup,
         Owner::Pid { pid } => u64::from(pid),
-        Owner::Host { .. } => 0,
+        Owner::Host { .. } | Owner::CgroupV1 { .. } => 0,
     }
 }
 

@@ -65,6 +65,33 @@ impl Cgroups {
     }
 }
 
+/// Most processes [`v1_members`] looks at.
+const MAX_PROCESSES: usize = 100_000;
+
+/// The processes now in the cgroup v1 directory `path` (as
+/// `/proc/PID/cgroup` shows it) of any v1 hierarchy. BPF keys cgroups by
+/// their cgroup2 id, which a v1 directory has none of: a v1 cgroup is its
+/// processes.
+pub fn v1_members(path: &str) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .take(MAX_PROCESSES)
+        .filter(|pid| {
+            // Written by the kernel: no checks needed beyond reading it.
+            std::fs::read_to_string(format!("/proc/{pid}/cgroup")).is_ok_and(|text| {
+                text.lines().any(|l| {
+                    let mut parts = l.splitn(3, ':');
+                    let id = parts.next().unwrap_or("0");
+                    id != "0" && parts.nth(1) == Some(path)
+                })
+            })
+        })
+        .collect()
+}
+
 /// The host's cgroup2 hierarchy: `/sys/fs/cgroup`, or
 /// `/sys/fs/cgroup/unified` on hybrid (v1 + v2) systems.
 pub fn system() -> &'static Cgroups {

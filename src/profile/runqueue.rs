@@ -29,6 +29,12 @@ pub enum Owner {
     Pid {
         pid: u32,
     },
+    /// A cgroup v1 directory, by its processes: `{"cgroup_v1": "/render",
+    /// "processes": 3}`.
+    CgroupV1 {
+        cgroup_v1: String,
+        processes: usize,
+    },
     Cgroup {
         cgroup: u64,
         #[serde(skip_serializing_if = "Option::is_none")]
@@ -52,6 +58,10 @@ impl Owner {
     pub fn describe(&self) -> String {
         match self {
             Owner::Host { .. } => "the host".to_string(),
+            Owner::CgroupV1 {
+                cgroup_v1,
+                processes,
+            } => format!("cgroup v1 {cgroup_v1} ({processes} processes)"),
             Owner::Pid { pid } => format!("pid {pid}"),
             Owner::Cgroup {
                 cgroup,
@@ -162,6 +172,28 @@ pub fn host_report(store: &Snapshot, window: Window) -> Option<RunqueueReport> {
         Owner::Host { host: true },
         window.seconds(),
     )
+}
+
+/// The report of the processes `pids` (a cgroup v1 directory's) within
+/// `window`; `None` when none of them waited or was throttled.
+pub fn processes_report(
+    store: &Snapshot,
+    owner: Owner,
+    pids: &[u32],
+    window: Window,
+) -> Option<RunqueueReport> {
+    let pids: std::collections::HashSet<u32> = pids.iter().copied().collect();
+    let waits = hist::merged_where(
+        store,
+        window,
+        |o| matches!(o, HistOwner::Process(p) if pids.contains(p)),
+    );
+    let throttled = hist::merged_where(
+        store,
+        window,
+        |o| matches!(o, HistOwner::ProcessThrottled(p) if pids.contains(p)),
+    );
+    from_merged(&waits, &throttled, owner, window.seconds())
 }
 
 /// The report of `owner` (a [`HistOwner::Process`] or
