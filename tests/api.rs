@@ -157,9 +157,16 @@ async fn index_page_links_to_flame_graphs() {
     assert!(body.contains("/processes?${query}") && body.contains("/flamegraph?pid="));
     // The page offers every sort order the API takes, and only those.
     for name in wallscope::profile::processes::SortBy::NAMES {
-        assert!(body.contains(&format!("<option value=\"{name}\"")), "{name}");
+        assert!(
+            body.contains(&format!("<option value=\"{name}\"")),
+            "{name}"
+        );
     }
-    assert_eq!(body.matches("<option value=").count(), 5 + 8, "window and sort options");
+    assert_eq!(
+        body.matches("<option value=").count(),
+        5 + 8,
+        "window and sort options"
+    );
 }
 
 /// Pid with runqueue histograms and thread totals in [`metrics_app`].

@@ -43,7 +43,14 @@ fn ten_thousand_sleeping_threads_lose_no_rows() {
     assert_eq!(delta("threads_map_full"), 0, "{after}");
 
     settle(&ws.url);
-    let report = json(&format!("{}/threads?pid={pid}&seconds=20", ws.url));
+    // One pinned window for both answers compared below: relative ones,
+    // asked a moment apart on a busy host, would differ by whole slices.
+    let until = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let window = format!("from={}&until={until}", until - 20);
+    let report = json(&format!("{}/threads?pid={pid}&{window}", ws.url));
     let threads = report["threads"].as_array().unwrap();
     let workers: Vec<&Value> = threads.iter().filter(|t| t["tid"] != pid).collect();
     assert!(
@@ -67,15 +74,14 @@ fn ten_thousand_sleeping_threads_lose_no_rows() {
         .map(|t| t["sleep_us"].as_u64().unwrap())
         .sum();
     let (status, body) = get(&format!(
-        "{}/folded?pid={pid}&kind=sleep&group=thread&seconds=20",
+        "{}/folded?pid={pid}&kind=sleep&group=thread&{window}",
         ws.url
     ));
     assert_eq!(status, 200, "{body}");
     let rows = parse_folded(&body);
     let in_rows: u64 = rows.iter().map(|r| r.1).sum();
     let explained = in_rows as f64 / sleep_us.max(1) as f64;
-    // The two answers are computed a moment apart: their windows' edges
-    // differ by up to a slice of 10,000 threads.
+    // Sampled and merged rows estimate the exact totals.
     println!("stack rows hold {in_rows} us of {sleep_us} us of sleep");
     assert!(
         (0.85..=1.15).contains(&explained),
