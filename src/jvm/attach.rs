@@ -82,6 +82,12 @@ impl Target {
     /// socket is not there, waiting up to `start_timeout` for it.
     pub fn jcmd(&self, command: &str, start_timeout: Duration) -> Result<String, AttachError> {
         let status = Status::read(self.pid).ok_or(AttachError::Gone)?;
+        // Before anything in /tmp is looked at: a socket left there by a
+        // JVM that died under a pid now reused says nothing about this
+        // process, and must not turn "not a JVM" into "unsafe socket".
+        if !maps_libjvm(self.pid)? {
+            return Err(AttachError::NotHotspot);
+        }
         let stream = match self.connect(&status) {
             Ok(s) => s,
             Err(err @ AttachError::Unsafe(_)) => return Err(err),
@@ -367,10 +373,17 @@ mod tests {
             pid: std::process::id(),
             ns_pid: std::process::id(),
         };
-        assert!(matches!(
-            me.jcmd("VM.version", Duration::from_millis(10)),
-            Err(AttachError::NotHotspot)
-        ));
+        // As a JVM that died under our (reused) pid would have left it: a
+        // socket of another user, which must not make this "unsafe".
+        let stale = format!("/tmp/.java_pid{}", me.ns_pid);
+        let _ = std::fs::remove_file(&stale);
+        let planted = std::os::unix::net::UnixListener::bind(&stale).is_ok()
+            && std::os::unix::fs::chown(&stale, Some(65534), Some(65534)).is_ok();
+        let answer = me.jcmd("VM.version", Duration::from_millis(10));
+        if planted {
+            let _ = std::fs::remove_file(&stale);
+        }
+        assert!(matches!(answer, Err(AttachError::NotHotspot)), "{answer:?}");
         assert!(!Path::new(&format!(".attach_pid{}", me.ns_pid)).exists());
     }
 

@@ -162,14 +162,15 @@ pub struct Jvm {
     pub map_cleanup: PerfMapCleanup,
 }
 
-/// Removes the JVM's `/tmp` perf map when the test is done with it: the JVM
-/// never removes the map it was asked to write, and pids recycle, so a later
-/// test would find it under another process's pid.
+/// Removes the JVM's `/tmp` perf map and attach socket when the test is
+/// done with it: a killed JVM removes neither, and pids recycle, so a later
+/// test would find them under another process's pid.
 pub struct PerfMapCleanup(u32);
 
 impl Drop for PerfMapCleanup {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(format!("/tmp/perf-{}.map", self.0));
+        let _ = std::fs::remove_file(format!("/tmp/.java_pid{}", self.0));
     }
 }
 
