@@ -85,7 +85,10 @@ fn ten_thousand_sleeping_threads_lose_no_rows() {
     println!("stack rows hold {in_rows} us of {sleep_us} us of sleep");
     assert!(
         (0.85..=1.15).contains(&explained),
-        "stack rows hold {in_rows} us of {sleep_us} us of sleep"
+        "stack rows hold {in_rows} us of {sleep_us} us of sleep; {} threads, {} rows; health: {}",
+        threads.len(),
+        rows.len(),
+        json(&format!("{}/healthz", ws.url))
     );
     let sum = |pred: &dyn Fn(&[String]) -> bool| -> u64 {
         rows.iter().filter(|r| pred(&r.0)).map(|r| r.1).sum()
