@@ -26,6 +26,7 @@ bench:
     cargo bench --bench jvm_symbols
     cargo bench --bench unwind
     cargo bench --bench soak
+    cargo bench --bench web
 
 # Rewrite golden files after an intended output change.
 bless:

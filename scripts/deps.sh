@@ -49,6 +49,8 @@ fi
 # systemd-analyze (verify, security) and capsh for the unit's tests.
 have_cmd systemd-analyze || need+=(systemd)
 have_cmd capsh || need+=(libcap2-bin)
+# Web UI tests and benchmark: Debian's chromium, headless.
+[ -x /usr/bin/chromium ] || [ -x /usr/bin/chromium-browser ] || need+=(chromium)
 if [ "${1:-}" = bench ]; then
   have_cmd perf || need+=(linux-perf)
   have_cmd bpftrace || need+=(bpftrace)

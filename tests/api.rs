@@ -52,6 +52,7 @@ async fn unknown_pid_is_404_and_a_known_one_with_nothing_recorded_200_with_a_not
         "/flamegraph?pid=4194000",
         "/pprof?pid=4194000",
         "/threads?pid=4194000",
+        "/runqueue?pid=4194000",
     ] {
         let (status, _, body) = call(uri).await;
         assert_eq!(status, 404, "{uri}");
@@ -88,6 +89,20 @@ async fn unknown_pid_is_404_and_a_known_one_with_nothing_recorded_200_with_a_not
         "our main thread: {body}"
     );
     assert!(listed.iter().all(|t| t["wall_us"] == 0), "{body}");
+    let (status, headers, body) =
+        support::api::send(app(), get_with(&format!("/runqueue?pid={me}"), &[])).await;
+    assert_eq!(status, 200, "{body}");
+    let report: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let note = format!("no runqueue latency or throttling recorded for pid {me} in the last 30 s");
+    assert_eq!(report["note"], note.as_str(), "{body}");
+    assert_eq!(headers["x-wallscope-note"], note.as_str());
+    assert_eq!(
+        (
+            report["count"].as_u64(),
+            report["throttled"]["count"].as_u64()
+        ),
+        (Some(0), Some(0))
+    );
     // A process recorded within the retention, gone now: known too.
     let (status, _, body) = call(&format!("/folded?pid={GONE_PID}&seconds=1&kind=futex")).await;
     assert_eq!(status, 200, "{body}");
@@ -150,23 +165,21 @@ async fn processes_and_healthz_are_json() {
 }
 
 #[tokio::test]
-async fn index_page_links_to_flame_graphs() {
+async fn index_page_loads_the_host_script_which_offers_every_sort_order() {
     let (status, ctype, body) = call("/").await;
     assert_eq!(status, 200);
     assert!(ctype.starts_with("text/html"));
-    assert!(body.contains("/processes?${query}") && body.contains("/flamegraph?pid="));
+    assert!(body.contains("<script src=\"/ui/host.js\">"), "{body}");
+    let (status, ctype, script) = call("/ui/host.js").await;
+    assert_eq!(status, 200);
+    assert!(ctype.starts_with("text/javascript"), "{ctype}");
+    assert!(script.contains("/processes?") && script.contains("/process/${p.pid}"));
     // The page offers every sort order the API takes, and only those.
+    let offered = script.matches("\", \"").count();
     for name in wallscope::profile::processes::SortBy::NAMES {
-        assert!(
-            body.contains(&format!("<option value=\"{name}\"")),
-            "{name}"
-        );
+        assert!(script.contains(&format!("[\"{name}\", ")), "{name}");
     }
-    assert_eq!(
-        body.matches("<option value=").count(),
-        5 + 8,
-        "window and sort options"
-    );
+    assert_eq!(offered, wallscope::profile::processes::SortBy::NAMES.len());
 }
 
 /// Pid with runqueue histograms and thread totals in [`metrics_app`].
@@ -389,7 +402,7 @@ async fn runqueue_errors_name_the_parameter() {
     for (uri, message) in [
         (
             format!("/runqueue?pid={GONE_PID}"),
-            format!("for pid {GONE_PID} in the last 30 s"),
+            format!("unknown pid {GONE_PID}"),
         ),
         ("/runqueue?cgroup=12345".into(), "for cgroup 12345".into()),
         (

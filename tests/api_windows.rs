@@ -162,6 +162,7 @@ async fn every_history_endpoint_takes_a_window() {
         format!("/threads?pid={PID}&{window}"),
         format!("/processes?{window}"),
         format!("/pprof?pid={PID}&{window}"),
+        format!("/timeline?pid={PID}&{window}"),
     ] {
         let (status, _) = bytes(app.clone(), &uri).await;
         assert_eq!(status, 200, "{uri}");
@@ -180,7 +181,14 @@ async fn every_history_endpoint_takes_a_window() {
         ("until=-1".to_string(), "until"),
         (format!("from={t0}&until={}&seconds=5", t0 + 5), "seconds"),
     ] {
-        for endpoint in ["folded", "pprof", "threads", "runqueue", "processes"] {
+        for endpoint in [
+            "folded",
+            "pprof",
+            "threads",
+            "timeline",
+            "runqueue",
+            "processes",
+        ] {
             let uri = format!("/{endpoint}?pid={PID}&{query}");
             let uri = uri.replace("/processes?pid=4194301&", "/processes?");
             let (status, _, body) = call_on(app.clone(), &uri).await;
@@ -323,4 +331,66 @@ async fn windows_reaching_before_the_records_say_how_much_was_recorded() {
     )
     .await;
     assert_eq!(recorded(&headers), 30);
+}
+
+#[tokio::test]
+async fn the_timeline_has_a_column_per_slice_and_a_row_per_thread() {
+    let (app, t0) = app();
+    let window = format!("from={}&until={}", t0 + 10, t0 + 30);
+    let (status, _, body) = call_on(app.clone(), &format!("/timeline?pid={STUCK}&{window}")).await;
+    assert_eq!(status, 200, "{body}");
+    let t: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(t["comm"], "stuck-db");
+    assert_eq!(t["columns"].as_array().unwrap().len(), 2, "{body}");
+    let rows = t["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{body}");
+    let futex = t["states"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .position(|s| s == "futex")
+        .unwrap();
+    for row in rows {
+        for cell in row["cells"].as_array().unwrap() {
+            assert_eq!(cell[futex], 1000, "{body}");
+        }
+    }
+    // Pools, and the row limit with what it left out.
+    let (_, _, body) = call_on(
+        app.clone(),
+        &format!("/timeline?pid={STUCK}&group=pool&{window}"),
+    )
+    .await;
+    let t: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(t["rows"][0]["threads"], 2, "{body}");
+    let (_, _, body) = call_on(
+        app.clone(),
+        &format!("/timeline?pid={STUCK}&limit=1&{window}"),
+    )
+    .await;
+    let t: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (
+            t["rows"].as_array().unwrap().len(),
+            t["rows_left_out"].as_u64()
+        ),
+        (1, Some(1))
+    );
+    // Bad input names its parameter; an unknown pid is 404.
+    for (uri, param) in [
+        ("/timeline".to_string(), "pid"),
+        (format!("/timeline?pid={STUCK}&group=cgroup"), "group"),
+        (format!("/timeline?pid={STUCK}&limit=0"), "limit"),
+        (format!("/timeline?pid={STUCK}&limit=2001"), "limit"),
+        (format!("/timeline?pid={STUCK}&tid=1"), "tid"),
+    ] {
+        let (status, _, body) = call_on(app.clone(), &uri).await;
+        assert_eq!(status, 400, "{uri}: {body}");
+        assert!(
+            error_of(&body).contains(&format!("`{param}`")),
+            "{uri}: {body}"
+        );
+    }
+    let (status, _, body) = call_on(app.clone(), "/timeline?pid=4194399").await;
+    assert_eq!(status, 404, "{body}");
 }

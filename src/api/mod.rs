@@ -10,7 +10,9 @@ pub mod params;
 mod pprof;
 mod queries;
 pub mod server;
+mod timeline;
 pub mod token;
+mod ui;
 pub mod window;
 
 use std::{
@@ -21,11 +23,15 @@ use std::{
 use axum::{
     extract::State,
     http::header,
-    response::{Html, IntoResponse, Response},
+    response::{IntoResponse, Response},
     routing::get,
     Json, Router,
 };
 use serde_json::json;
+use tower_http::compression::{
+    predicate::{NotForContentType, Predicate, SizeAbove},
+    CompressionLayer,
+};
 
 use crate::{bpf::abi::Stat, pipeline::Shared, profile::store::Published};
 pub use access::Access;
@@ -33,8 +39,6 @@ use error::ApiError;
 use limit::Queries;
 pub use queries::TRUNCATED_HEADER;
 pub use window::DEFAULT_SECONDS;
-
-const INDEX_HTML: &str = include_str!("../../web/index.html");
 
 /// What the handlers share: the daemon's state and the bound on queries.
 #[derive(Clone)]
@@ -71,7 +75,10 @@ fn routes(shared: Arc<Shared>) -> Router {
         store,
     };
     Router::new()
-        .route("/", get(index))
+        .route("/", get(ui::host_page))
+        .route("/process/{pid}", get(ui::process_page))
+        .route("/ui/{name}", get(ui::asset))
+        .route("/timeline", get(timeline::timeline))
         .route("/folded", get(queries::folded))
         .route("/flamegraph", get(queries::flamegraph))
         .route("/pprof", get(pprof::pprof))
@@ -82,10 +89,17 @@ fn routes(shared: Arc<Shared>) -> Router {
         .route("/blocked", get(queries::blocked))
         .route("/metrics", get(metrics))
         .with_state(state)
+        .layer(compression())
 }
 
-async fn index() -> Html<&'static str> {
-    Html(INDEX_HTML)
+/// Gzip for clients that ask for it, except what is gzipped already
+/// (`/pprof`'s `.pb.gz`) and answers too small to gain.
+fn compression() -> CompressionLayer<impl Predicate> {
+    let predicate = SizeAbove::new(1024)
+        .and(NotForContentType::const_new("application/octet-stream"))
+        .and(NotForContentType::IMAGES)
+        .and(NotForContentType::SSE);
+    CompressionLayer::new().gzip(true).compress_when(predicate)
 }
 
 /// `/metrics` reads 60 s of per-thread totals: a blocking thread, but no

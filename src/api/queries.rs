@@ -62,7 +62,7 @@ pub(super) fn window(p: &Params, shared: &Shared) -> Result<Window, ApiError> {
 }
 
 /// `names` and the window's parameters.
-fn with_window(names: &[&'static str]) -> Vec<&'static str> {
+pub(super) fn with_window(names: &[&'static str]) -> Vec<&'static str> {
     [names, &WINDOW_PARAMS[..]].concat()
 }
 
@@ -144,7 +144,7 @@ pub(super) fn with_note(mut response: Response, note: Option<&str>) -> Response 
 
 /// Why `pid` is unknown, if it is: no such process now, and nothing
 /// recorded for it within the retention.
-fn unknown_pid(store: &Snapshot, pid: u32) -> Option<String> {
+pub(super) fn unknown_pid(store: &Snapshot, pid: u32) -> Option<String> {
     let known = query::pid_recorded(store, pid) || Path::new(&format!("/proc/{pid}")).exists();
     let minutes = store.retention().as_secs() / 60;
     (!known).then(|| {
@@ -283,7 +283,7 @@ fn subject(profile: &Profile) -> String {
 }
 
 /// Runs `query` over a snapshot of the store within the bound.
-async fn over_snapshot<T, F>(state: &ApiState, query: F) -> Result<T, ApiError>
+pub(super) async fn over_snapshot<T, F>(state: &ApiState, query: F) -> Result<T, ApiError>
 where
     F: FnOnce(&Snapshot) -> T + Send + 'static,
     T: Send + 'static,
@@ -430,21 +430,36 @@ pub(super) async fn runqueue(
             OwnerError::Param(param, message) => ApiError::bad(param, message),
             OwnerError::NoSuchCgroup(message) => ApiError::NotFound(message),
         })?;
-        let mut report = runqueue::report(store, owner, window).ok_or_else(|| {
-            let who = runqueue::Owner::resolve(owner).describe();
-            ApiError::NotFound(format!(
-                "no runqueue latency or throttling recorded for {who} in the {}",
-                window.describe()
-            ))
-        })?;
+        let mut report = match runqueue::report(store, owner, window) {
+            Some(report) => report,
+            None => {
+                let who = runqueue::Owner::resolve(owner);
+                let nothing = format!(
+                    "no runqueue latency or throttling recorded for {} in the {}",
+                    who.describe(),
+                    window.describe()
+                );
+                // A process that exists is answered (200, zeros, a note):
+                // only a pid never seen is "not found".
+                match pid {
+                    Some(pid) => match unknown_pid(store, pid) {
+                        Some(unknown) => return Err(ApiError::NotFound(unknown)),
+                        None => runqueue::empty(who, window.seconds(), nothing),
+                    },
+                    None => return Err(ApiError::NotFound(nothing)),
+                }
+            }
+        };
         report.recorded_seconds = store.recorded_seconds(window, SystemTime::now());
         Ok::<_, ApiError>(report)
     })
     .await??;
     let recorded = report.recorded_seconds;
-    Ok(with_recorded(
-        json_or_text(text, report, runqueue::render_text),
-        recorded,
+    let note = report.note.clone();
+    let response = json_or_text(text, report, runqueue::render_text);
+    Ok(with_note(
+        with_recorded(response, recorded),
+        note.as_deref(),
     ))
 }
 

@@ -14,6 +14,7 @@ pub mod runqueue;
 pub mod size;
 pub mod store;
 pub mod threads;
+pub mod timeline;
 pub mod truncate;
 pub mod window;
 

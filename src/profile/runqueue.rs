@@ -109,6 +109,10 @@ pub struct RunqueueReport {
     pub buckets: Vec<Bucket>,
     /// Time throttled, not counted in the waits above.
     pub throttled: Throttled,
+    /// Why the report is empty, when it is (a known process that neither
+    /// waited nor was throttled in the window).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 /// Why a `pid`/`cgroup` choice names no histogram owner.
@@ -215,8 +219,12 @@ pub fn from_merged(
     if waits.is_empty() && throttled.is_empty() {
         return None;
     }
+    Some(summary(waits, throttled, owner, seconds))
+}
+
+fn summary(waits: &Merged, throttled: &Merged, owner: Owner, seconds: u64) -> RunqueueReport {
     let q = |q| hist::quantile_rounded(&waits.slots, q);
-    Some(RunqueueReport {
+    RunqueueReport {
         owner,
         seconds,
         recorded_seconds: seconds,
@@ -233,7 +241,18 @@ pub fn from_merged(
             max_bucket: throttled.max_bucket(),
             buckets: throttled.buckets(),
         },
-    })
+        note: None,
+    }
+}
+
+/// The report of `owner` when it neither waited nor was throttled in the
+/// window: every figure 0, and `note` saying so.
+pub fn empty(owner: Owner, seconds: u64, note: String) -> RunqueueReport {
+    let none = Merged::default();
+    RunqueueReport {
+        note: Some(note),
+        ..summary(&none, &none, owner, seconds)
+    }
 }
 
 /// A summary line, then the histogram as BCC's runqlat prints it; then the

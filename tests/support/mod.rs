@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod api;
+pub mod browser;
 pub mod caps;
 pub mod java;
 pub mod java_frames;

@@ -55,9 +55,16 @@ static void spin_ms(int ms)
 	} while ((b.tv_sec - a.tv_sec) * 1000 + (b.tv_nsec - a.tv_nsec) / 1000000 < ms);
 }
 
-__attribute__((noinline)) void hold_lock(void)
+/* Where the lock threads park: the frame a flame graph search looks for. */
+__attribute__((noinline)) void contend_on_mutex(void)
 {
 	pthread_mutex_lock(&lock);
+	__asm__ volatile("" ::: "memory"); /* no tail call: keep this frame */
+}
+
+__attribute__((noinline)) void hold_lock(void)
+{
+	contend_on_mutex();
 	struct timespec ts = { 0, 50 * 1000 * 1000 };
 	nanosleep(&ts, NULL); /* holding the lock, off-CPU: others wait on it */
 	pthread_mutex_unlock(&lock);

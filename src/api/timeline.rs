@@ -1,0 +1,58 @@
+//! `/timeline`: each thread's (or pool's) time by state across a window,
+//! for the web UI's thread-state timeline.
+
+use std::time::SystemTime;
+
+use axum::{
+    extract::{RawQuery, State},
+    response::{IntoResponse, Response},
+    Json,
+};
+
+use super::{
+    error::ApiError,
+    params::Params,
+    queries::{over_snapshot, unknown_pid, window, with_recorded, with_window},
+    ApiState,
+};
+use crate::profile::timeline::{self, Grouping, DEFAULT_ROWS, MAX_ROWS};
+
+/// `/timeline?pid=&group=thread|pool&limit=&seconds=|from=&until=`: 404
+/// for a pid never seen; a known process with nothing in the window gets
+/// 200 with no rows.
+pub(super) async fn timeline(
+    State(state): State<ApiState>,
+    RawQuery(q): RawQuery,
+) -> Result<Response, ApiError> {
+    let p = Params::parse(q.as_deref(), &with_window(&["pid", "group", "limit"]))?;
+    let pid = p
+        .id("pid")?
+        .ok_or_else(|| ApiError::bad("pid", "required"))?;
+    let window = window(&p, &state.shared)?;
+    let group = match p.choice("group", &["thread", "pool"])? {
+        Some("pool") => Grouping::Pool,
+        _ => Grouping::Thread,
+    };
+    let limit = p
+        .int("limit", 1, MAX_ROWS as u64)?
+        .map_or(DEFAULT_ROWS, |n| n as usize);
+    let answer = over_snapshot(&state, move |store| {
+        let recorded = store.recorded_seconds(window, SystemTime::now());
+        match timeline::timeline(store, pid, window, group, limit) {
+            Some(mut t) => {
+                t.recorded_seconds = recorded;
+                Ok(t)
+            }
+            None => match unknown_pid(store, pid) {
+                Some(unknown) => Err(ApiError::NotFound(unknown)),
+                None => Ok(timeline::Timeline {
+                    recorded_seconds: recorded,
+                    ..timeline::Timeline::empty(pid, window, group)
+                }),
+            },
+        }
+    })
+    .await??;
+    let recorded = answer.recorded_seconds;
+    Ok(with_recorded(Json(answer).into_response(), recorded))
+}
