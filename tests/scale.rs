@@ -24,6 +24,56 @@ fn counter(health: &Value, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("{name} in {health}"))
 }
 
+/// `/threads` and the `kind=sleep` rows of one pinned window that both
+/// answers hold whole. The store's memory bound drops its oldest slices as
+/// new ones come (10,000 threads fill the default 64 MiB in about 10 s on a
+/// busy host), so a window reaching back to the oldest slice could lose
+/// some between the two queries and compare different data: the window
+/// stays well inside `history_s`, and both answers' recorded seconds
+/// (which count only what the store holds) must cover it.
+fn threads_and_sleep_rows(url: &str, pid: u32) -> (Vec<Value>, Vec<(Vec<String>, u64)>) {
+    let recorded = |r: &ureq::Response| -> u64 {
+        r.header("x-wallscope-recorded-seconds")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{} has no recorded seconds", r.get_url()))
+    };
+    let fetch = |url: &str| {
+        let r = ureq::get(url)
+            .timeout(Duration::from_secs(60))
+            .call()
+            .unwrap_or_else(|e| panic!("{url}: {e}"));
+        (recorded(&r), r.into_string().unwrap())
+    };
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let history = json(&format!("{url}/healthz"))["store"]["history_s"]
+            .as_u64()
+            .unwrap();
+        let seconds = history.saturating_sub(6).clamp(3, 20);
+        let until = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let window = format!("from={}&until={until}", until - seconds);
+        let (in_threads, report) = fetch(&format!("{url}/threads?pid={pid}&{window}"));
+        let (in_rows, body) = fetch(&format!(
+            "{url}/folded?pid={pid}&kind=sleep&group=thread&{window}"
+        ));
+        println!(
+            "window of {seconds} s (history {history} s): recorded {in_threads} s and {in_rows} s"
+        );
+        if in_threads == seconds && in_rows == seconds {
+            let report: Value = serde_json::from_str(&report).unwrap();
+            return (
+                report["threads"].as_array().unwrap().clone(),
+                parse_folded(&body),
+            );
+        }
+        held.push((seconds, history, in_threads, in_rows));
+    }
+    panic!("no window was held whole by both answers: (window, history, recorded) {held:?}");
+}
+
 #[test]
 fn ten_thousand_sleeping_threads_lose_no_rows() {
     if !ebpf_available() {
@@ -43,15 +93,7 @@ fn ten_thousand_sleeping_threads_lose_no_rows() {
     assert_eq!(delta("threads_map_full"), 0, "{after}");
 
     settle(&ws.url);
-    // One pinned window for both answers compared below: relative ones,
-    // asked a moment apart on a busy host, would differ by whole slices.
-    let until = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let window = format!("from={}&until={until}", until - 20);
-    let report = json(&format!("{}/threads?pid={pid}&{window}", ws.url));
-    let threads = report["threads"].as_array().unwrap();
+    let (threads, rows) = threads_and_sleep_rows(&ws.url, pid);
     let workers: Vec<&Value> = threads.iter().filter(|t| t["tid"] != pid).collect();
     assert!(
         workers.len() >= THREADS * 99 / 100,
@@ -73,12 +115,6 @@ fn ten_thousand_sleeping_threads_lose_no_rows() {
         .iter()
         .map(|t| t["sleep_us"].as_u64().unwrap())
         .sum();
-    let (status, body) = get(&format!(
-        "{}/folded?pid={pid}&kind=sleep&group=thread&{window}",
-        ws.url
-    ));
-    assert_eq!(status, 200, "{body}");
-    let rows = parse_folded(&body);
     let in_rows: u64 = rows.iter().map(|r| r.1).sum();
     let explained = in_rows as f64 / sleep_us.max(1) as f64;
     // Sampled and merged rows estimate the exact totals.
