@@ -214,11 +214,17 @@ fn a_jvm_started_on_a_full_table_array_walks_glibc_with_its_table_at_once() {
         .filter_map(|pid| listed(*pid))
         .map(files)
         .collect();
+    // A crowd table is refused (no room), evicted, or still waiting to be
+    // built: the registry builds the most shared first within a budget per
+    // update, and when the JVM is done early the list's 20 newest crowd
+    // processes may all still be waiting. Each is a reason the crowd walks
+    // without its own table; that the array is full was checked above.
     assert!(
         crowd_listed
             .iter()
             .flatten()
-            .any(|(p, why)| p.contains("/crowd-") && (why == "no_room" || why == "evicted")),
+            .any(|(p, why)| p.contains("/crowd-")
+                && matches!(why.as_str(), "no_room" | "evicted" | "pending")),
         "{after}"
     );
     assert!(n(&after, "processes_missing_tables") as usize >= crowd_listed.len());
