@@ -132,8 +132,10 @@ async fn healthz(State(state): State<ApiState>) -> Json<serde_json::Value> {
             .collect()
     };
     let lost_samples = totals[Stat::CountsFull as usize];
+    let degraded = crate::untrusted::refusals::degraded();
     Json(json!({
-        "status": "ok",
+        "status": if degraded.is_empty() { "ok" } else { "degraded" },
+        "degraded": degraded,
         "uptime_s": shared.started.elapsed().as_secs(),
         "programs": shared.attached.iter().map(|(name, links)| json!({"name": name, "links": links})).collect::<Vec<_>>(),
         "samples": totals[Stat::Samples as usize],

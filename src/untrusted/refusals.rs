@@ -1,9 +1,22 @@
-//! Counts of what the daemon refused to open, read or talk to, by what it
-//! was and why: reported in `/healthz` (`refused`) and `/metrics`
-//! (`wallscope_refused_total{what,reason}`). Process-wide atomics: every
-//! stage (symbolizer, unwind registry, JVM agent) refuses on its own thread.
+//! Counts of what the daemon refused to open, read, write or do for a
+//! process, by what it was and why: reported in `/healthz` (`refused`) and
+//! `/metrics` (`wallscope_refused_total{what,reason}`). Process-wide
+//! atomics: every stage (symbolizer, unwind registry, JVM agent, API)
+//! refuses on its own thread.
+//!
+//! A refusal for a [`Reason::Budget`] (one process used up its share of
+//! some work) or [`Reason::Unverified`] also marks the daemon *degraded*
+//! for [`DEGRADED_FOR`]: `/healthz` then says which process and what, so
+//! an operator sees that some frames are worse than they could be, and
+//! whose fault it is.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::{
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Mutex,
+    },
+    time::{Duration, Instant},
+};
 
 /// What was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,15 +29,34 @@ pub enum What {
     AttachTrigger,
     /// The JVM attach socket (`/tmp/.java_pidN`).
     AttachSocket,
+    /// Reads of a JVM's memory (its VM structures, code heaps, methods).
+    JvmMemory,
+    /// The one byte wallscope writes into a JVM (`DebugNonSafepoints`).
+    JvmWrite,
+    /// Attaching to a JVM (`jcmd` requests and their replies).
+    JvmAttach,
+    /// Frame and thread names a process brings (symbols, perf maps, Java
+    /// thread names).
+    Names,
+    /// Room in the store (history) and report slots (`/metrics`, push).
+    Share,
+    /// HTTP clients asking for data they have no authority over.
+    Client,
 }
 
 impl What {
     /// Every kind, in report order.
-    pub const ALL: [What; 4] = [
+    pub const ALL: [What; 10] = [
         What::PerfMap,
         What::Elf,
         What::AttachTrigger,
         What::AttachSocket,
+        What::JvmMemory,
+        What::JvmWrite,
+        What::JvmAttach,
+        What::Names,
+        What::Share,
+        What::Client,
     ];
 
     /// Name in reports.
@@ -34,6 +66,12 @@ impl What {
             What::Elf => "elf",
             What::AttachTrigger => "attach_trigger",
             What::AttachSocket => "attach_socket",
+            What::JvmMemory => "jvm_memory",
+            What::JvmWrite => "jvm_write",
+            What::JvmAttach => "jvm_attach",
+            What::Names => "names",
+            What::Share => "share",
+            What::Client => "client",
         }
     }
 }
@@ -65,11 +103,19 @@ pub enum Reason {
     WrongPeer,
     /// Did not answer in time.
     Timeout,
+    /// The process used up its budget of this work for now; its own
+    /// frames or history degrade, nobody else's.
+    Budget,
+    /// What the process showed could not be checked against what its own
+    /// files fix (a layout read from memory that its libjvm contradicts).
+    Unverified,
+    /// The client may not see what it asked for.
+    Forbidden,
 }
 
 impl Reason {
     /// Every reason, in report order.
-    pub const ALL: [Reason; 12] = [
+    pub const ALL: [Reason; 15] = [
         Reason::Symlink,
         Reason::BadDirectory,
         Reason::WrongType,
@@ -82,6 +128,9 @@ impl Reason {
         Reason::Exists,
         Reason::WrongPeer,
         Reason::Timeout,
+        Reason::Budget,
+        Reason::Unverified,
+        Reason::Forbidden,
     ];
 
     /// Name in reports.
@@ -99,6 +148,9 @@ impl Reason {
             Reason::Exists => "exists",
             Reason::WrongPeer => "wrong_peer",
             Reason::Timeout => "timeout",
+            Reason::Budget => "budget",
+            Reason::Unverified => "unverified",
+            Reason::Forbidden => "forbidden",
         }
     }
 }
@@ -114,6 +166,54 @@ fn cell(what: What, reason: Reason) -> usize {
 /// Counts one refusal.
 pub fn count(what: What, reason: Reason) {
     COUNTS[cell(what, reason)].fetch_add(1, Ordering::Relaxed);
+}
+
+/// How long one budget exhausted (or one unverified layout) keeps the
+/// daemon `degraded` in `/healthz`.
+pub const DEGRADED_FOR: Duration = Duration::from_secs(60);
+
+/// The latest degrading refusal of each (what, reason) cell: when, and the
+/// process it was for (0: no one process).
+static LAST: Mutex<[Option<(Instant, u32)>; CELLS]> = Mutex::new([None; CELLS]);
+
+/// Counts one refusal made on process `pid`'s behalf; a [`Reason::Budget`]
+/// or [`Reason::Unverified`] one marks the daemon degraded for
+/// [`DEGRADED_FOR`], naming `pid`.
+pub fn count_for(what: What, reason: Reason, pid: u32) {
+    count(what, reason);
+    if matches!(reason, Reason::Budget | Reason::Unverified) {
+        LAST.lock().unwrap_or_else(|e| e.into_inner())[cell(what, reason)] =
+            Some((Instant::now(), pid));
+    }
+}
+
+/// Why the daemon is degraded now: one line per (what, reason) refused in
+/// the last [`DEGRADED_FOR`], with the last process and how long ago.
+/// Empty when it is not.
+pub fn degraded() -> Vec<String> {
+    let last = *LAST.lock().unwrap_or_else(|e| e.into_inner());
+    What::ALL
+        .iter()
+        .flat_map(|&w| Reason::ALL.iter().map(move |&r| (w, r)))
+        .filter_map(|(w, r)| {
+            let (at, pid) = last[cell(w, r)]?;
+            let ago = at.elapsed();
+            (ago < DEGRADED_FOR).then(|| {
+                let whose = if pid == 0 {
+                    String::new()
+                } else {
+                    format!(" for pid {pid}")
+                };
+                format!(
+                    "{} {}{whose} {}s ago ({} in all)",
+                    w.name(),
+                    r.name(),
+                    ago.as_secs(),
+                    get(w, r)
+                )
+            })
+        })
+        .collect()
 }
 
 /// How often `what` was refused for `reason`.
@@ -161,5 +261,18 @@ mod tests {
         assert_eq!(cells.len(), CELLS);
         assert!(report()["perf_map"]["fifo"].is_null());
         assert!(report()["perf_map"]["wrong_type"].is_u64());
+    }
+
+    #[test]
+    fn a_budget_exhausted_degrades_and_names_the_process() {
+        count_for(What::Names, Reason::Timeout, 7);
+        assert!(!degraded().iter().any(|d| d.starts_with("names timeout")));
+        count_for(What::Names, Reason::Budget, 4242);
+        let why = degraded();
+        assert!(
+            why.iter()
+                .any(|d| d.starts_with("names budget for pid 4242 0s ago")),
+            "{why:?}"
+        );
     }
 }
