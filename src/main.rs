@@ -108,6 +108,13 @@ struct Security {
     /// when something else (a firewall, an authenticating proxy) guards it.
     #[arg(long)]
     insecure_listen: bool,
+    /// Without --token-file, what a client on this host may read: `on`
+    /// (the default) looks up the user owning the client's socket; root
+    /// reads every process, another user only their own processes (host-wide
+    /// answers and /metrics are refused). `off` lets every local user read
+    /// every process.
+    #[arg(long, value_name = "on|off", default_value = "on", value_parser = ["on", "off"])]
+    local_auth: String,
 }
 
 /// Pushing profiles to Grafana Pyroscope.
@@ -323,7 +330,11 @@ fn access(listen: SocketAddr, security: &Security) -> Result<api::Access> {
     if exposed {
         tracing::warn!(%listen, "--insecure-listen: serving every process's stacks without a token");
     }
-    Ok(api::Access::new(security.allow_host.clone(), token))
+    let local_auth = security.local_auth == "on";
+    if !local_auth && token.is_none() {
+        tracing::warn!("--local-auth=off: every local user may read every process's stacks");
+    }
+    Ok(api::Access::new(security.allow_host.clone(), token).with_local_auth(local_auth))
 }
 
 fn serve(

@@ -1,5 +1,6 @@
-//! Who may use the API: a `Host` check against DNS rebinding, and the
-//! optional bearer token of `--token-file`.
+//! Who may use the API: a `Host` check against DNS rebinding, the
+//! optional bearer token of `--token-file`, and without a token, what the
+//! local user at the other end may read ([`super::authority`]).
 //!
 //! DNS rebinding: a web page at `attacker.example` makes its name resolve
 //! to 127.0.0.1, and the browser then lets its scripts read
@@ -20,7 +21,14 @@ use axum::{
     response::{IntoResponse, Response},
 };
 
-use super::{error::ApiError, server::STATS, token::Token};
+use super::{
+    authority::{self, Authority},
+    error::ApiError,
+    peer::Client,
+    server::STATS,
+    token::Token,
+};
+use crate::untrusted::refusals::{count_for, Reason, What};
 
 /// The one endpoint served without the token: liveness probes (kubelet,
 /// systemd, load balancers) should not need a secret, and it shows no
@@ -34,24 +42,65 @@ pub struct Access {
     /// `localhost`, this machine's name, the `--allow-host` names.
     hosts: Vec<String>,
     token: Option<Token>,
+    /// Without a token, whether a local client's uid limits what it reads
+    /// (`--local-auth`, on by default).
+    local_auth: bool,
 }
 
 impl Access {
     /// The Host check alone: IP literals, `localhost` and this machine's
-    /// name; no token.
+    /// name; no token, no per-user limit (in-process routers have no
+    /// client socket).
     pub fn local() -> Access {
-        Access::new(Vec::new(), None)
+        Access::new(Vec::new(), None).with_local_auth(false)
     }
 
     /// The Host check, also accepting `extra_hosts` (`--allow-host`), and
-    /// with `token`, requiring it on every endpoint but `/healthz`.
+    /// with `token`, requiring it on every endpoint but `/healthz`; without
+    /// one, a local user other than root reads only their own processes.
     pub fn new(extra_hosts: Vec<String>, token: Option<Token>) -> Access {
         let mut hosts = vec!["localhost".to_string()];
         hosts.extend(this_host_name());
         hosts.extend(extra_hosts.iter().map(|h| normalize(h)));
         hosts.sort();
         hosts.dedup();
-        Access { hosts, token }
+        Access {
+            hosts,
+            token,
+            local_auth: true,
+        }
+    }
+
+    /// Turns the per-user limit of clients without a token on or off.
+    pub fn with_local_auth(mut self, on: bool) -> Access {
+        self.local_auth = on;
+        self
+    }
+
+    /// What the request may read, or why it may not: the token when one is
+    /// configured (a valid one reads all), else the client's uid.
+    fn authority(&self, req: &Request) -> Result<Authority, ApiError> {
+        let path = req.uri().path();
+        if self.token.is_some() {
+            if path != OPEN_PATH {
+                if let Err(reason) = self.token_ok(req.headers()) {
+                    STATS.count_rejected_token();
+                    return Err(ApiError::Unauthorized(reason.into()));
+                }
+            }
+            return Ok(Authority::All);
+        }
+        if !self.local_auth {
+            return Ok(Authority::All);
+        }
+        let authority = authority::of_client(req.extensions().get::<Client>());
+        authority::check(authority, path, req.uri().query(), authority::process_uid).map_err(
+            |refusal| {
+                count_for(What::Client, Reason::Forbidden, 0);
+                ApiError::Forbidden(refusal.0)
+            },
+        )?;
+        Ok(authority)
     }
 
     /// Whether a `Host` value (`name`, `name:port`, `1.2.3.4:80`,
@@ -179,20 +228,22 @@ pub fn this_host_name() -> Option<String> {
     (!name.is_empty()).then(|| normalize(name))
 }
 
-/// Middleware: refuses requests for other hosts (421) and, with a token,
-/// requests without it (401), before any handler runs.
-pub async fn check(State(access): State<Arc<Access>>, req: Request, next: Next) -> Response {
+/// Middleware: refuses requests for other hosts (421), with a token,
+/// requests without it (401), and requests for what the client's user may
+/// not read (403), before any handler runs; hands the handlers the
+/// request's [`Authority`].
+pub async fn check(State(access): State<Arc<Access>>, mut req: Request, next: Next) -> Response {
     if let Some(host) = access.refused_host(req.headers(), req.uri()) {
         STATS.count_rejected_host();
         return ApiError::MisdirectedHost(host).into_response();
     }
-    if req.uri().path() != OPEN_PATH {
-        if let Err(reason) = access.token_ok(req.headers()) {
-            STATS.count_rejected_token();
-            return ApiError::Unauthorized(reason.into()).into_response();
+    match access.authority(&req) {
+        Ok(authority) => {
+            req.extensions_mut().insert(authority);
+            next.run(req).await
         }
+        Err(e) => e.into_response(),
     }
-    next.run(req).await
 }
 
 #[cfg(test)]

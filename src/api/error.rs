@@ -32,6 +32,10 @@ pub enum ApiError {
     /// No or a wrong bearer token (`--token-file`).
     #[error("{0} (this wallscope requires the token of its --token-file)")]
     Unauthorized(String),
+    /// What the client's local user may not read (see
+    /// [`super::authority`]).
+    #[error("forbidden: {0}")]
+    Forbidden(String),
 }
 
 impl ApiError {
@@ -51,6 +55,7 @@ impl ApiError {
             ApiError::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::MisdirectedHost(_) => StatusCode::MISDIRECTED_REQUEST,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
         }
     }
 }

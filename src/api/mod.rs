@@ -2,11 +2,13 @@
 //! breakdowns, blocked threads, health, and the web UI at `/`.
 
 pub mod access;
+pub mod authority;
 pub mod error;
 pub mod limit;
 pub mod memory;
 mod metrics;
 pub mod params;
+pub mod peer;
 mod pprof;
 mod queries;
 pub mod server;

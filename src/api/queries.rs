@@ -13,10 +13,16 @@ use axum::{
     extract::{RawQuery, State},
     http::{header, HeaderValue},
     response::{IntoResponse, Response},
-    Json,
+    Extension, Json,
 };
 
-use super::{error::ApiError, params::Params, window::WINDOW_PARAMS, ApiState};
+use super::{
+    authority::{self, Authority},
+    error::ApiError,
+    params::Params,
+    window::WINDOW_PARAMS,
+    ApiState,
+};
 use crate::{
     bpf::abi,
     pipeline::Shared,
@@ -292,10 +298,14 @@ where
     state.queries.run(move || query(&snapshot(&shared))).await
 }
 
+/// `/processes`: every process recorded in the window, or for a local user
+/// other than root, their own ([`authority::sees`]).
 pub(super) async fn processes(
     State(state): State<ApiState>,
+    authority: Option<Extension<Authority>>,
     RawQuery(q): RawQuery,
 ) -> Result<Response, ApiError> {
+    let authority = authority.map_or(Authority::Open, |a| a.0);
     let p = Params::parse(q.as_deref(), &with_window(&["sort", "comm"]))?;
     let window = window(&p, &state.shared)?;
     let sort = p
@@ -304,7 +314,8 @@ pub(super) async fn processes(
         .unwrap_or(SortBy::Cpu);
     let comm = p.text("comm").map(str::to_string);
     let (mut rows, recorded) = over_snapshot(&state, move |store| {
-        let rows = processes::processes(store, window, sort, comm.as_deref());
+        let mut rows = processes::processes(store, window, sort, comm.as_deref());
+        rows.retain(|row| authority::sees(authority, row.pid));
         (rows, store.recorded_seconds(window, SystemTime::now()))
     })
     .await?;

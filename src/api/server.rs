@@ -37,6 +37,8 @@ use hyper::{
 };
 use hyper_util::{rt::TokioIo, service::TowerToHyperService};
 use serde::Serialize;
+
+use super::peer::Client;
 use tokio::{
     net::{TcpListener, TcpStream},
     sync::watch,
@@ -348,6 +350,12 @@ async fn run_connection(
 ) {
     // Responses are written whole; Nagle would only delay the last segment.
     let _ = stream.set_nodelay(true);
+    // Who the client is, found once per connection and while our end is
+    // open (see `super::peer`).
+    let client = match (stream.peer_addr(), stream.local_addr()) {
+        (Ok(peer), Ok(local)) => Some(Client::of(peer, local)),
+        _ => None,
+    };
     let admitted = Arc::new(admitted);
     let service = {
         let admitted = admitted.clone();
@@ -356,6 +364,10 @@ async fn run_connection(
             // Marked busy as soon as hyper has a complete request header,
             // before the handler runs.
             let in_flight = admitted.request_started();
+            let mut req = req;
+            if let Some(client) = client {
+                req.extensions_mut().insert(client);
+            }
             let response = router.call(req);
             async move {
                 let response = response.await?;

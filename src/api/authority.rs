@@ -1,0 +1,233 @@
+//! What a local client may read: root sees every process, another local
+//! user only their own (see [`super::peer`] for how a client's uid is
+//! found).
+//!
+//! For a user other than root, an endpoint that names a process (`pid=`)
+//! must name one whose uids are all theirs; host-wide answers (`/metrics`,
+//! `/folded` without a pid, `/runqueue` of the host or of a cgroup) are
+//! refused; `/processes` lists their own processes only; the pages, the
+//! scripts and `/healthz` (counters, no process data) are open.
+
+use super::peer::Client;
+
+/// What a request may read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Authority {
+    /// Every process: root, a valid token, or local checks turned off.
+    All,
+    /// The processes of this uid only.
+    Own(u32),
+    /// Only the pages, scripts and `/healthz`: a loopback client whose uid
+    /// could not be found.
+    Open,
+}
+
+/// Why a request is refused (403).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal(pub String);
+
+/// Paths open to every local user: pages, scripts, health counters.
+fn open_path(path: &str) -> bool {
+    path == "/"
+        || path == "/healthz"
+        || path.starts_with("/ui/")
+        || path
+            .strip_prefix("/process/")
+            .is_some_and(|p| !p.contains('/'))
+}
+
+/// Endpoints answering about the one process of their `pid` parameter.
+const PER_PROCESS: [&str; 7] = [
+    "/folded",
+    "/flamegraph",
+    "/pprof",
+    "/threads",
+    "/timeline",
+    "/blocked",
+    "/runqueue",
+];
+
+/// The authority of a client without a token: root and remote clients (a
+/// non-loopback listener needs a token or `--insecure-listen`) read all; a
+/// local user their own processes; a loopback client whose uid is unknown
+/// (or a request that came through no socket) only the open paths.
+pub fn of_client(client: Option<&Client>) -> Authority {
+    match client {
+        Some(Client { uid: Some(0), .. }) => Authority::All,
+        Some(Client { uid: Some(uid), .. }) => Authority::Own(*uid),
+        Some(c) if !c.is_loopback() => Authority::All,
+        _ => Authority::Open,
+    }
+}
+
+fn unknown_client() -> Refusal {
+    Refusal(
+        "cannot tell which local user this connection belongs to, so it may read no \
+         process data (connect over TCP from this host, or give the --token-file token)"
+            .into(),
+    )
+}
+
+/// Whether `authority` lets its holder see process `pid` (in lists).
+pub fn sees(authority: Authority, pid: u32) -> bool {
+    match authority {
+        Authority::All => true,
+        Authority::Own(uid) => process_uid(pid) == Some(uid),
+        Authority::Open => false,
+    }
+}
+
+/// Whether `authority` may ask for `path?query`; `uid_of` gives a
+/// process's uid if all of its uids (real, effective, saved, fs) are one.
+pub fn check(
+    authority: Authority,
+    path: &str,
+    query: Option<&str>,
+    uid_of: impl Fn(u32) -> Option<u32>,
+) -> Result<(), Refusal> {
+    let uid = match authority {
+        Authority::All => return Ok(()),
+        Authority::Own(uid) => uid,
+        Authority::Open if open_path(path) => return Ok(()),
+        Authority::Open => return Err(unknown_client()),
+    };
+    if open_path(path) || path == "/processes" {
+        return Ok(());
+    }
+    if !PER_PROCESS.contains(&path) {
+        return Err(Refusal(format!(
+            "{path} shows every process on the host: only root (or a client with the \
+             --token-file token) may read it; uid {uid} may ask about its own processes \
+             with `pid=`"
+        )));
+    }
+    let pairs: Vec<(String, String)> =
+        serde_urlencoded::from_str(query.unwrap_or("")).unwrap_or_default();
+    if pairs.iter().any(|(k, _)| k == "cgroup" || k == "container") {
+        return Err(Refusal(format!(
+            "uid {uid} may not ask about cgroups or containers, whose processes may be \
+             other users': ask with `pid=` about one of its own processes"
+        )));
+    }
+    let pids: Vec<&str> = pairs
+        .iter()
+        .filter(|(k, _)| k == "pid")
+        .map(|(_, v)| v.as_str())
+        .collect();
+    let [pid] = pids.as_slice() else {
+        return Err(Refusal(format!(
+            "uid {uid} may read only its own processes: give one `pid=` naming one of them"
+        )));
+    };
+    match pid.parse::<u32>().ok().map(|p| (p, uid_of(p))) {
+        Some((_, Some(owner))) if owner == uid => Ok(()),
+        Some((p, _)) => Err(Refusal(format!(
+            "pid {p} is not a process of uid {uid} (or no longer runs): a local user \
+             may read only its own processes"
+        ))),
+        None => Err(Refusal(format!("`pid={pid}` is not a process id"))),
+    }
+}
+
+/// The uid of process `pid` if its real, effective, saved and filesystem
+/// uids are all the same (a set-uid program run by a user is not theirs
+/// to read), from `/proc/PID/status`.
+pub fn process_uid(pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    uid_of_status(&status)
+}
+
+/// The one uid of a `/proc/PID/status` text's `Uid:` line, if its four
+/// uids agree.
+fn uid_of_status(status: &str) -> Option<u32> {
+    let line = status.lines().find_map(|l| l.strip_prefix("Uid:"))?;
+    let uids: Vec<u32> = line
+        .split_whitespace()
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .ok()?;
+    match uids.as_slice() {
+        [first, rest @ ..] if rest.len() == 3 && rest.iter().all(|u| u == first) => Some(*first),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn client(addr: &str, uid: Option<u32>) -> Client {
+        Client {
+            addr: addr.parse().unwrap(),
+            uid,
+        }
+    }
+
+    #[test]
+    fn root_reads_all_users_their_own_unknown_local_nothing() {
+        let of = |c: Client| of_client(Some(&c));
+        assert_eq!(of(client("127.0.0.1:5000", Some(0))), Authority::All);
+        assert_eq!(of(client("[::1]:5000", Some(65534))), Authority::Own(65534));
+        assert_eq!(
+            of(client("[::ffff:127.0.0.1]:5000", Some(1000))),
+            Authority::Own(1000)
+        );
+        assert_eq!(of(client("127.0.0.1:5000", None)), Authority::Open);
+        assert_eq!(of(client("[::ffff:127.0.0.1]:5000", None)), Authority::Open);
+        assert_eq!(of_client(None), Authority::Open);
+        // A local user reaching a non-loopback address is still that user.
+        assert_eq!(of(client("10.0.0.5:5000", Some(7))), Authority::Own(7));
+        // A remote client: the listener's token rule decides.
+        assert_eq!(of(client("10.0.0.5:5000", None)), Authority::All);
+        let open = |path: &str| check(Authority::Open, path, Some("pid=1"), |_| Some(0));
+        assert!(open("/healthz").is_ok() && open("/ui/app.css").is_ok() && open("/").is_ok());
+        for refused in ["/processes", "/threads", "/metrics"] {
+            assert!(open(refused).is_err(), "{refused}");
+        }
+    }
+
+    #[test]
+    fn a_user_reads_only_pids_of_their_own() {
+        let owners = |pid: u32| match pid {
+            10 => Some(1000),
+            20 => Some(0),
+            _ => None,
+        };
+        let user = Authority::Own(1000);
+        let ok = |path: &str, q: &str| check(user, path, Some(q), owners).is_ok();
+        for path in PER_PROCESS {
+            assert!(ok(path, "pid=10&seconds=5"), "{path}");
+            assert!(!ok(path, "pid=20"), "{path} of root's");
+            assert!(!ok(path, "pid=30"), "{path} of a gone process");
+            assert!(!ok(path, ""), "{path} host-wide");
+            assert!(!ok(path, "pid=10&pid=20"), "{path} two pids");
+            assert!(!ok(path, "pid=x"), "{path} bad pid");
+        }
+        assert!(!ok("/runqueue", "pid=10&cgroup=/"));
+        assert!(!ok("/runqueue", "container=abcdefabcdef"));
+        assert!(!ok("/folded", "tid=10"));
+        for open in ["/", "/healthz", "/ui/app.css", "/process/20", "/processes"] {
+            assert!(ok(open, ""), "{open}");
+        }
+        for refused in ["/metrics", "/unknown", "/process/20/x"] {
+            assert!(!ok(refused, "pid=10"), "{refused}");
+        }
+        let message = check(user, "/threads", Some("pid=20"), owners).unwrap_err();
+        assert!(message.0.contains("pid 20"), "{message:?}");
+        // Root and token holders are not checked at all.
+        assert!(check(Authority::All, "/metrics", None, owners).is_ok());
+        assert!(check(Authority::All, "/threads", Some("pid=20"), |_| None).is_ok());
+    }
+
+    #[test]
+    fn a_process_is_a_users_only_if_all_its_uids_are() {
+        let status = |uids: &str| format!("Name:\tx\nPid:\t5\nUid:\t{uids}\nGid:\t0\t0\t0\t0\n");
+        assert_eq!(uid_of_status(&status("1000\t1000\t1000\t1000")), Some(1000));
+        assert_eq!(uid_of_status(&status("1000\t0\t0\t0")), None);
+        assert_eq!(uid_of_status(&status("1000\t1000\t1000")), None);
+        assert_eq!(uid_of_status("Name:\tx\n"), None);
+        // SAFETY: getuid cannot fail.
+        let me = unsafe { libc::getuid() };
+        assert_eq!(process_uid(std::process::id()), Some(me));
+    }
+}
