@@ -4,6 +4,7 @@
 pub mod access;
 pub mod authority;
 pub mod error;
+pub mod headers;
 pub mod limit;
 pub mod memory;
 mod metrics;
@@ -57,12 +58,16 @@ pub fn router(shared: Arc<Shared>) -> Router {
     router_with(shared, Access::local())
 }
 
-/// The API's routes behind `access`'s Host and token checks.
+/// The API's routes behind `access`'s Host, token and user checks, with
+/// the browser security headers of [`headers`] on every answer.
 pub fn router_with(shared: Arc<Shared>, access: Access) -> Router {
-    routes(shared).layer(axum::middleware::from_fn_with_state(
-        Arc::new(access),
-        access::check,
-    ))
+    routes(shared)
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::new(access),
+            access::check,
+        ))
+        // Outermost: refusals get the headers too.
+        .layer(axum::middleware::map_response(headers::add))
 }
 
 fn routes(shared: Arc<Shared>) -> Router {

@@ -257,6 +257,7 @@ pub(super) async fn flamegraph(
             let svg = match note {
                 Some(note) => render::note_svg(&labels, note),
                 None => render::flamegraph_svg(&profile.folded, &labels, false)
+                    .map(render::still_svg)
                     .map_err(ApiError::Render)?,
             };
             let response = ([(header::CONTENT_TYPE, "image/svg+xml")], svg).into_response();

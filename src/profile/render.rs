@@ -94,6 +94,28 @@ pub fn flamegraph_svg(
     Ok(svg)
 }
 
+/// `svg` (from [`flamegraph_svg`]) as a still picture: without its script,
+/// the `onload` that calls it, and the `Search` button only the script
+/// served. The API serves flame graphs under a Content-Security-Policy
+/// that runs no script (frame names come from the profiled processes); a
+/// frame's name and time still show on hover, from its `<title>`, and the
+/// web UI's own flame graph zooms and searches.
+pub fn still_svg(svg: Vec<u8>) -> Vec<u8> {
+    let Ok(mut text) = String::from_utf8(svg) else {
+        return Vec::new();
+    };
+    let mut cut = |open: &str, close: &str| {
+        if let Some(start) = text.find(open) {
+            if let Some(len) = text[start..].find(close) {
+                text.replace_range(start..start + len + close.len(), "");
+            }
+        }
+    };
+    cut("<script", "</script>");
+    cut("<text id=\"search\"", "</text>");
+    text.replace(" onload=\"init(evt)\"", "").into_bytes()
+}
+
 #[cfg(test)]
 mod tests {
     use std::{collections::BTreeMap, path::Path};
@@ -143,6 +165,25 @@ mod tests {
         let svg = String::from_utf8(flamegraph_svg(&sample(), &labels, true).unwrap()).unwrap();
         assert!(svg.contains("CPU — app (pid 7), by process, last 30 s, total 9.0 ms"));
         golden("simple.svg", &svg);
+    }
+
+    #[test]
+    fn still_svg_has_no_script_and_keeps_the_frames() {
+        let labels = GraphLabels {
+            subject: "app (pid 7)".into(),
+            kind: Kind::State(State::Cpu),
+            group: Group::Process,
+            window: Window::last(30, std::time::UNIX_EPOCH),
+        };
+        let svg = flamegraph_svg(&sample(), &labels, true).unwrap();
+        assert!(String::from_utf8_lossy(&svg).contains("<script"));
+        let still = String::from_utf8(still_svg(svg)).unwrap();
+        for gone in ["<script", "onload", "init(", ">Search<"] {
+            assert!(!still.contains(gone), "{gone}");
+        }
+        assert!(still.contains("<title>compute (6,000 us, 66.66%)</title>"));
+        assert!(still.contains("CPU — app (pid 7)"));
+        assert!(still.trim_end().ends_with("</svg>"));
     }
 
     #[test]
