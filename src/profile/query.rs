@@ -7,7 +7,7 @@ use std::{
 
 use super::{
     kind::{pool_name, state_frame, thread_frame, Group, Kind},
-    rows::{self, Names},
+    rows::{self, Names, Row},
     store::Snapshot,
     window::Window,
 };
@@ -63,8 +63,9 @@ impl Folded {
 }
 
 /// Frames above the stack: the process, then the thread or pool if asked.
-fn prefix(names: &Names, filter: &Filter, pid: u32, tid: u32) -> Vec<String> {
-    let process = names.process(pid).to_string();
+fn prefix(names: &Names, filter: &Filter, row: &Row) -> Vec<String> {
+    let process = names.process_of(row).to_string();
+    let tid = row.tid;
     match filter.group {
         Group::Process => vec![process],
         Group::Thread => vec![process, thread_frame(names.thread(tid), tid)],
@@ -84,7 +85,7 @@ pub fn folded(store: &Snapshot, filter: &Filter) -> Folded {
             Some(irq) => vec![irq.frame().to_string()],
             None => {
                 note_process(&mut out, &names, row.pid);
-                prefix(&names, filter, row.pid, row.tid)
+                prefix(&names, filter, &row)
             }
         };
         if filter.kind == Kind::Wall {
@@ -197,6 +198,76 @@ pub(crate) mod tests {
             stats: Default::default(),
         });
         (store, end)
+    }
+
+    /// Pid 1234 is process `a` in one slice and, reused, `b` in the next.
+    fn reused_pid() -> (Store, SystemTime) {
+        use crate::collect::RawThread;
+        let start = SystemTime::UNIX_EPOCH + Duration::from_secs(100);
+        let mut store = Store::new(Duration::from_secs(600));
+        for (i, (name, frame, sampled, total)) in
+            [("a", "x", 1_000, 1_500), ("b", "y", 2_000, 2_000)]
+                .into_iter()
+                .enumerate()
+        {
+            let mut ns = [0; State::COUNT];
+            ns[State::Cpu as usize] = total;
+            let begin = start + Duration::from_secs(i as u64);
+            store.push(Slice {
+                samples: vec![sample(1234, 1234, &["main", frame], sampled)],
+                thread_totals: vec![RawThread {
+                    tid: 1234,
+                    pid: 1234,
+                    comm: name.into(),
+                    ns,
+                    switches_voluntary: 0,
+                    switches_involuntary: 0,
+                    wakeups_sent: 0,
+                    wakeups_received: 0,
+                }],
+                processes: [(1234, Arc::from(name))].into(),
+                ..Slice::empty(begin, begin + Duration::from_secs(1))
+            });
+        }
+        (store, start + Duration::from_secs(2))
+    }
+
+    #[test]
+    fn a_reused_pid_keeps_each_process_under_its_own_name() {
+        let (reused, now) = reused_pid();
+        let cpu = Filter::cpu(Some(1234), None, Window::last(30, now));
+        let f = folded(&reused.snapshot(), &cpu);
+        assert_eq!(
+            f.stacks,
+            BTreeMap::from([
+                ("a;main;x".to_string(), 1_000),
+                ("b;main;y".to_string(), 2_000)
+            ])
+        );
+        // Wall graphs: each process's rest is its own, not the other's.
+        let wall = with_kind("wall", Group::Process, now);
+        let f = folded(
+            &reused.snapshot(),
+            &Filter {
+                pid: Some(1234),
+                ..wall
+            },
+        );
+        let under = |name: &str| -> u64 {
+            f.stacks
+                .iter()
+                .filter(|(k, _)| k.starts_with(&format!("{name};")))
+                .map(|(_, v)| v)
+                .sum()
+        };
+        assert_eq!((under("a"), under("b")), (1_500, 2_000), "{:?}", f.stacks);
+        // One name in a window still merges into one row.
+        let (one, now) = store();
+        let f = folded(
+            &one.snapshot(),
+            &Filter::cpu(Some(10), None, Window::last(30, now)),
+        );
+        assert_eq!(f.stacks["ten;main;a"], 4_000);
     }
 
     #[test]

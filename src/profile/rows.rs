@@ -27,6 +27,10 @@ pub const UNATTRIBUTED: &str = "[unattributed]";
 pub struct Row {
     /// 0 for wakeups raised in interrupt context.
     pub pid: u32,
+    /// The process's name in the slices the row's time comes from: a pid
+    /// reused within the window keeps each process's time under its own
+    /// name. `None` when no slice recorded one.
+    pub process: Option<Arc<str>>,
     /// 0 when rows were merged per process.
     pub tid: u32,
     /// The state the time was spent in; `None` for wakeups.
@@ -76,6 +80,14 @@ impl Names {
         self.processes.get(&pid).map_or("[unknown]", |n| n)
     }
 
+    /// The name of `row`'s process: the one it had in the row's slices,
+    /// else the latest.
+    pub fn process_of<'a>(&'a self, row: &'a Row) -> &'a str {
+        row.process
+            .as_deref()
+            .unwrap_or_else(|| self.process(row.pid))
+    }
+
     /// A thread's name, `[unknown]` if none was recorded.
     pub fn thread(&self, tid: u32) -> &str {
         self.threads.get(&tid).map_or("[unknown]", |n| n)
@@ -93,10 +105,45 @@ impl Names {
 }
 
 /// Samples that merge into one row: pid, tid (0 when merged), state,
-/// and the stack's address (the store interns stacks, so the address
-/// stands for its frames and the window's many rows fold at the cost of a
-/// hash of four integers each).
-type RowKey = (u32, u32, State, usize);
+/// the stack's address (the store interns stacks, so the address stands
+/// for its frames and the window's many rows fold at the cost of a hash of
+/// a few integers each) and the process name's (see [`ProcessNames`]).
+type RowKey = (u32, u32, State, usize, usize);
+
+/// Process names of one query, one `Arc` per distinct name, so that a
+/// name's address identifies it across slices (0: no name).
+#[derive(Default)]
+struct ProcessNames {
+    names: FxHashMap<Arc<str>, ()>,
+    /// The current slice's pid -> name.
+    slice: FxHashMap<u32, Arc<str>>,
+}
+
+impl ProcessNames {
+    /// Takes the names of `slice` as the current ones.
+    fn enter(&mut self, slice: &Slice) {
+        self.slice.clear();
+        for (pid, name) in &slice.processes {
+            let name = match self.names.get_key_value(name) {
+                Some((n, ())) => n.clone(),
+                None => {
+                    self.names.insert(name.clone(), ());
+                    name.clone()
+                }
+            };
+            self.slice.insert(*pid, name);
+        }
+    }
+
+    /// `pid`'s name in the current slice and its identifying address.
+    fn of(&self, pid: u32) -> (usize, Option<&Arc<str>>) {
+        let name = self.slice.get(&pid);
+        (
+            name.map_or(0, |n| Arc::as_ptr(n) as *const u8 as usize),
+            name,
+        )
+    }
+}
 
 /// The rows `filter` selects, with the names of the window. Rows keep
 /// their thread when `per_thread` or when the filter groups by thread or
@@ -109,22 +156,27 @@ pub fn select(store: &Snapshot, filter: &Filter, per_thread: bool) -> (Vec<Row>,
     let mut out = Vec::new();
     // Per (tid, state): exact totals (pid alongside) and what stack rows
     // explain (wall only).
-    let mut explained: HashMap<(u32, State), u64> = HashMap::new();
-    let mut totals: HashMap<(u32, State), (u32, u64)> = HashMap::new();
-    let mut rows: FxHashMap<RowKey, (&Stack, u64, u64)> = FxHashMap::default();
+    // Keyed by the process name too: a reused pid's threads are not
+    // scaled by another process's totals.
+    let mut explained: HashMap<(u32, State, usize), u64> = HashMap::new();
+    let mut totals: HashMap<(u32, State, usize), (u32, u64, Option<Arc<str>>)> = HashMap::new();
+    let mut rows: FxHashMap<RowKey, (&Stack, u64, u64, Option<Arc<str>>)> = FxHashMap::default();
+    let mut process_names = ProcessNames::default();
     for slice in store.within(filter.window) {
+        process_names.enter(slice);
         for s in &slice.samples {
             if !filter.matches(s.pid, s.tid) || !filter.kind.includes(s.state) {
                 continue;
             }
+            let (name_id, name) = process_names.of(s.pid);
             if wall {
-                *explained.entry((s.tid, s.state)).or_default() += s.ns;
+                *explained.entry((s.tid, s.state, name_id)).or_default() += s.ns;
             }
             let tid = if keep_tid || wall { s.tid } else { 0 };
             let stack = Arc::as_ptr(&s.stack) as *const Frame as usize;
             let row = rows
-                .entry((s.pid, tid, s.state, stack))
-                .or_insert((&s.stack, 0, 0));
+                .entry((s.pid, tid, s.state, stack, name_id))
+                .or_insert_with(|| (&s.stack, 0, 0, name.cloned()));
             row.1 += s.ns;
             row.2 += s.count;
         }
@@ -137,8 +189,11 @@ pub fn select(store: &Snapshot, filter: &Filter, per_thread: bool) -> (Vec<Row>,
                 .iter()
                 .filter(|t| filter.matches(t.pid, t.tid))
             {
+                let (name_id, name) = process_names.of(t.pid);
                 for state in State::ALL {
-                    let entry = totals.entry((t.tid, state)).or_insert((t.pid, 0));
+                    let entry = totals
+                        .entry((t.tid, state, name_id))
+                        .or_insert_with(|| (t.pid, 0, name.cloned()));
                     entry.1 += t.ns[state as usize];
                 }
             }
@@ -147,23 +202,24 @@ pub fn select(store: &Snapshot, filter: &Filter, per_thread: bool) -> (Vec<Row>,
     // Off-CPU rows are estimates (stacks sampled by interval length): where
     // a thread's rows of a state exceed its exact time in it, they are
     // scaled down to it, so a wall graph never outgrows the thread.
-    let scale = |tid: u32, state: State| {
-        let total = totals.get(&(tid, state)).map_or(0, |t| t.1);
-        let rows = explained.get(&(tid, state)).copied().unwrap_or(0);
+    let scale = |key: (u32, State, usize)| {
+        let total = totals.get(&key).map_or(0, |t| t.1);
+        let rows = explained.get(&key).copied().unwrap_or(0);
         if total > 0 && rows > total {
             total as f64 / rows as f64
         } else {
             1.0
         }
     };
-    for ((pid, tid, state, _), (stack, ns, count)) in rows {
+    for ((pid, tid, state, _, name_id), (stack, ns, count, process)) in rows {
         let ns = if wall {
-            (ns as f64 * scale(tid, state)).round() as u64
+            (ns as f64 * scale((tid, state, name_id))).round() as u64
         } else {
             ns
         };
         out.push(Row {
             pid,
+            process,
             tid,
             state: Some(state),
             interrupt: None,
@@ -176,10 +232,12 @@ pub fn select(store: &Snapshot, filter: &Filter, per_thread: bool) -> (Vec<Row>,
     // Wall graphs add up to each thread's wall time: what no stack row
     // explains (short intervals, sampling error) shows as [unattributed].
     let unattributed: Frame = Arc::from(UNATTRIBUTED);
-    for ((tid, state), (pid, total)) in totals {
-        let rest = total.saturating_sub(explained.get(&(tid, state)).copied().unwrap_or(0));
+    for (key, (pid, total, process)) in totals {
+        let rest = total.saturating_sub(explained.get(&key).copied().unwrap_or(0));
+        let (tid, state, _) = key;
         out.push(Row {
             pid,
+            process,
             tid,
             state: Some(state),
             interrupt: None,
@@ -208,6 +266,7 @@ fn wakeups(slice: &Slice, filter: &Filter, keep_tid: bool, out: &mut Vec<Row>) {
         };
         out.push(Row {
             pid: if w.interrupt.is_some() { 0 } else { w.pid },
+            process: slice.processes.get(&w.pid).cloned(),
             tid: if keep_tid && w.interrupt.is_none() {
                 w.tid
             } else {

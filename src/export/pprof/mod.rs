@@ -157,7 +157,7 @@ fn labels(t: &mut Tables, names: &Names, row: &Row, group: Group, detail: Detail
         return labels;
     }
     labels.push(t.number("pid", u64::from(row.pid)));
-    labels.push(t.label("comm", names.process(row.pid)));
+    labels.push(t.label("comm", names.process_of(row)));
     for (key, value) in names
         .container(row.pid)
         .map(|c| c.labels())
