@@ -9,84 +9,15 @@ mod support;
 use std::{
     fs,
     io::Read as _,
-    path::{Path, PathBuf},
-    process::Command,
+    path::Path,
     time::{Duration, Instant},
 };
 
 use flate2::read::GzDecoder;
 use prost::Message as _;
 use serde_json::Value;
-use support::*;
+use support::{cgroup::*, *};
 use wallscope::export::pprof::proto::Profile;
-
-/// A cgroup directory made for the test, removed (its processes moved back
-/// to the root) when dropped.
-struct Cgroup {
-    /// Outermost directory created, then the leaf.
-    top: PathBuf,
-    leaf: PathBuf,
-    mount: PathBuf,
-}
-
-impl Cgroup {
-    fn create(mount: &Path, path: &str) -> Cgroup {
-        let leaf = mount.join(path.trim_start_matches('/'));
-        fs::create_dir_all(&leaf).unwrap_or_else(|e| panic!("{}: {e}", leaf.display()));
-        let first = path.trim_start_matches('/').split('/').next().unwrap();
-        Cgroup {
-            top: mount.join(first),
-            leaf,
-            mount: mount.to_path_buf(),
-        }
-    }
-}
-
-impl Drop for Cgroup {
-    fn drop(&mut self) {
-        if let Ok(pids) = fs::read_to_string(self.leaf.join("cgroup.procs")) {
-            for pid in pids.lines() {
-                let _ = fs::write(self.mount.join("cgroup.procs"), pid);
-            }
-        }
-        // Deepest first: a cgroup directory goes only when empty.
-        let mut dir = self.leaf.clone();
-        while dir.starts_with(&self.top) {
-            let _ = fs::remove_dir(&dir);
-            if !dir.pop() {
-                break;
-            }
-        }
-    }
-}
-
-/// The cgroup2 mount (`/sys/fs/cgroup`, or `/sys/fs/cgroup/unified` on a
-/// hybrid host) and a v1 hierarchy (the `pids` one) if there is one.
-fn mounts() -> (PathBuf, Option<PathBuf>) {
-    let unified = Path::new("/sys/fs/cgroup/unified");
-    let v2 = if unified.join("cgroup.procs").exists() {
-        unified.to_path_buf()
-    } else {
-        PathBuf::from("/sys/fs/cgroup")
-    };
-    let pids = Path::new("/sys/fs/cgroup/pids");
-    let v1 = pids.join("tasks").exists().then(|| pids.to_path_buf());
-    (v2, v1)
-}
-
-/// Starts `cpu_shares 20 4` inside `cgroup`: a shell moves itself in, then
-/// execs the workload (as runtimes do before the container's exec).
-fn start_in(cgroup: &Cgroup) -> Workload {
-    let procs = cgroup.leaf.join("cgroup.procs");
-    let script = format!(
-        "echo $$ > '{}' && exec '{}' 20 4",
-        procs.display(),
-        workload("cpu_shares").display()
-    );
-    let mut cmd = Command::new("sh");
-    cmd.args(["-c", &script]);
-    Workload::spawn(cmd)
-}
 
 const UID: &str = "6b1c2d3e-4f5a-4b6c-8d7e-9f0a1b2c3d4e";
 const UID2: &str = "0a9b8c7d-6e5f-4a3b-9c2d-1e0f9a8b7c6d";

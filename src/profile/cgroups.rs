@@ -38,6 +38,11 @@ impl Cgroups {
         }
     }
 
+    /// The directory the hierarchy is mounted on.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
     /// The path of cgroup `id` relative to the mount (`/` for the root,
     /// e.g. `/system.slice/ssh.service`), if it exists.
     pub fn path_of(&self, id: u64) -> Option<String> {

@@ -5,6 +5,7 @@
 pub mod api;
 pub mod browser;
 pub mod caps;
+pub mod cgroup;
 pub mod java;
 pub mod java_frames;
 pub mod kernel;

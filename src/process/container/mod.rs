@@ -11,9 +11,15 @@
 //! form); its namespace and name from `<pod logs>/<namespace>_<pod>_<uid>/`,
 //! and the container's name from that directory's one subdirectory or, with
 //! several, from `<pod logs>/../containers/<pod>_<namespace>_<name>-<id>.log`.
+//!
+//! A cgroup directory can be delegated to a user (systemd's `user@UID`
+//! service, rootless runtimes), who may then create children named like
+//! any runtime's: a container is believed only if every directory above
+//! its own is root's (see [`of_pid`]).
 
 use std::{
     collections::HashMap,
+    os::unix::fs::MetadataExt,
     path::{Path, PathBuf},
     sync::{Mutex, OnceLock},
     time::{Duration, Instant},
@@ -73,27 +79,48 @@ impl Container {
 
 /// The container of a process whose `/proc/PID/cgroup` reads `text`, with
 /// pod names looked up in `pods` (see [`PodLogs`]); `None` outside any.
+/// Every cgroup directory is taken as root's: see [`parse_owned`].
 pub fn parse(text: &str, pods: Option<&PodLogs>) -> Option<Container> {
+    parse_owned(text, pods, &|_, _| true)
+}
+
+/// [`parse`], believing a container only where `root_owned(hierarchy,
+/// path)` says every directory above its own is root's, not delegated to
+/// a user who could have named it. `hierarchy` is the line's controllers
+/// (empty for cgroup v2), `path` a directory's components.
+pub fn parse_owned(
+    text: &str,
+    pods: Option<&PodLogs>,
+    root_owned: &dyn Fn(&str, &[&str]) -> bool,
+) -> Option<Container> {
     // The unified hierarchy's line (`0::/path`) first, then v1's.
-    let mut paths: Vec<(bool, &str)> = text
+    let mut paths: Vec<(bool, &str, &str)> = text
         .lines()
         .filter_map(|l| {
             let mut parts = l.splitn(3, ':');
-            let (id, _controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
-            Some((id != "0", path))
+            let (id, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+            Some((id != "0", controllers, path))
         })
         .collect();
-    paths.sort_by_key(|(v1, _)| *v1);
-    paths.into_iter().find_map(|(_, path)| in_path(path, pods))
+    paths.sort_by_key(|(v1, ..)| *v1);
+    paths.into_iter().find_map(|(_, controllers, path)| {
+        in_path(path, pods, &|dir: &[&str]| root_owned(controllers, dir))
+    })
 }
 
-fn in_path(path: &str, pods: Option<&PodLogs>) -> Option<Container> {
+/// The innermost container in `path` whose ancestors are all root's.
+fn in_path(
+    path: &str,
+    pods: Option<&PodLogs>,
+    root_owned: &dyn Fn(&[&str]) -> bool,
+) -> Option<Container> {
     let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
     let (at, id, runtime) = parts
         .iter()
         .enumerate()
         .rev()
-        .find_map(|(i, part)| container_id(part, &parts[..i]).map(|(id, rt)| (i, id, rt)))?;
+        .filter_map(|(i, part)| container_id(part, &parts[..i]).map(|(id, rt)| (i, id, rt)))
+        .find(|(at, ..)| (1..=*at).all(|depth| root_owned(&parts[..depth])))?;
     let cgroup = format!("/{}", parts[..=at].join("/"));
     let pod_uid = parts[..at].iter().rev().find_map(|p| pod_uid(p));
     let mut c = Container {
@@ -259,13 +286,35 @@ pub fn set_pod_logs_dir(dir: &Path) {
     let _ = POD_LOGS.set(PodLogs::new(dir));
 }
 
-/// The container of `pid`, read now; `None` outside one or if it is gone.
+/// The container of `pid`, read now; `None` outside one (or one whose
+/// parent cgroups are not all root's) or if it is gone.
 pub fn of_pid(pid: u32) -> Option<Container> {
     // Written by the kernel, not by the process: no need for the checks
     // files of other users get.
     let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
     let pods = POD_LOGS.get_or_init(|| PodLogs::new("/var/log/pods"));
-    parse(&text, Some(pods))
+    parse_owned(&text, Some(pods), &cgroup_dir_is_roots)
+}
+
+/// Whether the cgroup directory `path` of the hierarchy of `controllers`
+/// (empty: cgroup v2) is a directory owned by root, looked up without
+/// following links. Unknown (no such mount, gone) counts as not.
+fn cgroup_dir_is_roots(controllers: &str, path: &[&str]) -> bool {
+    let base = if controllers.is_empty() {
+        crate::profile::cgroups::system().root().to_path_buf()
+    } else {
+        // `name=systemd` is mounted as `systemd`, `cpu,cpuacct` as itself.
+        let name = controllers.strip_prefix("name=").unwrap_or(controllers);
+        if name.contains('/') || name.starts_with('.') {
+            return false;
+        }
+        Path::new("/sys/fs/cgroup").join(name)
+    };
+    if path.iter().any(|p| *p == ".." || *p == ".") {
+        return false;
+    }
+    let dir = path.iter().fold(base, |dir, p| dir.join(p));
+    std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir() && m.uid() == 0)
 }
 
 #[cfg(test)]

@@ -132,3 +132,37 @@ fn a_linked_pod_logs_directory_is_not_read() {
     let c = parse(&text, Some(&PodLogs::new(&link))).unwrap();
     assert_eq!(c.pod, None);
 }
+
+#[test]
+fn a_container_under_a_users_cgroup_is_not_believed() {
+    // nobody's delegated cgroup holds children named like a pod's
+    // container: the real one, outside it, is still found.
+    let real = format!("kubepods/besteffort/pod{UID}/{ID}");
+    let spoof = format!("0::/user.slice/user@65534.service/kubepods/besteffort/pod{UID}/{INNER}\n");
+    let delegated = |_: &str, dir: &[&str]| !dir.contains(&"user@65534.service");
+    assert_eq!(parse_owned(&spoof, None, &delegated), None);
+    let c = parse_owned(&format!("0::/{real}\n"), None, &delegated).unwrap();
+    assert_eq!(c.id, ID);
+    // A spoof nested in a real container whose own directory is delegated
+    // to it (systemd in a container): the real, outer one is believed.
+    let nested = format!("0::/{real}/init.scope/docker-{INNER}.scope\n");
+    let container_owned = |_: &str, dir: &[&str]| !dir.contains(&ID);
+    let c = parse_owned(&nested, None, &container_owned).unwrap();
+    assert_eq!((c.id.as_str(), c.runtime), (ID, "kubelet"));
+    // v1 lines name their hierarchy.
+    let v1 = format!("4:pids:/docker/{ID}\n0::/\n");
+    let seen = std::sync::Mutex::new(Vec::new());
+    let record = |h: &str, dir: &[&str]| {
+        seen.lock().unwrap().push((h.to_string(), dir.join("/")));
+        true
+    };
+    assert!(parse_owned(&v1, None, &record).is_some());
+    assert_eq!(
+        seen.into_inner().unwrap(),
+        [("pids".to_string(), "docker".to_string())]
+    );
+    // This host's root cgroup is root's; a made-up one is not.
+    assert!(cgroup_dir_is_roots("", &[]));
+    assert!(!cgroup_dir_is_roots("", &["ws-no-such-cgroup"]));
+    assert!(!cgroup_dir_is_roots("../etc", &[]));
+}
