@@ -110,6 +110,12 @@ impl Names {
 /// a few integers each) and the process name's (see [`ProcessNames`]).
 type RowKey = (u32, u32, State, usize, usize);
 
+/// A process name a row carries (see [`Row::process`]).
+type Name = Option<Arc<str>>;
+
+/// A thread's exact time in one state: pid, nanoseconds, process name.
+type Total = (u32, u64, Name);
+
 /// Process names of one query, one `Arc` per distinct name, so that a
 /// name's address identifies it across slices (0: no name).
 #[derive(Default)]
@@ -159,8 +165,8 @@ pub fn select(store: &Snapshot, filter: &Filter, per_thread: bool) -> (Vec<Row>,
     // Keyed by the process name too: a reused pid's threads are not
     // scaled by another process's totals.
     let mut explained: HashMap<(u32, State, usize), u64> = HashMap::new();
-    let mut totals: HashMap<(u32, State, usize), (u32, u64, Option<Arc<str>>)> = HashMap::new();
-    let mut rows: FxHashMap<RowKey, (&Stack, u64, u64, Option<Arc<str>>)> = FxHashMap::default();
+    let mut totals: HashMap<(u32, State, usize), Total> = HashMap::new();
+    let mut rows: FxHashMap<RowKey, (&Stack, u64, u64, Name)> = FxHashMap::default();
     let mut process_names = ProcessNames::default();
     for slice in store.within(filter.window) {
         process_names.enter(slice);
