@@ -12,6 +12,7 @@
 use std::{
     net::{Ipv4Addr, Ipv6Addr},
     sync::Arc,
+    time::SystemTime,
 };
 
 use axum::{
@@ -78,8 +79,9 @@ impl Access {
     }
 
     /// What the request may read, or why it may not: the token when one is
-    /// configured (a valid one reads all), else the client's uid.
-    fn authority(&self, req: &Request) -> Result<Authority, ApiError> {
+    /// configured (a valid one reads all), else the client's uid; with the
+    /// start of the process a user other than root asks about.
+    fn authority(&self, req: &Request) -> Result<(Authority, Option<SystemTime>), ApiError> {
         let path = req.uri().path();
         if self.token.is_some() {
             if path != OPEN_PATH {
@@ -88,19 +90,26 @@ impl Access {
                     return Err(ApiError::Unauthorized(reason.into()));
                 }
             }
-            return Ok(Authority::All);
+            return Ok((Authority::All, None));
         }
         if !self.local_auth {
-            return Ok(Authority::All);
+            return Ok((Authority::All, None));
         }
         let authority = authority::of_client(req.extensions().get::<Client>());
-        authority::check(authority, path, req.uri().query(), authority::process_uid).map_err(
-            |refusal| {
-                count_for(What::Client, Reason::Forbidden, 0);
-                ApiError::Forbidden(refusal.0)
-            },
-        )?;
-        Ok(authority)
+        let refuse = |message: String| {
+            count_for(What::Client, Reason::Forbidden, 0);
+            ApiError::Forbidden(message)
+        };
+        let pid = authority::check(authority, path, req.uri().query(), authority::process_uid)
+            .map_err(|r| refuse(r.0))?;
+        let start = match pid {
+            Some(pid) => Some(
+                authority::start_of(pid)
+                    .ok_or_else(|| refuse(format!("pid {pid} no longer runs")))?,
+            ),
+            None => None,
+        };
+        Ok((authority, start))
     }
 
     /// Whether a `Host` value (`name`, `name:port`, `1.2.3.4:80`,
@@ -238,9 +247,9 @@ pub async fn check(State(access): State<Arc<Access>>, mut req: Request, next: Ne
         return ApiError::MisdirectedHost(host).into_response();
     }
     match access.authority(&req) {
-        Ok(authority) => {
+        Ok((authority, start)) => {
             req.extensions_mut().insert(authority);
-            next.run(req).await
+            authority::scoped(start, next.run(req)).await
         }
         Err(e) => e.into_response(),
     }

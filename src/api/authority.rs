@@ -8,7 +8,50 @@
 //! refused; `/processes` lists their own processes only; the pages, the
 //! scripts and `/healthz` (counters, no process data) are open.
 
+use std::{
+    future::Future,
+    time::{Duration, SystemTime},
+};
+
 use super::peer::Client;
+use crate::profile::window::Window;
+
+tokio::task_local! {
+    /// While a request of a user other than root is handled: when the
+    /// process it names started (see [`scoped`]).
+    static NOT_BEFORE: SystemTime;
+}
+
+/// A process's start time is known to the second (the boot time is whole
+/// seconds): its queries start this much later, to leave out all of an
+/// earlier process with the same pid.
+const START_MARGIN: Duration = Duration::from_secs(1);
+
+/// Runs the handler future `f` with the windows it reads starting no
+/// earlier than `not_before` ([`clamp`]).
+pub async fn scoped<F: Future>(not_before: Option<SystemTime>, f: F) -> F::Output {
+    match not_before {
+        Some(t) => NOT_BEFORE.scope(t, f).await,
+        None => f.await,
+    }
+}
+
+/// `window`, without what came before the process of a user's request
+/// started: a pid reused within the window (by this user, after another
+/// user's process ended) shows only this user's process. Called in the
+/// handler's async part, where [`scoped`] set the time.
+pub fn clamp(window: Window) -> Window {
+    match NOT_BEFORE.try_with(|t| *t) {
+        Ok(t) => window.since(t),
+        Err(_) => window,
+    }
+}
+
+/// When the request's process started, with [`START_MARGIN`]; `None` if
+/// it is gone.
+pub fn start_of(pid: u32) -> Option<SystemTime> {
+    crate::procinfo::start_time(pid).map(|t| t + START_MARGIN)
+}
 
 /// What a request may read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,20 +122,21 @@ pub fn sees(authority: Authority, pid: u32) -> bool {
 
 /// Whether `authority` may ask for `path?query`; `uid_of` gives a
 /// process's uid if all of its uids (real, effective, saved, fs) are one.
+/// For a user other than root, the pid checked to be theirs, if any.
 pub fn check(
     authority: Authority,
     path: &str,
     query: Option<&str>,
     uid_of: impl Fn(u32) -> Option<u32>,
-) -> Result<(), Refusal> {
+) -> Result<Option<u32>, Refusal> {
     let uid = match authority {
-        Authority::All => return Ok(()),
+        Authority::All => return Ok(None),
         Authority::Own(uid) => uid,
-        Authority::Open if open_path(path) => return Ok(()),
+        Authority::Open if open_path(path) => return Ok(None),
         Authority::Open => return Err(unknown_client()),
     };
     if open_path(path) || path == "/processes" {
-        return Ok(());
+        return Ok(None);
     }
     if !PER_PROCESS.contains(&path) {
         return Err(Refusal(format!(
@@ -120,7 +164,7 @@ pub fn check(
         )));
     };
     match pid.parse::<u32>().ok().map(|p| (p, uid_of(p))) {
-        Some((_, Some(owner))) if owner == uid => Ok(()),
+        Some((p, Some(owner))) if owner == uid => Ok(Some(p)),
         Some((p, _)) => Err(Refusal(format!(
             "pid {p} is not a process of uid {uid} (or no longer runs): a local user \
              may read only its own processes"

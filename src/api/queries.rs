@@ -64,7 +64,7 @@ pub(super) fn window(p: &Params, shared: &Shared) -> Result<Window, ApiError> {
         .read()
         .unwrap_or_else(|e| e.into_inner())
         .retention();
-    super::window::window(p, retention, SystemTime::now())
+    super::window::window(p, retention, SystemTime::now()).map(authority::clamp)
 }
 
 /// `names` and the window's parameters.

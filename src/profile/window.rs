@@ -16,6 +16,9 @@ pub struct Window {
     /// Whether the window was given as `from`/`until` (titles then show
     /// the range, not "last N s").
     pub absolute: bool,
+    /// Slices that started before this are left out too (see
+    /// [`Window::since`]).
+    pub not_before: Option<SystemTime>,
 }
 
 impl Window {
@@ -27,6 +30,7 @@ impl Window {
                 .unwrap_or(UNIX_EPOCH),
             until: now,
             absolute: false,
+            not_before: None,
         }
     }
 
@@ -36,12 +40,26 @@ impl Window {
             from,
             until,
             absolute: true,
+            not_before: None,
+        }
+    }
+
+    /// The window without anything from before `t`: no slice that started
+    /// earlier. For a local user's query about their own process, so that
+    /// an earlier process with the same pid (someone else's) is not shown.
+    pub fn since(self, t: SystemTime) -> Window {
+        Window {
+            from: self.from.max(t),
+            not_before: Some(t),
+            ..self
         }
     }
 
     /// Whether `slice` belongs to the window.
     pub fn holds(&self, slice: &Slice) -> bool {
-        slice.end > self.from && slice.end <= self.until
+        slice.end > self.from
+            && slice.end <= self.until
+            && self.not_before.is_none_or(|t| slice.start >= t)
     }
 
     /// The window's length.
@@ -107,5 +125,19 @@ mod tests {
             Window::between(at(0), at(60)).describe(),
             "1970-01-01T00:00:00Z to 1970-01-01T00:01:00Z"
         );
+    }
+
+    #[test]
+    fn since_leaves_out_slices_that_started_earlier() {
+        let w = Window::last(60, at(1000)).since(at(990));
+        let holds = |start: u64, end: u64| w.holds(&Slice::empty(at(start), at(end)));
+        assert!(!holds(989, 991), "started before, ended after");
+        assert!(!holds(980, 985));
+        assert!(holds(990, 991) && holds(995, 1000));
+        assert_eq!(w.seconds(), 10);
+        // Later than the window: nothing.
+        let after = Window::last(60, at(1000)).since(at(2000));
+        assert!(!after.holds(&Slice::empty(at(999), at(1000))));
+        assert_eq!(after.seconds(), 0);
     }
 }

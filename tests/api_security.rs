@@ -1,12 +1,24 @@
 //! In-process: the browser security headers on every answer, the flame
 //! graph SVG served without script, and what a client's local user may
-//! read (the uid as the accept loop would have found it).
+//! read (the uid as the accept loop would have found it), including
+//! nothing of an earlier process with the same pid.
 
 mod support;
 
+use std::{
+    process::Command,
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
+
 use axum::http::HeaderMap;
 use support::api::{error_of, get_with, send, shared, GONE_PID};
-use wallscope::api::{self, headers, peer::Client, Access};
+use wallscope::{
+    api::{self, headers, peer::Client, Access},
+    bpf::abi::State,
+    pipeline::Shared,
+    profile::{store::Store, Sample, Slice},
+};
 
 async fn headers_of(uri: &str) -> (u16, HeaderMap, String) {
     send(api::router(shared()), get_with(uri, &[])).await
@@ -67,7 +79,11 @@ async fn the_served_flame_graph_is_a_still_svg_under_a_no_script_policy() {
 /// GET `uri` as a client the accept loop found to be `uid` (`None`:
 /// unknown) over loopback, on a router with the default access rules.
 async fn as_user(uid: Option<u32>, uri: &str) -> (u16, String) {
-    let router = api::router_with(shared(), Access::new(Vec::new(), None));
+    as_user_on(shared(), uid, uri).await
+}
+
+async fn as_user_on(shared: Arc<Shared>, uid: Option<u32>, uri: &str) -> (u16, String) {
+    let router = api::router_with(shared, Access::new(Vec::new(), None));
     let mut req = get_with(uri, &[]);
     req.extensions_mut().insert(Client {
         addr: "127.0.0.1:40000".parse().unwrap(),
@@ -113,4 +129,72 @@ async fn root_reads_all_other_users_their_own_unknown_clients_nothing() {
     for uri in [mine.as_str(), "/processes", "/metrics"] {
         assert_eq!(as_user(None, uri).await.0, 403, "{uri}");
     }
+}
+
+/// A store where `pid` was process `earlier` (stack `main;old`) before it
+/// started, and is `sleep` (stack `main;fresh`) since.
+fn reused(pid: u32, started: SystemTime) -> Arc<Shared> {
+    let mut store = Store::new(Duration::from_secs(600));
+    for (name, frame, start) in [
+        ("earlier", "old", started - Duration::from_secs(20)),
+        ("sleep", "fresh", started + Duration::from_millis(1100)),
+    ] {
+        let end = start + Duration::from_millis(500);
+        store.push(Slice {
+            samples: vec![Sample {
+                pid,
+                tid: pid,
+                state: State::Cpu,
+                stack: [Arc::<str>::from("main"), Arc::from(frame)].into(),
+                ns: 1_000_000,
+                count: 1,
+            }],
+            processes: [(pid, Arc::from(name))].into(),
+            ..Slice::empty(start, end)
+        });
+    }
+    Shared::new(store, Vec::new())
+}
+
+#[tokio::test]
+async fn a_user_sees_nothing_of_an_earlier_process_with_their_pid() {
+    // SAFETY: getuid cannot fail.
+    if unsafe { libc::getuid() } != 0 {
+        return; // needs a process of another user
+    }
+    let mut child = Command::new("setpriv")
+        .args([
+            "--reuid",
+            "65534",
+            "--regid",
+            "65534",
+            "--clear-groups",
+            "--",
+        ])
+        .args(["sleep", "60"])
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let owned = || api::authority::process_uid(pid) == Some(65534);
+    let deadline = SystemTime::now() + Duration::from_secs(10);
+    while !owned() && SystemTime::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(owned(), "setpriv did not become nobody");
+    let started = wallscope::procinfo::start_time(pid).unwrap();
+    // The second slice must have ended before the query.
+    while SystemTime::now() < started + Duration::from_secs(2) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let shared = reused(pid, started);
+    let uri = format!("/folded?pid={pid}&seconds=60");
+    let (status, root) = as_user_on(shared.clone(), Some(0), &uri).await;
+    assert_eq!(status, 200, "{root}");
+    assert!(root.contains("earlier;main;old 1000"), "{root}");
+    assert!(root.contains("sleep;main;fresh 1000"), "{root}");
+    let (status, own) = as_user_on(shared, Some(65534), &uri).await;
+    assert_eq!(status, 200, "{own}");
+    assert_eq!(own.trim(), "sleep;main;fresh 1000", "{own}");
+    let _ = child.kill();
+    let _ = child.wait();
 }
