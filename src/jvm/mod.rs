@@ -11,6 +11,7 @@ pub mod attach;
 pub mod code;
 pub mod flags;
 pub mod frames;
+pub mod jobs;
 pub mod leftover;
 pub mod methods;
 pub mod output;
