@@ -46,7 +46,7 @@ const FIRST_BACKOFF: Duration = Duration::from_secs(5);
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
 /// Wait before trying again a JVM another client is attaching to,
 /// doubled while its trigger stays (a client that died leaves it), up to
-/// 64 times this.
+/// 8 times this.
 const BUSY_BACKOFF: Duration = Duration::from_secs(1);
 /// Least time between two perf map writes or thread dumps of one JVM.
 const MIN_INTERVAL: Duration = Duration::from_secs(2);
@@ -58,6 +58,9 @@ const FORGET_AFTER: Duration = Duration::from_secs(600);
 /// How often the agent looks for finished jobs and exited JVMs when no
 /// sighting comes.
 const TICK: Duration = Duration::from_millis(100);
+/// JVMs whose perf maps are tracked for removal at exit (each holds a
+/// descriptor of its `/tmp`).
+const MAX_HELD_MAPS: usize = 1024;
 /// How often exited JVMs are looked for.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
@@ -306,12 +309,18 @@ impl Agent {
         }
     }
 
-    fn on_done(&mut self, f: Finished) {
+    fn on_done(&mut self, mut f: Finished) {
+        let held = self.tracked.values().filter(|t| t.map.is_some()).count();
         let Some(t) = self.tracked.get_mut(&f.pid) else {
             return;
         };
         self.turns.done(t.uid);
         t.running = false;
+        if t.map.is_none() && f.map.is_some() && held >= MAX_HELD_MAPS {
+            // Its map stays in /tmp when it exits: counted.
+            refusals::count_for(What::PerfMap, Reason::TooManyEntries, f.pid);
+            f.map = None;
+        }
         if f.map.is_some() {
             t.map = f.map;
         }
@@ -328,7 +337,7 @@ impl Agent {
                 t.not_before = now + after;
             }
             Done::Busy => {
-                t.not_before = now + BUSY_BACKOFF.saturating_mul(1 << t.busy.min(6));
+                t.not_before = now + BUSY_BACKOFF.saturating_mul(1 << t.busy.min(3));
                 t.busy += 1;
             }
             Done::TimedOut => {}

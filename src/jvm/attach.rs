@@ -107,10 +107,17 @@ impl Target {
         let stream = match self.connect(&status) {
             Ok(s) => s,
             Err(err @ AttachError::Unsafe(_)) => return Err(err),
-            Err(_) => {
-                self.start_listener(&status, start_timeout)?;
-                self.connect(&status)?
-            }
+            Err(_) => match self.start_listener(&status, start_timeout) {
+                Ok(()) => self.connect(&status)?,
+                // Another client's trigger: its signal opens the socket
+                // for us too; if not in time, it is still busy.
+                Err(AttachError::Busy) => match self.wait_for_socket(&status, start_timeout) {
+                    Ok(()) => self.connect(&status)?,
+                    Err(AttachError::NoSocket(_)) => return Err(AttachError::Busy),
+                    Err(err) => return Err(err),
+                },
+                Err(err) => return Err(err),
+            },
         };
         self.request(stream, command, reply_timeout.min(REPLY_TIMEOUT))
     }
@@ -219,24 +226,28 @@ impl Target {
             return Err(AttachError::SigquitNotHandled);
         }
         let (dir, name, created) = self.create_trigger(status)?;
-        let result = (|| {
-            pidfd_send_signal(&pidfd, libc::SIGQUIT).map_err(|_| AttachError::Gone)?;
-            let deadline = Instant::now() + timeout;
-            while Instant::now() < deadline {
-                match self.connect(status) {
-                    Ok(_) => return Ok(()),
-                    Err(err @ AttachError::Unsafe(_)) => return Err(err),
-                    Err(_) => {}
-                }
-                if !Path::new(&format!("/proc/{}", self.pid)).exists() {
-                    return Err(AttachError::Gone);
-                }
-                thread::sleep(Duration::from_millis(20));
-            }
-            Err(AttachError::NoSocket(timeout))
-        })();
+        let result = pidfd_send_signal(&pidfd, libc::SIGQUIT)
+            .map_err(|_| AttachError::Gone)
+            .and_then(|()| self.wait_for_socket(status, timeout));
         dir.remove_if_same(&name, &created);
         result
+    }
+
+    /// Waits up to `timeout` for the JVM's attach socket to answer.
+    fn wait_for_socket(&self, status: &Status, timeout: Duration) -> Result<(), AttachError> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            match self.connect(status) {
+                Ok(_) => return Ok(()),
+                Err(err @ AttachError::Unsafe(_)) => return Err(err),
+                Err(_) => {}
+            }
+            if !Path::new(&format!("/proc/{}", self.pid)).exists() {
+                return Err(AttachError::Gone);
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        Err(AttachError::NoSocket(timeout))
     }
 
     /// Creates `.attach_pid<NSPID>` in the JVM's working directory, else in

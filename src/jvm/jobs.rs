@@ -20,7 +20,7 @@ use super::{
 pub const START_TIMEOUT: Duration = Duration::from_secs(5);
 /// Time for the first reply of a JVM (`VM.version`, which any JVM answers
 /// at once): a target that takes longer waits for its next turn.
-pub const FIRST_REPLY_TIMEOUT: Duration = Duration::from_secs(3);
+pub const FIRST_REPLY_TIMEOUT: Duration = Duration::from_secs(5);
 /// Time for one whole job on one target (first contact: four commands).
 pub const JOB_TIMEOUT: Duration = Duration::from_secs(15);
 /// Attempts on a JVM that is still starting before giving up.
