@@ -108,7 +108,11 @@ fn a_real_jvm_is_attached_within_10s_beside_four_slow_fakes() {
         (refused(&ws.url, "jvm_attach", "timeout") > timeouts).then_some(())
     });
     assert!(busy.is_some(), "the slow fakes were never tried");
-    let dropped = |h: &serde_json::Value| h["pipeline"]["jvm_sightings_dropped"].as_u64();
+    let dropped = |h: &serde_json::Value| {
+        h["pipeline"]["jvm_sightings_dropped"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no pipeline.jvm_sightings_dropped in /healthz: {h}"))
+    };
     let dropped_before = dropped(&json_at(&ws.url, "/healthz"));
 
     let jvm = JavaRun::default().start("Pools", &["60", "2"]);
@@ -159,6 +163,10 @@ fn a_real_jvm_is_attached_within_10s_beside_four_slow_fakes() {
         (now >= timeouts + 4).then_some(())
     });
     assert!(now >= timeouts + 4, "fakes' time-outs: {timeouts} -> {now}");
+    eprintln!(
+        "jvm_attach time-outs {timeouts} -> {now}, budget {}",
+        refused(&ws.url, "jvm_attach", "budget")
+    );
     let series = r#"wallscope_refused_total{what="jvm_attach",reason="timeout"}"#;
     assert!(metric(&ws.url, series).is_some_and(|n| n >= now as f64));
     let h = json_at(&ws.url, "/healthz");
