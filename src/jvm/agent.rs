@@ -326,7 +326,10 @@ impl Agent {
         }
         let now = Instant::now();
         match f.done {
-            Done::Attached { perf_map } => t.phase = Phase::Attached { perf_map },
+            Done::Attached { perf_map } => {
+                t.phase = Phase::Attached { perf_map };
+                t.busy = 0;
+            }
             Done::Worked { perf_map } => {
                 if let Phase::Attached { perf_map: p } = &mut t.phase {
                     *p &= perf_map;
