@@ -138,7 +138,8 @@ struct Push {
     /// password with a user in the URL); checked as --token-file is.
     #[arg(long, value_name = "FILE", requires = "push_url")]
     push_token_file: Option<PathBuf>,
-    /// Processes pushed per interval, busiest (by wall time) first.
+    /// Processes pushed per interval: busiest (time on or waiting for a CPU,
+    /// then wall time) first, each user a fair share.
     #[arg(long, value_name = "N", default_value_t = push::DEFAULT_TOP as u16, value_parser = clap::value_parser!(u16).range(1..=256), requires = "push_url")]
     push_top: u16,
 }

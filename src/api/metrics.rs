@@ -1,8 +1,9 @@
 //! `/metrics`: Prometheus text exposition, format 0.0.4.
 //!
-//! Cardinality is bounded: per-process series exist only for the [`TOP`]
-//! processes with the most wall time in the last [`TOP_WINDOW_S`] seconds,
-//! and their only labels are `pid`, `comm` and one of `state` (6 values:
+//! Cardinality is bounded: per-process series exist only for [`TOP`]
+//! processes, ranked by time on or waiting for a CPU, then wall time, in
+//! the last [`TOP_WINDOW_S`] seconds, each user getting a fair share of the
+//! slots (see [`crate::profile::fair`]), and their only labels are `pid`, `comm` and one of `state` (6 values:
 //! cpu, runqueue, futex, io, sleep, throttled), `kind` (2) or `le` (33).
 //! So at most 20 × 6 state series, 20 × 2 switch
 //! series, 20 wakeup series and 20 × 35 latency histogram series (buckets,
@@ -21,6 +22,7 @@ use crate::{
     bpf::abi::{Stat, State},
     pipeline::{Health, Shared},
     profile::{
+        fair,
         hist::slot_bounds_us,
         query,
         store::{ProcessTotals, StoreStats},
@@ -31,7 +33,7 @@ use crate::{
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4";
 /// Processes that get per-process series.
 pub const TOP: usize = 20;
-/// Window in which processes are ranked by wall time.
+/// Window in which processes are ranked.
 pub const TOP_WINDOW_S: u64 = 60;
 
 /// One process's series.
@@ -74,8 +76,13 @@ pub fn render(shared: &Shared, queries: &QueryStats, now: SystemTime) -> String 
         let store = shared.store.read().unwrap_or_else(|e| e.into_inner());
         (store.snapshot(), *store.totals(), store.stats())
     };
-    let ranked = query::busiest(&snapshot, Window::last(TOP_WINDOW_S, now), TOP);
+    let ranked = query::busiest(
+        &snapshot,
+        Window::last(TOP_WINDOW_S, now),
+        fair::MAX_LOOKED_AT,
+    );
     drop(snapshot);
+    let ranked = fair::top(&ranked, TOP, fair::user_of);
     let procs = {
         let store = shared.store.read().unwrap_or_else(|e| e.into_inner());
         with_totals(ranked, store.process_totals())

@@ -3,17 +3,22 @@
 
 use std::{
     collections::{HashMap, HashSet},
-    fs,
     sync::{mpsc, Arc},
     thread,
     time::{Duration, Instant},
 };
 
 use super::{
-    attach::{AttachError, Target},
-    output, JvmReport, Jvms, NO_FRAME_POINTER_WARNING,
+    attach::Target,
+    jobs::{run_job, Done, Finished, Job},
+    leftover::WrittenMap,
+    turns::{Candidate, Turns},
+    Jvms,
 };
-use crate::procinfo;
+use crate::{
+    procinfo,
+    untrusted::{refusals, Reason, What},
+};
 
 /// Whether wallscope attaches to JVMs (`--jvm`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -35,8 +40,14 @@ pub struct Sighting {
     pub unnamed_tids: Vec<u32>,
 }
 
-/// Time the JVM gets to open its attach socket after SIGQUIT.
-const START_TIMEOUT: Duration = Duration::from_secs(5);
+/// Wait before the next try after a target timed out, doubled at each
+/// time-out in a row up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_secs(5);
+const MAX_BACKOFF: Duration = Duration::from_secs(300);
+/// Wait before trying again a JVM another client is attaching to,
+/// doubled while its trigger stays (a client that died leaves it), up to
+/// 8 times this.
+const BUSY_BACKOFF: Duration = Duration::from_secs(1);
 /// Least time between two perf map writes or thread dumps of one JVM.
 const MIN_INTERVAL: Duration = Duration::from_secs(2);
 /// Perf maps and names are refreshed this often even without misses:
@@ -44,11 +55,18 @@ const MIN_INTERVAL: Duration = Duration::from_secs(2);
 const REFRESH_INTERVAL: Duration = Duration::from_secs(30);
 /// A JVM not seen for this long is forgotten.
 const FORGET_AFTER: Duration = Duration::from_secs(600);
-/// Attempts on a JVM that is still starting before giving up.
-const STARTING_RETRIES: u32 = 3;
+/// How often the agent looks for finished jobs and exited JVMs when no
+/// sighting comes.
+const TICK: Duration = Duration::from_millis(100);
+/// JVMs whose perf maps are tracked for removal at exit (each holds a
+/// descriptor of its `/tmp`).
+const MAX_HELD_MAPS: usize = 1024;
+/// How often exited JVMs are looked for.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// Sightings waiting for the agent; more are dropped (and counted by the
-/// symbolizer): the next batch sends them again.
+/// symbolizer): the next batch sends them again. The agent never blocks on
+/// a JVM, so only a flood of batches fills it.
 const QUEUE: usize = 256;
 
 /// Starts the agent thread; the symbolizer sends [`Sighting`]s through the
@@ -61,235 +79,297 @@ pub fn spawn(jvms: Arc<Jvms>, mode: JvmMode) -> std::io::Result<mpsc::SyncSender
     Ok(tx)
 }
 
+#[derive(Debug, Clone, Copy)]
 enum Phase {
-    Pending { tries: u32, next_try: Instant },
+    Pending { tries: u32 },
     Attached { perf_map: bool },
     Refused,
 }
 
 struct Tracked {
     target: Target,
+    /// The JVM's user: turns are shared by user.
+    uid: u32,
+    started: Option<std::time::SystemTime>,
     phase: Phase,
     last_perf_map: Instant,
     last_dump: Instant,
     /// Tids the last thread dump was asked to name.
     asked: HashSet<u32>,
     last_seen: Instant,
+    /// Work wanted at its next turn.
+    wanted: Option<Job>,
+    /// A job runs on it now.
+    running: bool,
+    /// No turn before this (back-off after time-outs or a busy trigger).
+    not_before: Instant,
+    /// Time-outs in a row.
+    timeouts: u32,
+    /// Tries that found another client's trigger.
+    busy: u32,
+    /// A back-off's sighting was counted as [`Reason::Budget`] already.
+    budget_counted: bool,
+    /// Its last turn (see [`turns::Candidate::served`]).
+    served: u64,
+    /// The perf map it wrote at our request, removed when it exits.
+    map: Option<WrittenMap>,
 }
 
 struct Agent {
     jvms: Arc<Jvms>,
     mode: JvmMode,
     tracked: HashMap<u32, Tracked>,
+    turns: Turns,
+    done_tx: mpsc::Sender<Finished>,
+    done_rx: mpsc::Receiver<Finished>,
 }
 
 impl Agent {
     fn new(jvms: Arc<Jvms>, mode: JvmMode) -> Agent {
+        let (done_tx, done_rx) = mpsc::channel();
         Agent {
             jvms,
             mode,
             tracked: HashMap::new(),
+            turns: Turns::default(),
+            done_tx,
+            done_rx,
         }
     }
 
     fn run(mut self, rx: &mpsc::Receiver<Sighting>) {
+        let mut last_sweep = Instant::now();
         loop {
-            match rx.recv_timeout(Duration::from_secs(5)) {
+            match rx.recv_timeout(TICK) {
                 Ok(s) => self.on_sighting(s),
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => return,
             }
-            let now = Instant::now();
-            let gone: Vec<u32> = self
-                .tracked
-                .iter()
-                .filter(|(pid, t)| {
-                    now - t.last_seen > FORGET_AFTER
-                        || !fs::exists(format!("/proc/{pid}")).unwrap_or(false)
-                })
-                .map(|(pid, _)| *pid)
-                .collect();
-            for pid in gone {
-                self.tracked.remove(&pid);
-                self.jvms.forget(pid);
+            while let Ok(f) = self.done_rx.try_recv() {
+                self.on_done(f);
+            }
+            self.dispatch();
+            if last_sweep.elapsed() >= SWEEP_EVERY {
+                last_sweep = Instant::now();
+                self.sweep();
             }
         }
+    }
+
+    /// Forgets JVMs that exited (removing the perf maps they wrote for us)
+    /// or were not seen for long.
+    fn sweep(&mut self) {
+        let now = Instant::now();
+        let gone: Vec<(u32, bool)> = self
+            .tracked
+            .iter()
+            .filter(|(_, t)| !t.running)
+            .filter_map(|(pid, t)| {
+                let exited = t.started.is_none() || procinfo::start_time(*pid) != t.started;
+                (exited || now - t.last_seen > FORGET_AFTER).then_some((*pid, exited))
+            })
+            .collect();
+        for (pid, exited) in gone {
+            let Some(t) = self.tracked.remove(&pid) else {
+                continue;
+            };
+            if let (true, Some(map)) = (exited, t.map) {
+                if map.remove() {
+                    tracing::debug!(pid, "removed the perf map of an exited JVM");
+                }
+            }
+            self.jvms.forget(pid);
+        }
+        let tracked = &self.tracked;
+        self.turns
+            .retain_users(|uid| tracked.values().any(|t| t.uid == uid));
     }
 
     fn on_sighting(&mut self, s: Sighting) {
         let now = Instant::now();
-        let jvms = self.jvms.clone();
         let t = self.tracked.entry(s.pid).or_insert_with(|| {
             let long_ago = now.checked_sub(REFRESH_INTERVAL).unwrap_or(now);
+            let status = procinfo::Status::read(s.pid);
             Tracked {
                 target: Target {
                     pid: s.pid,
-                    ns_pid: procinfo::Status::read(s.pid).map_or(s.pid, |st| st.ns_pid),
+                    ns_pid: status.as_ref().map_or(s.pid, |st| st.ns_pid),
                 },
-                phase: Phase::Pending {
-                    tries: 0,
-                    next_try: now,
-                },
+                uid: status.as_ref().map_or(u32::MAX, |st| st.euid),
+                started: procinfo::start_time(s.pid),
+                phase: Phase::Pending { tries: 0 },
                 last_perf_map: long_ago,
                 last_dump: long_ago,
                 asked: HashSet::new(),
                 last_seen: now,
+                wanted: None,
+                running: false,
+                not_before: now,
+                timeouts: 0,
+                busy: 0,
+                budget_counted: false,
+                served: 0,
+                map: None,
             }
         });
         t.last_seen = now;
         if self.mode == JvmMode::Off {
-            jvms.update(s.pid, |e| e.report.attach = "off");
+            self.jvms.update(s.pid, |e| e.report.attach = "off");
             return;
         }
         // Once per JVM, unless the process table did it at its start.
-        super::flags::prepare(s.pid, &jvms);
-        match t.phase {
-            Phase::Pending { tries, next_try } if now >= next_try => attach(&jvms, t, tries),
+        super::flags::prepare(s.pid, &self.jvms);
+        if t.running {
+            return;
+        }
+        if now < t.not_before {
+            // Used up its time for now: counted once per back-off.
+            if t.timeouts > 0 && !t.budget_counted {
+                t.budget_counted = true;
+                refusals::count_for(What::JvmAttach, Reason::Budget, s.pid);
+            }
+            return;
+        }
+        let job = match t.phase {
+            Phase::Pending { tries } => Some(Job {
+                attach: Some(tries),
+                ..Job::default()
+            }),
             Phase::Attached { perf_map } => {
                 let since_map = now - t.last_perf_map;
-                if perf_map
+                let map = perf_map
                     && (since_map >= REFRESH_INTERVAL
-                        || (s.jit_misses && since_map >= MIN_INTERVAL))
-                {
-                    write_perf_map(&jvms, t);
-                }
+                        || (s.jit_misses && since_map >= MIN_INTERVAL));
                 let new_tids = s.unnamed_tids.iter().any(|tid| !t.asked.contains(tid));
                 let since_dump = now - t.last_dump;
-                if since_dump >= REFRESH_INTERVAL || (new_tids && since_dump >= MIN_INTERVAL) {
+                let names =
+                    since_dump >= REFRESH_INTERVAL || (new_tids && since_dump >= MIN_INTERVAL);
+                if names {
                     t.asked = s.unnamed_tids.iter().copied().collect();
-                    read_thread_names(&jvms, t);
+                }
+                (map || names).then_some(Job {
+                    attach: None,
+                    perf_map: map,
+                    names,
+                })
+            }
+            Phase::Refused => None,
+        };
+        if let Some(job) = job {
+            let wanted = t.wanted.get_or_insert_with(Job::default);
+            wanted.attach = job.attach.or(wanted.attach);
+            wanted.perf_map |= job.perf_map;
+            wanted.names |= job.names;
+        }
+    }
+
+    /// Starts wanted jobs while turns are free, fairly (see [`Turns`]).
+    fn dispatch(&mut self) {
+        let now = Instant::now();
+        let candidates: Vec<Candidate> = self
+            .tracked
+            .iter()
+            .filter(|(_, t)| t.wanted.is_some() && !t.running && now >= t.not_before)
+            .map(|(pid, t)| Candidate {
+                pid: *pid,
+                uid: t.uid,
+                served: t.served,
+            })
+            .collect();
+        let mut candidates = candidates;
+        while let Some((pid, seq)) = self.turns.pick(&candidates) {
+            candidates.retain(|c| c.pid != pid);
+            let Some(t) = self.tracked.get_mut(&pid) else {
+                continue;
+            };
+            let Some(job) = t.wanted.take() else {
+                self.turns.done(t.uid);
+                continue;
+            };
+            t.served = seq;
+            t.running = true;
+            if job.perf_map || job.attach.is_some() {
+                t.last_perf_map = now;
+            }
+            if job.names || job.attach.is_some() {
+                t.last_dump = now;
+            }
+            let (jvms, target, uid, tx) =
+                (self.jvms.clone(), t.target, t.uid, self.done_tx.clone());
+            let spawned = thread::Builder::new()
+                .name("ws-jvm-attach".into())
+                .spawn(move || {
+                    let _ = tx.send(run_job(&jvms, target, uid, &job));
+                });
+            if let Err(err) = spawned {
+                tracing::warn!(pid, "cannot start an attach thread: {err}");
+                t.running = false;
+                self.turns.done(uid);
+            }
+        }
+    }
+
+    fn on_done(&mut self, mut f: Finished) {
+        let held = self.tracked.values().filter(|t| t.map.is_some()).count();
+        let Some(t) = self.tracked.get_mut(&f.pid) else {
+            return;
+        };
+        self.turns.done(t.uid);
+        t.running = false;
+        if t.map.is_none() && f.map.is_some() && held >= MAX_HELD_MAPS {
+            // Its map stays in /tmp when it exits: counted.
+            refusals::count_for(What::PerfMap, Reason::TooManyEntries, f.pid);
+            f.map = None;
+        }
+        if f.map.is_some() {
+            t.map = f.map;
+        }
+        let now = Instant::now();
+        match f.done {
+            Done::Attached { perf_map } => {
+                t.phase = Phase::Attached { perf_map };
+                t.busy = 0;
+            }
+            Done::Worked { perf_map } => {
+                if let Phase::Attached { perf_map: p } = &mut t.phase {
+                    *p &= perf_map;
                 }
             }
-            _ => {}
+            Done::Retry { tries, after } => {
+                t.phase = Phase::Pending { tries };
+                t.not_before = now + after;
+            }
+            Done::Busy => {
+                t.not_before = now + BUSY_BACKOFF.saturating_mul(1 << t.busy.min(3));
+                t.busy += 1;
+            }
+            Done::TimedOut => {}
+            Done::Refused => t.phase = Phase::Refused,
+            Done::Gone => {
+                t.phase = Phase::Refused;
+                self.jvms.forget(f.pid);
+            }
+        }
+        if f.timed_out || matches!(f.done, Done::TimedOut) {
+            // Its turns cost the others their time: it waits longer and
+            // longer before the next.
+            refusals::count_for(What::JvmAttach, Reason::Timeout, f.pid);
+            let backoff = FIRST_BACKOFF
+                .saturating_mul(1 << t.timeouts.min(16))
+                .min(MAX_BACKOFF);
+            t.timeouts += 1;
+            t.budget_counted = false;
+            t.not_before = now + backoff;
+            tracing::debug!(pid = f.pid, ?backoff, "JVM did not answer in time");
+        } else {
+            t.timeouts = 0;
         }
     }
-}
-
-/// First contact: version, flags, perf map, thread names.
-fn attach(jvms: &Jvms, t: &mut Tracked, tries: u32) {
-    let pid = t.target.pid;
-    jvms.update(pid, |e| {
-        if e.report.attach.is_empty() {
-            e.report.attach = "pending";
-        }
-    });
-    let version = match t.target.jcmd("VM.version", START_TIMEOUT) {
-        Ok(v) => output::version(&v),
-        Err(AttachError::SigquitNotHandled) if tries + 1 < STARTING_RETRIES => {
-            t.phase = Phase::Pending {
-                tries: tries + 1,
-                next_try: Instant::now() + Duration::from_secs(5),
-            };
-            return;
-        }
-        Err(AttachError::Gone) => {
-            t.phase = Phase::Refused;
-            jvms.forget(pid);
-            return;
-        }
-        Err(err) => {
-            tracing::warn!(pid, "not attaching to JVM: {err}");
-            t.phase = Phase::Refused;
-            jvms.update(pid, |e| {
-                e.report.attach = "refused";
-                e.report.error = Some(err.to_string());
-            });
-            return;
-        }
-    };
-    let pfp = t
-        .target
-        .jcmd("VM.flags", START_TIMEOUT)
-        .ok()
-        .map(|f| output::preserves_frame_pointer(&f));
-    tracing::info!(
-        pid,
-        version = version.as_deref().unwrap_or("?"),
-        "attached to JVM"
-    );
-    jvms.update(pid, |e| {
-        e.report = JvmReport {
-            attach: "attached",
-            version,
-            preserve_frame_pointer: pfp,
-            warning: (pfp == Some(false)).then(|| NO_FRAME_POINTER_WARNING.to_string()),
-            // Learned without attaching: kept.
-            frames: e.report.frames.take(),
-            debug_non_safepoints: e.report.debug_non_safepoints,
-            ..JvmReport::default()
-        }
-    });
-    t.phase = Phase::Attached { perf_map: true };
-    write_perf_map(jvms, t);
-    read_thread_names(jvms, t);
-}
-
-fn write_perf_map(jvms: &Jvms, t: &mut Tracked) {
-    t.last_perf_map = Instant::now();
-    let pid = t.target.pid;
-    match t.target.jcmd("Compiler.perfmap", START_TIMEOUT) {
-        Ok(_) => jvms.update(pid, |e| e.report.perf_map_writes += 1),
-        Err(err @ AttachError::Refused { .. }) => {
-            // JDK < 17 has no Compiler.perfmap: say so once, keep the names.
-            tracing::warn!(pid, "JVM cannot write a perf map: {err}");
-            t.phase = Phase::Attached { perf_map: false };
-            jvms.update(pid, |e| {
-                e.report.error = Some(format!("{err} (Compiler.perfmap needs JDK 17+)"))
-            });
-        }
-        Err(err) => tracing::debug!(pid, "perf map request failed: {err}"),
-    }
-}
-
-fn read_thread_names(jvms: &Jvms, t: &mut Tracked) {
-    t.last_dump = Instant::now();
-    let pid = t.target.pid;
-    let dump = match t.target.jcmd("Thread.print", START_TIMEOUT) {
-        Ok(d) => d,
-        Err(err) => {
-            tracing::debug!(pid, "thread dump failed: {err}");
-            return;
-        }
-    };
-    let host = host_tids(pid);
-    let names = output::thread_names(&dump)
-        .into_iter()
-        .filter_map(|(nid, name)| Some((*host.get(&nid)?, Arc::from(name.as_str()))))
-        .collect();
-    jvms.set_names(pid, names);
-}
-
-/// Host tids of `pid`'s threads by their tid in the process's own pid
-/// namespace (the `nid` of thread dumps).
-fn host_tids(pid: u32) -> HashMap<u32, u32> {
-    let Ok(dir) = fs::read_dir(format!("/proc/{pid}/task")) else {
-        return HashMap::new();
-    };
-    dir.filter_map(|e| {
-        let tid: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
-        let status = fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).ok()?;
-        let ns_tid = status
-            .lines()
-            .find_map(|l| l.strip_prefix("NSpid:"))?
-            .split_whitespace()
-            .last()?
-            .parse()
-            .ok()?;
-        Some((ns_tid, tid))
-    })
-    .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn our_own_threads_map_to_themselves() {
-        let me = std::process::id();
-        let tids = host_tids(me);
-        assert_eq!(tids.get(&me), Some(&me));
-    }
 
     #[test]
     fn off_mode_reports_without_attaching() {
@@ -302,18 +382,76 @@ mod tests {
         assert_eq!(jvms.report(std::process::id()).unwrap().attach, "off");
     }
 
+    /// Runs the agent's jobs for `pid` until none is running.
+    fn finish_jobs(agent: &mut Agent, pid: u32) {
+        agent.dispatch();
+        while agent.tracked[&pid].running {
+            let f = agent.done_rx.recv_timeout(Duration::from_secs(30)).unwrap();
+            agent.on_done(f);
+        }
+    }
+
     #[test]
     fn a_non_jvm_is_refused_once_and_not_retried() {
         let jvms = Arc::new(Jvms::default());
         let mut agent = Agent::new(jvms.clone(), JvmMode::Auto);
         let me = std::process::id();
-        agent.on_sighting(Sighting {
+        let sighting = Sighting {
             pid: me,
             ..Sighting::default()
-        });
+        };
+        agent.on_sighting(sighting.clone());
+        finish_jobs(&mut agent, me);
         let report = jvms.report(me).unwrap();
         assert_eq!(report.attach, "refused");
         assert!(report.error.unwrap().contains("libjvm"));
         assert!(matches!(agent.tracked[&me].phase, Phase::Refused));
+        agent.on_sighting(sighting);
+        assert!(agent.tracked[&me].wanted.is_none(), "not retried");
+    }
+
+    #[test]
+    fn a_timed_out_target_backs_off_longer_each_time_and_is_counted() {
+        let jvms = Arc::new(Jvms::default());
+        let mut agent = Agent::new(jvms, JvmMode::Auto);
+        let me = std::process::id();
+        agent.on_sighting(Sighting {
+            pid: me,
+            ..Sighting::default()
+        });
+        let before = refusals::get(What::JvmAttach, Reason::Timeout);
+        let mut waits = Vec::new();
+        for _ in 0..3 {
+            let now = Instant::now();
+            agent.tracked.get_mut(&me).unwrap().running = true;
+            agent.turns.pick(&[Candidate {
+                pid: me,
+                uid: agent.tracked[&me].uid,
+                served: 0,
+            }]);
+            agent.on_done(Finished {
+                pid: me,
+                done: Done::TimedOut,
+                timed_out: false,
+                map: None,
+            });
+            waits.push(agent.tracked[&me].not_before - now);
+        }
+        assert!(refusals::get(What::JvmAttach, Reason::Timeout) >= before + 3);
+        assert!(waits[0] >= FIRST_BACKOFF && waits[1] >= waits[0] * 2 - Duration::from_millis(50));
+        assert!(
+            waits[2] >= waits[1] * 2 - Duration::from_millis(50),
+            "{waits:?}"
+        );
+        assert_eq!(agent.turns.running(), 0, "its turns given back");
+        // Sightings while it waits ask for nothing and count its budget.
+        let budget = refusals::get(What::JvmAttach, Reason::Budget);
+        agent.tracked.get_mut(&me).unwrap().wanted = None;
+        agent.on_sighting(Sighting {
+            pid: me,
+            ..Sighting::default()
+        });
+        assert!(agent.tracked[&me].wanted.is_none());
+        assert_eq!(refusals::get(What::JvmAttach, Reason::Budget), budget + 1);
     }
 }

@@ -54,6 +54,10 @@ pub enum AttachError {
         code: i32,
         message: String,
     },
+    #[error("the JVM did not answer within {0:?}")]
+    Timeout(Duration),
+    #[error("another client is attaching to the JVM (its trigger file is there); retried later")]
+    Busy,
     #[error("unsafe attach file: {0}")]
     Unsafe(OpenError),
     #[error("talking to the JVM: {0}")]
@@ -81,6 +85,18 @@ impl Target {
     /// returns its output. Starts the JVM's attach listener first when its
     /// socket is not there, waiting up to `start_timeout` for it.
     pub fn jcmd(&self, command: &str, start_timeout: Duration) -> Result<String, AttachError> {
+        self.jcmd_within(command, start_timeout, REPLY_TIMEOUT)
+    }
+
+    /// [`Target::jcmd`] with the whole reply due within `reply_timeout`
+    /// (at most the usual [`REPLY_TIMEOUT`]): the agent gives each target
+    /// its own time, so that a JVM that answers slowly holds up only itself.
+    pub fn jcmd_within(
+        &self,
+        command: &str,
+        start_timeout: Duration,
+        reply_timeout: Duration,
+    ) -> Result<String, AttachError> {
         let status = Status::read(self.pid).ok_or(AttachError::Gone)?;
         // Before anything in /tmp is looked at: a socket left there by a
         // JVM that died under a pid now reused says nothing about this
@@ -91,12 +107,19 @@ impl Target {
         let stream = match self.connect(&status) {
             Ok(s) => s,
             Err(err @ AttachError::Unsafe(_)) => return Err(err),
-            Err(_) => {
-                self.start_listener(&status, start_timeout)?;
-                self.connect(&status)?
-            }
+            Err(_) => match self.start_listener(&status, start_timeout) {
+                Ok(()) => self.connect(&status)?,
+                // Another client's trigger: its signal opens the socket
+                // for us too; if not in time, it is still busy.
+                Err(AttachError::Busy) => match self.wait_for_socket(&status, start_timeout) {
+                    Ok(()) => self.connect(&status)?,
+                    Err(AttachError::NoSocket(_)) => return Err(AttachError::Busy),
+                    Err(err) => return Err(err),
+                },
+                Err(err) => return Err(err),
+            },
         };
-        self.request(stream, command)
+        self.request(stream, command, reply_timeout.min(REPLY_TIMEOUT))
     }
 
     /// The JVM's `/tmp`, reached from our mount namespace through
@@ -136,9 +159,18 @@ impl Target {
         Ok(stream)
     }
 
-    fn request(&self, mut stream: UnixStream, command: &str) -> Result<String, AttachError> {
-        let deadline = Instant::now() + REPLY_TIMEOUT;
-        stream.set_write_timeout(Some(REPLY_TIMEOUT))?;
+    fn request(
+        &self,
+        mut stream: UnixStream,
+        command: &str,
+        timeout: Duration,
+    ) -> Result<String, AttachError> {
+        let deadline = Instant::now() + timeout;
+        let timed_out = || {
+            untrusted::refusals::count(What::AttachSocket, Reason::Timeout);
+            AttachError::Timeout(timeout)
+        };
+        stream.set_write_timeout(Some(timeout.max(Duration::from_millis(1))))?;
         // Protocol version 1: version, operation and three arguments, each
         // NUL-terminated; `jcmd` takes the whole command line as one.
         let mut msg = Vec::with_capacity(command.len() + 16);
@@ -146,17 +178,30 @@ impl Target {
             msg.extend_from_slice(part.as_bytes());
             msg.push(0);
         }
-        stream.write_all(&msg)?;
+        stream.write_all(&msg).map_err(|e| match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => timed_out(),
+            _ => e.into(),
+        })?;
         let mut reply = Vec::new();
         let mut buf = [0u8; 64 << 10];
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                untrusted::refusals::count(What::AttachSocket, Reason::Timeout);
-                return Err(io::Error::from(io::ErrorKind::TimedOut).into());
+                return Err(timed_out());
             }
             stream.set_read_timeout(Some(left))?;
-            let n = stream.read(&mut buf)?;
+            let n = match stream.read(&mut buf) {
+                Ok(n) => n,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    return Err(timed_out())
+                }
+                Err(e) => return Err(e.into()),
+            };
             if n == 0 {
                 break;
             }
@@ -181,24 +226,28 @@ impl Target {
             return Err(AttachError::SigquitNotHandled);
         }
         let (dir, name, created) = self.create_trigger(status)?;
-        let result = (|| {
-            pidfd_send_signal(&pidfd, libc::SIGQUIT).map_err(|_| AttachError::Gone)?;
-            let deadline = Instant::now() + timeout;
-            while Instant::now() < deadline {
-                match self.connect(status) {
-                    Ok(_) => return Ok(()),
-                    Err(err @ AttachError::Unsafe(_)) => return Err(err),
-                    Err(_) => {}
-                }
-                if !Path::new(&format!("/proc/{}", self.pid)).exists() {
-                    return Err(AttachError::Gone);
-                }
-                thread::sleep(Duration::from_millis(20));
-            }
-            Err(AttachError::NoSocket(timeout))
-        })();
+        let result = pidfd_send_signal(&pidfd, libc::SIGQUIT)
+            .map_err(|_| AttachError::Gone)
+            .and_then(|()| self.wait_for_socket(status, timeout));
         dir.remove_if_same(&name, &created);
         result
+    }
+
+    /// Waits up to `timeout` for the JVM's attach socket to answer.
+    fn wait_for_socket(&self, status: &Status, timeout: Duration) -> Result<(), AttachError> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            match self.connect(status) {
+                Ok(_) => return Ok(()),
+                Err(err @ AttachError::Unsafe(_)) => return Err(err),
+                Err(_) => {}
+            }
+            if !Path::new(&format!("/proc/{}", self.pid)).exists() {
+                return Err(AttachError::Gone);
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        Err(AttachError::NoSocket(timeout))
     }
 
     /// Creates `.attach_pid<NSPID>` in the JVM's working directory, else in
@@ -225,8 +274,17 @@ impl Target {
             match as_user(status.euid, status.egid, || dir.create_new(&name, 0o600)) {
                 Ok(fd) => return Ok((dir, name, fd)),
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                    // A plain file of the JVM's user, as another client
+                    // (a second wallscope, `jcmd`) creates it: busy, not
+                    // hostile. Anything else there is refused.
+                    let theirs = dir.stat(&name).is_ok_and(|st| {
+                        st.st_mode & libc::S_IFMT == libc::S_IFREG && st.st_uid == status.euid
+                    });
                     let shown = format!("{}/{name}", self.pid);
                     last = OpenError::refuse(What::AttachTrigger, Reason::Exists, shown).into();
+                    if theirs {
+                        return Err(AttachError::Busy);
+                    }
                 }
                 Err(e) => last = e.into(),
             }

@@ -11,9 +11,12 @@ pub mod attach;
 pub mod code;
 pub mod flags;
 pub mod frames;
+pub mod jobs;
+pub mod leftover;
 pub mod methods;
 pub mod output;
 pub mod remote;
+pub mod turns;
 pub mod vmstructs;
 
 use std::{

@@ -3,6 +3,7 @@
 pub mod blocked;
 pub mod cgroup_list;
 pub mod cgroups;
+pub mod fair;
 pub mod hist;
 pub mod kind;
 pub mod live;

@@ -110,14 +110,21 @@ fn note_process(out: &mut Folded, names: &Names, pid: u32) {
         .or_insert_with(|| Arc::from(names.process(pid)));
 }
 
-/// The `n` processes with the most wall time (all their threads' states)
-/// within `window`, busiest first.
+/// The `n` processes with the most time on or waiting for a CPU (cpu,
+/// runqueue and throttled), then the most wall time (all their threads'
+/// states), within `window`, busiest first: a process of many idle threads
+/// has much wall time but wants no CPU.
 pub fn busiest(store: &Snapshot, window: Window, n: usize) -> Vec<u32> {
-    let mut wall: HashMap<u32, u64> = HashMap::new();
+    let mut time: HashMap<u32, (u64, u64)> = HashMap::new();
     for t in store.within(window).flat_map(|s| &s.thread_totals) {
-        *wall.entry(t.pid).or_default() += t.ns.iter().sum::<u64>();
+        let e = time.entry(t.pid).or_default();
+        e.0 += [State::Cpu, State::Runqueue, State::Throttled]
+            .iter()
+            .map(|s| t.ns[*s as usize])
+            .sum::<u64>();
+        e.1 += t.ns.iter().sum::<u64>();
     }
-    let mut ranked: Vec<(u32, u64)> = wall.into_iter().collect();
+    let mut ranked: Vec<(u32, (u64, u64))> = time.into_iter().collect();
     ranked.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     ranked.truncate(n);
     ranked.into_iter().map(|(pid, _)| pid).collect()

@@ -270,16 +270,27 @@ impl Dir {
     /// Removes `name` if it is still the file `created` (a process may
     /// have swapped it for something else meanwhile: leave that alone).
     pub fn remove_if_same(&self, name: &str, created: &OwnedFd) {
-        let (Ok(now), Ok(ours)) = (self.stat(name), fstat(created.as_raw_fd())) else {
-            return;
+        if let Ok(ours) = fstat(created.as_raw_fd()) {
+            self.remove_if(name, |now| {
+                now.st_dev == ours.st_dev && now.st_ino == ours.st_ino
+            });
+        }
+    }
+
+    /// Removes `name` (never following a link: the entry itself is looked
+    /// at) if its `lstat` passes `keep_going`; whether it was removed.
+    pub fn remove_if(&self, name: &str, keep_going: impl FnOnce(&libc::stat) -> bool) -> bool {
+        let Ok(now) = self.stat(name) else {
+            return false;
         };
-        if now.st_dev != ours.st_dev || now.st_ino != ours.st_ino {
-            return;
+        if !keep_going(&now) {
+            return false;
         }
-        if let Ok(c) = cstr(name) {
-            // SAFETY: valid descriptor and C string.
-            unsafe { libc::unlinkat(self.fd.as_raw_fd(), c.as_ptr(), 0) };
-        }
+        let Ok(c) = cstr(name) else {
+            return false;
+        };
+        // SAFETY: valid descriptor and C string.
+        unsafe { libc::unlinkat(self.fd.as_raw_fd(), c.as_ptr(), 0) == 0 }
     }
 
     /// A path naming this very directory (`/proc/self/fd/N`), for calls

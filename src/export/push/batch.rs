@@ -2,7 +2,7 @@
 //! and off-CPU profiles of the window, fitted to Pyroscope's limits, in
 //! one `PushRequest`.
 
-use std::sync::Arc;
+use std::{collections::HashMap, sync::Arc};
 
 use prost::Message;
 
@@ -18,6 +18,7 @@ use crate::{
     export::pprof::{self, Detail},
     jvm::Jvms,
     profile::{
+        fair,
         kind::{Group, Kind},
         query::{self, Filter},
         rows::Names,
@@ -32,8 +33,9 @@ pub const CPU_SERIES: &str = "process_cpu";
 /// The series of off-CPU time (runqueue, throttled, futex, io, sleep),
 /// each sample labelled with its `state`.
 pub const OFFCPU_SERIES: &str = "wallscope_offcpu";
-/// Processes pushed per interval by default, busiest (by wall time in
-/// the interval) first; kernel threads are left out.
+/// Processes pushed per interval by default, busiest (time on or waiting
+/// for a CPU, then wall time, in the interval) first, a fair share per
+/// user; kernel threads are left out.
 pub const DEFAULT_TOP: usize = 32;
 
 /// The series pushed for a process, and the kind each profiles.
@@ -49,6 +51,8 @@ pub struct Batcher {
     /// Processes per interval.
     pub top: usize,
     pub services: ServiceNames,
+    /// The user a process runs as ([`fair::user_of`]; tests give others).
+    pub user_of: fn(u32) -> Option<u32>,
 }
 
 impl Batcher {
@@ -61,18 +65,25 @@ impl Batcher {
         interval: u64,
     ) -> (Vec<Request>, Trimmed) {
         let names = Names::of(store.within(window));
+        // Ranked, kernel threads left out, then a fair share per user.
         let mut looked_at = Vec::new();
-        let mut chosen = Vec::new();
-        for pid in query::busiest(store, window, usize::MAX) {
-            if chosen.len() == self.top {
-                break;
-            }
+        let mut services = HashMap::new();
+        for pid in query::busiest(store, window, fair::MAX_LOOKED_AT) {
             looked_at.push(pid);
             let is_jvm = self.jvms.report(pid).is_some();
             if let Some(service) = self.services.get(pid, names.process(pid), is_jvm) {
-                chosen.push((pid, service));
+                services.insert(pid, service);
             }
         }
+        let pushable: Vec<u32> = looked_at
+            .iter()
+            .copied()
+            .filter(|pid| services.contains_key(pid))
+            .collect();
+        let chosen: Vec<(u32, String)> = fair::top(&pushable, self.top, &mut self.user_of)
+            .into_iter()
+            .filter_map(|pid| Some((pid, services.remove(&pid)?)))
+            .collect();
         let mut trimmed = Trimmed::default();
         let mut out = Vec::new();
         for (pid, service) in chosen {
@@ -209,6 +220,7 @@ mod tests {
             jvms: Arc::default(),
             top: 1,
             services: ServiceNames::default(),
+            user_of: fair::user_of,
         };
         // A kernel thread with more wall time than the app; without one
         // in sight (a container), a process with less.
@@ -257,5 +269,45 @@ mod tests {
         // A window with nothing in it makes no requests.
         let empty = Window::between(end, end + Duration::from_secs(1));
         assert!(batcher.requests(&snapshot, empty, 9).0.is_empty());
+    }
+
+    #[test]
+    fn one_users_many_busy_processes_leave_another_users_one_its_share() {
+        // 21 processes of one user on CPU, and one of another user less so.
+        const CROWD: u32 = APP + 100;
+        let end = SystemTime::now();
+        let window = Window::between(end - Duration::from_secs(1), end);
+        let mut slice = Slice::empty(end - Duration::from_secs(1), end);
+        for pid in (CROWD..CROWD + 21).chain([APP]) {
+            let ns = if pid == APP { 100 * MS } else { 900 * MS };
+            slice.samples.push(Sample {
+                pid,
+                tid: pid,
+                state: State::Cpu,
+                stack: vec![Arc::from("spin")].into(),
+                ns,
+                count: 1,
+            });
+            slice.thread_totals.push(thread(pid, pid, State::Cpu, ns));
+            slice
+                .processes
+                .insert(pid, Arc::from(format!("p{pid}").as_str()));
+        }
+        let mut store = Store::new(Duration::from_secs(600));
+        store.push(slice);
+        let mut batcher = Batcher {
+            labels: SeriesLabels::new(vec![], "box".into()).unwrap(),
+            jvms: Arc::default(),
+            top: 20,
+            services: ServiceNames::default(),
+            user_of: |pid| Some(if pid >= CROWD { 65534 } else { 0 }),
+        };
+        let (requests, _) = batcher.requests(&store.snapshot(), window, 1);
+        let services: Vec<&str> = requests.iter().map(|r| r.service.as_str()).collect();
+        assert_eq!(services.len(), 20);
+        assert!(
+            services.contains(&format!("p{APP}").as_str()),
+            "{services:?}"
+        );
     }
 }

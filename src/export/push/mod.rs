@@ -118,6 +118,7 @@ impl Pusher {
             jvms: shared.jvms.clone(),
             top: opts.top,
             services: Default::default(),
+            user_of: crate::profile::fair::user_of,
         };
         let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
             thread::Builder::new()
