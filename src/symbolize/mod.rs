@@ -43,6 +43,7 @@ use crate::{
 };
 use elf_files::ElfFiles;
 pub use elf_files::{MAX_ELF_BYTES, MAX_OPEN as MAX_OPEN_ELF_FILES};
+pub use interner::clean_to as clean_name;
 use interner::Interner;
 pub use interner::{
     MAX_FRAME_BYTES, OVER_BUDGET as NAMES_OVER_BUDGET, SHARE_BYTES as NAME_SHARE_BYTES,
