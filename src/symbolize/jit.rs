@@ -6,16 +6,66 @@
 //! without a lookup, and all maps together hold at most
 //! [`BUDGET_BYTES`] of names (least recently used maps are dropped first;
 //! each is at most [`super::perfmap::MAX_BYTES`]).
+//!
+//! Reading is budgeted per process: [`READ_BYTES_PER_S`] on average, in
+//! bursts of up to [`READ_BURST_BYTES`]. An append-only map costs only
+//! what was appended; a map rewritten faster than its budget allows keeps
+//! its last read (its process's JIT frames go stale, counted
+//! `perf_map`/`budget`) and nobody else's symbolization waits for it.
+
+use std::time::Instant;
 
 use rustc_hash::FxHashMap;
 
 use super::perfmap::{self, PerfMap, Stamp};
-use crate::{procinfo, profile::Frame};
+use crate::{
+    procinfo,
+    profile::Frame,
+    untrusted::{
+        self,
+        refusals::{Reason, What},
+    },
+};
 
 /// Batches after which a process with no JIT lookup is forgotten.
 const FORGET_AFTER_BATCHES: u64 = 120;
 /// Names held by all perf maps together.
 pub const BUDGET_BYTES: usize = 256 << 20;
+/// Perf-map bytes read per second per process, on average.
+pub const READ_BYTES_PER_S: f64 = (2 << 20) as f64;
+/// Most perf-map bytes one process's budget holds: a full read of a
+/// fresh map (cut at [`super::perfmap::MAX_NAME_BYTES`] of names) fits.
+pub const READ_BURST_BYTES: f64 = (32 << 20) as f64;
+
+/// A process's perf-map read budget: a token bucket that may go into
+/// debt by one read (a read is allowed once the bucket holds what it
+/// should cost, or is full).
+struct ReadBudget {
+    tokens: f64,
+    at: Instant,
+}
+
+impl ReadBudget {
+    fn new() -> Self {
+        ReadBudget {
+            tokens: READ_BURST_BYTES,
+            at: Instant::now(),
+        }
+    }
+
+    /// Whether a read of about `bytes` may go now.
+    fn allows(&mut self, bytes: u64) -> bool {
+        let now = Instant::now();
+        let refill = now.duration_since(self.at).as_secs_f64() * READ_BYTES_PER_S;
+        self.tokens = (self.tokens + refill).min(READ_BURST_BYTES);
+        self.at = now;
+        self.tokens >= (bytes as f64).min(READ_BURST_BYTES)
+    }
+
+    fn spend(&mut self, bytes: u64) {
+        self.tokens -= bytes as f64;
+    }
+}
 
 struct Entry {
     map: PerfMap,
@@ -25,6 +75,10 @@ struct Entry {
     /// The file as it was when refused: not tried (nor counted) again
     /// until it changes.
     refused: Option<Stamp>,
+    /// The file as it was when last put off for the read budget (counted
+    /// once per change).
+    deferred: Option<Stamp>,
+    budget: ReadBudget,
     bytes: usize,
     checked: u64,
     used: u64,
@@ -63,6 +117,8 @@ impl JitMaps {
             frames: Vec::new(),
             ns_pid: procinfo::Status::read(pid).map_or(pid, |s| s.ns_pid),
             refused: None,
+            deferred: None,
+            budget: ReadBudget::new(),
             bytes: 0,
             checked: 0,
             used: batch,
@@ -72,13 +128,24 @@ impl JitMaps {
             entry.checked = batch;
             let now = perfmap::stamp(pid, entry.ns_pid);
             if now != entry.map.read_stamp() && (now.is_none() || now != entry.refused) {
+                // What the read should cost: what was appended, if that is
+                // all that changed.
+                let size = now.map_or(0, |(size, _)| size);
+                let cost = size.checked_sub(entry.map.read_offset()).unwrap_or(size);
+                if !entry.budget.allows(cost) {
+                    if entry.deferred != now {
+                        entry.deferred = now;
+                        untrusted::refusals::count_for(What::PerfMap, Reason::Budget, pid);
+                    }
+                    return self.lookup(pid, addr, make);
+                }
                 // A process without a perf map (or a refused one) keeps
                 // what it had.
-                match PerfMap::read(pid, entry.ns_pid) {
-                    Ok(map) => {
-                        entry.frames = vec![None; map.entry_count()];
-                        entry.bytes = map.name_bytes();
-                        entry.map = map;
+                match entry.map.update(pid, entry.ns_pid) {
+                    Ok(read) => {
+                        entry.budget.spend(read);
+                        entry.frames = vec![None; entry.map.entry_count()];
+                        entry.bytes = entry.map.name_bytes();
                         self.enforce_budget(pid);
                     }
                     Err(err) => {
@@ -90,6 +157,10 @@ impl JitMaps {
                 }
             }
         }
+        self.lookup(pid, addr, make)
+    }
+
+    fn lookup(&mut self, pid: u32, addr: u64, make: impl FnOnce(&str) -> Frame) -> Option<Frame> {
         let entry = self.maps.get_mut(&pid)?;
         let i = entry.map.index_of(addr)?;
         let slot = &mut entry.frames[i];
@@ -113,5 +184,21 @@ impl JitMaps {
             tracing::debug!(pid = oldest, "perf map dropped: over the JIT name budget");
             self.maps.remove(&oldest);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_read_budget_allows_one_big_read_then_waits_for_its_refill() {
+        let mut budget = ReadBudget::new();
+        assert!(budget.allows(64 << 20), "a full bucket allows any read");
+        budget.spend(64 << 20);
+        assert!(!budget.allows(4096), "in debt: even a small append waits");
+        budget.at -= std::time::Duration::from_secs(17);
+        assert!(budget.allows(1 << 20), "the debt repaid at the rate");
+        assert!(!budget.allows(8 << 20));
     }
 }
