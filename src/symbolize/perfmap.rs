@@ -77,6 +77,18 @@ struct Lines {
     cut: bool,
     /// Left out for [`MAX_NAME_BYTES`] (the caller counts it for the pid).
     names_cut: bool,
+    /// The end was reached (or the caps: nothing more is read).
+    eof: bool,
+}
+
+/// What [`PerfMap::update`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Progress {
+    /// Read `bytes` more; `done` once the end of the file was reached.
+    Read { bytes: u64, done: bool },
+    /// The file was rewritten (not appended to) since the map was read:
+    /// nothing read, the map unchanged (read it again into a new map).
+    Rewritten,
 }
 
 impl PerfMap {
@@ -118,7 +130,7 @@ impl PerfMap {
     /// more than one line besides the entries.
     #[cfg(test)]
     pub fn from_reader(reader: impl Read) -> io::Result<PerfMap> {
-        let lines = read_lines(reader, 0, MAX_ENTRIES, MAX_NAME_BYTES)?;
+        let lines = read_lines(reader, 0, MAX_ENTRIES, MAX_NAME_BYTES, MAX_BYTES)?;
         let mut map = PerfMap {
             cut: lines.cut,
             ..PerfMap::default()
@@ -132,15 +144,22 @@ impl PerfMap {
     #[cfg(test)]
     pub fn read(pid: u32, ns_pid: u32) -> Result<PerfMap, OpenError> {
         let mut map = PerfMap::default();
-        map.update(pid, ns_pid)?;
+        map.update(pid, ns_pid, MAX_BYTES, true)?;
         Ok(map)
     }
 
-    /// Brings the map up to date with the file: only the lines appended
-    /// since the last read when the file is the same one and what was read
-    /// is unchanged (the hash of its last [`TAIL`] bytes), else the whole
-    /// file. Returns the bytes read; on error the map is unchanged.
-    pub fn update(&mut self, pid: u32, ns_pid: u32) -> Result<u64, OpenError> {
+    /// Reads on in the file, about `max_bytes` at most (whole lines): from
+    /// where the last read stopped when the file is the same one and what
+    /// was read is unchanged (the hash of its last [`TAIL`] bytes), else,
+    /// if `restart`, from the start into an emptied map (else nothing:
+    /// [`Progress::Rewritten`]). On error the map is unchanged.
+    pub fn update(
+        &mut self,
+        pid: u32,
+        ns_pid: u32,
+        max_bytes: u64,
+        restart: bool,
+    ) -> Result<Progress, OpenError> {
         let status = procinfo::Status::read(pid).ok_or_else(gone)?;
         let started = procinfo::start_time(pid).ok_or_else(gone)?;
         let tmp = Dir::proc_link(pid, "root")?.sub("tmp", What::PerfMap)?;
@@ -167,6 +186,9 @@ impl PerfMap {
         let appended = self.mark.filter(|m| {
             m.file == ident && stamp.0 >= m.offset && tail_hash(&file, m.offset) == Some(m.tail)
         });
+        if self.mark.is_some() && appended.is_none() && !restart {
+            return Ok(Progress::Rewritten);
+        }
         let from = match appended {
             Some(m) => {
                 file.seek(SeekFrom::Start(m.offset))?;
@@ -183,6 +205,7 @@ impl PerfMap {
             old_entries,
             MAX_ENTRIES.saturating_sub(old_entries),
             MAX_NAME_BYTES.saturating_sub(old_names),
+            max_bytes,
         )?;
         if lines.names_cut {
             untrusted::refusals::count_for(What::PerfMap, Reason::Budget, pid);
@@ -197,13 +220,18 @@ impl PerfMap {
         }
         self.cut |= lines.cut;
         self.set_entries(PerfMap::build(entries));
-        self.stamp = Some(stamp);
+        // Up to date with this version of the file once read to its end.
+        let done = lines.eof || offset >= stamp.0;
+        self.stamp = done.then_some(stamp);
         self.mark = tail_hash(&file, offset).map(|tail| Mark {
             file: ident,
             offset,
             tail,
         });
-        Ok(lines.consumed)
+        Ok(Progress::Read {
+            bytes: lines.consumed,
+            done,
+        })
     }
 
     /// Size and mtime of the file when this map was read.
@@ -247,12 +275,14 @@ impl PerfMap {
 
 /// Parses the lines of `reader`, numbering them from `first`, keeping at
 /// most `max_entries` entries and `max_names` bytes of names (the rest is
-/// not read; counted). Lines over [`MAX_LINE`] are skipped (counted).
+/// not read; counted), and stopping at the first line end past
+/// `max_bytes`. Lines over [`MAX_LINE`] are skipped (counted).
 fn read_lines(
     reader: impl Read,
     first: usize,
     max_entries: usize,
     max_names: usize,
+    max_bytes: u64,
 ) -> io::Result<Lines> {
     let mut reader = BufReader::with_capacity(64 << 10, reader);
     let mut out = Lines {
@@ -261,43 +291,39 @@ fn read_lines(
         name_bytes: 0,
         cut: false,
         names_cut: false,
+        eof: false,
     };
     let mut line = Vec::with_capacity(256);
     let mut long_lines = 0u64;
-    loop {
+    while out.consumed < max_bytes {
         line.clear();
         let (used, complete, too_long) = read_capped_line(&mut reader, &mut line, MAX_LINE)?;
-        if complete {
-            out.consumed += used;
-        }
         // A last line without its newline is taken but read again next
         // time (the JIT may be writing it): the second copy wins.
+        if complete {
+            out.consumed += used;
+        } else {
+            out.eof = true;
+        }
         if too_long {
             long_lines += 1;
-            if complete {
-                continue;
+        } else if let Some(entry) = parse_line(&String::from_utf8_lossy(&line)) {
+            if out.lines.len() == max_entries {
+                untrusted::refusals::count(What::PerfMap, Reason::TooManyEntries);
+                out.cut = true;
+            } else if out.name_bytes + entry.name.len() > max_names {
+                out.names_cut = true;
+                out.cut = true;
+            } else {
+                out.name_bytes += entry.name.len();
+                out.lines.push((first + out.lines.len(), entry));
             }
-            break;
         }
-        let Some(entry) = parse_line(&String::from_utf8_lossy(&line)) else {
-            if complete {
-                continue;
-            }
-            break;
-        };
-        if out.lines.len() == max_entries {
-            untrusted::refusals::count(What::PerfMap, Reason::TooManyEntries);
-            out.cut = true;
-            break;
+        if out.cut {
+            // The rest is not read: as good as the end.
+            out.eof = true;
         }
-        if out.name_bytes + entry.name.len() > max_names {
-            out.names_cut = true;
-            out.cut = true;
-            break;
-        }
-        out.name_bytes += entry.name.len();
-        out.lines.push((first + out.lines.len(), entry));
-        if !complete {
+        if out.eof {
             break;
         }
     }
@@ -458,24 +484,54 @@ mod tests {
         assert_ne!(stamp(me, me), map.read_stamp());
 
         // Appended: only the new lines are read, and later lines win.
+        let read = |map: &mut PerfMap| match map.update(me, me, MAX_BYTES, true).unwrap() {
+            Progress::Read { bytes, done } => {
+                assert!(done);
+                bytes
+            }
+            Progress::Rewritten => panic!("restarts"),
+        };
         let mut map = PerfMap::read(me, me).unwrap();
         let mut f = std::fs::File::options().append(true).open(&path).unwrap();
         std::io::Write::write_all(&mut f, b"3000 10 c\n1000 10 a2\n").unwrap();
-        assert_eq!(map.update(me, me).unwrap(), 21, "the appended lines only");
+        assert_eq!(read(&mut map), 21, "the appended lines only");
         assert_eq!(map.find(0x1001), Some("a2"));
         assert_eq!(map.find(0x2001), Some("b"));
         assert_eq!(map.find(0x3001), Some("c"));
         // A half-written line is taken, and read again once whole.
         std::io::Write::write_all(&mut f, b"4000 10 d").unwrap();
-        assert_eq!(map.update(me, me).unwrap(), 0);
+        assert_eq!(read(&mut map), 0);
         assert_eq!(map.find(0x4001), Some("d"));
         std::io::Write::write_all(&mut f, b"dd\n").unwrap();
-        assert_eq!(map.update(me, me).unwrap(), 12);
+        assert_eq!(read(&mut map), 12);
         assert_eq!((map.find(0x4001), map.entry_count()), (Some("ddd"), 4));
         drop(f);
-        // Rewritten (what was read changed): read again whole.
+        // Rewritten (what was read changed): read again whole, in steps
+        // when asked to.
         std::fs::write(&path, "1000 10 x\n2000 10 y\n3000 10 z\n5000 10 w\n").unwrap();
-        assert_eq!(map.update(me, me).unwrap(), 40);
+        assert_eq!(map.update(me, me, 8, false).unwrap(), Progress::Rewritten);
+        let mut next = PerfMap::default();
+        let step = next.update(me, me, 15, true).unwrap();
+        assert_eq!(
+            step,
+            Progress::Read {
+                bytes: 20,
+                done: false
+            }
+        );
+        assert_eq!((next.find(0x2001), next.find(0x3001)), (Some("y"), None));
+        assert_eq!(next.read_stamp(), None, "not up to date yet");
+        let step = next.update(me, me, 15, true).unwrap();
+        assert_eq!(
+            step,
+            Progress::Read {
+                bytes: 20,
+                done: true
+            }
+        );
+        assert_eq!(next.read_stamp(), stamp(me, me));
+        assert_eq!(next.find(0x5001), Some("w"));
+        assert_eq!(read(&mut map), 40);
         assert_eq!((map.find(0x1001), map.find(0x4001)), (Some("x"), None));
         std::fs::write(&path, "1000 10 a\n2000 10 b\n").unwrap();
 
