@@ -29,8 +29,9 @@ pub const MAX_NAME_BYTES: usize = 16 << 20;
 /// A map written this long before the process started is an earlier
 /// process's with the same pid (the slack covers clock granularity).
 const STALE_SLACK: Duration = Duration::from_secs(1);
-/// Bytes before the end of what was read whose hash tells an appended map
-/// (read on from there) from a rewritten one (read again whole).
+/// Bytes at the start and before the end of what was read whose hashes
+/// tell an appended map (read on from there) from a rewritten one (read
+/// again whole).
 const TAIL: u64 = 4096;
 
 /// One JIT symbol.
@@ -48,8 +49,8 @@ struct Mark {
     file: (u64, u64),
     /// End of the last whole line read.
     offset: u64,
-    /// Hash of the [`TAIL`] bytes before `offset`.
-    tail: u64,
+    /// Hash of the first and of the last [`TAIL`] bytes before `offset`.
+    tail: (u64, u64),
 }
 
 /// A parsed perf map, sorted by start; where entries overlap, the later
@@ -333,15 +334,21 @@ fn read_lines(
     Ok(out)
 }
 
-/// Hash of the [`TAIL`] bytes of `file` before `offset`.
-fn tail_hash(file: &std::fs::File, offset: u64) -> Option<u64> {
+/// Hashes of the first and of the last [`TAIL`] bytes of `file` before
+/// `offset`: a JIT appends, a rewrite changes its beginning or its end.
+fn tail_hash(file: &std::fs::File, offset: u64) -> Option<(u64, u64)> {
     use std::{hash::Hasher, os::unix::fs::FileExt};
-    let from = offset.saturating_sub(TAIL);
-    let mut buf = vec![0u8; (offset - from) as usize];
-    file.read_exact_at(&mut buf, from).ok()?;
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    h.write(&buf);
-    Some(h.finish())
+    let hash = |from: u64, to: u64| {
+        let mut buf = vec![0u8; (to - from) as usize];
+        file.read_exact_at(&mut buf, from).ok()?;
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        h.write(&buf);
+        Some(h.finish())
+    };
+    Some((
+        hash(0, offset.min(TAIL))?,
+        hash(offset.saturating_sub(TAIL), offset)?,
+    ))
 }
 
 fn hex(field: &str) -> Option<u64> {

@@ -5,8 +5,8 @@
 //                                      and rewrite /tmp/perf-PID.map every
 //                                      MS ms with N new names of BYTES each
 //   names_attacker bigmap MB           spin in JIT-like code and keep a
-//                                      MB MiB perf map, its end rewritten
-//                                      and touched every second
+//                                      MB MiB perf map, its first and last
+//                                      lines rewritten every second
 //   names_attacker javanames LIB BYTES look like a HotSpot JVM (map LIB,
 //                                      named libjvm.so; catch SIGQUIT) and
 //                                      answer the attach protocol: thread
@@ -118,7 +118,7 @@ static int bigmap(long mb) {
     char name[120];
     memset(name, 'n', sizeof(name) - 1);
     name[sizeof(name) - 1] = 0;
-    for (long i = 0; ftell(f) < target; i++)
+    for (long i = 0; ftell(f) < target - 256; i++)
         fprintf(f, "%lx %x big_%ld_%s\n", (unsigned long)(code + (i % slots) * SLOT),
                 SLOT, i, name);
     fclose(f);
@@ -130,10 +130,12 @@ static int bigmap(long mb) {
     fstat(fd, &st);
     for (unsigned gen = 0;; gen++) {
         sleep_ms(1000);
-        // Same length, other text: the profiler's copy is stale.
+        // Same length, other text at both ends: rewritten, the
+        // profiler's copy is stale.
         char line[64];
         int len = snprintf(line, sizeof(line), "%lx %x g%010u\n",
                            (unsigned long)code, SLOT, gen);
+        pwrite(fd, line, len, 0);
         pwrite(fd, line, len, st.st_size - len);
         futimens(fd, NULL);
     }
