@@ -115,9 +115,8 @@ impl Entry {
                     let next = self.building.insert(PerfMap::default());
                     next.update(pid, ns_pid, READ_STEP_BYTES, true)
                 }
-                other => other.map(|p| {
+                other => other.inspect(|_| {
                     self.frames = vec![None; self.map.entry_count()];
-                    p
                 }),
             },
         };

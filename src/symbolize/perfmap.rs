@@ -183,7 +183,7 @@ impl PerfMap {
             ));
         }
         let mut file = opened.file;
-        let ident = (opened.stat.st_dev as u64, opened.stat.st_ino as u64);
+        let ident = (opened.stat.st_dev, opened.stat.st_ino);
         let appended = self.mark.filter(|m| {
             m.file == ident && stamp.0 >= m.offset && tail_hash(&file, m.offset) == Some(m.tail)
         });
