@@ -55,8 +55,9 @@ impl Default for Interner {
 }
 
 impl Interner {
-    /// The shared copy of `name`, one the daemon itself makes (fixed
-    /// markers, kernel symbols): counted, never refused.
+    /// The shared copy of `name`, for no process in particular (fixed
+    /// markers, kernel symbols, JVM method names): counted against the
+    /// whole bound only ([`OVER_BUDGET`] once that is full).
     pub fn get(&mut self, name: &str) -> Frame {
         self.insert(0, name).unwrap_or_else(|f| f)
     }
@@ -80,14 +81,14 @@ impl Interner {
             return Ok(f.clone());
         }
         let len = name.len();
+        let room = self.bytes + len <= MAX_BYTES;
+        let share = self.by_pid.get(&pid).copied().unwrap_or(0);
+        if !room || (pid != 0 && share + len > SHARE_BYTES) {
+            self.full |= !room;
+            refusals::count_for(What::Names, Reason::Budget, pid);
+            return Err(self.over_budget.clone());
+        }
         if pid != 0 {
-            let share = self.by_pid.get(&pid).copied().unwrap_or(0);
-            let room = self.bytes + len <= MAX_BYTES;
-            if !room || share + len > SHARE_BYTES {
-                self.full |= !room;
-                refusals::count_for(What::Names, Reason::Budget, pid);
-                return Err(self.over_budget.clone());
-            }
             *self.by_pid.entry(pid).or_default() += len;
         }
         let f: Frame = Arc::from(name.as_ref());
@@ -210,6 +211,28 @@ mod tests {
         held.clear();
         names.prune();
         assert_eq!(&*names.get_for(7, &name(i + 1)), name(i + 1), "room again");
+    }
+
+    #[test]
+    fn the_whole_bound_holds_whatever_the_processes() {
+        let mut names = Interner::default();
+        let mut held = Vec::new();
+        let per_pid = SHARE_BYTES / 2000;
+        for i in 0..(MAX_BYTES / 2000 + 10) {
+            let pid = (i / per_pid) as u32 + 1;
+            held.push(names.get_for(pid, &format!("{i:0>2000}")));
+            assert!(names.bytes() <= MAX_BYTES);
+        }
+        assert!(names.full());
+        assert_eq!(
+            &*names.get(&"k".repeat(2000)),
+            OVER_BUDGET,
+            "kernel names too"
+        );
+        assert_eq!(&*held.pop().unwrap(), OVER_BUDGET);
+        held.clear();
+        names.prune();
+        assert!(!names.full() && names.bytes() < 100);
     }
 
     #[test]
