@@ -97,7 +97,8 @@ pub fn live_bytes(view: &LiveView) -> usize {
 
 /// Bytes of one slice's rows by the process they belong to (samples and
 /// wakeups by the thread that slept or woke, thread totals and names):
-/// what dropping that process's rows from the slice would free.
+/// what dropping that process's rows from the slice would free. The store
+/// adds the stacks and names each process's rows brought in.
 pub fn bytes_by_pid(s: &Slice) -> FxHashMap<u32, usize> {
     let mut by_pid: FxHashMap<u32, usize> = FxHashMap::default();
     for sample in &s.samples {
@@ -125,16 +126,19 @@ pub struct NameBytes {
 }
 
 impl NameBytes {
-    /// One more holder of `name`.
-    pub fn add(&mut self, name: &Frame) {
+    /// One more holder of `name`; returns the bytes it added (none when
+    /// the name was held already).
+    pub fn add(&mut self, name: &Frame) -> usize {
         let (refs, len) = self
             .held
             .entry(name.as_ptr() as usize)
             .or_insert((0, name.len()));
-        if *refs == 0 {
-            self.bytes += ARC_HEADER + *len;
-        }
         *refs += 1;
+        if *refs == 1 {
+            self.bytes += ARC_HEADER + *len;
+            return ARC_HEADER + *len;
+        }
+        0
     }
 
     /// One holder of `name` fewer; its bytes go with the last.
@@ -151,11 +155,11 @@ impl NameBytes {
 
     /// The names a slice holds of its own (its stacks are counted with the
     /// stack table).
-    pub fn slice_names(s: &Slice) -> impl Iterator<Item = &Frame> {
+    pub fn slice_names(s: &Slice) -> impl Iterator<Item = (u32, &Frame)> {
         s.threads
             .values()
-            .map(|t| &t.name)
-            .chain(s.processes.values())
+            .map(|t| (t.pid, &t.name))
+            .chain(s.processes.iter().map(|(pid, name)| (*pid, name)))
     }
 
     /// Bytes of the names held, with the table that counts them.

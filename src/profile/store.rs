@@ -258,13 +258,19 @@ impl Store {
     /// oldest first, what the memory bound has no room for.
     pub fn push(&mut self, mut slice: Slice) {
         // Equal stacks share one allocation, whichever slice brought them.
-        let stacks = slice.samples.iter_mut().map(|s| &mut s.stack);
-        for stack in stacks.chain(slice.wakeups.iter_mut().map(|w| &mut w.stack)) {
+        // A new stack and the new names it holds are charged to the
+        // process whose row brought it (see `share`).
+        let mut brought: FxHashMap<u32, usize> = FxHashMap::default();
+        let stacks = slice.samples.iter_mut().map(|s| (s.pid, &mut s.stack));
+        let wakeups = slice.wakeups.iter_mut().map(|w| (w.pid, &mut w.stack));
+        for (pid, stack) in stacks.chain(wakeups) {
             match self.stacks.get(&*stack) {
                 Some(shared) => *stack = shared.clone(),
                 None => {
-                    self.stack_bytes += size::stack_bytes(stack);
-                    stack.iter().for_each(|f| self.names.add(f));
+                    let bytes = size::stack_bytes(stack);
+                    self.stack_bytes += bytes;
+                    let names: usize = stack.iter().map(|f| self.names.add(f)).sum();
+                    *brought.entry(pid).or_default() += bytes + names;
                     self.stacks.insert(stack.clone());
                 }
             }
@@ -276,8 +282,13 @@ impl Store {
         let horizon = slice.end.checked_sub(self.retention);
         let bytes = size::slice_bytes(&slice);
         self.slice_bytes += bytes;
-        NameBytes::slice_names(&slice).for_each(|f| self.names.add(f));
-        let by_pid = size::bytes_by_pid(&slice);
+        for (pid, name) in NameBytes::slice_names(&slice) {
+            *brought.entry(pid).or_default() += self.names.add(name);
+        }
+        let mut by_pid = size::bytes_by_pid(&slice);
+        for (pid, b) in brought {
+            *by_pid.entry(pid).or_default() += b;
+        }
         for (pid, b) in &by_pid {
             *self.pid_bytes.entry(*pid).or_default() += b;
         }
@@ -348,7 +359,7 @@ impl Store {
     fn pop_oldest(&mut self) -> Option<Held> {
         let held = self.slices.pop_front()?;
         self.slice_bytes -= held.bytes;
-        NameBytes::slice_names(&held.slice).for_each(|f| self.names.remove(f));
+        NameBytes::slice_names(&held.slice).for_each(|(_, f)| self.names.remove(f));
         for (pid, b) in &held.by_pid {
             share::take(&mut self.pid_bytes, *pid, *b);
         }

@@ -168,4 +168,38 @@ mod tests {
         let names = stats.name_bytes;
         assert!(names < one * 5 / 2, "{names}");
     }
+
+    #[test]
+    fn a_process_bringing_long_names_pays_for_them_itself() {
+        // Pid 2: one row a slice, but a stack of 50 new 2,000-byte names.
+        let named = |end_s: u64| {
+            let mut s = slice(end_s, 0);
+            let stack: crate::profile::Stack = (0..50)
+                .map(|i| Arc::<str>::from(format!("{end_s}-{i:0>2000}")))
+                .collect();
+            s.samples.push(Sample {
+                pid: 2,
+                tid: 100,
+                stack,
+                ..s.samples[0].clone()
+            });
+            s
+        };
+        let one = {
+            let mut probe = Store::new(Duration::from_secs(600));
+            probe.push(named(1));
+            probe.bytes()
+        };
+        let mut store = Store::new(Duration::from_secs(600)).with_max_bytes(one * 5);
+        for t in 1..=40 {
+            store.push(named(t));
+            assert!(store.bytes() <= one * 5, "within the bound after push {t}");
+        }
+        let small = store
+            .all()
+            .filter(|s| s.samples.iter().any(|r| r.pid == 1))
+            .count();
+        assert_eq!(small, 40, "pid 1's history whole: {:?}", store.stats());
+        assert!(store.stats().name_bytes < one * 5);
+    }
 }
