@@ -3,7 +3,9 @@
 //! slices are dropped for everyone: a process with 10,000 sleeping threads
 //! loses its own old rows, and a small process beside it keeps its
 //! history whole. (Water-filling: the largest holder is trimmed until it is
-//! no longer the largest.)
+//! no longer the largest; one arriving with more rows in one slice than
+//! anyone holds loses even its newest rows: the history already held is
+//! not the newcomer's to take.)
 
 use std::sync::Arc;
 
@@ -23,9 +25,8 @@ pub(super) fn take(by_pid: &mut FxHashMap<u32, usize>, pid: u32, bytes: usize) {
 }
 
 impl Store {
-    /// While the store is over `target`, drops the oldest rows (never the
-    /// newest slice's) of the process whose rows cost the most; stops when
-    /// that process has rows in the newest slice only. Sweeps the stacks
+    /// While the store is over `target`, drops the oldest rows of the
+    /// process whose rows cost the most. Sweeps the stacks
     /// and names the dropped rows alone held after each step (a sweep is a
     /// pass over the stack table, far cheaper than a drain).
     pub(super) fn shed_largest(&mut self, target: usize) {
@@ -34,23 +35,19 @@ impl Store {
             let Some((&pid, &held)) = self.pid_bytes.iter().max_by_key(|(_, b)| **b) else {
                 break;
             };
-            let older = self.slices.len().saturating_sub(1);
-            let Some(i) = self
-                .slices
-                .iter()
-                .take(older)
-                .position(|h| h.by_pid.contains_key(&pid))
-            else {
+            // Its oldest rows; the newest slice's too when it has no
+            // other (a process arriving with more rows than anyone holds).
+            let Some(i) = self.slices.iter().position(|h| h.by_pid.contains_key(&pid)) else {
                 break;
             };
-            // Counted (`share`/`budget`) when it holds more than all the
-            // others together: a store merely full of like processes, or
-            // of one process alone, is nobody's fault.
+            // Counted (`share`/`budget`) when it holds more than a quarter
+            // of what all processes hold: a store merely full of like
+            // processes, or of one process alone, is nobody's fault.
             let total: usize = self.pid_bytes.values().sum();
-            if held > total / 2 && self.pid_bytes.len() > 1 && counted.insert(pid) {
+            if held > total / 4 && self.pid_bytes.len() > 1 && counted.insert(pid) {
                 refusals::count_for(What::Share, Reason::Budget, pid);
             }
-            if i == 0 && self.slices[0].by_pid.len() == 1 {
+            if i == 0 && self.slices[0].by_pid.len() == 1 && self.slices.len() > 1 {
                 // Nothing of anyone else's: the whole slice goes.
                 self.evict_oldest();
             } else {
