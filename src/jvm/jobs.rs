@@ -214,7 +214,7 @@ fn read_thread_names(jvms: &Jvms, target: Target, deadline: Instant) -> Result<(
         }
     };
     let host = host_tids(pid);
-    let names = output::thread_names(&dump)
+    let names = output::thread_names(pid, &dump)
         .into_iter()
         .filter_map(|(nid, name)| Some((*host.get(&nid)?, Arc::from(name.as_str()))))
         .collect();

@@ -3,16 +3,20 @@
 //!
 //! The figures count the heap blocks the store owns: vectors and hash
 //! tables by capacity, strings by capacity, `Arc` headers. Frame and thread
-//! names are interned by the symbolizer and counted there
-//! (`frame_name_bytes`), so a stack costs its array of pointers, not its
-//! text. Allocator overhead is not counted: the estimate is a lower bound
-//! of the resident memory, within a few tens of percent.
+//! names are interned by the symbolizer: a stack costs its array of
+//! pointers, and each distinct name the store holds is counted once, by
+//! [`NameBytes`], for as long as a stack or slice of the store holds it
+//! (so evicting history makes room for names too). Allocator overhead is
+//! not counted: the estimate is a lower bound of the resident memory,
+//! within a few tens of percent.
 
 use std::{collections::HashMap, mem::size_of};
 
+use rustc_hash::FxHashMap;
+
 use super::{
     live::{LiveThread, LiveView},
-    Frame, Sample, Slice, Stack, Wakeup,
+    Frame, Sample, Slice, Stack, ThreadInfo, Wakeup,
 };
 use crate::{
     bpf::abi::Hist,
@@ -89,6 +93,79 @@ pub fn live_bytes(view: &LiveView) -> usize {
         + view.threads.capacity() * size_of::<LiveThread>()
         + map(&view.processes)
         + stack_bytes
+}
+
+/// Bytes of one slice's rows by the process they belong to (samples and
+/// wakeups by the thread that slept or woke, thread totals and names):
+/// what dropping that process's rows from the slice would free. The store
+/// adds the stacks and names each process's rows brought in.
+pub fn bytes_by_pid(s: &Slice) -> FxHashMap<u32, usize> {
+    let mut by_pid: FxHashMap<u32, usize> = FxHashMap::default();
+    for sample in &s.samples {
+        *by_pid.entry(sample.pid).or_default() += size_of::<Sample>();
+    }
+    for w in &s.wakeups {
+        *by_pid.entry(w.pid).or_default() += size_of::<Wakeup>();
+    }
+    for t in &s.thread_totals {
+        *by_pid.entry(t.pid).or_default() += size_of::<RawThread>() + t.comm.capacity();
+    }
+    for t in s.threads.values() {
+        *by_pid.entry(t.pid).or_default() += table::<(u32, ThreadInfo)>(1);
+    }
+    by_pid
+}
+
+/// The distinct names (frames, thread and process names) the store holds,
+/// each counted once while anything in the store holds it. Keyed by
+/// address: the interner makes equal names one allocation.
+#[derive(Default)]
+pub struct NameBytes {
+    held: FxHashMap<usize, (u32, usize)>,
+    bytes: usize,
+}
+
+impl NameBytes {
+    /// One more holder of `name`; returns the bytes it added (none when
+    /// the name was held already).
+    pub fn add(&mut self, name: &Frame) -> usize {
+        let (refs, len) = self
+            .held
+            .entry(name.as_ptr() as usize)
+            .or_insert((0, name.len()));
+        *refs += 1;
+        if *refs == 1 {
+            self.bytes += ARC_HEADER + *len;
+            return ARC_HEADER + *len;
+        }
+        0
+    }
+
+    /// One holder of `name` fewer; its bytes go with the last.
+    pub fn remove(&mut self, name: &Frame) {
+        let key = name.as_ptr() as usize;
+        if let Some((refs, len)) = self.held.get_mut(&key) {
+            *refs -= 1;
+            if *refs == 0 {
+                self.bytes -= ARC_HEADER + *len;
+                self.held.remove(&key);
+            }
+        }
+    }
+
+    /// The names a slice holds of its own (its stacks are counted with the
+    /// stack table).
+    pub fn slice_names(s: &Slice) -> impl Iterator<Item = (u32, &Frame)> {
+        s.threads
+            .values()
+            .map(|t| (t.pid, &t.name))
+            .chain(s.processes.iter().map(|(pid, name)| (*pid, name)))
+    }
+
+    /// Bytes of the names held, with the table that counts them.
+    pub fn bytes(&self) -> usize {
+        self.bytes + table::<(usize, (u32, usize))>(self.held.capacity())
+    }
 }
 
 #[cfg(test)]

@@ -17,7 +17,14 @@ use std::{
 
 use serde::Serialize;
 
-use super::{live::LiveView, size, window::Window, Slice, Stack};
+use rustc_hash::FxHashMap;
+
+use super::{
+    live::LiveView,
+    size::{self, NameBytes},
+    window::Window,
+    Slice, Stack,
+};
 use crate::{
     bpf::abi::{Stat, HIST_SLOTS},
     collect::{HistOwner, StatDeltas},
@@ -51,10 +58,14 @@ pub const DEFAULT_MAX_BYTES: usize = 64 << 20;
 /// once per tenth of the bound, not on every push.
 const EVICT_TO_PERCENT: usize = 90;
 
-/// One slice with its estimated size, fixed when it was pushed.
+mod share;
+
+/// One slice with its estimated size, fixed when it was pushed (or its
+/// rows of a process shed), and what of it each process's rows cost.
 struct Held {
     slice: Arc<Slice>,
     bytes: usize,
+    by_pid: FxHashMap<u32, usize>,
 }
 
 /// The store's size and what its memory bound cost, for `/healthz` and
@@ -69,6 +80,9 @@ pub struct StoreStats {
     pub bytes: usize,
     pub slice_bytes: usize,
     pub stack_bytes: usize,
+    /// Distinct names (frames, threads, processes) the slices and stacks
+    /// hold, each counted once.
+    pub name_bytes: usize,
     /// Threads in the live view (at most
     /// [`super::live::MAX_LIVE_THREADS`]).
     pub live_threads: usize,
@@ -85,6 +99,9 @@ pub struct StoreStats {
     pub evicted_slices: u64,
     /// Stack rows (samples and wakeups) those slices held.
     pub evicted_rows: u64,
+    /// Rows of the processes holding the most of the store, dropped
+    /// oldest first to make room before whole slices are (fair share).
+    pub shed_rows: u64,
 }
 
 /// What [`Store::push`] publishes after each push, for readers that must
@@ -114,6 +131,10 @@ pub struct Store {
     slice_bytes: usize,
     /// Sum of [`size::stack_bytes`] over the table, kept likewise.
     stack_bytes: usize,
+    names: NameBytes,
+    /// Sum of the slices' `by_pid`.
+    pid_bytes: FxHashMap<u32, usize>,
+    shed_rows: u64,
     live: Arc<LiveView>,
     /// [`size::live_bytes`] of `live`.
     live_bytes: usize,
@@ -182,6 +203,9 @@ impl Store {
             processes: HashMap::new(),
             slice_bytes: 0,
             stack_bytes: 0,
+            names: NameBytes::default(),
+            pid_bytes: FxHashMap::default(),
+            shed_rows: 0,
             live: Arc::default(),
             live_bytes: size::live_bytes(&LiveView::default()),
             max_bytes: DEFAULT_MAX_BYTES,
@@ -234,12 +258,19 @@ impl Store {
     /// oldest first, what the memory bound has no room for.
     pub fn push(&mut self, mut slice: Slice) {
         // Equal stacks share one allocation, whichever slice brought them.
-        let stacks = slice.samples.iter_mut().map(|s| &mut s.stack);
-        for stack in stacks.chain(slice.wakeups.iter_mut().map(|w| &mut w.stack)) {
+        // A new stack and the new names it holds are charged to the
+        // process whose row brought it (see `share`).
+        let mut brought: FxHashMap<u32, usize> = FxHashMap::default();
+        let stacks = slice.samples.iter_mut().map(|s| (s.pid, &mut s.stack));
+        let wakeups = slice.wakeups.iter_mut().map(|w| (w.pid, &mut w.stack));
+        for (pid, stack) in stacks.chain(wakeups) {
             match self.stacks.get(&*stack) {
                 Some(shared) => *stack = shared.clone(),
                 None => {
-                    self.stack_bytes += size::stack_bytes(stack);
+                    let bytes = size::stack_bytes(stack);
+                    self.stack_bytes += bytes;
+                    let names: usize = stack.iter().map(|f| self.names.add(f)).sum();
+                    *brought.entry(pid).or_default() += bytes + names;
                     self.stacks.insert(stack.clone());
                 }
             }
@@ -251,9 +282,20 @@ impl Store {
         let horizon = slice.end.checked_sub(self.retention);
         let bytes = size::slice_bytes(&slice);
         self.slice_bytes += bytes;
+        for (pid, name) in NameBytes::slice_names(&slice) {
+            *brought.entry(pid).or_default() += self.names.add(name);
+        }
+        let mut by_pid = size::bytes_by_pid(&slice);
+        for (pid, b) in brought {
+            *by_pid.entry(pid).or_default() += b;
+        }
+        for (pid, b) in &by_pid {
+            *self.pid_bytes.entry(*pid).or_default() += b;
+        }
         self.slices.push_back(Held {
             slice: Arc::new(slice),
             bytes,
+            by_pid,
         });
         while let (Some(oldest), Some(horizon)) = (self.slices.front(), horizon) {
             if oldest.slice.end >= horizon {
@@ -278,33 +320,49 @@ impl Store {
         *self.published.lock().unwrap_or_else(|e| e.into_inner()) = published;
     }
 
-    /// Estimated bytes held (slices, stacks and the live view).
+    /// Estimated bytes held (slices, stacks, their names and the live
+    /// view).
     pub fn bytes(&self) -> usize {
-        self.slice_bytes + self.stack_bytes + self.live_bytes
+        self.slice_bytes + self.stack_bytes + self.names.bytes() + self.live_bytes
     }
 
-    /// Past `max_bytes`, drops the oldest slices (never the newest) until
-    /// the slices dropped account for the excess over [`EVICT_TO_PERCENT`]
-    /// of the bound, then sweeps the stacks only they held. One round
-    /// suffices: the sweep can only lower the estimate further.
+    /// Past `max_bytes`, makes room down to [`EVICT_TO_PERCENT`] of the
+    /// bound: first from the processes holding the most (their oldest
+    /// rows, see [`Store::shed_largest`]), then by dropping the oldest
+    /// slices (never the newest), sweeping the stacks and names only they
+    /// held after each round.
     fn enforce_max_bytes(&mut self) {
         if self.bytes() <= self.max_bytes {
             return;
         }
         let target = self.max_bytes / 100 * EVICT_TO_PERCENT;
-        let mut excess = self.bytes().saturating_sub(target);
-        while excess > 0 && self.slices.len() > 1 {
-            let Some(held) = self.pop_oldest() else { break };
-            excess = excess.saturating_sub(held.bytes);
-            self.evicted_slices += 1;
-            self.evicted_rows += (held.slice.samples.len() + held.slice.wakeups.len()) as u64;
+        self.shed_largest(target);
+        while self.bytes() > target && self.slices.len() > 1 {
+            let mut excess = self.bytes() - target;
+            while excess > 0 && self.slices.len() > 1 {
+                excess = excess.saturating_sub(self.evict_oldest());
+            }
+            self.sweep_stacks();
         }
-        self.sweep_stacks();
+    }
+
+    /// Drops the oldest slice, counted as evicted; returns its bytes.
+    fn evict_oldest(&mut self) -> usize {
+        let Some(held) = self.pop_oldest() else {
+            return 0;
+        };
+        self.evicted_slices += 1;
+        self.evicted_rows += (held.slice.samples.len() + held.slice.wakeups.len()) as u64;
+        held.bytes
     }
 
     fn pop_oldest(&mut self) -> Option<Held> {
         let held = self.slices.pop_front()?;
         self.slice_bytes -= held.bytes;
+        NameBytes::slice_names(&held.slice).for_each(|(_, f)| self.names.remove(f));
+        for (pid, b) in &held.by_pid {
+            share::take(&mut self.pid_bytes, *pid, *b);
+        }
         Some(held)
     }
 
@@ -312,10 +370,12 @@ impl Store {
     /// snapshot still holds is kept until a later sweep.
     fn sweep_stacks(&mut self) {
         let mut freed = 0;
+        let names = &mut self.names;
         self.stacks.retain(|s| {
             let held = Arc::strong_count(s) > 1;
             if !held {
                 freed += size::stack_bytes(s);
+                s.iter().for_each(|f| names.remove(f));
             }
             held
         });
@@ -382,6 +442,7 @@ impl Store {
             bytes: self.bytes(),
             slice_bytes: self.slice_bytes,
             stack_bytes: self.stack_bytes,
+            name_bytes: self.names.bytes(),
             live_threads: self.live.threads.len(),
             live_bytes: self.live_bytes,
             max_bytes: self.max_bytes,
@@ -389,6 +450,7 @@ impl Store {
             history_s: history.as_secs(),
             evicted_slices: self.evicted_slices,
             evicted_rows: self.evicted_rows,
+            shed_rows: self.shed_rows,
         }
     }
 }
@@ -424,197 +486,4 @@ fn process_entry<'a>(
 }
 
 #[cfg(test)]
-mod tests {
-    use std::{collections::HashMap, sync::Arc};
-
-    use super::*;
-    use crate::{bpf::abi::State, profile::Sample};
-
-    fn slice(end_s: u64, frames: &[&str]) -> Slice {
-        let stack: Stack = frames.iter().map(|f| Arc::<str>::from(*f)).collect();
-        Slice {
-            start: SystemTime::UNIX_EPOCH + Duration::from_secs(end_s - 1),
-            end: SystemTime::UNIX_EPOCH + Duration::from_secs(end_s),
-            samples: vec![Sample {
-                pid: 1,
-                tid: 1,
-                state: State::Cpu,
-                stack,
-                ns: 10,
-                count: 1,
-            }],
-            wakeups: Vec::new(),
-            threads: HashMap::new(),
-            thread_totals: Vec::new(),
-            runq_hists: Vec::new(),
-            processes: HashMap::new(),
-            containers: Default::default(),
-            stats: [1; Stat::COUNT],
-        }
-    }
-
-    #[test]
-    fn retention_drops_old_slices_and_windows_select_recent_ones() {
-        let mut store = Store::new(Duration::from_secs(10));
-        for t in 1..=30 {
-            store.push(slice(t, &["main", "work"]));
-        }
-        assert_eq!(store.all().count(), 11, "slices ending in [20, 30]");
-        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(30);
-        let snapshot = store.snapshot();
-        assert_eq!(snapshot.within(Window::last(3, now)).count(), 3);
-        assert_eq!(snapshot.within(Window::last(1000, now)).count(), 11);
-        assert_eq!(store.totals()[0], 30);
-    }
-
-    #[test]
-    fn process_totals_only_grow_while_slices_expire() {
-        let mut store = Store::new(Duration::from_secs(5));
-        let mut last = 0;
-        for t in 1..=20 {
-            let mut s = slice(t, &["main"]);
-            s.thread_totals.push(crate::collect::RawThread {
-                tid: 1,
-                pid: 1,
-                comm: "app".into(),
-                ns: [1_000, 0, 0, 0, 0, 0],
-                switches_voluntary: 1,
-                switches_involuntary: 0,
-                wakeups_sent: 0,
-                wakeups_received: 2,
-            });
-            store.push(s);
-            let p = &store.process_totals()[&1];
-            assert!(p.ns[0] > last, "counter grows");
-            last = p.ns[0];
-        }
-        let p = &store.process_totals()[&1];
-        assert_eq!((p.ns[0], p.wakeups_received, &*p.comm), (20_000, 40, "app"));
-        store.push(slice(100, &["main"]));
-        assert!(
-            store.process_totals().get(&1).is_none(),
-            "no totals for longer than the retention: forgotten"
-        );
-    }
-
-    #[test]
-    fn equal_stacks_are_shared_and_unused_ones_swept() {
-        let mut store = Store::new(Duration::from_secs(5));
-        store.push(slice(1, &["main", "old"]));
-        for t in 2..=(COMPACT_EVERY + 1) {
-            store.push(slice(t, &["main", "new"]));
-        }
-        let stacks: Vec<_> = store.all().map(|s| s.samples[0].stack.clone()).collect();
-        assert!(stacks.windows(2).all(|w| Arc::ptr_eq(&w[0], &w[1])));
-        assert_eq!(
-            store.stack_count(),
-            1,
-            "the stack of the evicted slice is gone"
-        );
-    }
-
-    /// A slice ending at `end_s` with `rows` distinct stacks of its own.
-    fn wide_slice(end_s: u64, rows: usize) -> Slice {
-        let mut s = slice(end_s, &["main"]);
-        s.samples = (0..rows)
-            .map(|i| Sample {
-                stack: [Arc::<str>::from("main"), Arc::from(format!("f{end_s}_{i}"))]
-                    .into_iter()
-                    .collect(),
-                ..s.samples[0].clone()
-            })
-            .collect();
-        s
-    }
-
-    #[test]
-    fn memory_bound_drops_oldest_slices_and_counts_them() {
-        let one = {
-            let mut probe = Store::new(Duration::from_secs(600));
-            probe.push(wide_slice(1, 100));
-            probe.bytes()
-        };
-        // Room for about ten slices, well within the retention.
-        let mut store = Store::new(Duration::from_secs(600)).with_max_bytes(one * 10);
-        for t in 1..=40 {
-            store.push(wide_slice(t, 100));
-            assert!(store.bytes() <= one * 10, "within the bound after push {t}");
-        }
-        let stats = store.stats();
-        assert!((8..=10).contains(&stats.slices), "{stats:?}");
-        assert_eq!(stats.evicted_slices, 40 - stats.slices as u64);
-        assert_eq!(stats.evicted_rows, stats.evicted_slices * 100);
-        let ends: Vec<u64> = store
-            .all()
-            .map(|s| {
-                s.end
-                    .duration_since(SystemTime::UNIX_EPOCH)
-                    .unwrap()
-                    .as_secs()
-            })
-            .collect();
-        assert_eq!(*ends.last().unwrap(), 40, "the newest is kept");
-        assert!(
-            ends.windows(2).all(|w| w[1] == w[0] + 1),
-            "oldest went first: {ends:?}"
-        );
-        assert_eq!(stats.stacks, stats.slices * 100, "evicted stacks swept");
-        assert_eq!(stats.history_s, stats.slices as u64);
-        let published = *store.published().lock().unwrap();
-        assert_eq!(published.stats, stats, "published after each push");
-    }
-
-    #[test]
-    fn estimate_follows_pushes_and_evictions_without_drift() {
-        let mut store = Store::new(Duration::from_secs(5));
-        for t in 1..=200 {
-            store.push(wide_slice(t, 3 + (t as usize % 7)));
-        }
-        // Recompute from scratch what was kept incrementally.
-        store.sweep_stacks();
-        let slices: usize = store
-            .slices
-            .iter()
-            .map(|h| size::slice_bytes(&h.slice))
-            .sum();
-        let stacks: usize = store.stacks.iter().map(size::stack_bytes).sum();
-        assert_eq!((store.slice_bytes, store.stack_bytes), (slices, stacks));
-        assert_eq!(store.stats().evicted_slices, 0, "retention, not the bound");
-    }
-
-    #[test]
-    fn the_live_view_is_replaced_counted_and_snapshotted() {
-        use crate::profile::live::LiveView;
-        let mut store = Store::new(Duration::from_secs(5));
-        store.push(slice(1, &["main"]));
-        let before = store.stats();
-        let snapshot = store.snapshot();
-        assert!(snapshot.live().as_of.is_none(), "no drain yet");
-        let view = |s| LiveView {
-            as_of: Some(SystemTime::UNIX_EPOCH + Duration::from_secs(s)),
-            left_out: 3,
-            ..LiveView::default()
-        };
-        store.set_live(view(1));
-        store.set_live(view(2));
-        assert_eq!(store.snapshot().live().as_of, view(2).as_of);
-        assert!(snapshot.live().as_of.is_none(), "a snapshot keeps its view");
-        let after = *store.published().lock().unwrap();
-        assert_eq!(after.stats.live_bytes, size::live_bytes(&view(2)));
-        assert_eq!(after.stats.bytes, before.bytes, "an empty view either way");
-        assert_eq!(after.stats, store.stats(), "published");
-    }
-
-    #[test]
-    fn a_snapshot_outlives_eviction_and_does_not_block_pushes() {
-        let mut store = Store::new(Duration::from_secs(3));
-        store.push(slice(1, &["main", "old"]));
-        let snapshot = store.snapshot();
-        for t in 2..=(COMPACT_EVERY + 2) {
-            store.push(slice(t, &["main", "new"]));
-        }
-        assert_eq!(snapshot.all().count(), 1);
-        assert_eq!(&*snapshot.all().next().unwrap().samples[0].stack[1], "old");
-        assert_eq!(store.all().count(), 4);
-    }
-}
+mod tests;

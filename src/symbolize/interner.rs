@@ -2,66 +2,163 @@
 //! from files other users write (ELF symbols, perf maps), so each is cut
 //! to [`MAX_FRAME_BYTES`], and the set is pruned of names that nothing
 //! else holds any more (the store drops slices as they age out).
+//!
+//! Every name is counted when it is inserted, against the whole set's
+//! bound ([`MAX_BYTES`]) and against the share of the process that brought
+//! it ([`SHARE_BYTES`]): a process past its share gets
+//! [`OVER_BUDGET`] for its new names (counted, `names`/`budget`), so it can
+//! degrade only its own frames until the store lets go of its old ones.
 
 use std::{borrow::Cow, sync::Arc};
 
-use rustc_hash::FxHashSet;
+use rustc_hash::FxHashMap;
 
-use crate::profile::Frame;
+use crate::{
+    profile::Frame,
+    untrusted::refusals::{self, Reason, What},
+};
 
 /// Longest frame name kept; longer ones are cut and end in `…`. Demangled
 /// C++ templates can run to a few KiB; 2 KiB keeps them recognisable.
 pub const MAX_FRAME_BYTES: usize = 2048;
+/// Bytes of names the interner ever holds.
+pub const MAX_BYTES: usize = 128 << 20;
+/// Bytes of names one process may have brought among those held.
+pub const SHARE_BYTES: usize = MAX_BYTES / 8;
+/// The frame a name refused for want of room becomes.
+pub const OVER_BUDGET: &str = "[names over budget]";
 
-/// The interned names and the bytes they hold.
-#[derive(Default)]
+/// The interned names, which process brought each, and the bytes held.
 pub struct Interner {
-    set: FxHashSet<Frame>,
+    /// Each name with the pid that brought it (0: the daemon's own).
+    names: FxHashMap<Frame, u32>,
     bytes: usize,
+    by_pid: FxHashMap<u32, usize>,
+    over_budget: Frame,
+    /// A name was refused because the whole set was full.
+    full: bool,
+}
+
+impl Default for Interner {
+    fn default() -> Self {
+        let over_budget: Frame = Arc::from(OVER_BUDGET);
+        let mut names = FxHashMap::default();
+        names.insert(over_budget.clone(), 0);
+        Interner {
+            names,
+            bytes: over_budget.len(),
+            by_pid: FxHashMap::default(),
+            over_budget,
+            full: false,
+        }
+    }
 }
 
 impl Interner {
-    /// The shared copy of `name`, made safe for folded output and cut to
-    /// [`MAX_FRAME_BYTES`].
+    /// The shared copy of `name`, for no process in particular (fixed
+    /// markers, kernel symbols, JVM method names): counted against the
+    /// whole bound only ([`OVER_BUDGET`] once that is full).
     pub fn get(&mut self, name: &str) -> Frame {
-        let name = clean(name);
-        if let Some(f) = self.set.get(name.as_ref()) {
-            return f.clone();
-        }
-        let f: Frame = Arc::from(name.as_ref());
-        self.bytes += f.len();
-        self.set.insert(f.clone());
-        f
+        self.insert(0, name).unwrap_or_else(|f| f)
     }
 
-    /// Drops the names only the interner holds.
+    /// The shared copy of `name`, made safe for folded output and cut to
+    /// [`MAX_FRAME_BYTES`], for process `pid`: [`OVER_BUDGET`] when it is
+    /// new and there is no room for it (in `pid`'s share or at all).
+    pub fn get_for(&mut self, pid: u32, name: &str) -> Frame {
+        self.try_get_for(pid, name).unwrap_or_else(|f| f)
+    }
+
+    /// As [`Interner::get_for`], but `Err(OVER_BUDGET)` when refused, so
+    /// that callers caching across processes do not keep the refusal.
+    pub fn try_get_for(&mut self, pid: u32, name: &str) -> Result<Frame, Frame> {
+        self.insert(pid, name)
+    }
+
+    fn insert(&mut self, pid: u32, name: &str) -> Result<Frame, Frame> {
+        let name = clean(name);
+        if let Some((f, _)) = self.names.get_key_value(name.as_ref()) {
+            return Ok(f.clone());
+        }
+        let len = name.len();
+        let room = self.bytes + len <= MAX_BYTES;
+        let share = self.by_pid.get(&pid).copied().unwrap_or(0);
+        if !room || (pid != 0 && share + len > SHARE_BYTES) {
+            self.full |= !room;
+            refusals::count_for(What::Names, Reason::Budget, pid);
+            return Err(self.over_budget.clone());
+        }
+        if pid != 0 {
+            *self.by_pid.entry(pid).or_default() += len;
+        }
+        let f: Frame = Arc::from(name.as_ref());
+        self.bytes += len;
+        self.names.insert(f.clone(), pid);
+        Ok(f)
+    }
+
+    /// Drops the names only the interner holds; what each process brought
+    /// is counted again from those kept.
     pub fn prune(&mut self) {
-        self.set.retain(|f| Arc::strong_count(f) > 1);
-        self.bytes = self.set.iter().map(|f| f.len()).sum();
+        self.names.retain(|f, _| Arc::strong_count(f) > 1);
+        self.bytes = self.names.keys().map(|f| f.len()).sum();
+        self.by_pid.clear();
+        for (f, pid) in &self.names {
+            if *pid != 0 {
+                *self.by_pid.entry(*pid).or_default() += f.len();
+            }
+        }
+        self.full = false;
     }
 
     /// Bytes of names held.
     pub fn bytes(&self) -> usize {
         self.bytes
     }
+
+    /// Whether a name was refused because the whole set was full since the
+    /// last [`Interner::prune`].
+    pub fn full(&self) -> bool {
+        self.full
+    }
+
+    /// Bytes of names held that `pid` brought.
+    #[cfg(test)]
+    pub fn bytes_of(&self, pid: u32) -> usize {
+        self.by_pid.get(&pid).copied().unwrap_or(0)
+    }
 }
 
 /// `name` without what would break folded stacks (`;` between frames, one
 /// stack a line) and cut to [`MAX_FRAME_BYTES`] on a character boundary.
 pub fn clean(name: &str) -> Cow<'_, str> {
-    let needs_cut = name.len() > MAX_FRAME_BYTES;
-    if !needs_cut && !name.contains([';', '\n', '\r']) {
+    clean_to(name, MAX_FRAME_BYTES)
+}
+
+/// `name` without `;`, newlines or other control characters, cut to `max`
+/// bytes (at least 4) on a character boundary, ending in `…` when cut.
+pub fn clean_to(name: &str, max: usize) -> Cow<'_, str> {
+    let needs_cut = name.len() > max;
+    let bad = |c: char| c == ';' || c.is_control();
+    if !needs_cut && !name.contains(bad) {
         return Cow::Borrowed(name);
     }
     let mut end = if needs_cut {
-        MAX_FRAME_BYTES - '…'.len_utf8()
+        max.saturating_sub('…'.len_utf8())
     } else {
         name.len()
     };
     while !name.is_char_boundary(end) {
         end -= 1;
     }
-    let mut out = name[..end].replace(';', ":").replace(['\n', '\r'], " ");
+    let mut out: String = name[..end]
+        .chars()
+        .map(|c| match c {
+            ';' => ':',
+            c if c.is_control() => ' ',
+            c => c,
+        })
+        .collect();
     if needs_cut {
         out.push('…');
     }
@@ -75,6 +172,7 @@ mod tests {
     #[test]
     fn names_are_cleaned_cut_and_pruned() {
         let mut names = Interner::default();
+        let base = names.bytes();
         let a = names.get("a;b\nc");
         assert_eq!(&*a, "a:b c");
         assert!(Arc::ptr_eq(&a, &names.get("a;b\nc")));
@@ -85,10 +183,63 @@ mod tests {
             "{}",
             cut.len()
         );
-        assert_eq!(names.bytes(), a.len() + cut.len());
+        assert_eq!(names.bytes(), base + a.len() + cut.len());
         drop(cut);
         names.prune();
-        assert_eq!(names.bytes(), a.len(), "only `a` is still held");
+        assert_eq!(names.bytes(), base + a.len(), "only `a` is still held");
         assert!(Arc::ptr_eq(&a, &names.get("a:b c")));
+    }
+
+    #[test]
+    fn a_process_past_its_share_gets_the_marker_until_its_names_go() {
+        let before = refusals::get(What::Names, Reason::Budget);
+        let mut names = Interner::default();
+        let name = |i: usize| format!("{i:0>2000}");
+        let mut held = Vec::new();
+        let mut i = 0;
+        while held.len() < SHARE_BYTES / 2000 {
+            held.push(names.get_for(7, &name(i)));
+            i += 1;
+        }
+        assert!(names.bytes_of(7) <= SHARE_BYTES);
+        let refused = names.try_get_for(7, &name(i));
+        assert_eq!(refused.as_deref().map_err(|f| &**f), Err(OVER_BUDGET));
+        assert!(refusals::get(What::Names, Reason::Budget) > before);
+        assert!(Arc::ptr_eq(&held[0], &names.get_for(7, &name(0))), "known");
+        let other = names.get_for(8, &name(i));
+        assert_eq!(&*other, name(i), "another process is not affected");
+        held.clear();
+        names.prune();
+        assert_eq!(&*names.get_for(7, &name(i + 1)), name(i + 1), "room again");
+    }
+
+    #[test]
+    fn the_whole_bound_holds_whatever_the_processes() {
+        let mut names = Interner::default();
+        let mut held = Vec::new();
+        let per_pid = SHARE_BYTES / 2000;
+        for i in 0..(MAX_BYTES / 2000 + 10) {
+            let pid = (i / per_pid) as u32 + 1;
+            held.push(names.get_for(pid, &format!("{i:0>2000}")));
+            assert!(names.bytes() <= MAX_BYTES);
+        }
+        assert!(names.full());
+        assert_eq!(
+            &*names.get(&"k".repeat(2000)),
+            OVER_BUDGET,
+            "kernel names too"
+        );
+        assert_eq!(&*held.pop().unwrap(), OVER_BUDGET);
+        held.clear();
+        names.prune();
+        assert!(!names.full() && names.bytes() < 100);
+    }
+
+    #[test]
+    fn control_characters_and_semicolons_go_and_cuts_hold() {
+        assert_eq!(clean_to("a;b\tc\u{1b}[1m", 64), "a:b c [1m");
+        let cut = clean_to("abcdefghij", 8);
+        assert_eq!(cut, "abcde…");
+        assert!(cut.len() <= 8);
     }
 }

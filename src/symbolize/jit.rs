@@ -6,16 +6,71 @@
 //! without a lookup, and all maps together hold at most
 //! [`BUDGET_BYTES`] of names (least recently used maps are dropped first;
 //! each is at most [`super::perfmap::MAX_BYTES`]).
+//!
+//! Reading is budgeted per process: [`READ_BYTES_PER_S`] on average, in
+//! bursts of up to [`READ_BURST_BYTES`], and at most [`READ_STEP_BYTES`]
+//! in one batch. An append-only map costs only what was appended; a
+//! rewritten one is read anew aside while the last read serves; a map
+//! rewritten faster than its budget allows keeps its last read (its
+//! process's JIT frames go stale, counted `perf_map`/`budget`) and
+//! nobody else's symbolization waits for it.
+
+use std::time::Instant;
 
 use rustc_hash::FxHashMap;
 
-use super::perfmap::{self, PerfMap, Stamp};
-use crate::{procinfo, profile::Frame};
+use super::perfmap::{self, PerfMap, Progress, Stamp};
+use crate::{
+    procinfo,
+    profile::Frame,
+    untrusted::{
+        self,
+        refusals::{Reason, What},
+    },
+};
 
 /// Batches after which a process with no JIT lookup is forgotten.
 const FORGET_AFTER_BATCHES: u64 = 120;
 /// Names held by all perf maps together.
 pub const BUDGET_BYTES: usize = 256 << 20;
+/// Perf-map bytes read per second per process, on average.
+pub const READ_BYTES_PER_S: f64 = (1 << 20) as f64;
+/// Most perf-map bytes one process's budget holds: a fresh map of a few
+/// MiB is read at once (in steps).
+pub const READ_BURST_BYTES: f64 = (16 << 20) as f64;
+/// Most perf-map bytes read for one process in one batch: a larger map is
+/// read over several batches.
+pub const READ_STEP_BYTES: u64 = 2 << 20;
+
+/// A process's perf-map read budget: a token bucket that may go into
+/// debt by one read (a read is allowed once the bucket holds what it
+/// should cost, or is full).
+struct ReadBudget {
+    tokens: f64,
+    at: Instant,
+}
+
+impl ReadBudget {
+    fn new() -> Self {
+        ReadBudget {
+            tokens: READ_BURST_BYTES,
+            at: Instant::now(),
+        }
+    }
+
+    /// Whether a read of about `bytes` may go now.
+    fn allows(&mut self, bytes: u64) -> bool {
+        let now = Instant::now();
+        let refill = now.duration_since(self.at).as_secs_f64() * READ_BYTES_PER_S;
+        self.tokens = (self.tokens + refill).min(READ_BURST_BYTES);
+        self.at = now;
+        self.tokens >= (bytes as f64).min(READ_BURST_BYTES)
+    }
+
+    fn spend(&mut self, bytes: u64) {
+        self.tokens -= bytes as f64;
+    }
+}
 
 struct Entry {
     map: PerfMap,
@@ -25,9 +80,70 @@ struct Entry {
     /// The file as it was when refused: not tried (nor counted) again
     /// until it changes.
     refused: Option<Stamp>,
+    /// The file read anew after a rewrite, while `map` still serves.
+    building: Option<PerfMap>,
+    /// The file as it was when last put off for the read budget (counted
+    /// once per change).
+    deferred: Option<Stamp>,
+    budget: ReadBudget,
     bytes: usize,
     checked: u64,
     used: u64,
+}
+
+impl Entry {
+    /// Reads on in process `pid`'s perf map (stamped `now`), one step of at
+    /// most [`READ_STEP_BYTES`] within its read budget: appends into the map
+    /// in use, a rewritten file into a map built aside (the old one serves
+    /// lookups until the new one is read whole).
+    fn read_on(&mut self, pid: u32, now: Option<Stamp>) {
+        let size = now.map_or(0, |(size, _)| size);
+        let read = self.building.as_ref().unwrap_or(&self.map).read_offset();
+        let cost = size.checked_sub(read).unwrap_or(size).min(READ_STEP_BYTES);
+        if !self.budget.allows(cost) {
+            if self.deferred != now {
+                self.deferred = now;
+                untrusted::refusals::count_for(What::PerfMap, Reason::Budget, pid);
+            }
+            return;
+        }
+        let ns_pid = self.ns_pid;
+        let step = match self.building.as_mut() {
+            Some(next) => next.update(pid, ns_pid, READ_STEP_BYTES, true),
+            None => match self.map.update(pid, ns_pid, READ_STEP_BYTES, false) {
+                Ok(Progress::Rewritten) => {
+                    let next = self.building.insert(PerfMap::default());
+                    next.update(pid, ns_pid, READ_STEP_BYTES, true)
+                }
+                other => other.inspect(|_| {
+                    self.frames = vec![None; self.map.entry_count()];
+                }),
+            },
+        };
+        match step {
+            Ok(Progress::Read { bytes, done }) => {
+                self.budget.spend(bytes);
+                if done {
+                    if let Some(next) = self.building.take() {
+                        self.map = next;
+                        self.frames = vec![None; self.map.entry_count()];
+                    }
+                }
+                self.bytes =
+                    self.map.name_bytes() + self.building.as_ref().map_or(0, PerfMap::name_bytes);
+            }
+            Ok(Progress::Rewritten) => {}
+            Err(err) => {
+                // A process without a perf map (or a refused one) keeps
+                // what it had.
+                self.building = None;
+                if err.reason().is_some() {
+                    self.refused = now;
+                }
+                tracing::debug!(pid, "perf map: {err}");
+            }
+        }
+    }
 }
 
 /// Perf maps by pid.
@@ -63,6 +179,9 @@ impl JitMaps {
             frames: Vec::new(),
             ns_pid: procinfo::Status::read(pid).map_or(pid, |s| s.ns_pid),
             refused: None,
+            building: None,
+            deferred: None,
+            budget: ReadBudget::new(),
             bytes: 0,
             checked: 0,
             used: batch,
@@ -71,25 +190,16 @@ impl JitMaps {
         if entry.checked != batch {
             entry.checked = batch;
             let now = perfmap::stamp(pid, entry.ns_pid);
-            if now != entry.map.read_stamp() && (now.is_none() || now != entry.refused) {
-                // A process without a perf map (or a refused one) keeps
-                // what it had.
-                match PerfMap::read(pid, entry.ns_pid) {
-                    Ok(map) => {
-                        entry.frames = vec![None; map.entry_count()];
-                        entry.bytes = map.name_bytes();
-                        entry.map = map;
-                        self.enforce_budget(pid);
-                    }
-                    Err(err) => {
-                        if err.reason().is_some() {
-                            entry.refused = now;
-                        }
-                        tracing::debug!(pid, "perf map: {err}");
-                    }
-                }
+            let behind = entry.building.is_some() || now != entry.map.read_stamp();
+            if behind && (now.is_none() || now != entry.refused) {
+                entry.read_on(pid, now);
+                self.enforce_budget(pid);
             }
         }
+        self.lookup(pid, addr, make)
+    }
+
+    fn lookup(&mut self, pid: u32, addr: u64, make: impl FnOnce(&str) -> Frame) -> Option<Frame> {
         let entry = self.maps.get_mut(&pid)?;
         let i = entry.map.index_of(addr)?;
         let slot = &mut entry.frames[i];
@@ -113,5 +223,21 @@ impl JitMaps {
             tracing::debug!(pid = oldest, "perf map dropped: over the JIT name budget");
             self.maps.remove(&oldest);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_read_budget_allows_one_big_read_then_waits_for_its_refill() {
+        let mut budget = ReadBudget::new();
+        assert!(budget.allows(64 << 20), "a full bucket allows any read");
+        budget.spend(32 << 20);
+        assert!(!budget.allows(4096), "in debt: even a small append waits");
+        budget.at -= std::time::Duration::from_secs(17);
+        assert!(budget.allows(1 << 20), "the debt repaid at the rate");
+        assert!(!budget.allows(4 << 20));
     }
 }

@@ -37,7 +37,7 @@ impl Symbolizer {
             }
             let name = match self.thread_name(&names, l.pid, l.tid) {
                 Some(name) => name,
-                None => self.intern(&l.comm),
+                None => self.interner.get_for(l.pid, &l.comm),
             };
             let waker = l.waker.map(|w| match w {
                 Waker::Thread { pid, tid } => LiveWaker::Thread {

@@ -43,8 +43,11 @@ use crate::{
 };
 use elf_files::ElfFiles;
 pub use elf_files::{MAX_ELF_BYTES, MAX_OPEN as MAX_OPEN_ELF_FILES};
+pub use interner::clean_to as clean_name;
 use interner::Interner;
-pub use interner::MAX_FRAME_BYTES;
+pub use interner::{
+    MAX_FRAME_BYTES, OVER_BUDGET as NAMES_OVER_BUDGET, SHARE_BYTES as NAME_SHARE_BYTES,
+};
 use live::Names;
 use procs::{FileKey, Procs};
 use stacks::StackSource;
@@ -53,9 +56,10 @@ use stacks::StackSource;
 const CACHE_LIMIT: usize = 1 << 20;
 /// Batches between two prunings of the name interner.
 const PRUNE_EVERY_BATCHES: u64 = 30;
-/// Bytes of frame names the interner may hold after pruning; past this the
-/// frame caches start over, so that names no slice uses any more go.
-pub const NAME_BUDGET_BYTES: usize = 128 << 20;
+/// Bytes of frame names the interner ever holds (checked as each name is
+/// inserted); near it after pruning, the frame caches start over, so that
+/// names no slice uses any more go.
+pub const NAME_BUDGET_BYTES: usize = interner::MAX_BYTES;
 
 /// Where the symbolizer reports the JVMs it sees and reads their thread
 /// names from.
@@ -148,7 +152,7 @@ impl Symbolizer {
             self.kernel_cache.clear();
         }
         self.batches += 1;
-        if self.batches.is_multiple_of(PRUNE_EVERY_BATCHES) {
+        if self.batches.is_multiple_of(PRUNE_EVERY_BATCHES) || self.interner.full() {
             self.prune_names();
         }
         self.procs.begin_batch(batch_began(&batch));
@@ -256,12 +260,12 @@ impl Symbolizer {
                 let java_name = self.jvm.as_ref().and_then(|j| j.jvms.thread_name(pid, tid));
                 slot.insert(ThreadInfo {
                     pid,
-                    name: java_name.unwrap_or_else(|| self.intern(comm)),
+                    name: java_name.unwrap_or_else(|| self.interner.get_for(pid, comm)),
                 });
             }
             if let Entry::Vacant(slot) = processes.entry(pid) {
                 let name = self.procs.name(pid).unwrap_or_else(|| comm.to_string());
-                slot.insert(self.intern(&name));
+                slot.insert(self.interner.get_for(pid, &name));
             }
         }
         (threads, processes)
@@ -304,7 +308,7 @@ impl Symbolizer {
     /// get under [`NAME_BUDGET_BYTES`], the frame caches start over too.
     fn prune_names(&mut self) {
         self.interner.prune();
-        if self.interner.bytes() > NAME_BUDGET_BYTES {
+        if self.interner.bytes() > NAME_BUDGET_BYTES / 10 * 9 {
             self.user_cache.clear();
             self.kernel_cache.clear();
             self.jit.clear_frames();

@@ -7,7 +7,7 @@
 //! process) and read with caps on lines and entries.
 
 use std::{
-    io::{self, BufRead, BufReader, Read},
+    io::{self, BufRead, BufReader, Read, Seek, SeekFrom},
     time::{Duration, SystemTime},
 };
 
@@ -23,9 +23,16 @@ pub const MAX_BYTES: u64 = 64 << 20;
 pub const MAX_LINE: usize = 4096;
 /// Most entries kept from one map (a large JVM has a few 100k).
 pub const MAX_ENTRIES: usize = 1 << 20;
+/// Most bytes of names kept from one map; the lines past it are not read
+/// (counted, `perf_map`/`budget`): a busy JVM's map holds a few MiB.
+pub const MAX_NAME_BYTES: usize = 16 << 20;
 /// A map written this long before the process started is an earlier
 /// process's with the same pid (the slack covers clock granularity).
 const STALE_SLACK: Duration = Duration::from_secs(1);
+/// Bytes at the start and before the end of what was read whose hashes
+/// tell an appended map (read on from there) from a rewritten one (read
+/// again whole).
+const TAIL: u64 = 4096;
 
 /// One JIT symbol.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,6 +40,17 @@ struct Entry {
     start: u64,
     end: u64,
     name: String,
+}
+
+/// Where the last read stopped, to read only what a JIT appends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Mark {
+    /// Device and inode of the file read.
+    file: (u64, u64),
+    /// End of the last whole line read.
+    offset: u64,
+    /// Hash of the first and of the last [`TAIL`] bytes before `offset`.
+    tail: (u64, u64),
 }
 
 /// A parsed perf map, sorted by start; where entries overlap, the later
@@ -44,18 +62,46 @@ pub struct PerfMap {
     starts: Vec<u64>,
     /// Size and mtime when read, to notice the JIT appending.
     stamp: Option<(u64, SystemTime)>,
+    mark: Option<Mark>,
+    name_bytes: usize,
+    /// Entries or names were left out for the caps (an append is then
+    /// not read: the caps hold).
+    cut: bool,
+}
+
+/// Lines parsed from a perf map, numbered in file order.
+struct Lines {
+    lines: Vec<(usize, Entry)>,
+    /// Bytes up to the end of the last whole line.
+    consumed: u64,
+    name_bytes: usize,
+    cut: bool,
+    /// Left out for [`MAX_NAME_BYTES`] (the caller counts it for the pid).
+    names_cut: bool,
+    /// The end was reached (or the caps: nothing more is read).
+    eof: bool,
+}
+
+/// What [`PerfMap::update`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Progress {
+    /// Read `bytes` more; `done` once the end of the file was reached.
+    Read { bytes: u64, done: bool },
+    /// The file was rewritten (not appended to) since the map was read:
+    /// nothing read, the map unchanged (read it again into a new map).
+    Rewritten,
 }
 
 impl PerfMap {
     /// Parses perf map text; malformed lines are skipped.
+    #[cfg(test)]
     pub fn parse(text: &str) -> PerfMap {
-        let mut entries: Vec<(usize, Entry)> = text
-            .lines()
-            .enumerate()
-            .filter_map(|(i, line)| parse_line(line).map(|e| (i, e)))
-            .collect();
-        // Later lines win: sort by start, then keep the last line per start
-        // and drop earlier ranges a later one overlaps.
+        PerfMap::from_reader(text.as_bytes()).unwrap_or_default()
+    }
+
+    /// The map of `lines` (later lines win): sorted by start, keeping the
+    /// last line per start and dropping earlier ranges a later one overlaps.
+    fn build(mut entries: Vec<(usize, Entry)>) -> Vec<Entry> {
         entries.sort_by_key(|(i, e)| (e.start, *i));
         let mut kept: Vec<(usize, Entry)> = Vec::with_capacity(entries.len());
         for (i, e) in entries {
@@ -70,49 +116,51 @@ impl PerfMap {
                 kept.push((i, e));
             }
         }
-        let entries: Vec<Entry> = kept.into_iter().map(|(_, e)| e).collect();
-        PerfMap {
-            starts: entries.iter().map(|e| e.start).collect(),
-            entries,
-            stamp: None,
-        }
+        kept.into_iter().map(|(_, e)| e).collect()
+    }
+
+    fn set_entries(&mut self, entries: Vec<Entry>) {
+        self.starts = entries.iter().map(|e| e.start).collect();
+        self.name_bytes = entries.iter().map(|e| e.name.len()).sum();
+        self.entries = entries;
     }
 
     /// Parses perf map text from `reader`, keeping lines up to
-    /// [`MAX_LINE`] bytes and at most [`MAX_ENTRIES`] entries (both counted
-    /// when exceeded). Never holds more than one line in memory.
+    /// [`MAX_LINE`] bytes, at most [`MAX_ENTRIES`] entries and
+    /// [`MAX_NAME_BYTES`] of names (all counted when exceeded). Never holds
+    /// more than one line besides the entries.
+    #[cfg(test)]
     pub fn from_reader(reader: impl Read) -> io::Result<PerfMap> {
-        let mut reader = BufReader::with_capacity(64 << 10, reader);
-        let mut text = String::new();
-        let mut line = Vec::with_capacity(256);
-        let (mut entries, mut long_lines) = (0usize, 0u64);
-        loop {
-            line.clear();
-            let (complete, too_long) = read_capped_line(&mut reader, &mut line, MAX_LINE)?;
-            if too_long {
-                long_lines += 1;
-            } else if !line.is_empty() {
-                if entries == MAX_ENTRIES {
-                    untrusted::refusals::count(What::PerfMap, Reason::TooManyEntries);
-                    break;
-                }
-                entries += 1;
-                text.push_str(&String::from_utf8_lossy(&line));
-                text.push('\n');
-            }
-            if !complete {
-                break;
-            }
-        }
-        if long_lines > 0 {
-            untrusted::refusals::count(What::PerfMap, Reason::LongLine);
-        }
-        Ok(PerfMap::parse(&text))
+        let lines = read_lines(reader, 0, MAX_ENTRIES, MAX_NAME_BYTES, MAX_BYTES)?;
+        let mut map = PerfMap {
+            cut: lines.cut,
+            ..PerfMap::default()
+        };
+        map.set_entries(PerfMap::build(lines.lines));
+        Ok(map)
     }
 
     /// Reads the perf map of process `pid` (`ns_pid` in its own namespace)
     /// from its `/tmp`, if it has one that passes the checks.
+    #[cfg(test)]
     pub fn read(pid: u32, ns_pid: u32) -> Result<PerfMap, OpenError> {
+        let mut map = PerfMap::default();
+        map.update(pid, ns_pid, MAX_BYTES, true)?;
+        Ok(map)
+    }
+
+    /// Reads on in the file, about `max_bytes` at most (whole lines): from
+    /// where the last read stopped when the file is the same one and what
+    /// was read is unchanged (the hash of its last [`TAIL`] bytes), else,
+    /// if `restart`, from the start into an emptied map (else nothing:
+    /// [`Progress::Rewritten`]). On error the map is unchanged.
+    pub fn update(
+        &mut self,
+        pid: u32,
+        ns_pid: u32,
+        max_bytes: u64,
+        restart: bool,
+    ) -> Result<Progress, OpenError> {
         let status = procinfo::Status::read(pid).ok_or_else(gone)?;
         let started = procinfo::start_time(pid).ok_or_else(gone)?;
         let tmp = Dir::proc_link(pid, "root")?.sub("tmp", What::PerfMap)?;
@@ -134,9 +182,57 @@ impl PerfMap {
                 format!("/proc/{pid}/root/tmp/{name}"),
             ));
         }
-        let mut map = PerfMap::from_reader(opened.file.take(MAX_BYTES))?;
-        map.stamp = Some(stamp);
-        Ok(map)
+        let mut file = opened.file;
+        let ident = (opened.stat.st_dev, opened.stat.st_ino);
+        let appended = self.mark.filter(|m| {
+            m.file == ident && stamp.0 >= m.offset && tail_hash(&file, m.offset) == Some(m.tail)
+        });
+        if self.mark.is_some() && appended.is_none() && !restart {
+            return Ok(Progress::Rewritten);
+        }
+        let from = match appended {
+            Some(m) => {
+                file.seek(SeekFrom::Start(m.offset))?;
+                m.offset
+            }
+            None => 0,
+        };
+        let (old_entries, old_names) = match appended {
+            Some(_) => (self.entries.len(), self.name_bytes),
+            None => (0, 0),
+        };
+        let lines = read_lines(
+            (&mut file).take(MAX_BYTES - from),
+            old_entries,
+            MAX_ENTRIES.saturating_sub(old_entries),
+            MAX_NAME_BYTES.saturating_sub(old_names),
+            max_bytes,
+        )?;
+        if lines.names_cut {
+            untrusted::refusals::count_for(What::PerfMap, Reason::Budget, pid);
+        }
+        let offset = from + lines.consumed;
+        let mut entries = lines.lines;
+        if appended.is_some() {
+            let old = std::mem::take(&mut self.entries);
+            entries.extend(old.into_iter().enumerate());
+        } else {
+            self.cut = false;
+        }
+        self.cut |= lines.cut;
+        self.set_entries(PerfMap::build(entries));
+        // Up to date with this version of the file once read to its end.
+        let done = lines.eof || offset >= stamp.0;
+        self.stamp = done.then_some(stamp);
+        self.mark = tail_hash(&file, offset).map(|tail| Mark {
+            file: ident,
+            offset,
+            tail,
+        });
+        Ok(Progress::Read {
+            bytes: lines.consumed,
+            done,
+        })
     }
 
     /// Size and mtime of the file when this map was read.
@@ -144,9 +240,15 @@ impl PerfMap {
         self.stamp
     }
 
+    /// Where the last read stopped (what an append-only update would read
+    /// from).
+    pub fn read_offset(&self) -> u64 {
+        self.mark.map_or(0, |m| m.offset)
+    }
+
     /// Bytes of names held (for the symbolizer's memory budget).
     pub fn name_bytes(&self) -> usize {
-        self.entries.iter().map(|e| e.name.len()).sum()
+        self.name_bytes
     }
 
     /// The symbol covering `addr`.
@@ -170,6 +272,83 @@ impl PerfMap {
     pub fn entry_count(&self) -> usize {
         self.entries.len()
     }
+}
+
+/// Parses the lines of `reader`, numbering them from `first`, keeping at
+/// most `max_entries` entries and `max_names` bytes of names (the rest is
+/// not read; counted), and stopping at the first line end past
+/// `max_bytes`. Lines over [`MAX_LINE`] are skipped (counted).
+fn read_lines(
+    reader: impl Read,
+    first: usize,
+    max_entries: usize,
+    max_names: usize,
+    max_bytes: u64,
+) -> io::Result<Lines> {
+    let mut reader = BufReader::with_capacity(64 << 10, reader);
+    let mut out = Lines {
+        lines: Vec::new(),
+        consumed: 0,
+        name_bytes: 0,
+        cut: false,
+        names_cut: false,
+        eof: false,
+    };
+    let mut line = Vec::with_capacity(256);
+    let mut long_lines = 0u64;
+    while out.consumed < max_bytes {
+        line.clear();
+        let (used, complete, too_long) = read_capped_line(&mut reader, &mut line, MAX_LINE)?;
+        // A last line without its newline is taken but read again next
+        // time (the JIT may be writing it): the second copy wins.
+        if complete {
+            out.consumed += used;
+        } else {
+            out.eof = true;
+        }
+        if too_long {
+            long_lines += 1;
+        } else if let Some(entry) = parse_line(&String::from_utf8_lossy(&line)) {
+            if out.lines.len() == max_entries {
+                untrusted::refusals::count(What::PerfMap, Reason::TooManyEntries);
+                out.cut = true;
+            } else if out.name_bytes + entry.name.len() > max_names {
+                out.names_cut = true;
+                out.cut = true;
+            } else {
+                out.name_bytes += entry.name.len();
+                out.lines.push((first + out.lines.len(), entry));
+            }
+        }
+        if out.cut {
+            // The rest is not read: as good as the end.
+            out.eof = true;
+        }
+        if out.eof {
+            break;
+        }
+    }
+    if long_lines > 0 {
+        untrusted::refusals::count(What::PerfMap, Reason::LongLine);
+    }
+    Ok(out)
+}
+
+/// Hashes of the first and of the last [`TAIL`] bytes of `file` before
+/// `offset`: a JIT appends, a rewrite changes its beginning or its end.
+fn tail_hash(file: &std::fs::File, offset: u64) -> Option<(u64, u64)> {
+    use std::{hash::Hasher, os::unix::fs::FileExt};
+    let hash = |from: u64, to: u64| {
+        let mut buf = vec![0u8; (to - from) as usize];
+        file.read_exact_at(&mut buf, from).ok()?;
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        h.write(&buf);
+        Some(h.finish())
+    };
+    Some((
+        hash(0, offset.min(TAIL))?,
+        hash(offset.saturating_sub(TAIL), offset)?,
+    ))
 }
 
 fn hex(field: &str) -> Option<u64> {
@@ -225,18 +404,19 @@ fn stamp_of(st: &libc::stat) -> (u64, SystemTime) {
 }
 
 /// Reads one line into `line` (without its newline), keeping at most
-/// `max` bytes: returns (more input may follow, the line was too long and
-/// was skipped to its end).
+/// `max` bytes: returns (bytes consumed, the line ended with a newline,
+/// the line was too long and was skipped to its end).
 fn read_capped_line(
     reader: &mut impl BufRead,
     line: &mut Vec<u8>,
     max: usize,
-) -> io::Result<(bool, bool)> {
+) -> io::Result<(u64, bool, bool)> {
     let mut too_long = false;
+    let mut used_all = 0u64;
     loop {
         let buf = reader.fill_buf()?;
         if buf.is_empty() {
-            return Ok((false, too_long));
+            return Ok((used_all, false, too_long));
         }
         let (chunk, newline) = match buf.iter().position(|&b| b == b'\n') {
             Some(i) => (&buf[..i], Some(i)),
@@ -252,8 +432,9 @@ fn read_capped_line(
         }
         let used = newline.map_or(chunk.len(), |i| i + 1);
         reader.consume(used);
+        used_all += used as u64;
         if newline.is_some() {
-            return Ok((true, too_long));
+            return Ok((used_all, true, too_long));
         }
     }
 }
@@ -308,6 +489,58 @@ mod tests {
         assert_eq!(stamp(me, me), map.read_stamp());
         std::fs::write(&path, "1000 10 a\n2000 10 b\n").unwrap();
         assert_ne!(stamp(me, me), map.read_stamp());
+
+        // Appended: only the new lines are read, and later lines win.
+        let read = |map: &mut PerfMap| match map.update(me, me, MAX_BYTES, true).unwrap() {
+            Progress::Read { bytes, done } => {
+                assert!(done);
+                bytes
+            }
+            Progress::Rewritten => panic!("restarts"),
+        };
+        let mut map = PerfMap::read(me, me).unwrap();
+        let mut f = std::fs::File::options().append(true).open(&path).unwrap();
+        std::io::Write::write_all(&mut f, b"3000 10 c\n1000 10 a2\n").unwrap();
+        assert_eq!(read(&mut map), 21, "the appended lines only");
+        assert_eq!(map.find(0x1001), Some("a2"));
+        assert_eq!(map.find(0x2001), Some("b"));
+        assert_eq!(map.find(0x3001), Some("c"));
+        // A half-written line is taken, and read again once whole.
+        std::io::Write::write_all(&mut f, b"4000 10 d").unwrap();
+        assert_eq!(read(&mut map), 0);
+        assert_eq!(map.find(0x4001), Some("d"));
+        std::io::Write::write_all(&mut f, b"dd\n").unwrap();
+        assert_eq!(read(&mut map), 12);
+        assert_eq!((map.find(0x4001), map.entry_count()), (Some("ddd"), 4));
+        drop(f);
+        // Rewritten (what was read changed): read again whole, in steps
+        // when asked to.
+        std::fs::write(&path, "1000 10 x\n2000 10 y\n3000 10 z\n5000 10 w\n").unwrap();
+        assert_eq!(map.update(me, me, 8, false).unwrap(), Progress::Rewritten);
+        let mut next = PerfMap::default();
+        let step = next.update(me, me, 15, true).unwrap();
+        assert_eq!(
+            step,
+            Progress::Read {
+                bytes: 20,
+                done: false
+            }
+        );
+        assert_eq!((next.find(0x2001), next.find(0x3001)), (Some("y"), None));
+        assert_eq!(next.read_stamp(), None, "not up to date yet");
+        let step = next.update(me, me, 15, true).unwrap();
+        assert_eq!(
+            step,
+            Progress::Read {
+                bytes: 20,
+                done: true
+            }
+        );
+        assert_eq!(next.read_stamp(), stamp(me, me));
+        assert_eq!(next.find(0x5001), Some("w"));
+        assert_eq!(read(&mut map), 40);
+        assert_eq!((map.find(0x1001), map.find(0x4001)), (Some("x"), None));
+        std::fs::write(&path, "1000 10 a\n2000 10 b\n").unwrap();
 
         // Older than the process: an earlier process's with our pid.
         let old = std::fs::File::options().write(true).open(&path).unwrap();

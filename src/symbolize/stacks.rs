@@ -117,7 +117,7 @@ impl Symbolizer {
             })
             .collect();
         let locations: Vec<Vec<Location>> = firsts.iter().map(|s| self.locate_user(s)).collect();
-        self.resolve_user(&locations);
+        self.resolve_user(&firsts, &locations);
         self.resolve_kernel(&firsts);
         let stacks: Vec<Stack> = firsts
             .iter()
@@ -178,7 +178,7 @@ impl Symbolizer {
         }
         let interner = &mut self.interner;
         let found = self.jit.find(pid, addr, |name| {
-            interner.get(&frames::frame_name(name, jvm))
+            interner.get_for(pid, &frames::frame_name(name, jvm))
         });
         match found {
             Some(frame) => Location::Jit(frame),
@@ -190,16 +190,22 @@ impl Symbolizer {
         }
     }
 
-    fn resolve_user(&mut self, locations: &[Vec<Location>]) {
-        let mut wanted: HashMap<FileKey, Vec<u64>> = HashMap::new();
-        for loc in locations.iter().flatten() {
-            if let Location::File { file, offset } = loc {
-                if !self.user_cache.contains_key(&(*file, *offset)) {
-                    wanted.entry(*file).or_default().push(*offset);
+    /// Names the file offsets `locations` (one list per source) point at;
+    /// a new name counts against the share of the first process that
+    /// wanted its file.
+    fn resolve_user(&mut self, sources: &[StackSource], locations: &[Vec<Location>]) {
+        let mut wanted: HashMap<FileKey, (u32, Vec<u64>)> = HashMap::new();
+        for (source, locs) in sources.iter().zip(locations) {
+            for loc in locs {
+                if let Location::File { file, offset } = loc {
+                    if !self.user_cache.contains_key(&(*file, *offset)) {
+                        let (_, offsets) = wanted.entry(*file).or_insert((source.pid, Vec::new()));
+                        offsets.push(*offset);
+                    }
                 }
             }
         }
-        for (file, mut offsets) in wanted {
+        for (file, (pid, mut offsets)) in wanted {
             offsets.sort_unstable();
             offsets.dedup();
             let Some(locator) = self.procs.locator(file) else {
@@ -213,8 +219,10 @@ impl Symbolizer {
                 .to_string();
             for (offset, name) in offsets.into_iter().zip(names) {
                 let text = name.unwrap_or_else(|| format!("{module}+{offset:#x}"));
-                let frame = self.intern(&text);
-                self.user_cache.insert((file, offset), frame);
+                // A refusal is that process's: not cached for the others.
+                if let Ok(frame) = self.interner.try_get_for(pid, &text) {
+                    self.user_cache.insert((file, offset), frame);
+                }
             }
         }
     }
