@@ -5,9 +5,11 @@
 //!
 //! Every name is counted when it is inserted, against the whole set's
 //! bound ([`MAX_BYTES`]) and against the share of the process that brought
-//! it ([`SHARE_BYTES`]): a process past its share gets
-//! [`OVER_BUDGET`] for its new names (counted, `names`/`budget`), so it can
-//! degrade only its own frames until the store lets go of its old ones.
+//! it ([`SHARE_BYTES`]) and of its user ([`USER_SHARE_BYTES`], so that many
+//! processes of one user cannot fill the set together): a process past a
+//! share gets [`OVER_BUDGET`] for its new names (counted,
+//! `names`/`budget`), so it can degrade only its own (and its user's)
+//! frames until the store lets go of their old ones.
 
 use std::{borrow::Cow, sync::Arc};
 
@@ -25,6 +27,12 @@ pub const MAX_FRAME_BYTES: usize = 2048;
 pub const MAX_BYTES: usize = 128 << 20;
 /// Bytes of names one process may have brought among those held.
 pub const SHARE_BYTES: usize = MAX_BYTES / 8;
+/// Bytes of names all processes of one user may have brought among those
+/// held: four users' worth fill the set, root's processes being one user.
+pub const USER_SHARE_BYTES: usize = MAX_BYTES / 4;
+/// The user names are charged to when a process's user cannot be read
+/// (it has exited).
+const UNKNOWN_USER: u32 = u32::MAX;
 /// The frame a name refused for want of room becomes.
 pub const OVER_BUDGET: &str = "[names over budget]";
 
@@ -34,6 +42,12 @@ pub struct Interner {
     names: FxHashMap<Frame, u32>,
     bytes: usize,
     by_pid: FxHashMap<u32, usize>,
+    by_user: FxHashMap<u32, usize>,
+    /// Each charged process's effective user, read once per prune round
+    /// (a pid reused meanwhile is charged to the old user until then).
+    users: FxHashMap<u32, u32>,
+    /// Reads a process's effective user (`/proc`; tests give their own).
+    read_user: fn(u32) -> Option<u32>,
     over_budget: Frame,
     /// A name was refused because the whole set was full.
     full: bool,
@@ -48,6 +62,9 @@ impl Default for Interner {
             names,
             bytes: over_budget.len(),
             by_pid: FxHashMap::default(),
+            by_user: FxHashMap::default(),
+            users: FxHashMap::default(),
+            read_user: |pid| crate::procinfo::Status::read(pid).map(|s| s.euid),
             over_budget,
             full: false,
         }
@@ -82,14 +99,18 @@ impl Interner {
         }
         let len = name.len();
         let room = self.bytes + len <= MAX_BYTES;
-        let share = self.by_pid.get(&pid).copied().unwrap_or(0);
-        if !room || (pid != 0 && share + len > SHARE_BYTES) {
+        let over_share = pid != 0 && {
+            let user = self.user_of(pid);
+            self.by_pid.get(&pid).copied().unwrap_or(0) + len > SHARE_BYTES
+                || self.by_user.get(&user).copied().unwrap_or(0) + len > USER_SHARE_BYTES
+        };
+        if !room || over_share {
             self.full |= !room;
             refusals::count_for(What::Names, Reason::Budget, pid);
             return Err(self.over_budget.clone());
         }
         if pid != 0 {
-            *self.by_pid.entry(pid).or_default() += len;
+            self.charge(pid, len);
         }
         let f: Frame = Arc::from(name.as_ref());
         self.bytes += len;
@@ -97,16 +118,42 @@ impl Interner {
         Ok(f)
     }
 
-    /// Drops the names only the interner holds; what each process brought
-    /// is counted again from those kept.
+    /// `pid`'s effective user, read once per prune round.
+    fn user_of(&mut self, pid: u32) -> u32 {
+        let read = self.read_user;
+        *self
+            .users
+            .entry(pid)
+            .or_insert_with(|| read(pid).unwrap_or(UNKNOWN_USER))
+    }
+
+    fn charge(&mut self, pid: u32, len: usize) {
+        let user = self.user_of(pid);
+        *self.by_pid.entry(pid).or_default() += len;
+        *self.by_user.entry(user).or_default() += len;
+    }
+
+    /// Drops the names only the interner holds; what each process and
+    /// user brought is counted again from those kept.
     pub fn prune(&mut self) {
         self.names.retain(|f, _| Arc::strong_count(f) > 1);
         self.bytes = self.names.keys().map(|f| f.len()).sum();
+        let kept: Vec<(u32, usize)> = self
+            .names
+            .iter()
+            .filter(|(_, pid)| **pid != 0)
+            .map(|(f, pid)| (*pid, f.len()))
+            .collect();
+        let users = std::mem::take(&mut self.users);
         self.by_pid.clear();
-        for (f, pid) in &self.names {
-            if *pid != 0 {
-                *self.by_pid.entry(*pid).or_default() += f.len();
+        self.by_user.clear();
+        for (pid, len) in kept {
+            // Users of processes still holding names are kept: reading
+            // them again would charge a pid reused since to its new user.
+            if let Some(&user) = users.get(&pid) {
+                self.users.insert(pid, user);
             }
+            self.charge(pid, len);
         }
         self.full = false;
     }
@@ -169,6 +216,14 @@ pub fn clean_to(name: &str, max: usize) -> Cow<'_, str> {
 mod tests {
     use super::*;
 
+    /// An interner where process `pid` is user `pid / 100`.
+    fn interner() -> Interner {
+        Interner {
+            read_user: |pid| Some(pid / 100),
+            ..Interner::default()
+        }
+    }
+
     #[test]
     fn names_are_cleaned_cut_and_pruned() {
         let mut names = Interner::default();
@@ -193,7 +248,7 @@ mod tests {
     #[test]
     fn a_process_past_its_share_gets_the_marker_until_its_names_go() {
         let before = refusals::get(What::Names, Reason::Budget);
-        let mut names = Interner::default();
+        let mut names = interner();
         let name = |i: usize| format!("{i:0>2000}");
         let mut held = Vec::new();
         let mut i = 0;
@@ -215,11 +270,11 @@ mod tests {
 
     #[test]
     fn the_whole_bound_holds_whatever_the_processes() {
-        let mut names = Interner::default();
+        let mut names = interner();
         let mut held = Vec::new();
         let per_pid = SHARE_BYTES / 2000;
         for i in 0..(MAX_BYTES / 2000 + 10) {
-            let pid = (i / per_pid) as u32 + 1;
+            let pid = (i / per_pid) as u32 * 100 + 1;
             held.push(names.get_for(pid, &format!("{i:0>2000}")));
             assert!(names.bytes() <= MAX_BYTES);
         }
@@ -233,6 +288,31 @@ mod tests {
         held.clear();
         names.prune();
         assert!(!names.full() && names.bytes() < 100);
+    }
+
+    #[test]
+    fn many_processes_of_one_user_fill_only_that_users_share() {
+        let mut names = interner();
+        let mut held = Vec::new();
+        let per_pid = SHARE_BYTES / 2000;
+        // Eight processes of user 5, each up to its own share: together
+        // they stop at the user's share.
+        for i in 0..8 * per_pid {
+            let pid = 500 + (i / per_pid) as u32;
+            let f = names.get_for(pid, &format!("{i:0>2000}"));
+            if &*f != OVER_BUDGET {
+                held.push(f);
+            }
+        }
+        let of_user: usize = (500..508).map(|pid| names.bytes_of(pid)).sum();
+        assert!(of_user <= USER_SHARE_BYTES, "{of_user}");
+        assert!(of_user + 2000 > USER_SHARE_BYTES, "{of_user}");
+        let other = names.get_for(601, &"x".repeat(2000));
+        assert_ne!(&*other, OVER_BUDGET, "another user is not affected");
+        drop(other);
+        // Pruning keeps the charge of the names still held.
+        names.prune();
+        assert_eq!(&*names.get_for(509, &"y".repeat(2000)), OVER_BUDGET);
     }
 
     #[test]
