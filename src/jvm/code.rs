@@ -19,10 +19,10 @@ const MAX_HEAPS: u64 = 8;
 /// many segments back (64 KiB of 64-byte segments) are found in one read.
 const SEGMAP_FIRST: u64 = 1024;
 /// Segment-map bytes read at most for one pc, in one more read: blocks up
-/// to 4 MiB of 64-byte segments (nmethods are at most a few hundred KiB).
+/// to 1 MiB of 64-byte segments (nmethods are at most a few hundred KiB).
 /// A map that goes back further (or never reaches a block start, as a
 /// forged one may) leaves the pc to the perf map.
-const SEGMAP_MAX: u64 = 64 << 10;
+const SEGMAP_MAX: u64 = 16 << 10;
 /// Largest metadata, pc table or scope data read for one nmethod.
 const MAX_DATA: u64 = 1 << 20;
 /// Inlining depth followed at most (C2's default limit is 15).

@@ -33,11 +33,13 @@ use crate::{
     untrusted::refusals::{count_for, Reason, What},
 };
 
-/// Reads of one JVM's memory per batch at most (a warming-up JVM decoding
-/// a few hundred new nmethods needs a few thousand).
-pub const READ_CALLS: u64 = 8192;
-/// Bytes read from one JVM's memory per batch at most.
-pub const READ_BYTES: u64 = 32 << 20;
+/// Reads of one JVM's memory per batch at most: a JVM in its steady state
+/// needs about two per distinct compiled pc, one warming up about ten per
+/// new nmethod (most of them once).
+pub const READ_CALLS: u64 = 4096;
+/// Bytes read from one JVM's memory per batch at most (an nmethod's
+/// tables are a few KiB).
+pub const READ_BYTES: u64 = 4 << 20;
 
 const MAX_NMETHODS: usize = 32_768;
 /// Bytes of decoded nmethods of all JVMs together (a JVM's memory is its
