@@ -187,6 +187,13 @@ fn verified_flag(vm: &Vm, mem: &Remote, facts: &FileFacts, bias: u64) -> Result<
             return disagree("the flag table's size", t.size.saturating_mul(count), size);
         }
     }
+    let inside = |f: super::vmstructs::Field| f.offset + f.width as u64 <= t.size;
+    if !inside(t.name) || !inside(t.addr) {
+        return Err(WriteError::Unverified(format!(
+            "JVMFlag::_name at {}, _addr at {}, past sizeof(JVMFlag) = {}",
+            t.name.offset, t.addr.offset, t.size
+        )));
+    }
     if count == 0 || count > MAX_FLAGS || !(8..=MAX_FLAG_SIZE).contains(&t.size) {
         return Err(WriteError::Unverified(format!(
             "{count} flags of {} bytes",

@@ -23,13 +23,14 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 static void *jvm;
@@ -116,17 +117,15 @@ static void writable(void *p, size_t len) {
 	}
 }
 
-// Burns CPU for `ms` milliseconds, so the daemon samples (and looks at)
-// this process.
-static void busy(int ms) {
-	struct timespec t0, t;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	volatile unsigned long x = 0;
-	do {
-		for (int i = 0; i < 100000; i++)
-			x += i;
-		clock_gettime(CLOCK_MONOTONIC, &t);
-	} while ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 < ms);
+// Burns CPU for `ms` milliseconds in libjvm's own code (JVM_NanoTime needs
+// no VM), so the daemon samples this process there and sees it map libjvm.
+static void busy(void *lib, int ms) {
+	long (*nano)(void *, void *) = (long (*)(void *, void *))dlsym(lib, "JVM_NanoTime");
+	if (!nano)
+		_exit(2);
+	long t0 = nano(NULL, NULL);
+	while (nano(NULL, NULL) - t0 < ms * 1000000L)
+		;
 }
 
 static int poison(const char *lib, const char *dir) {
@@ -175,12 +174,13 @@ static int poison(const char *lib, const char *dir) {
 		if (fork() == 0) {
 			char path[4096];
 			snprintf(path, sizeof path, "%s/%d/libjvm.so", dir, k);
-			if (!dlopen(path, RTLD_NOW | RTLD_LOCAL))
+			void *copy = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+			if (!copy)
 				_exit(1);
 			// A child of the process that mapped it, so the daemon
 			// sees it mapped from the start.
 			if (fork() == 0) {
-				busy(1500);
+				busy(copy, 1500);
 				_exit(0);
 			}
 			wait(NULL);
@@ -192,8 +192,9 @@ static int poison(const char *lib, const char *dir) {
 	// A child with the poisoned copy, sampled and seen as a JVM.
 	pid_t child = fork();
 	if (child == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		for (;;) {
-			busy(500);
+			busy(jvm, 500);
 			sleep(1);
 		}
 	}
