@@ -214,6 +214,7 @@ fn perf_map_frames_write_nothing() {
     ])
     .args(["--clear-groups", "--"])
     .arg(jdk.java())
+    .arg("-XX:+UnlockDiagnosticVMOptions")
     .arg("-cp")
     .arg(classes())
     .args(["FlagProbe", "DebugNonSafepoints", &marker])

@@ -128,6 +128,24 @@ static void busy(void *lib, int ms) {
 		;
 }
 
+// Whether `p` lies in a writable mapping of this process (a product flag,
+// not a constant one of a develop flag).
+static int is_writable(const void *p) {
+	FILE *maps = fopen("/proc/self/maps", "r");
+	char line[4096];
+	int found = 0;
+	while (maps && fgets(line, sizeof line, maps)) {
+		unsigned long lo, hi;
+		char perms[8];
+		if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) == 3 && lo <= (uintptr_t)p &&
+		    (uintptr_t)p < hi)
+			found = perms[1] == 'w';
+	}
+	if (maps)
+		fclose(maps);
+	return found;
+}
+
 static int poison(const char *lib, const char *dir) {
 	open_jvm(lib);
 	char **flags = *(char ***)static_at("JVMFlag", "flags");
@@ -152,7 +170,7 @@ static int poison(const char *lib, const char *dir) {
 	for (long k = i - 1; k >= 0 && (i - k) * (long)size < 4096; k--) {
 		const char *n = *(const char **)(table + k * size + name_off);
 		char *value = *(char **)(table + k * size + addr_off);
-		if (n && value && *value == 0 &&
+		if (n && value && *value == 0 && is_writable(value) &&
 		    (!strncmp(n, "Print", 5) || !strncmp(n, "Trace", 5) || !strncmp(n, "Verify", 6))) {
 			j = k;
 			break;
