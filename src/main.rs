@@ -68,8 +68,8 @@ struct Sampling {
     offcpu_stacks: OffcpuStacks,
     /// `auto`: have HotSpot JVMs (JDK 17+) write their perf map and report
     /// thread names, through the attach mechanism (as `jcmd` does); `off`:
-    /// never signal or connect to a JVM (perf maps they write themselves
-    /// are still used).
+    /// never signal or connect to a JVM, nor read or write its memory
+    /// (Java frames come from the perf maps JVMs write themselves).
     #[arg(long, value_enum, default_value_t = JvmMode::Auto)]
     jvm: JvmMode,
     /// `full`: name Java frames from the JVM's own structures (methods

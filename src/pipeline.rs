@@ -151,6 +151,11 @@ pub struct Pipeline {
 impl Pipeline {
     /// Loads and attaches the programs and starts draining.
     pub fn start(opts: &PipelineOptions) -> Result<Pipeline, PipelineError> {
+        // `--jvm=off` reads no JVM memory either: perf maps only.
+        let jvm_frames = match opts.jvm {
+            JvmMode::Off => JvmFrames::PerfMap,
+            JvmMode::Auto => opts.jvm_frames,
+        };
         let (probes, mut maps) = bpf::load(&opts.probes)?;
         let registry = maps
             .unwind
@@ -158,25 +163,24 @@ impl Pipeline {
             .filter(|_| opts.probes.unwind_tables)
             .map(Registry::new)
             .map(|mut r| {
-                r.java_interpreters = opts.jvm_frames == JvmFrames::Full;
+                r.java_interpreters = jvm_frames == JvmFrames::Full;
                 r
             });
         let store = Store::new(opts.retention).with_max_bytes(opts.store_max_bytes);
         let shared = Shared::new(store, probes.attached.clone());
+        if jvm_frames == JvmFrames::Full {
+            // The one write into other processes; see `jvm::flags`.
+            shared.jvms.allow_flag_writes();
+        }
         shared.health().engine = Some(probes.engine.clone());
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, rx) = mpsc::sync_channel::<RawBatch>(BATCH_QUEUE);
         let table = Arc::new(ProcessTable::default());
         let procs = match maps.proc_events.take() {
             Some(ring) => {
-                let (jvms, prepare) = (
-                    shared.jvms.clone(),
-                    opts.jvm == JvmMode::Auto && opts.jvm_frames == JvmFrames::Full,
-                );
+                let jvms = shared.jvms.clone();
                 process::spawn_reader(ring, table.clone(), stop.clone(), move |pid| {
-                    if prepare {
-                        crate::jvm::flags::prepare(pid, &jvms);
-                    }
+                    crate::jvm::flags::prepare(pid, &jvms);
                 })
             }
             None => thread::Builder::new().spawn(|| {}),
@@ -216,7 +220,6 @@ impl Pipeline {
         };
         let symbolizer = {
             let shared = shared.clone();
-            let jvm_frames = opts.jvm_frames;
             thread::Builder::new()
                 .name("ws-symbolize".into())
                 .spawn(move || symbolize_loop(&rx, &shared, table, link, jvm_frames))

@@ -68,11 +68,17 @@ pub fn is_kernel_thread(pid: u32) -> bool {
     pid == 0 || stat_field(pid, 6).is_some_and(|f| f & PF_KTHREAD != 0)
 }
 
+/// When `pid` started, in clock ticks after boot: with the pid, it names
+/// one process for the life of the host (a reused pid starts later).
+pub fn start_ticks(pid: u32) -> Option<u64> {
+    stat_field(pid, 19)
+}
+
 /// When `pid` started (wall clock), from its start time in clock ticks
 /// after boot and the boot time.
 pub fn start_time(pid: u32) -> Option<SystemTime> {
     // starttime is field 22, the 19th after the name.
-    let ticks = stat_field(pid, 19)?;
+    let ticks = start_ticks(pid)?;
     let boot: u64 = fs::read_to_string("/proc/stat")
         .ok()?
         .lines()

@@ -15,9 +15,14 @@ use super::{
 
 /// Code heaps a JVM has at most (non-profiled, profiled, non-nmethods).
 const MAX_HEAPS: u64 = 8;
-/// Segment-map hops to a block's start: each hop goes back up to 254
-/// segments, and nmethods are at most a few hundred KiB.
-const MAX_HOPS: usize = 4096;
+/// Segment-map bytes read first for one pc: blocks starting up to this
+/// many segments back (64 KiB of 64-byte segments) are found in one read.
+const SEGMAP_FIRST: u64 = 1024;
+/// Segment-map bytes read at most for one pc, in one more read: blocks up
+/// to 1 MiB of 64-byte segments (nmethods are at most a few hundred KiB).
+/// A map that goes back further (or never reaches a block start, as a
+/// forged one may) leaves the pc to the perf map.
+const SEGMAP_MAX: u64 = 16 << 10;
 /// Largest metadata, pc table or scope data read for one nmethod.
 const MAX_DATA: u64 = 1 << 20;
 /// Inlining depth followed at most (C2's default limit is 15).
@@ -90,10 +95,12 @@ pub struct JavaCode<'a> {
 impl<'a> JavaCode<'a> {
     /// The code of JVM `pid`, laid out as `vm` says.
     pub fn new(vm: &'a Vm, pid: u32) -> JavaCode<'a> {
-        JavaCode {
-            vm,
-            mem: Remote::new(pid),
-        }
+        Self::with_mem(vm, Remote::new(pid))
+    }
+
+    /// The code of the JVM `mem` reads (with its budget).
+    pub fn with_mem(vm: &'a Vm, mem: Remote) -> JavaCode<'a> {
+        JavaCode { vm, mem }
     }
 
     fn layout(&self) -> &Layout {
@@ -145,20 +152,28 @@ impl<'a> JavaCode<'a> {
     }
 
     /// The start of the code blob holding `pc`, through its heap's segment
-    /// map (0xff: free; else how many segments back the block starts).
+    /// map (0xff: free; else how many segments back the block starts),
+    /// and the segment map's address and index it was found from (for
+    /// caching). The span of the map the walk needs is read in one call
+    /// ([`SEGMAP_FIRST`] bytes), a longer one in one more
+    /// ([`SEGMAP_MAX`]), and walked here: a pc costs at most two reads
+    /// whatever the map holds.
     pub fn blob_at(&self, heaps: &[Heap], pc: u64) -> Option<u64> {
-        let heap = heaps.iter().find(|h| h.low <= pc && pc < h.high)?;
-        let mut seg = (pc - heap.low) >> heap.log2_segment;
-        let mut byte = [0u8; 1];
-        for _ in 0..MAX_HOPS {
-            self.mem.read(heap.segmap + seg, &mut byte).ok()?;
-            match byte[0] {
-                0 => {
-                    let block = heap.low + (seg << heap.log2_segment);
+        let (heap, seg) = segment_of(heaps, pc)?;
+        for span in [SEGMAP_FIRST, SEGMAP_MAX] {
+            let first = seg.saturating_sub(span - 1);
+            let map = self
+                .mem
+                .bytes(heap.segmap.checked_add(first)?, (seg - first + 1) as usize)
+                .ok()?;
+            match walk_segmap(&map, (seg - first) as usize) {
+                Walk::Start(i) => {
+                    let block = heap.low + ((first + i as u64) << heap.log2_segment);
                     return Some(block + self.layout().heap_block_size);
                 }
-                0xff => return None,
-                back => seg = seg.checked_sub(u64::from(back))?,
+                Walk::Free => return None,
+                Walk::Before if first == 0 => return None,
+                Walk::Before => {}
             }
         }
         None
@@ -322,6 +337,46 @@ impl Nmethod {
     }
 }
 
+/// The heap holding `pc` and the index of its segment there: all pcs of
+/// one segment lie in the same code blob.
+pub fn segment_of(heaps: &[Heap], pc: u64) -> Option<(&Heap, u64)> {
+    let heap = heaps.iter().find(|h| h.low <= pc && pc < h.high)?;
+    Some((heap, (pc - heap.low) >> heap.log2_segment))
+}
+
+impl Heap {
+    /// Where its segment map is (names the heap).
+    pub fn segmap(&self) -> u64 {
+        self.segmap
+    }
+}
+
+/// Where a segment-map walk ended.
+#[derive(Debug, PartialEq, Eq)]
+enum Walk {
+    /// At the block's first segment (index in the span read).
+    Start(usize),
+    /// In free space.
+    Free,
+    /// Before the span read.
+    Before,
+}
+
+/// Walks the segment map `map` back from index `at`: each step goes back
+/// at least one segment, so it ends within `at + 1` steps.
+fn walk_segmap(map: &[u8], mut at: usize) -> Walk {
+    loop {
+        match map.get(at) {
+            Some(0) => return Walk::Start(at),
+            Some(0xff) | None => return Walk::Free,
+            Some(&back) => match at.checked_sub(usize::from(back)) {
+                Some(i) => at = i,
+                None => return Walk::Before,
+            },
+        }
+    }
+}
+
 /// HotSpot's compressed stream of unsigned integers (Pack200's UNSIGNED5:
 /// bytes below 192 end a number; JDK 20+ excludes the zero byte).
 struct Unsigned5<'a> {
@@ -381,6 +436,79 @@ mod tests {
             let got: Vec<u64> = std::iter::from_fn(|| r.next()).collect();
             assert_eq!(got, [0, 5, 191, 192, 300, 70_000, 1 << 30], "x={x}");
         }
+    }
+
+    /// A heap of `segments` 64-byte segments at a made-up address, whose
+    /// segment map is `map`, in this process's memory.
+    fn fake_heap(map: &[u8]) -> Heap {
+        Heap {
+            low: 0x7000_0000_0000,
+            high: 0x7000_0000_0000 + ((map.len() as u64) << 6),
+            segmap: map.as_ptr() as u64,
+            log2_segment: 6,
+        }
+    }
+
+    fn fake_vm() -> Vm {
+        let t = crate::jvm::vmstructs::tests::layout_for_tests();
+        Vm {
+            layout: std::sync::Arc::new(t),
+            bias: 0,
+        }
+    }
+
+    #[test]
+    fn a_segment_map_walk_is_one_read_and_finds_the_block() {
+        use crate::jvm::remote::Budget;
+        // Block 0: segments 0-299 (the map goes back in hops of up to 254,
+        // as HotSpot writes it); block 1 from 300; free from 400.
+        let mut map = vec![0xffu8; 512];
+        for (start, end) in [(0, 300), (300, 400)] {
+            for k in 0..end - start {
+                map[start + k] = if k == 0 { 0 } else { ((k - 1) % 254 + 1) as u8 };
+            }
+        }
+        let heap = fake_heap(&map);
+        let vm = fake_vm();
+        let budget = Budget::new(1, 1 << 20);
+        let code = JavaCode::with_mem(&vm, Remote::with_budget(std::process::id(), budget.clone()));
+        let hb = vm.layout.heap_block_size;
+        assert_eq!(
+            code.blob_at(&[heap], heap.low + 299 * 64 + 5),
+            Some(heap.low + hb)
+        );
+        assert!(!budget.exhausted(), "one read was enough");
+        let code = JavaCode::with_mem(
+            &vm,
+            Remote::with_budget(std::process::id(), Budget::new(1, 1 << 20)),
+        );
+        assert_eq!(
+            code.blob_at(&[heap], heap.low + 350 * 64),
+            Some(heap.low + 300 * 64 + hb)
+        );
+        let code = JavaCode::new(&vm, std::process::id());
+        assert_eq!(code.blob_at(&[heap], heap.low + 450 * 64), None, "free");
+    }
+
+    #[test]
+    fn a_forged_segment_map_costs_two_reads_at_most() {
+        use crate::jvm::remote::Budget;
+        // All 0x01: every segment says "one back", for 1 MiB of map.
+        let map = vec![1u8; 1 << 20];
+        let heap = fake_heap(&map);
+        let vm = fake_vm();
+        for seg in [10u64, 5_000, 900_000] {
+            let budget = Budget::new(2, 1 << 20);
+            let code =
+                JavaCode::with_mem(&vm, Remote::with_budget(std::process::id(), budget.clone()));
+            assert_eq!(code.blob_at(&[heap], heap.low + (seg << 6)), None);
+            assert!(!budget.exhausted(), "segment {seg}: at most two reads");
+        }
+        // One read only: a long walk gives up rather than read again.
+        let budget = Budget::new(1, 1 << 20);
+        let code = JavaCode::with_mem(&vm, Remote::with_budget(std::process::id(), budget.clone()));
+        assert_eq!(code.blob_at(&[heap], heap.low + (5_000 << 6)), None);
+        assert!(budget.exhausted());
     }
 
     #[test]

@@ -21,7 +21,10 @@ pub mod vmstructs;
 
 use std::{
     collections::HashMap,
-    sync::{Arc, RwLock},
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc, RwLock,
+    },
 };
 
 use serde::Serialize;
@@ -129,9 +132,22 @@ struct JvmEntry {
 #[derive(Debug, Default)]
 pub struct Jvms {
     entries: RwLock<HashMap<u32, JvmEntry>>,
+    /// Whether [`flags::prepare`] may write into JVMs (off by default).
+    flag_writes: AtomicBool,
 }
 
 impl Jvms {
+    /// Lets [`flags::prepare`] turn `DebugNonSafepoints` on: only with
+    /// `--jvm=auto --jvm-frames full`, the one mode that uses it.
+    pub fn allow_flag_writes(&self) {
+        self.flag_writes.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether flag writes are allowed.
+    pub fn flag_writes_allowed(&self) -> bool {
+        self.flag_writes.load(Ordering::Relaxed)
+    }
+
     /// The full Java name of thread `tid` of JVM `pid`, if known.
     pub fn thread_name(&self, pid: u32, tid: u32) -> Option<Arc<str>> {
         let entries = self.entries.read().unwrap_or_else(|e| e.into_inner());

@@ -5,31 +5,102 @@
 //! Everything read this way is the target's to choose: callers bound every
 //! size and loop by what a sane JVM holds, never by what they read.
 
-use std::io;
+use std::{
+    io,
+    sync::{
+        atomic::{AtomicBool, AtomicU64, Ordering},
+        Arc,
+    },
+};
 
 /// Longest C string read (type and field names of the VM's tables, blob
 /// names); longer ones are treated as not there.
 pub const MAX_CSTR: usize = 256;
 
-/// The memory of one process.
-#[derive(Debug, Clone, Copy)]
+/// Reads allowed on one process's behalf: calls and bytes, each taken
+/// before the read it pays for. Work done reading a process is its to
+/// cause (a fake code heap can make every pc cost thousands of reads), so
+/// each process gets its own and exhausting it degrades only its frames.
+#[derive(Debug)]
+pub struct Budget {
+    calls: AtomicU64,
+    bytes: AtomicU64,
+    exhausted: AtomicBool,
+}
+
+impl Budget {
+    /// `calls` reads of `bytes` bytes in all.
+    pub fn new(calls: u64, bytes: u64) -> Arc<Budget> {
+        Arc::new(Budget {
+            calls: AtomicU64::new(calls),
+            bytes: AtomicU64::new(bytes),
+            exhausted: AtomicBool::new(false),
+        })
+    }
+
+    /// Takes one call of `len` bytes; false (and exhausted from then on)
+    /// when there is not that much left.
+    fn take(&self, len: usize) -> bool {
+        let take = |left: &AtomicU64, n: u64| {
+            left.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |l| l.checked_sub(n))
+                .is_ok()
+        };
+        if self.exhausted() || !take(&self.calls, 1) || !take(&self.bytes, len as u64) {
+            self.exhausted.store(true, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+
+    /// Whether a read was refused for want of budget.
+    pub fn exhausted(&self) -> bool {
+        self.exhausted.load(Ordering::Relaxed)
+    }
+}
+
+/// The memory of one process, with the budget its reads are paid from.
+#[derive(Debug, Clone)]
 pub struct Remote {
     pid: u32,
+    budget: Option<Arc<Budget>>,
 }
 
 impl Remote {
-    /// Memory of process `pid` (needs ptrace access to it: root here).
+    /// Memory of process `pid` (needs ptrace access to it: root here),
+    /// read without a budget: for callers that bound their reads.
     pub fn new(pid: u32) -> Remote {
-        Remote { pid }
+        Remote { pid, budget: None }
     }
 
-    /// Fills `buf` from `addr`; fails unless every byte could be read.
+    /// Memory of process `pid`, read at most as `budget` allows.
+    pub fn with_budget(pid: u32, budget: Arc<Budget>) -> Remote {
+        Remote {
+            pid,
+            budget: Some(budget),
+        }
+    }
+
+    /// The process read.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Whether its budget ran out.
+    pub fn exhausted(&self) -> bool {
+        self.budget.as_ref().is_some_and(|b| b.exhausted())
+    }
+
+    /// Fills `buf` from `addr`; fails unless every byte could be read, or
+    /// when the budget does not allow the read.
     pub fn read(&self, addr: u64, buf: &mut [u8]) -> io::Result<()> {
         if buf.is_empty() {
             return Ok(());
         }
         if addr == 0 || addr.checked_add(buf.len() as u64).is_none() {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "bad address"));
+        }
+        if self.budget.as_ref().is_some_and(|b| !b.take(buf.len())) {
+            return Err(io::Error::other("read budget exhausted"));
         }
         let local = libc::iovec {
             iov_base: buf.as_mut_ptr().cast(),
@@ -134,6 +205,23 @@ mod tests {
         assert!(me.u64(8).is_err());
         let long = vec![b'x'; MAX_CSTR + 10];
         assert_eq!(me.cstr(long.as_ptr() as u64), None);
+    }
+
+    #[test]
+    fn a_budget_stops_reads_by_calls_and_by_bytes() {
+        let value = [7u8; 64];
+        let at = value.as_ptr() as u64;
+        let me = Remote::with_budget(std::process::id(), Budget::new(3, 1 << 20));
+        for _ in 0..3 {
+            assert!(me.bytes(at, 8).is_ok());
+        }
+        assert!(me.bytes(at, 8).is_err());
+        assert!(me.budget.as_ref().unwrap().exhausted());
+        let me = Remote::with_budget(std::process::id(), Budget::new(100, 40));
+        assert!(me.bytes(at, 32).is_ok());
+        assert!(me.bytes(at, 16).is_err(), "40 bytes allowed, 48 asked");
+        // Exhausted is for the rest of the batch, even for a small read.
+        assert!(me.bytes(at, 1).is_err());
     }
 
     #[test]

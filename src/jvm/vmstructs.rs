@@ -5,9 +5,13 @@
 //! versions (an offset, a pointer that became an offset, a field that
 //! moved to another structure) is read from the VM, not hard-coded.
 //!
-//! A layout is the same for every process mapping the same `libjvm.so`:
-//! [`layout_of`] parses it once per file (by device and inode) and keeps
-//! statics as offsets from the load bias.
+//! A layout is read from the very process it is used for, never shared
+//! between processes: any user can `dlopen` the system's libjvm and
+//! rewrite these tables in their own copy, and a layout taken from that
+//! copy must not choose what is read (or written) in anyone else's JVM.
+//! [`layout_of`] parses it once per process (pid and start time), with a
+//! bounded number of reads, and keeps statics as offsets from the load
+//! bias.
 
 use std::{
     collections::HashMap,
@@ -16,8 +20,8 @@ use std::{
 
 use object::{Object, ObjectSymbol};
 
-use super::remote::{uint_at, Remote};
-use crate::unwind::mappings::{exec_mappings, is_libjvm, open_mapped, ExecMapping, FileKey};
+use super::remote::{uint_at, Budget, Remote};
+use crate::unwind::mappings::{exec_mappings, is_libjvm, open_mapped, ExecMapping};
 
 /// Entries read from either table at most (JDK 25 has about 3,000).
 const MAX_ENTRIES: usize = 20_000;
@@ -25,8 +29,13 @@ const MAX_ENTRIES: usize = 20_000;
 const MAX_STRIDE: u64 = 256;
 /// Largest structure size believed; offsets beyond it are refused.
 const MAX_STRUCT: u64 = 4096;
-/// libjvm files whose layout (or failure) is remembered.
-const MAX_FILES: usize = 16;
+/// Processes whose layout (or failure) is remembered (about 1 KiB each).
+pub const MAX_PROCESSES: usize = 1024;
+/// Reads one parse may make: a real JVM needs a few hundred (strings are
+/// read a page at a time); a forged table stops here.
+pub const PARSE_CALLS: u64 = 4096;
+/// Bytes one parse may read.
+pub const PARSE_BYTES: u64 = 16 << 20;
 
 /// Why a JVM's structures cannot be read: its frames then come from its
 /// perf map only.
@@ -387,15 +396,17 @@ pub struct Vm {
     pub bias: u64,
 }
 
-type Cache = HashMap<FileKey, Result<Arc<Layout>, LayoutError>>;
+/// Layouts by (pid, start time in ticks).
+type Cache = HashMap<(u32, u64), Result<Arc<Layout>, LayoutError>>;
 
 fn cache() -> &'static Mutex<Cache> {
     static CACHE: std::sync::OnceLock<Mutex<Cache>> = std::sync::OnceLock::new();
     CACHE.get_or_init(Mutex::default)
 }
 
-/// The layout of JVM `pid`'s libjvm, parsed once per libjvm file (a
-/// failure too, so a JVM that cannot be read costs one attempt).
+/// The layout of JVM `pid`'s libjvm, parsed from its own memory once per
+/// process (a failure too, so a process that cannot be read costs one
+/// attempt).
 pub fn layout_of(pid: u32) -> Result<Vm, LayoutError> {
     let mappings = exec_mappings(pid).map_err(|e| LayoutError::Read(e.to_string()))?;
     layout_in(pid, &mappings)
@@ -410,21 +421,29 @@ pub(crate) fn layout_in(pid: u32, mappings: &[ExecMapping]) -> Result<Vm, Layout
     let file = open_mapped(pid, m).map_err(|e| LayoutError::File(e.to_string()))?;
     let bias = crate::unwind::table::load_bias_of(&file, m.start, m.offset)
         .map_err(|e| LayoutError::File(e.to_string()))?;
+    let started = crate::procinfo::start_ticks(pid)
+        .ok_or_else(|| LayoutError::Read("the process is gone".into()))?;
+    let key = (pid, started);
     let known = cache()
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .get(&m.key)
+        .get(&key)
         .cloned();
     let layout = match known {
         Some(result) => result?,
         None => {
             let result = parse(pid, &file, bias).map(Arc::new);
             let mut cache = cache().lock().unwrap_or_else(|e| e.into_inner());
-            if cache.len() >= MAX_FILES {
-                // JVM upgrades are rare: starting over is simpler than LRU.
-                cache.clear();
+            if cache.len() >= MAX_PROCESSES {
+                // Forget the processes that are gone; all, if none is.
+                cache.retain(|&(pid, started), _| {
+                    crate::procinfo::start_ticks(pid) == Some(started)
+                });
+                if cache.len() >= MAX_PROCESSES {
+                    cache.clear();
+                }
             }
-            cache.insert(m.key, result.clone());
+            cache.insert(key, result.clone());
             result?
         }
     };
@@ -434,7 +453,7 @@ pub(crate) fn layout_in(pid: u32, mappings: &[ExecMapping]) -> Result<Vm, Layout
 /// Reads the tables of the libjvm `file`, loaded at `bias` in `pid`.
 fn parse(pid: u32, file: &std::fs::File, bias: u64) -> Result<Layout, LayoutError> {
     let symbols = exported(file)?;
-    let mem = Remote::new(pid);
+    let mem = Remote::with_budget(pid, Budget::new(PARSE_CALLS, PARSE_BYTES));
     let read = |name: &'static str| -> Result<u64, LayoutError> {
         let value = symbols.get(name).ok_or(LayoutError::NoSymbol(name))?;
         mem.u64(bias + value)
@@ -451,7 +470,7 @@ fn parse(pid: u32, file: &std::fs::File, bias: u64) -> Result<Layout, LayoutErro
         read("gHotSpotVMStructEntryOffsetOffset")?,
         read("gHotSpotVMStructEntryAddressOffset")?,
     ];
-    let mut names = Names::new(mem);
+    let mut names = Names::new(mem.clone());
     for_each_entry(&mem, read("gHotSpotVMStructs")?, stride, &at, |e| {
         let Some(ty) = names.get(uint_at(e, at[0] as usize, 8)) else {
             return;
@@ -518,17 +537,24 @@ fn exported(file: &std::fs::File) -> Result<HashMap<&'static str, u64>, LayoutEr
     Ok(found)
 }
 
-/// Strings of the tables by address: type names repeat on every field.
+/// Strings of the tables by address: type names repeat on every field,
+/// and all of them lie together in libjvm's read-only data, so they are
+/// read a page at a time.
 struct Names {
     mem: Remote,
     seen: HashMap<u64, Option<String>>,
+    /// Pages read, by address (`None`: unreadable).
+    pages: HashMap<u64, Option<Vec<u8>>>,
 }
+
+const PAGE: u64 = 4096;
 
 impl Names {
     fn new(mem: Remote) -> Names {
         Names {
             mem,
             seen: HashMap::new(),
+            pages: HashMap::new(),
         }
     }
 
@@ -536,11 +562,36 @@ impl Names {
         if addr == 0 {
             return None;
         }
-        let mem = self.mem;
-        self.seen
-            .entry(addr)
-            .or_insert_with(|| mem.cstr(addr))
-            .clone()
+        if let Some(known) = self.seen.get(&addr) {
+            return known.clone();
+        }
+        let found = self.read(addr);
+        self.seen.insert(addr, found.clone());
+        found
+    }
+
+    fn read(&mut self, addr: u64) -> Option<String> {
+        let mut out = Vec::new();
+        let mut at = addr;
+        while out.len() <= super::remote::MAX_CSTR {
+            let page = at & !(PAGE - 1);
+            let mem = &self.mem;
+            let bytes = self
+                .pages
+                .entry(page)
+                .or_insert_with(|| mem.bytes(page, PAGE as usize).ok())
+                .as_ref()?;
+            let chunk = &bytes[(at - page) as usize..];
+            if let Some(end) = chunk.iter().position(|&b| b == 0) {
+                out.extend_from_slice(&chunk[..end]);
+                return (out.len() <= super::remote::MAX_CSTR)
+                    .then(|| String::from_utf8(out).ok())
+                    .flatten();
+            }
+            out.extend_from_slice(chunk);
+            at = page + PAGE;
+        }
+        None
     }
 }
 
@@ -588,4 +639,80 @@ fn for_each_entry(
         }
     }
     Err(LayoutError::Implausible("no end to the table".into()))
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A layout with plausible made-up offsets, for tests that build
+    /// structures in their own memory.
+    pub(crate) fn layout_for_tests() -> Layout {
+        let f = |offset| Field { offset, width: 8 };
+        Layout {
+            major: 17,
+            code_heaps: 0,
+            interpreter_code: 0,
+            array_len: f(0),
+            array_data: f(8),
+            heap_memory: 0,
+            heap_segmap: 0,
+            heap_log2_segment: f(0),
+            space_low: f(0),
+            space_high: f(8),
+            heap_block_size: 16,
+            blob_name: f(0),
+            blob_code: CodeStart::Offset(f(8)),
+            nm_compile_id: f(16),
+            nm_comp_level: None,
+            nm_method: f(24),
+            nm_data: NmethodData::InBlob {
+                metadata_offset: f(32),
+                scopes_data_begin: f(40),
+                scopes_pcs_offset: f(48),
+                dependencies_offset: f(56),
+            },
+            nm_header: 64,
+            pc_desc_size: 16,
+            pc_offset: f(0),
+            pc_scope_offset: f(8),
+            method_const: f(0),
+            const_constants: f(0),
+            const_name_index: f(8),
+            pool_size: 16,
+            pool_holder: f(0),
+            klass_name: f(0),
+            symbol_length: f(0),
+            symbol_body: 8,
+            queue_buffer: f(0),
+            queue_limit: f(8),
+            flags: None,
+        }
+    }
+
+    #[test]
+    fn table_strings_read_a_page_at_a_time() {
+        let text = b"CodeCache\0_heaps\0GrowableArray<CodeHeap*>*\0".to_vec();
+        let budget = Budget::new(3, 1 << 20);
+        let mut names = Names::new(Remote::with_budget(std::process::id(), budget.clone()));
+        let at = text.as_ptr() as u64;
+        assert_eq!(names.get(at).as_deref(), Some("CodeCache"));
+        assert_eq!(names.get(at + 10).as_deref(), Some("_heaps"));
+        assert_eq!(
+            names.get(at + 17).as_deref(),
+            Some("GrowableArray<CodeHeap*>*")
+        );
+        assert!(!budget.exhausted(), "a page or two for all three");
+        let long = vec![b'x'; 3 * PAGE as usize];
+        assert_eq!(names.get(long.as_ptr() as u64), None);
+    }
+
+    #[test]
+    fn layouts_are_per_process_and_not_read_from_a_non_jvm() {
+        // This test process maps no libjvm.
+        assert_eq!(
+            layout_of(std::process::id()).err(),
+            Some(LayoutError::NoLibjvm)
+        );
+    }
 }

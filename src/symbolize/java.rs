@@ -10,6 +10,12 @@
 //! JVMs' nmethods together at most [`NMETHOD_BUDGET_BYTES`] (past it the
 //! JVM being read starts over, then all); a JVM not looked up for
 //! [`FORGET_AFTER_BATCHES`] batches is forgotten.
+//!
+//! Reading a JVM's memory is work done on its behalf, and its memory is
+//! its user's to forge: each JVM may make at most [`READ_CALLS`] reads of
+//! [`READ_BYTES`] in all per batch. Past that its remaining frames in the
+//! batch fall back to its perf map (or `[unknown]`), the exhaustion is
+//! counted, and no other process is slowed.
 
 use std::sync::Arc;
 
@@ -18,12 +24,22 @@ use rustc_hash::FxHashMap;
 use super::interner::Interner;
 use crate::{
     jvm::{
-        code::{FrameKind, Heap, JavaCode, Nmethod},
+        code::{segment_of, FrameKind, Heap, JavaCode, Nmethod},
         methods::method_name,
+        remote::{Budget, Remote},
         vmstructs::{layout_of, LayoutError, Vm},
     },
     profile::Frame,
+    untrusted::refusals::{count_for, Reason, What},
 };
+
+/// Reads of one JVM's memory per batch at most: a JVM in its steady state
+/// needs about two per distinct compiled pc, one warming up about ten per
+/// new nmethod (most of them once).
+pub const READ_CALLS: u64 = 4096;
+/// Bytes read from one JVM's memory per batch at most (an nmethod's
+/// tables are a few KiB).
+pub const READ_BYTES: u64 = 4 << 20;
 
 const MAX_NMETHODS: usize = 32_768;
 /// Bytes of decoded nmethods of all JVMs together (a JVM's memory is its
@@ -48,6 +64,10 @@ struct JvmCode {
     methods: FxHashMap<u64, Option<Arc<str>>>,
     /// Bytes its decoded nmethods hold.
     bytes: usize,
+    /// Its memory, read on this batch's budget.
+    mem: Remote,
+    /// Whether this batch's budget ran out and was counted.
+    counted: bool,
 }
 
 /// Java frames of every JVM seen, read from their memory.
@@ -58,6 +78,9 @@ pub struct JavaFrames {
     /// This batch's answers by (pid, pc, leaf): the same return addresses
     /// come back in many stacks. Emptied each batch.
     answers: FxHashMap<(u32, u64, bool), Option<Vec<Frame>>>,
+    /// This batch's code blobs by (pid, segment map, segment): the pcs of
+    /// one segment share a blob. Emptied each batch.
+    blobs: FxHashMap<(u32, u64, u64), Option<u64>>,
     /// Bytes of all JVMs' decoded nmethods (the sum of their `bytes`).
     nmethod_bytes: usize,
     /// `--jvm-frames perf-map`: never read JVM memory.
@@ -69,6 +92,7 @@ impl JavaFrames {
     pub fn begin_batch(&mut self) {
         self.batch += 1;
         self.answers.clear();
+        self.blobs.clear();
         let batch = self.batch;
         self.jvms
             .retain(|_, j| batch - j.used < FORGET_AFTER_BATCHES);
@@ -102,14 +126,30 @@ impl JavaFrames {
             nmethods: FxHashMap::default(),
             methods: FxHashMap::default(),
             bytes: 0,
+            mem: Remote::new(pid),
+            counted: false,
         });
         j.used = batch;
         let vm = j.vm.as_ref().ok()?;
         if j.checked != batch {
             j.checked = batch;
-            j.heaps = JavaCode::new(vm, pid).heaps().unwrap_or_default();
+            j.counted = false;
+            j.mem = Remote::with_budget(pid, Budget::new(READ_CALLS, READ_BYTES));
+            j.heaps = JavaCode::with_mem(vm, j.mem.clone())
+                .heaps()
+                .unwrap_or_default();
         }
-        Some(j)
+        (!j.mem.exhausted()).then_some(j)
+    }
+
+    /// Counts JVM `pid`'s budget as exhausted, once a batch, if it is.
+    fn settle(&mut self, pid: u32) {
+        if let Some(j) = self.jvms.get_mut(&pid) {
+            if j.mem.exhausted() && !j.counted {
+                j.counted = true;
+                count_for(What::JvmMemory, Reason::Budget, pid);
+            }
+        }
     }
 
     /// The frames, outermost first, of the compiled method at `pc` in
@@ -124,7 +164,10 @@ impl JavaFrames {
         if let Some(known) = self.answers.get(&(pid, pc, leaf)) {
             return known.clone();
         }
-        let answer = self.read_compiled(pid, pc, leaf, interner);
+        let mut blobs = std::mem::take(&mut self.blobs);
+        let answer = self.read_compiled(pid, pc, leaf, &mut blobs, interner);
+        self.blobs = blobs;
+        self.settle(pid);
         self.answers.insert((pid, pc, leaf), answer.clone());
         answer
     }
@@ -134,6 +177,7 @@ impl JavaFrames {
         pid: u32,
         pc: u64,
         leaf: bool,
+        blobs: &mut FxHashMap<(u32, u64, u64), Option<u64>>,
         interner: &mut Interner,
     ) -> Option<Vec<Frame>> {
         let batch = self.batch;
@@ -146,9 +190,20 @@ impl JavaFrames {
         let total = self.nmethod_bytes;
         let j = self.jvm(pid)?;
         let vm = j.vm.as_ref().ok()?.clone();
-        let code = JavaCode::new(&vm, pid);
+        let code = JavaCode::with_mem(&vm, j.mem.clone());
         let mut new_total = total;
-        let blob = code.blob_at(&j.heaps, pc)?;
+        let (heap, seg) = segment_of(&j.heaps, pc)?;
+        let key = (pid, heap.segmap(), seg);
+        let blob = match blobs.get(&key) {
+            Some(&known) => known,
+            None => {
+                let found = code.blob_at(&j.heaps, pc);
+                if !j.mem.exhausted() {
+                    blobs.insert(key, found);
+                }
+                found
+            }
+        }?;
         let nm = match j.nmethods.get_mut(&blob) {
             Some((nm, seen)) if *seen == batch => nm.clone(),
             Some((nm, seen)) if alive(&code, blob, nm) => {
@@ -184,15 +239,22 @@ impl JavaFrames {
     /// The frame of an interpreted method, from the `Method*` the BPF
     /// walker read from its frame.
     pub fn interpreted(&mut self, pid: u32, method: u64, interner: &mut Interner) -> Frame {
+        let frame = self.read_interpreted(pid, method, interner);
+        self.settle(pid);
+        frame
+    }
+
+    fn read_interpreted(&mut self, pid: u32, method: u64, interner: &mut Interner) -> Frame {
         let Some(j) = self.jvm(pid) else {
             return interner.get(INTERPRETER);
         };
         let Ok(vm) = j.vm.clone() else {
             return interner.get(INTERPRETER);
         };
+        let mem = j.mem.clone();
         frame(
             j,
-            &JavaCode::new(&vm, pid),
+            &JavaCode::with_mem(&vm, mem),
             method,
             FrameKind::Interpreted,
             interner,
@@ -233,5 +295,7 @@ fn frame(
         .entry(method)
         .or_insert_with(|| method_name(code.vm, &code.mem, method).map(Arc::from))
         .clone()?;
-    Some(interner.get(&format!("{name}{}", kind.suffix())))
+    // Method names are the JVM's to choose: charged to it like its other
+    // names.
+    Some(interner.get_for(code.mem.pid(), &format!("{name}{}", kind.suffix())))
 }
