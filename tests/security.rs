@@ -17,10 +17,13 @@ use std::{
 };
 
 use support::{
-    ebpf_available, get, rows::json_at, rows::within, settle, workload, Daemon, Workload, CATCH_UP,
+    ebpf_available, get,
+    rows::json_at,
+    rows::within,
+    settle,
+    users::{self, NOBODY},
+    Daemon, Workload, CATCH_UP,
 };
-
-const NOBODY: u32 = 65534;
 
 /// One test at a time: each runs its own daemon, and every daemon would
 /// symbolize the others' workloads (1,200 binaries), which is noise for the
@@ -32,23 +35,7 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
 
 /// A directory every user can enter, for this test binary.
 fn scratch() -> PathBuf {
-    let dir = PathBuf::from(format!(
-        "/var/tmp/wallscope-security-{}",
-        std::process::id()
-    ));
-    fs::create_dir_all(&dir).unwrap();
-    fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
-    dir
-}
-
-/// The attacker workload, where `nobody` can run it.
-fn attacker() -> PathBuf {
-    let bin = scratch().join("attacker");
-    if !bin.exists() {
-        fs::copy(workload("attacker"), &bin).unwrap();
-        fs::set_permissions(&bin, fs::Permissions::from_mode(0o755)).unwrap();
-    }
-    bin
+    users::shared_dir("security", 0o755)
 }
 
 fn chown(path: &Path, uid: u32) {
@@ -57,17 +44,8 @@ fn chown(path: &Path, uid: u32) {
 
 /// Starts the attacker as `nobody` in `cwd`.
 fn as_nobody(cwd: &Path, args: &[&str]) -> Workload {
-    let mut cmd = Command::new("setpriv");
-    cmd.args([
-        "--reuid",
-        &NOBODY.to_string(),
-        "--regid",
-        &NOBODY.to_string(),
-    ])
-    .args(["--clear-groups", "--"])
-    .arg(attacker())
-    .args(args)
-    .current_dir(cwd);
+    let mut cmd = users::as_nobody(users::runnable_copy("attacker", &scratch()));
+    cmd.args(args).current_dir(cwd);
     Workload::spawn(cmd)
 }
 
@@ -360,7 +338,7 @@ fn distinct_short_lived_binaries_leave_no_descriptors_behind() {
     let copies: Vec<PathBuf> = (0..1200)
         .map(|i| {
             let p = dir.join(format!("bin{i}"));
-            fs::copy(attacker(), &p).unwrap();
+            fs::copy(users::runnable_copy("attacker", &scratch()), &p).unwrap();
             p
         })
         .collect();

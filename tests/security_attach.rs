@@ -11,7 +11,6 @@ use std::{
     fs,
     os::unix::fs::{MetadataExt, PermissionsExt},
     path::{Path, PathBuf},
-    process::Command,
     time::{Duration, Instant},
 };
 
@@ -19,10 +18,10 @@ use support::{
     ebpf_available, get,
     java::{self, jvm_report, JavaRun},
     rows::{json_at, within},
-    settle, workload, Daemon, Workload, CATCH_UP,
+    settle,
+    users::{self, NOBODY},
+    workload, Daemon, Workload, CATCH_UP,
 };
-
-const NOBODY: u32 = 65534;
 
 /// One test at a time: each runs its own daemon, which would attach to
 /// the other tests' JVMs too.
@@ -63,18 +62,8 @@ impl Drop for Fake {
 /// `silent` or `trickle`).
 fn slow_fake(mode: &str) -> Fake {
     let dir = scratch();
-    let mut cmd = Command::new("setpriv");
-    cmd.args([
-        "--reuid",
-        &NOBODY.to_string(),
-        "--regid",
-        &NOBODY.to_string(),
-    ])
-    .args(["--clear-groups", "--"])
-    .arg(dir.join("slowjvm"))
-    .arg(dir.join("libjvm.so"))
-    .arg(mode)
-    .current_dir(&dir);
+    let mut cmd = users::as_nobody(dir.join("slowjvm"));
+    cmd.arg(dir.join("libjvm.so")).arg(mode).current_dir(&dir);
     Fake(Workload::spawn(cmd))
 }
 

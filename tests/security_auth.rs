@@ -6,44 +6,26 @@
 
 mod support;
 
-use std::{fs, os::unix::fs::PermissionsExt, path::PathBuf, process::Command, time::Duration};
+use std::{fs, path::PathBuf, process::Command, time::Duration};
 
 use support::{
-    ebpf_available, get, rows::json_at, rows::within, settle, workload, Daemon, Workload,
+    ebpf_available, get,
+    rows::json_at,
+    rows::within,
+    settle,
+    users::{self, NOBODY},
+    Daemon, Workload,
 };
-
-const NOBODY: u32 = 65534;
 
 /// `mixed` where `nobody` can run it.
 fn shared_workload() -> PathBuf {
-    let dir = PathBuf::from(format!("/var/tmp/wallscope-auth-{}", std::process::id()));
-    fs::create_dir_all(&dir).unwrap();
-    fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
-    let bin = dir.join("mixed");
-    fs::copy(workload("mixed"), &bin).unwrap();
-    fs::set_permissions(&bin, fs::Permissions::from_mode(0o755)).unwrap();
-    bin
-}
-
-/// `cmd` run as `nobody`.
-fn as_nobody(program: &str) -> Command {
-    let mut cmd = Command::new("setpriv");
-    cmd.args([
-        "--reuid",
-        &NOBODY.to_string(),
-        "--regid",
-        &NOBODY.to_string(),
-        "--clear-groups",
-        "--",
-        program,
-    ]);
-    cmd
+    users::runnable_copy("mixed", &users::shared_dir("auth", 0o755))
 }
 
 /// `GET url` with curl, as `nobody` or as ourselves (root): status, body.
 fn curl(url: &str, nobody: bool) -> (u16, String) {
     let mut cmd = if nobody {
-        as_nobody("curl")
+        users::as_nobody("curl")
     } else {
         Command::new("curl")
     };
@@ -75,7 +57,7 @@ fn a_local_user_reads_only_their_own_processes() {
     settle(&ws.url);
     let bin = shared_workload();
     let root_w = Workload::start(&bin, &["120"]);
-    let mut cmd = as_nobody(bin.to_str().unwrap());
+    let mut cmd = users::as_nobody(&bin);
     cmd.arg("120");
     let nobody_w = Workload::spawn(cmd);
     let (root_pid, nobody_pid) = (root_w.pid as u64, nobody_w.pid as u64);

@@ -8,12 +8,15 @@
 
 mod support;
 
-use std::{fs, os::unix::fs::PermissionsExt, path::PathBuf, process::Command};
+use std::{fs, path::PathBuf};
 
 use serde_json::Value;
-use support::{cgroup::*, *};
+use support::{
+    cgroup::*,
+    users::{self, NOBODY},
+    *,
+};
 
-const NOBODY: u32 = 65534;
 const POD_UID: &str = "3c2b1a09-8f7e-4d6c-9b5a-4f3e2d1c0b9a";
 
 fn hex_id(seed: u8) -> String {
@@ -30,13 +33,7 @@ fn json(url: &str) -> Value {
 
 /// `cpu_shares` where `nobody` can run it.
 fn shared_workload() -> PathBuf {
-    let dir = PathBuf::from(format!("/var/tmp/wallscope-cg-{}", std::process::id()));
-    fs::create_dir_all(&dir).unwrap();
-    fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
-    let bin = dir.join("cpu_shares");
-    fs::copy(workload("cpu_shares"), &bin).unwrap();
-    fs::set_permissions(&bin, fs::Permissions::from_mode(0o755)).unwrap();
-    bin
+    users::runnable_copy("cpu_shares", &users::shared_dir("cg", 0o755))
 }
 
 #[test]
@@ -59,16 +56,8 @@ fn a_delegated_cgroup_cannot_pose_as_another_pods_container() {
     let delegated = Cgroup::create(&v2, "ws-sec-user/user@65534.service");
     std::os::unix::fs::chown(&delegated.leaf, Some(NOBODY), Some(NOBODY)).unwrap();
     let fake_rel = format!("{pod_path}/{fake_id}");
-    let made = Command::new("setpriv")
-        .args([
-            "--reuid",
-            "65534",
-            "--regid",
-            "65534",
-            "--clear-groups",
-            "--",
-        ])
-        .args(["mkdir", "-p"])
+    let made = users::as_nobody("mkdir")
+        .arg("-p")
         .arg(delegated.leaf.join(&fake_rel))
         .status()
         .unwrap();

@@ -15,17 +15,16 @@ use std::{
     io::{BufRead, Write},
     os::unix::fs::PermissionsExt,
     path::{Path, PathBuf},
-    process::{Command, Stdio},
+    process::Stdio,
 };
 
 use support::{
     ebpf_available, get,
     java::{classes, Jdk},
     rows::{folded_at, json_at, within},
-    settle, workload, Daemon, Workload, CATCH_UP,
+    settle, users, workload, Daemon, Workload, CATCH_UP,
 };
 
-const NOBODY: u32 = 65534;
 /// The victim JVM's user: neither root nor the attacker.
 const VICTIM: u32 = 1;
 
@@ -61,17 +60,8 @@ fn attacker(dir: &Path, args: &[&str]) -> Workload {
     let bin = dir.join("jvm_attacker");
     fs::copy(workload("jvm_attacker"), &bin).unwrap();
     fs::set_permissions(&bin, fs::Permissions::from_mode(0o755)).unwrap();
-    let mut cmd = Command::new("setpriv");
-    cmd.args([
-        "--reuid",
-        &NOBODY.to_string(),
-        "--regid",
-        &NOBODY.to_string(),
-    ])
-    .args(["--clear-groups", "--"])
-    .arg(bin)
-    .args(args)
-    .current_dir(dir);
+    let mut cmd = users::as_nobody(bin);
+    cmd.args(args).current_dir(dir);
     Workload::spawn(cmd)
 }
 
@@ -147,21 +137,13 @@ fn poisoned_layout_writes_nothing_into_another_users_jvm(jdk: Jdk) {
 
     // Another user's JVM, started after the attack.
     let marker = format!("wallscope-security-jvm-{}", std::process::id());
-    let mut cmd = Command::new("setpriv");
-    cmd.args([
-        "--reuid",
-        &VICTIM.to_string(),
-        "--regid",
-        &VICTIM.to_string(),
-    ])
-    .args(["--clear-groups", "--"])
-    .arg(jdk.java())
-    .arg("-XX:+UnlockDiagnosticVMOptions")
-    .arg("-cp")
-    .arg(classes())
-    .args(["FlagProbe", &neighbour, "DebugNonSafepoints", &marker])
-    .current_dir("/")
-    .stdin(Stdio::piped());
+    let mut cmd = users::as_user(VICTIM, jdk.java());
+    cmd.arg("-XX:+UnlockDiagnosticVMOptions")
+        .arg("-cp")
+        .arg(classes())
+        .args(["FlagProbe", &neighbour, "DebugNonSafepoints", &marker])
+        .current_dir("/")
+        .stdin(Stdio::piped());
     let mut victim = Workload::spawn(cmd);
     let pid = victim.pid;
     let state = within(CATCH_UP, || debug_non_safepoints(&ws.url, pid)).unwrap();
@@ -205,21 +187,13 @@ fn perf_map_frames_write_nothing() {
     let ws = Daemon::start(&["--jvm-frames", "perf-map"]);
     settle(&ws.url);
     let marker = format!("wallscope-security-jvm-pm-{}", std::process::id());
-    let mut cmd = Command::new("setpriv");
-    cmd.args([
-        "--reuid",
-        &VICTIM.to_string(),
-        "--regid",
-        &VICTIM.to_string(),
-    ])
-    .args(["--clear-groups", "--"])
-    .arg(jdk.java())
-    .arg("-XX:+UnlockDiagnosticVMOptions")
-    .arg("-cp")
-    .arg(classes())
-    .args(["FlagProbe", "DebugNonSafepoints", &marker])
-    .current_dir("/")
-    .stdin(Stdio::piped());
+    let mut cmd = users::as_user(VICTIM, jdk.java());
+    cmd.arg("-XX:+UnlockDiagnosticVMOptions")
+        .arg("-cp")
+        .arg(classes())
+        .args(["FlagProbe", "DebugNonSafepoints", &marker])
+        .current_dir("/")
+        .stdin(Stdio::piped());
     let mut victim = Workload::spawn(cmd);
     let pid = victim.pid;
     // Attached (the agent saw it at least once), nothing written.

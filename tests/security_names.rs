@@ -14,7 +14,6 @@ use std::{
     fs,
     os::unix::fs::PermissionsExt,
     path::PathBuf,
-    process::Command,
     sync::{Mutex, MutexGuard, OnceLock},
     thread,
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
@@ -22,11 +21,10 @@ use std::{
 
 use serde_json::Value;
 use support::{
-    ebpf_available, get, parse_folded, rows::json_at, rows::within, settle, workload, Daemon,
-    Workload, CATCH_UP,
+    ebpf_available, get, parse_folded, rows::json_at, rows::within, settle, users, workload,
+    Daemon, Workload, CATCH_UP,
 };
 
-const NOBODY: u32 = 65534;
 /// The bound on the daemon's growth under each name attack.
 const RSS_GROWTH: u64 = 100 << 20;
 /// The frame-name bound the README documents.
@@ -52,30 +50,14 @@ fn turn() -> Option<(MutexGuard<'static, ()>, &'static Daemon)> {
 
 /// A directory every user can enter, for this test binary.
 fn scratch() -> PathBuf {
-    let dir = PathBuf::from(format!("/var/tmp/wallscope-names-{}", std::process::id()));
-    fs::create_dir_all(&dir).unwrap();
-    fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).unwrap();
-    dir
+    users::shared_dir("names", 0o777)
 }
 
 /// Workload `name` started as `nobody` (from a copy `nobody` can run).
 fn as_nobody(name: &str, args: &[&str]) -> Workload {
-    let bin = scratch().join(name);
-    if !bin.exists() {
-        fs::copy(workload(name), &bin).unwrap();
-        fs::set_permissions(&bin, fs::Permissions::from_mode(0o755)).unwrap();
-    }
-    let mut cmd = Command::new("setpriv");
-    cmd.args([
-        "--reuid",
-        &NOBODY.to_string(),
-        "--regid",
-        &NOBODY.to_string(),
-    ])
-    .args(["--clear-groups", "--"])
-    .arg(&bin)
-    .args(args)
-    .current_dir(scratch());
+    let bin = users::runnable_copy(name, &scratch());
+    let mut cmd = users::as_nobody(&bin);
+    cmd.args(args).current_dir(scratch());
     Workload::spawn(cmd)
 }
 

@@ -4,21 +4,15 @@
 
 mod support;
 
-use std::{fs, os::unix::fs::PermissionsExt, path::PathBuf, process::Command};
+use std::path::PathBuf;
 
-use support::{ebpf_available, get, rows::within, settle, workload, Daemon, Workload, CATCH_UP};
-
-const NOBODY: u32 = 65534;
+use support::{
+    ebpf_available, get, rows::within, settle, users, workload, Daemon, Workload, CATCH_UP,
+};
 
 /// `workload(name)` copied where `nobody` can run it.
 fn for_nobody(name: &str) -> PathBuf {
-    let dir = PathBuf::from(format!("/var/tmp/wallscope-slots-{}", std::process::id()));
-    fs::create_dir_all(&dir).unwrap();
-    fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
-    let bin = dir.join(name);
-    fs::copy(workload(name), &bin).unwrap();
-    fs::set_permissions(&bin, fs::Permissions::from_mode(0o755)).unwrap();
-    bin
+    users::runnable_copy(name, &users::shared_dir("slots", 0o755))
 }
 
 /// Pids with series in `/metrics`.
@@ -43,16 +37,8 @@ fn idle_crowd_of_one_user_leaves_a_busy_process_its_metrics_slot() {
     let bin = for_nobody("many_threads");
     let crowd: Vec<Workload> = (0..21)
         .map(|_| {
-            let mut cmd = Command::new("setpriv");
-            cmd.args([
-                "--reuid",
-                &NOBODY.to_string(),
-                "--regid",
-                &NOBODY.to_string(),
-            ])
-            .args(["--clear-groups", "--"])
-            .arg(&bin)
-            .args(["300", "120"]);
+            let mut cmd = users::as_nobody(&bin);
+            cmd.args(["300", "120"]);
             Workload::spawn(cmd)
         })
         .collect();

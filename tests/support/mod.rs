@@ -11,6 +11,7 @@ pub mod java_frames;
 pub mod kernel;
 pub mod pyroscope;
 pub mod rows;
+pub mod users;
 
 use std::{
     io::{BufRead, BufReader},
