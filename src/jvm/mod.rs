@@ -18,6 +18,7 @@ pub mod output;
 pub mod remote;
 pub mod turns;
 pub mod vmstructs;
+mod vmtables;
 
 use std::{
     collections::HashMap,
