@@ -53,6 +53,20 @@ pub struct PipelineOptions {
     pub jvm_frames: JvmFrames,
 }
 
+/// CPU time of the calling thread so far, in µs (0 if it cannot be read).
+fn thread_cpu_us() -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid timespec for the call to fill.
+    let ok = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) } == 0;
+    if !ok {
+        return 0;
+    }
+    t.tv_sec as u64 * 1_000_000 + t.tv_nsec as u64 / 1_000
+}
+
 /// Health of the daemon's own machinery.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Health {
@@ -66,6 +80,11 @@ pub struct Health {
     pub symbolize_us_total: u64,
     /// Batches symbolized so far.
     pub symbolized_batches: u64,
+    /// CPU time the symbolizer's thread spent on the last batch: its work,
+    /// without the time it waited for a CPU on a busy host.
+    pub last_symbolize_cpu_us: u64,
+    /// Sum of every batch's `last_symbolize_cpu_us`.
+    pub symbolize_cpu_us_total: u64,
     /// Rows whose stack was gone from the stack map when read.
     pub missing_stacks: u64,
     /// Unwind tables: loaded, evicted, processes using them.
@@ -388,6 +407,7 @@ fn symbolize_loop(
     let mut symbolizer = Symbolizer::with_jvms(table.clone(), link, jvm_frames);
     for batch in rx {
         let started = Instant::now();
+        let cpu_started = thread_cpu_us();
         let named = symbolizer.symbolize(batch);
         let mut store = shared.store.write().unwrap_or_else(|e| e.into_inner());
         store.set_live(named.live);
@@ -398,6 +418,8 @@ fn symbolize_loop(
         h.last_symbolize_us = started.elapsed().as_micros() as u64;
         h.symbolize_us_total += h.last_symbolize_us;
         h.symbolized_batches += 1;
+        h.last_symbolize_cpu_us = thread_cpu_us().saturating_sub(cpu_started);
+        h.symbolize_cpu_us_total += h.last_symbolize_cpu_us;
         h.jvm_sightings_dropped = dropped.load(Ordering::Relaxed);
         h.frame_name_bytes = name_bytes as u64;
         h.elf_files_open = elf_files as u64;
