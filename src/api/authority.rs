@@ -47,6 +47,14 @@ pub fn clamp(window: Window) -> Window {
     }
 }
 
+/// Whether the request being handled is a user's other than root (about
+/// their own process): answers then leave out other processes' stacks
+/// and names ([`crate::profile::query::Filter::others_hidden`]). Called
+/// in the handler's async part, as [`clamp`] is.
+pub fn others_hidden() -> bool {
+    NOT_BEFORE.try_with(|_| ()).is_ok()
+}
+
 /// When the request's process started, with [`START_MARGIN`]; `None` if
 /// it is gone.
 pub fn start_of(pid: u32) -> Option<SystemTime> {

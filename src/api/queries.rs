@@ -88,6 +88,7 @@ pub(super) fn filter(shared: &Shared, p: &Params, group: Group) -> Result<Filter
         kind,
         group,
         window: window(p, shared)?,
+        others_hidden: authority::others_hidden(),
     })
 }
 

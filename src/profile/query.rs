@@ -22,6 +22,10 @@ pub struct Filter {
     pub group: Group,
     /// Which slices to read.
     pub window: Window,
+    /// Other processes' stacks and names stay out: a user other than root
+    /// asked about their own process `pid`, and its wakeups name the
+    /// processes that woke it and that it woke (`[another process]`).
+    pub others_hidden: bool,
 }
 
 impl Filter {
@@ -33,6 +37,7 @@ impl Filter {
             kind: Kind::State(State::Cpu),
             group: Group::Process,
             window,
+            others_hidden: false,
         }
     }
 
@@ -83,6 +88,8 @@ pub fn folded(store: &Snapshot, filter: &Filter) -> Folded {
             // Not the interrupted thread, nor pid 0's name: the
             // interrupt's kernel path is the whole story.
             Some(irq) => vec![irq.frame().to_string()],
+            // Nor a hidden process's thread: that it woke, not who.
+            None if row.is_other_process() => vec![rows::OTHER_PROCESS.to_string()],
             None => {
                 note_process(&mut out, &names, row.pid);
                 prefix(&names, filter, &row)
@@ -450,6 +457,76 @@ pub(crate) mod tests {
             assert!(!f.processes.contains_key(&0), "{:?}", f.processes);
             assert_eq!(f.processes[&10].as_ref(), "ten");
         }
+    }
+
+    #[test]
+    fn a_user_other_than_root_sees_no_other_process_in_wakeups() {
+        let (mut store, now) = offcpu_store();
+        let frames = |names: &[&str]| -> Stack { names.iter().map(|f| Arc::from(*f)).collect() };
+        let wakeup = |(pid, tid), (peer_pid, peer_tid), stack: &[&str]| Wakeup {
+            pid,
+            tid,
+            interrupt: None,
+            peer_pid,
+            peer_tid,
+            stack: frames(stack),
+            ns: 7_000,
+            count: 1,
+        };
+        store.push(Slice {
+            start: now,
+            end: now + Duration::from_secs(1),
+            samples: Vec::new(),
+            wakeups: vec![
+                // Root's daemon wakes pid 10's thread; pid 10 wakes root's.
+                wakeup((20, 21), (10, 11), &["secret_fn"]),
+                wakeup((10, 11), (20, 22), &["main", "notify"]),
+            ],
+            thread_totals: Vec::new(),
+            runq_hists: Vec::new(),
+            threads: HashMap::from([
+                (
+                    11,
+                    crate::profile::ThreadInfo {
+                        pid: 10,
+                        name: Arc::from("t"),
+                    },
+                ),
+                (
+                    22,
+                    crate::profile::ThreadInfo {
+                        pid: 20,
+                        name: Arc::from("secret_thread"),
+                    },
+                ),
+            ]),
+            processes: [(10, Arc::from("ten")), (20, Arc::from("secretd"))].into(),
+            containers: Default::default(),
+            stats: Default::default(),
+        });
+        let store = store.snapshot();
+        let now = now + Duration::from_secs(1);
+        let all = folded(&store, &with_kind("wakeup", Group::Thread, now));
+        let text = format!("{all:?}");
+        assert!(
+            text.contains("secret_fn") && text.contains("secret_thread"),
+            "{text}"
+        );
+        let own = folded(
+            &store,
+            &Filter {
+                others_hidden: true,
+                ..with_kind("wakeup", Group::Thread, now)
+            },
+        );
+        let text = format!("{own:?}");
+        assert!(!text.contains("secret"), "{text}");
+        assert_eq!(own.stacks["[another process];[wakes t [tid 11]]"], 7_000);
+        assert_eq!(
+            own.stacks["ten;t [tid 11];main;notify;[wakes [another process]]"],
+            7_000
+        );
+        assert_eq!(own.total_ns, all.total_ns, "the same time, fewer names");
     }
 
     #[test]

@@ -48,6 +48,14 @@ pub struct Row {
     pub count: u64,
 }
 
+impl Row {
+    /// Whether the row stands for a process the asking user may not see
+    /// ([`OTHER_PROCESS`], see [`Filter::others_hidden`]).
+    pub fn is_other_process(&self) -> bool {
+        self.pid == 0 && self.interrupt.is_none() && self.process.as_deref() == Some(OTHER_PROCESS)
+    }
+}
+
 /// The latest names of processes and threads in a window: a thread that
 /// renames itself (pools do, right after start) is one thread, not two.
 #[derive(Default)]
@@ -259,32 +267,48 @@ pub fn select(store: &Snapshot, filter: &Filter, per_thread: bool) -> (Vec<Row>,
 
 /// The wakeups of one slice that `filter` selects: those the process or
 /// thread sent, and those it received.
+/// What stands for a process a user other than root may not see.
+pub const OTHER_PROCESS: &str = "[another process]";
+
 fn wakeups(slice: &Slice, filter: &Filter, keep_tid: bool, out: &mut Vec<Row>) {
     for w in &slice.wakeups {
         if !filter.matches(w.pid, w.tid) && !filter.matches(w.peer_pid, w.peer_tid) {
             continue;
         }
+        let hidden = |pid: u32| filter.others_hidden && filter.pid != Some(pid);
         // A merged wakee row stands for many threads, none of them named.
         let wakee = match slice.threads.get(&w.peer_tid) {
-            Some(t) => &t.name,
-            None if is_merged_tid(w.peer_tid) => MERGED_THREADS,
-            None => "[unknown]",
+            _ if hidden(w.peer_pid) => OTHER_PROCESS.to_string(),
+            Some(t) => thread_frame(&t.name, w.peer_tid),
+            None if is_merged_tid(w.peer_tid) => thread_frame(MERGED_THREADS, w.peer_tid),
+            None => thread_frame("[unknown]", w.peer_tid),
         };
+        // Another process's waker: that it woke the thread, not who or how.
+        let waker_hidden = w.interrupt.is_none() && hidden(w.pid);
         out.push(Row {
-            pid: if w.interrupt.is_some() { 0 } else { w.pid },
-            process: slice.processes.get(&w.pid).cloned(),
-            tid: if keep_tid && w.interrupt.is_none() {
+            pid: if w.interrupt.is_some() || waker_hidden {
+                0
+            } else {
+                w.pid
+            },
+            process: if waker_hidden {
+                Some(Arc::from(OTHER_PROCESS))
+            } else {
+                slice.processes.get(&w.pid).cloned()
+            },
+            tid: if keep_tid && w.interrupt.is_none() && !waker_hidden {
                 w.tid
             } else {
                 0
             },
             state: None,
             interrupt: w.interrupt,
-            stack: w.stack.clone(),
-            leaf: Some(Arc::from(format!(
-                "[wakes {}]",
-                thread_frame(wakee, w.peer_tid)
-            ))),
+            stack: if waker_hidden {
+                Stack::from([])
+            } else {
+                w.stack.clone()
+            },
+            leaf: Some(Arc::from(format!("[wakes {wakee}]"))),
             ns: w.ns,
             count: w.count,
         });

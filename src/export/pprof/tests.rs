@@ -18,6 +18,7 @@ fn filter(kind: &str, group: &str, window: Window) -> Filter {
         kind: Kind::parse(kind).unwrap(),
         group: Group::parse(group).unwrap(),
         window,
+        others_hidden: false,
     }
 }
 

@@ -96,6 +96,7 @@ impl Batcher {
                     kind,
                     group: Group::Process,
                     window,
+                    others_hidden: false,
                 };
                 // No sample label but `state`: each distinct set of sample
                 // labels is a series to Pyroscope, and thread ids would
