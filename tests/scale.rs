@@ -79,7 +79,13 @@ fn ten_thousand_sleeping_threads_lose_no_rows() {
     if !ebpf_available() {
         return;
     }
-    let ws = Daemon::start(&[]);
+    // A store large enough to hold the whole run: past its bound the store
+    // sheds this process's oldest rows (its fair share), and `/threads`
+    // and the rows asked a moment later would then cover different
+    // history (`recorded_seconds` counts from the oldest slice, not from
+    // what one process still holds). Shedding is tested in
+    // tests/security_names.rs.
+    let ws = Daemon::start(&["--max-memory-mb", "1024"]);
     let bin = workload("many_threads");
     let w = Workload::start(&bin, &[&THREADS.to_string(), "120"]);
     let pid = w.pid;

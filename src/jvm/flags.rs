@@ -68,6 +68,10 @@ enum WriteError {
     /// Something needed is missing or gone (the JVM exited, no table).
     #[error("{0}")]
     Unavailable(String),
+    /// The JVM's tables do not read (yet: a JVM seen as it maps libjvm has
+    /// not filled them): tried again at a later sighting.
+    #[error("JVM structures: {0}")]
+    NotYet(String),
     /// What the JVM's memory says disagrees with its libjvm file, or the
     /// process is no longer the one checked: refused and counted.
     #[error("unverified: {0}")]
@@ -92,6 +96,10 @@ pub fn prepare(pid: u32, jvms: &super::Jvms) {
     }
     let state = match enable(pid) {
         Ok(state) => state,
+        Err(WriteError::NotYet(why)) => {
+            tracing::debug!(pid, "{FLAG}: {why}");
+            return;
+        }
         Err(WriteError::Unavailable(why)) => {
             tracing::debug!(pid, "{FLAG}: {why}");
             DebugNonSafepoints::Unavailable
@@ -119,7 +127,8 @@ fn enable(pid: u32) -> Result<DebugNonSafepoints, WriteError> {
     let file = open_mapped(pid, &m).map_err(unavailable)?;
     let bias = crate::unwind::table::load_bias_of(&file, m.start, m.offset).map_err(unavailable)?;
     let facts = file_facts(&file, m.key)?;
-    let vm = super::vmstructs::layout_in(pid, &mappings).map_err(unavailable)?;
+    let vm = super::vmstructs::layout_in(pid, &mappings)
+        .map_err(|e| WriteError::NotYet(e.to_string()))?;
     let mem = Remote::new(pid);
     let addr = verified_flag(&vm, &mem, &facts, bias)?;
     writable_in(pid, &m, addr)?;

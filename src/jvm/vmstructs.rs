@@ -16,6 +16,7 @@
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex},
+    time::{Duration, Instant},
 };
 
 use super::{
@@ -293,8 +294,35 @@ pub struct Vm {
     pub bias: u64,
 }
 
+/// A process's layout, or why it could not be read, and when.
+#[derive(Clone)]
+struct Known {
+    result: Result<Arc<Layout>, LayoutError>,
+    at: Instant,
+    /// Parses that failed in a row.
+    failures: u32,
+}
+
+/// A failed parse is tried again after this, doubling with each failure
+/// in a row up to [`RETRY_AT_MOST`]: a JVM seen the moment it maps libjvm
+/// has not filled its tables yet (`gHotSpotVMStructs` is set as the VM
+/// starts), and a process whose tables never read costs one parse a
+/// minute.
+const RETRY_AFTER: Duration = Duration::from_millis(500);
+const RETRY_AT_MOST: Duration = Duration::from_secs(60);
+
+impl Known {
+    fn usable(&self) -> bool {
+        self.result.is_ok()
+            || self.at.elapsed()
+                < RETRY_AFTER
+                    .saturating_mul(1 << self.failures.min(8))
+                    .min(RETRY_AT_MOST)
+    }
+}
+
 /// Layouts by (pid, start time in ticks).
-type Cache = HashMap<(u32, u64), Result<Arc<Layout>, LayoutError>>;
+type Cache = HashMap<(u32, u64), Known>;
 
 fn cache() -> &'static Mutex<Cache> {
     static CACHE: std::sync::OnceLock<Mutex<Cache>> = std::sync::OnceLock::new();
@@ -302,8 +330,7 @@ fn cache() -> &'static Mutex<Cache> {
 }
 
 /// The layout of JVM `pid`'s libjvm, parsed from its own memory once per
-/// process (a failure too, so a process that cannot be read costs one
-/// attempt).
+/// process (a failure is tried again later, less and less often).
 pub fn layout_of(pid: u32) -> Result<Vm, LayoutError> {
     let mappings = exec_mappings(pid).map_err(|e| LayoutError::Read(e.to_string()))?;
     layout_in(pid, &mappings)
@@ -326,27 +353,34 @@ pub(crate) fn layout_in(pid: u32, mappings: &[ExecMapping]) -> Result<Vm, Layout
         .unwrap_or_else(|e| e.into_inner())
         .get(&key)
         .cloned();
-    let layout = match known {
-        Some(result) => result?,
-        None => {
-            let result = super::vmtables::read(pid, &file, bias)
-                .and_then(|(tables, mem)| Layout::from_tables(&tables, &mem, bias))
-                .map(Arc::new);
-            let mut cache = cache().lock().unwrap_or_else(|e| e.into_inner());
-            if cache.len() >= MAX_PROCESSES {
-                // Forget the processes that are gone; all, if none is.
-                cache.retain(|&(pid, started), _| {
-                    crate::procinfo::start_ticks(pid) == Some(started)
-                });
-                if cache.len() >= MAX_PROCESSES {
-                    cache.clear();
-                }
-            }
-            cache.insert(key, result.clone());
-            result?
-        }
+    if let Some(k) = known.as_ref().filter(|k| k.usable()) {
+        return k.result.clone().map(|layout| Vm { layout, bias });
+    }
+    let result = super::vmtables::read(pid, &file, bias)
+        .and_then(|(tables, mem)| Layout::from_tables(&tables, &mem, bias))
+        .map(Arc::new);
+    let failures = match (&result, known) {
+        (Ok(_), _) => 0,
+        (Err(_), Some(k)) => k.failures + 1,
+        (Err(_), None) => 1,
     };
-    Ok(Vm { layout, bias })
+    let mut cache = cache().lock().unwrap_or_else(|e| e.into_inner());
+    if cache.len() >= MAX_PROCESSES && !cache.contains_key(&key) {
+        // Forget the processes that are gone; all, if none is.
+        cache.retain(|&(pid, started), _| crate::procinfo::start_ticks(pid) == Some(started));
+        if cache.len() >= MAX_PROCESSES {
+            cache.clear();
+        }
+    }
+    cache.insert(
+        key,
+        Known {
+            result: result.clone(),
+            at: Instant::now(),
+            failures,
+        },
+    );
+    result.map(|layout| Vm { layout, bias })
 }
 
 #[cfg(test)]

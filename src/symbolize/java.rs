@@ -130,6 +130,11 @@ impl JavaFrames {
             counted: false,
         });
         j.used = batch;
+        if j.vm.is_err() {
+            // Read again when the layout cache says it is time (a JVM seen
+            // as it starts has not filled its tables yet).
+            j.vm = layout_of(pid);
+        }
         let vm = j.vm.as_ref().ok()?;
         if j.checked != batch {
             j.checked = batch;
