@@ -330,7 +330,7 @@ fn jvms_that_refuse_or_lack_frame_pointers_are_reported_once() {
         "{report}"
     );
 
-    let report = within(Duration::from_secs(60), || java::jvm_report(url, no_fp.pid))
+    let report = java::report_after_attach(url, no_fp.pid, Duration::from_secs(60))
         .expect("the JVM without frame pointers in /processes");
     assert_eq!(report["attach"], "attached", "{report}");
     assert_eq!(report["preserve_frame_pointer"], false, "{report}");

@@ -129,13 +129,8 @@ fn inline_runs_and_is_attached(jdk: Jdk) {
         let exe = std::fs::canonicalize(format!("/proc/{}/exe", jvm.pid)).unwrap();
         let java = std::fs::canonicalize(jdk.java()).unwrap();
         assert_eq!(exe, java, "the JVM {jdk:?} runs Inline");
-        // The report can exist before the attach is tried (frames from
-        // the VM's structures come first): wait for the attach itself.
-        let report = within(Duration::from_secs(60), || {
-            java::jvm_report(url, jvm.pid).filter(|r| r["attach"] != "" && r["attach"] != "pending")
-        })
-        .or_else(|| java::jvm_report(url, jvm.pid))
-        .expect("the JVM in /processes");
+        let report = java::report_after_attach(url, jvm.pid, Duration::from_secs(60))
+            .expect("the JVM in /processes");
         assert_eq!(report["attach"], "attached", "{report}");
         assert_eq!(report["preserve_frame_pointer"], true, "{report}");
         let sampled = within(CATCH_UP, || {

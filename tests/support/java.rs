@@ -234,6 +234,16 @@ fn find_by_marker(marker: &str) -> u32 {
 
 /// The `jvm` object `/processes` of the daemon at `url` reports for `pid`,
 /// once it has one whose `attach` is no longer `pending`.
+/// JVM `pid`'s report once its attach was tried (the report can exist
+/// before, with frames from the VM's structures), within `limit`; the
+/// report as it is then if it never was.
+pub fn report_after_attach(url: &str, pid: u32, limit: Duration) -> Option<serde_json::Value> {
+    super::rows::within(limit, || {
+        jvm_report(url, pid).filter(|r| r["attach"] != "" && r["attach"] != "pending")
+    })
+    .or_else(|| jvm_report(url, pid))
+}
+
 pub fn jvm_report(url: &str, pid: u32) -> Option<serde_json::Value> {
     let processes = super::rows::json_at(url, "/processes?seconds=60");
     let me = processes.as_array()?.iter().find(|p| p["pid"] == pid)?;
