@@ -232,8 +232,6 @@ fn find_by_marker(marker: &str) -> u32 {
     }
 }
 
-/// The `jvm` object `/processes` of the daemon at `url` reports for `pid`,
-/// once it has one whose `attach` is no longer `pending`.
 /// JVM `pid`'s report once its attach was tried (the report can exist
 /// before, with frames from the VM's structures), within `limit`; the
 /// report as it is then if it never was.
@@ -244,6 +242,8 @@ pub fn report_after_attach(url: &str, pid: u32, limit: Duration) -> Option<serde
     .or_else(|| jvm_report(url, pid))
 }
 
+/// The `jvm` object `/processes` of the daemon at `url` reports for `pid`,
+/// once it has one whose `attach` is no longer `pending`.
 pub fn jvm_report(url: &str, pid: u32) -> Option<serde_json::Value> {
     let processes = super::rows::json_at(url, "/processes?seconds=60");
     let me = processes.as_array()?.iter().find(|p| p["pid"] == pid)?;
