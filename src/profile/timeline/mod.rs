@@ -54,6 +54,10 @@ pub struct Timeline {
     pub group: &'static str,
     pub seconds: u64,
     pub recorded_seconds: u64,
+    /// The resolution of each part of the window, oldest first: recent
+    /// slices per drain, older ones merged in time, stack rows folded into
+    /// pools past some age (see [`crate::profile::store::Store`]).
+    pub resolution: Vec<crate::profile::store::ResolutionPart>,
     /// State names, in the order of each cell's figures.
     pub states: Vec<&'static str>,
     pub columns: Vec<Column>,
@@ -163,6 +167,7 @@ pub fn timeline(
     Some(Timeline {
         comm: comm.unwrap_or_default(),
         recorded_seconds: window.seconds(),
+        resolution: Vec::new(),
         columns,
         rows,
         rows_left_out: left.len(),
@@ -180,6 +185,7 @@ impl Timeline {
             group: group.name(),
             seconds: window.seconds(),
             recorded_seconds: 0,
+            resolution: Vec::new(),
             states: State::ALL.iter().map(|s| s.name()).collect(),
             columns: Vec::new(),
             rows: Vec::new(),
