@@ -247,3 +247,60 @@ fn without_pressure_the_age_rule_holds() {
     println!("{stats:?}\n{line}");
     assert!(!line.contains("pools"), "{line}");
 }
+
+#[test]
+fn queries_over_folded_rows_show_pools_and_keep_thread_totals() {
+    use crate::profile::{
+        kind::{Group, Kind},
+        query::{folded, Filter},
+    };
+    let stacks = stacks();
+    let parts: Vec<Slice> = (1..=3).map(|t| busy(30_000 + t, &stacks)).collect();
+    let refs: Vec<&Slice> = parts.iter().collect();
+    let mut store = Store::new(Duration::from_secs(600));
+    store.push(super::merge::merge(&refs, true));
+    let now = at(30_003);
+    let pid = PIDS[0];
+    let total = |tid: Option<u32>| -> u64 {
+        let rows = parts.iter().flat_map(|s| &s.thread_totals);
+        let rows = rows.filter(|t| t.pid == pid && tid.is_none_or(|x| x == t.tid));
+        rows.map(|t| t.ns.iter().sum::<u64>()).sum()
+    };
+    let filter = |tid, group| Filter {
+        kind: Kind::Wall,
+        group,
+        ..Filter::cpu(Some(pid), tid, Window::last(60, now))
+    };
+    let snap = store.snapshot();
+    let close = |got: u64, want: u64| got.abs_diff(want) <= 1_000;
+    // By thread: the pool's rows under the pool, the threads' exact time.
+    let f = folded(&snap, &filter(None, Group::Thread));
+    assert!(
+        close(f.total_ns, total(None)),
+        "{} vs {}",
+        f.total_ns,
+        total(None)
+    );
+    assert!(f
+        .stacks
+        .keys()
+        .all(|k| k.starts_with("app1000;worker-* (folded);")));
+    // One thread: its exact time, under its pool, no stacks of others.
+    let tid = pid + 1;
+    let f = folded(&snap, &filter(Some(tid), Group::Thread));
+    assert_eq!(f.total_ns, total(Some(tid)), "{:?}", f.stacks);
+    assert!(f
+        .stacks
+        .keys()
+        .all(|k| k.starts_with("app1000;worker-* (folded);")));
+    // By pool: the same pool as unfolded rows would give.
+    let f = folded(&snap, &filter(None, Group::Pool));
+    assert!(f.stacks.keys().all(|k| k.starts_with("app1000;worker-*;")));
+    // A CPU profile: the sample rows' time, all of it.
+    let cpu = Filter::cpu(Some(pid), None, Window::last(60, now));
+    let want: u64 = (parts.iter().flat_map(|s| &s.samples))
+        .filter(|r| r.pid == pid && r.state == State::Cpu)
+        .map(|r| r.ns)
+        .sum();
+    assert_eq!(folded(&snap, &cpu).total_ns, want);
+}

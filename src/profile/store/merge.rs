@@ -43,6 +43,19 @@ fn pool_tid(pid: u32, pool: &str) -> u32 {
     POOL_TID | (h.finish() as u32 & !POOL_TID)
 }
 
+/// The tid standing for the pool `tid` was folded into in `slice`; `tid`
+/// itself when the slice has no such pool (not folded, or no name).
+pub fn pool_of(slice: &Slice, pid: u32, tid: u32) -> u32 {
+    let Some(info) = slice.threads.get(&tid).filter(|t| t.pid == pid) else {
+        return tid;
+    };
+    let pool = pool_tid(pid, &pool_name(&info.name));
+    match slice.threads.contains_key(&pool) {
+        true => pool,
+        false => tid,
+    }
+}
+
 /// Maps tids to their pool's tid (with the pool's name) when folding.
 struct Folder<'a> {
     threads: &'a HashMap<u32, ThreadInfo>,
