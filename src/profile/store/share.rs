@@ -42,9 +42,11 @@ impl Store {
             };
             // Counted (`share`/`budget`) when it holds more than a quarter
             // of what all processes hold: a store merely full of like
-            // processes, or of one process alone, is nobody's fault.
+            // processes, or of one process alone, is nobody's fault. Pid 0
+            // (wakeups sent by interrupts) is no process: its rows are
+            // shed like any, but it is not named.
             let total: usize = self.pid_bytes.values().sum();
-            if held > total / 4 && self.pid_bytes.len() > 1 && counted.insert(pid) {
+            if pid != 0 && held > total / 4 && self.pid_bytes.len() > 1 && counted.insert(pid) {
                 refusals::count_for(What::Share, Reason::Budget, pid);
             }
             if i == 0 && self.slices[0].by_pid.len() == 1 && self.slices.len() > 1 {
