@@ -317,6 +317,14 @@ async fn windows_reaching_before_the_records_say_how_much_was_recorded() {
         );
         assert!(!resolution.contains(',') && !resolution.contains("pools"));
     }
+    let uri = format!("/timeline?pid={STUCK}&seconds=600");
+    let (status, headers, body) =
+        support::api::send(app.clone(), support::api::get_with(&uri, &[])).await;
+    assert_eq!(status, 200, "{body}");
+    let resolution = headers["x-wallscope-resolution"].to_str().unwrap();
+    assert!(resolution.starts_with("1s:"), "{resolution}");
+    let timeline: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(timeline["resolution"][0]["step_s"], 1, "{body:.500}");
     let (_, _, body) = call_on(app.clone(), &format!("/threads?pid={PID}&seconds=600")).await;
     let report: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(report["seconds"], 600);
