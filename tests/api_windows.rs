@@ -309,12 +309,36 @@ async fn windows_reaching_before_the_records_say_how_much_was_recorded() {
         assert_eq!(status, 200, "{uri}");
         let r = recorded(&headers);
         assert!((50..=52).contains(&r), "{uri}: {r}");
+        // All of it per second (slices of 1 s, ending 10 to 50 s ago).
+        let resolution = headers["x-wallscope-resolution"].to_str().unwrap();
+        assert!(
+            resolution.starts_with("1s:") && resolution.ends_with("s ago"),
+            "{uri}: {resolution}"
+        );
+        assert!(!resolution.contains(',') && !resolution.contains("pools"));
     }
+    let uri = format!("/timeline?pid={STUCK}&seconds=600");
+    let (status, headers, body) =
+        support::api::send(app.clone(), support::api::get_with(&uri, &[])).await;
+    assert_eq!(status, 200, "{body}");
+    let resolution = headers["x-wallscope-resolution"].to_str().unwrap();
+    assert!(resolution.starts_with("1s:"), "{resolution}");
+    let timeline: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(timeline["resolution"][0]["step_s"], 1, "{body:.500}");
     let (_, _, body) = call_on(app.clone(), &format!("/threads?pid={PID}&seconds=600")).await;
     let report: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(report["seconds"], 600);
     let r = report["recorded_seconds"].as_u64().unwrap();
     assert!((50..=52).contains(&r), "{body}");
+    let parts = report["resolution"].as_array().expect("a resolution list");
+    assert_eq!(parts.len(), 1, "{body}");
+    assert_eq!(
+        (&parts[0]["step_s"], &parts[0]["rows"]),
+        (&1.into(), &"thread".into())
+    );
+    let (from, to) = (&parts[0]["from_s_ago"], &parts[0]["to_s_ago"]);
+    assert!((50..=52).contains(&from.as_u64().unwrap()), "{body}");
+    assert!((9..=11).contains(&to.as_u64().unwrap()), "{body}");
     let (_, _, text) = call_on(
         app.clone(),
         &format!("/threads?pid={PID}&seconds=600&format=text"),

@@ -235,7 +235,7 @@ fn memory_series(out: &mut Out, store: &StoreStats, health: &Health) {
     out.family(
         name,
         "gauge",
-        "History the store holds (below the retention when its memory bound evicted slices)",
+        "History the store holds (the retention, older parts merged in time; below it when its memory bound evicted slices)",
     );
     out.sample(name, "", store.history_s);
     let name = "wallscope_store_evicted_total";
@@ -243,6 +243,15 @@ fn memory_series(out: &mut Out, store: &StoreStats, health: &Health) {
     out.family(name, "counter", help);
     out.sample(name, &label("what", "slices"), store.evicted_slices);
     out.sample(name, &label("what", "rows"), store.evicted_rows);
+    let name = "wallscope_store_compacted_total";
+    let help =
+        "Slices merged into coarser ones (10 s, 60 s) to keep the retention within --max-memory-mb";
+    out.family(name, "counter", help);
+    out.sample(name, "", store.compacted_slices);
+    let name = "wallscope_store_folded_slices";
+    let help = "Slices held whose stack rows are folded into per-pool rows";
+    out.family(name, "gauge", help);
+    out.sample(name, "", store.folded_slices as u64);
 }
 
 /// The bound on concurrent queries.

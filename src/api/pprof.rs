@@ -41,7 +41,7 @@ pub(super) async fn pprof(
             } else {
                 None
             };
-            let recorded = store.recorded_seconds(filter.window, SystemTime::now());
+            let recorded = store.recorded(filter.window, SystemTime::now());
             Ok::<_, ApiError>((pprof::encode_gzip(&profile), note, recorded))
         })
         .await??;
@@ -58,6 +58,6 @@ pub(super) async fn pprof(
         .into_response();
     Ok(with_recorded(
         with_note(response, note.as_deref()),
-        recorded,
+        &recorded,
     ))
 }

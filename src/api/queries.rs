@@ -34,7 +34,7 @@ use crate::{
         query::{self, Filter, Folded},
         render::{self, GraphLabels},
         runqueue::{self, OwnerError},
-        store::Snapshot,
+        store::{Recorded, ResolutionPart, Snapshot},
         threads,
         truncate::{self, Limits, Truncation},
         window::Window,
@@ -99,8 +99,9 @@ struct Profile {
     truncated: Option<Truncation>,
     /// Why it is empty, when it is.
     note: Option<String>,
-    /// Seconds of the window the store has records of.
-    recorded: u64,
+    /// Seconds of the window the store has records of, and at what
+    /// resolution.
+    recorded: Recorded,
 }
 
 /// Folds the samples `filter` selects (on a blocking thread). Empty, with
@@ -115,7 +116,7 @@ fn profile(shared: &Shared, filter: Filter) -> Result<Profile, ApiError> {
         None
     };
     let truncated = truncate::truncate(&mut folded, Limits::API);
-    let recorded = store.recorded_seconds(filter.window, SystemTime::now());
+    let recorded = store.recorded(filter.window, SystemTime::now());
     Ok(Profile {
         filter,
         folded,
@@ -133,12 +134,29 @@ pub const NOTE_HEADER: &str = "x-wallscope-note";
 /// past what the retention keeps).
 pub const RECORDED_HEADER: &str = "x-wallscope-recorded-seconds";
 
-/// Adds the [`RECORDED_HEADER`].
-pub(super) fn with_recorded(mut response: Response, seconds: u64) -> Response {
+/// Response header with the resolution of each part of the window, newest
+/// first, e.g. `1s:0-60s ago, 10s:60-300s ago, 60s:300-600s ago (pools)`:
+/// the store merges old slices in time and, under memory pressure, folds
+/// their per-thread stack rows into per-pool rows (`(pools)`).
+pub const RESOLUTION_HEADER: &str = "x-wallscope-resolution";
+
+/// Adds the [`RECORDED_HEADER`] and the [`RESOLUTION_HEADER`].
+pub(super) fn with_recorded(mut response: Response, recorded: &Recorded) -> Response {
+    let headers = response.headers_mut();
+    headers.insert(RECORDED_HEADER, HeaderValue::from(recorded.seconds));
+    if let Ok(line) = HeaderValue::from_str(&recorded.describe()) {
+        headers.insert(RESOLUTION_HEADER, line);
+    }
     response
-        .headers_mut()
-        .insert(RECORDED_HEADER, HeaderValue::from(seconds));
-    response
+}
+
+/// The seconds a report says it recorded and its resolution, for
+/// [`with_recorded`].
+pub(super) fn recorded_of(seconds: u64, resolution: &[ResolutionPart]) -> Recorded {
+    Recorded {
+        seconds,
+        resolution: resolution.to_vec(),
+    }
 }
 
 /// Adds the [`NOTE_HEADER`] when there is a note.
@@ -204,7 +222,7 @@ pub(super) async fn folded(
     let response = with_truncation(folded_response(text), truncated);
     Ok(with_recorded(
         with_note(response, note.as_deref()),
-        recorded,
+        &recorded,
     ))
 }
 
@@ -243,7 +261,7 @@ pub(super) async fn flamegraph(
         .run(move || {
             let profile = profile(&shared, filter)?;
             let note = profile.note.as_deref();
-            let recorded = profile.recorded;
+            let recorded = &profile.recorded;
             if !svg {
                 let text = render::folded_text(&profile.folded);
                 let response = with_recorded(with_note(folded_response(text), note), recorded);
@@ -318,13 +336,13 @@ pub(super) async fn processes(
     let (mut rows, recorded) = over_snapshot(&state, move |store| {
         let mut rows = processes::processes(store, window, sort, comm.as_deref());
         rows.retain(|row| authority::sees(authority, row.pid));
-        (rows, store.recorded_seconds(window, SystemTime::now()))
+        (rows, store.recorded(window, SystemTime::now()))
     })
     .await?;
     for row in &mut rows {
         row.jvm = state.shared.jvms.report(row.pid);
     }
-    Ok(with_recorded(Json(rows).into_response(), recorded))
+    Ok(with_recorded(Json(rows).into_response(), &recorded))
 }
 
 pub(super) async fn threads(
@@ -338,9 +356,10 @@ pub(super) async fn threads(
     let window = window(&p, &state.shared)?;
     let text = p.choice("format", &["json", "text"])? == Some("text");
     let report = over_snapshot(&state, move |store| {
-        let recorded = store.recorded_seconds(window, SystemTime::now());
+        let recorded = store.recorded(window, SystemTime::now());
         if let Some(mut report) = threads::report(store, pid, window) {
-            report.recorded_seconds = recorded;
+            report.recorded_seconds = recorded.seconds;
+            report.resolution = recorded.resolution;
             return Ok(report);
         }
         if let Some(unknown) = unknown_pid(store, pid) {
@@ -351,16 +370,17 @@ pub(super) async fn threads(
             window.describe()
         );
         let mut report = threads::empty_report(pid, window, note);
-        report.recorded_seconds = recorded;
+        report.recorded_seconds = recorded.seconds;
+        report.resolution = recorded.resolution;
         Ok(report)
     })
     .await?;
     let mut report = report?;
     report.jvm = state.shared.jvms.report(pid);
-    let recorded = report.recorded_seconds;
+    let recorded = recorded_of(report.recorded_seconds, &report.resolution);
     Ok(with_recorded(
         json_or_text(text, report, threads::render_text),
-        recorded,
+        &recorded,
     ))
 }
 
@@ -386,13 +406,15 @@ pub(super) async fn runqueue(
     if pid.is_none() && cgroup.as_deref() == Some(cgroup_list::ALL) {
         let list = over_snapshot(&state, move |store| {
             let mut list = cgroup_list::list(store, window);
-            list.recorded_seconds = store.recorded_seconds(window, SystemTime::now());
+            let recorded = store.recorded(window, SystemTime::now());
+            list.recorded_seconds = recorded.seconds;
+            list.resolution = recorded.resolution;
             list
         })
         .await?;
-        let recorded = list.recorded_seconds;
+        let recorded = recorded_of(list.recorded_seconds, &list.resolution);
         let response = json_or_text(text, list, cgroup_list::render_text);
-        return Ok(with_recorded(response, recorded));
+        return Ok(with_recorded(response, &recorded));
     }
     if pid.is_none() && cgroup.is_none() && container.is_none() {
         let report = over_snapshot(&state, move |store| {
@@ -402,13 +424,15 @@ pub(super) async fn runqueue(
                     window.describe()
                 ))
             })?;
-            report.recorded_seconds = store.recorded_seconds(window, SystemTime::now());
+            let recorded = store.recorded(window, SystemTime::now());
+            report.recorded_seconds = recorded.seconds;
+            report.resolution = recorded.resolution;
             Ok::<_, ApiError>(report)
         })
         .await??;
-        let recorded = report.recorded_seconds;
+        let recorded = recorded_of(report.recorded_seconds, &report.resolution);
         let response = json_or_text(text, report, runqueue::render_text);
-        return Ok(with_recorded(response, recorded));
+        return Ok(with_recorded(response, &recorded));
     }
     // Resolving a cgroup path walks the cgroup tree: blocking work too.
     let report = over_snapshot(&state, move |store| {
@@ -435,7 +459,9 @@ pub(super) async fn runqueue(
                             window.describe()
                         ))
                     })?;
-                report.recorded_seconds = store.recorded_seconds(window, SystemTime::now());
+                let recorded = store.recorded(window, SystemTime::now());
+                report.recorded_seconds = recorded.seconds;
+                report.resolution = recorded.resolution;
                 return Ok(report);
             }
         }
@@ -463,15 +489,17 @@ pub(super) async fn runqueue(
                 }
             }
         };
-        report.recorded_seconds = store.recorded_seconds(window, SystemTime::now());
+        let recorded = store.recorded(window, SystemTime::now());
+        report.recorded_seconds = recorded.seconds;
+        report.resolution = recorded.resolution;
         Ok::<_, ApiError>(report)
     })
     .await??;
-    let recorded = report.recorded_seconds;
+    let recorded = recorded_of(report.recorded_seconds, &report.resolution);
     let note = report.note.clone();
     let response = json_or_text(text, report, runqueue::render_text);
     Ok(with_note(
-        with_recorded(response, recorded),
+        with_recorded(response, &recorded),
         note.as_deref(),
     ))
 }

@@ -12,7 +12,7 @@ use axum::{
 use super::{
     error::ApiError,
     params::Params,
-    queries::{over_snapshot, unknown_pid, window, with_recorded, with_window},
+    queries::{over_snapshot, recorded_of, unknown_pid, window, with_recorded, with_window},
     ApiState,
 };
 use crate::profile::timeline::{self, Grouping, DEFAULT_ROWS, MAX_ROWS};
@@ -37,22 +37,24 @@ pub(super) async fn timeline(
         .int("limit", 1, MAX_ROWS as u64)?
         .map_or(DEFAULT_ROWS, |n| n as usize);
     let answer = over_snapshot(&state, move |store| {
-        let recorded = store.recorded_seconds(window, SystemTime::now());
+        let recorded = store.recorded(window, SystemTime::now());
         match timeline::timeline(store, pid, window, group, limit) {
             Some(mut t) => {
-                t.recorded_seconds = recorded;
+                t.recorded_seconds = recorded.seconds;
+                t.resolution = recorded.resolution;
                 Ok(t)
             }
             None => match unknown_pid(store, pid) {
                 Some(unknown) => Err(ApiError::NotFound(unknown)),
                 None => Ok(timeline::Timeline {
-                    recorded_seconds: recorded,
+                    recorded_seconds: recorded.seconds,
+                    resolution: recorded.resolution,
                     ..timeline::Timeline::empty(pid, window, group)
                 }),
             },
         }
     })
     .await??;
-    let recorded = answer.recorded_seconds;
-    Ok(with_recorded(Json(answer).into_response(), recorded))
+    let recorded = recorded_of(answer.recorded_seconds, &answer.resolution);
+    Ok(with_recorded(Json(answer).into_response(), &recorded))
 }

@@ -40,6 +40,10 @@ pub struct CgroupList {
     pub seconds: u64,
     /// Seconds of the window the daemon has records of.
     pub recorded_seconds: u64,
+    /// The resolution of each part of the window, oldest first: recent
+    /// slices per drain, older ones merged in time, stack rows folded into
+    /// pools past some age (see [`crate::profile::store::Store`]).
+    pub resolution: Vec<crate::profile::store::ResolutionPart>,
     pub cgroups: Vec<CgroupRow>,
 }
 
@@ -74,6 +78,7 @@ pub fn list(store: &Snapshot, window: Window) -> CgroupList {
     CgroupList {
         seconds: window.seconds(),
         recorded_seconds: window.seconds(),
+        resolution: Vec::new(),
         cgroups,
     }
 }

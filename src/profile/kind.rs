@@ -87,10 +87,19 @@ impl Group {
     }
 }
 
+/// What the store's thread name of a pool's folded rows ends with (rows of
+/// a pool's threads merged into one, past some age: see
+/// [`crate::profile::store::merge`]).
+pub const FOLDED_SUFFIX: &str = " (folded)";
+
 /// The pool a thread belongs to: its name with the final number replaced by
 /// `*` (`ForkJoinPool-1-worker-7` -> `ForkJoinPool-1-worker-*`). Names that
-/// do not end in a number are their own pool.
+/// do not end in a number are their own pool; the store's folded rows
+/// (`worker-* (folded)`) belong to the pool they were folded into.
 pub fn pool_name(thread: &str) -> String {
+    if let Some(pool) = thread.strip_suffix(FOLDED_SUFFIX) {
+        return pool.to_string();
+    }
     let stem = thread.trim_end_matches(|c: char| c.is_ascii_digit());
     if stem.len() == thread.len() || stem.is_empty() {
         thread.to_string()
@@ -99,8 +108,12 @@ pub fn pool_name(thread: &str) -> String {
     }
 }
 
-/// The frame that names a thread in `group=thread` graphs.
+/// The frame that names a thread in `group=thread` graphs; a pool's
+/// folded rows are named by the pool alone (their tid is no thread's).
 pub fn thread_frame(name: &str, tid: u32) -> String {
+    if crate::profile::store::merge::is_pool_tid(tid) {
+        return name.to_string();
+    }
     format!("{name} [tid {tid}]")
 }
 
@@ -124,6 +137,10 @@ mod tests {
         assert_eq!(pool_name("main"), "main");
         assert_eq!(pool_name("1234"), "1234");
         assert_eq!(pool_name("kworker/0:1"), "kworker/0:*");
+        assert_eq!(pool_name("worker-* (folded)"), "worker-*");
+        let pool = crate::profile::store::merge::POOL_TID | 7;
+        assert_eq!(thread_frame("worker-* (folded)", pool), "worker-* (folded)");
+        assert_eq!(thread_frame("worker-7", 7), "worker-7 [tid 7]");
     }
 
     #[test]

@@ -10,7 +10,7 @@ use rustc_hash::FxHashMap;
 use super::{
     kind::{thread_frame, Group, Kind},
     query::Filter,
-    store::Snapshot,
+    store::{merge, Snapshot},
     Frame, Interrupt, Slice, Stack,
 };
 use crate::{
@@ -198,15 +198,22 @@ pub fn select(store: &Snapshot, filter: &Filter, per_thread: bool) -> (Vec<Row>,
             wakeups(slice, filter, keep_tid, &mut out);
         }
         if wall {
+            // In a slice whose rows were folded into pools, a thread's
+            // exact time scales and completes its pool's rows.
+            let folded = slice.threads.keys().any(|t| merge::is_pool_tid(*t));
             for t in slice
                 .thread_totals
                 .iter()
                 .filter(|t| filter.matches(t.pid, t.tid))
             {
                 let (name_id, name) = process_names.of(t.pid);
+                let tid = match folded {
+                    true => merge::pool_of(slice, t.pid, t.tid),
+                    false => t.tid,
+                };
                 for state in State::ALL {
                     let entry = totals
-                        .entry((t.tid, state, name_id))
+                        .entry((tid, state, name_id))
                         .or_insert_with(|| (t.pid, 0, name.cloned()));
                     entry.1 += t.ns[state as usize];
                 }

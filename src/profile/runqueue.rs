@@ -94,6 +94,10 @@ pub struct RunqueueReport {
     pub seconds: u64,
     /// Seconds of the window the daemon has records of.
     pub recorded_seconds: u64,
+    /// The resolution of each part of the window, oldest first: recent
+    /// slices per drain, older ones merged in time, stack rows folded into
+    /// pools past some age (see [`crate::profile::store::Store`]).
+    pub resolution: Vec<crate::profile::store::ResolutionPart>,
     /// Number of runqueue waits (wakeup or preemption to running).
     pub count: u64,
     /// Their total time.
@@ -228,6 +232,7 @@ fn summary(waits: &Merged, throttled: &Merged, owner: Owner, seconds: u64) -> Ru
         owner,
         seconds,
         recorded_seconds: seconds,
+        resolution: Vec::new(),
         count: waits.count(),
         total_us: ns_to_us(waits.ns),
         p50_us: q(0.5),

@@ -58,7 +58,12 @@ pub const DEFAULT_MAX_BYTES: usize = 64 << 20;
 /// once per tenth of the bound, not on every push.
 const EVICT_TO_PERCENT: usize = 90;
 
+mod compact;
+pub mod merge;
+mod resolution;
 mod share;
+
+pub use resolution::{describe as describe_resolution, Part as ResolutionPart, Recorded};
 
 /// One slice with its estimated size, fixed when it was pushed (or its
 /// rows of a process shed), and what of it each process's rows cost.
@@ -66,6 +71,10 @@ struct Held {
     slice: Arc<Slice>,
     bytes: usize,
     by_pid: FxHashMap<u32, usize>,
+    /// Seconds the slice spans at most (1, 10 or 60: see [`compact`]).
+    step_s: u32,
+    /// Whether its stack rows were folded into per-pool rows.
+    folded: bool,
 }
 
 /// The store's size and what its memory bound cost, for `/healthz` and
@@ -95,6 +104,10 @@ pub struct StoreStats {
     /// Seconds from the start of the oldest slice to the end of the newest:
     /// less than the retention when the memory bound evicted history.
     pub history_s: u64,
+    /// Slices merged into coarser ones (see [`compact`]).
+    pub compacted_slices: u64,
+    /// Slices held whose stack rows are folded into per-pool rows.
+    pub folded_slices: usize,
     /// Slices dropped, oldest first, to stay within `max_bytes`.
     pub evicted_slices: u64,
     /// Stack rows (samples and wakeups) those slices held.
@@ -116,9 +129,12 @@ pub struct Published {
 }
 
 /// Slices of recent history, oldest first, and the newest live view.
-/// Memory is bounded by the retention (one slice per drain), by the BPF map
-/// sizes (rows per slice), by [`super::live::MAX_LIVE_THREADS`] and by
-/// `max_bytes` (oldest slices dropped past it, counted).
+/// Memory is bounded by the retention (one slice per drain, older ones
+/// merged in time: see [`compact`]), by the BPF map sizes (rows per
+/// slice), by [`super::live::MAX_LIVE_THREADS`] and by `max_bytes`:
+/// compaction (time merges, then rows folded into pools) keeps the store
+/// under it; past it, the largest process's oldest rows are shed and, last,
+/// the oldest slices dropped (counted).
 pub struct Store {
     slices: VecDeque<Held>,
     retention: Duration,
@@ -141,6 +157,7 @@ pub struct Store {
     max_bytes: usize,
     evicted_slices: u64,
     evicted_rows: u64,
+    compacted_slices: u64,
     published: Arc<Mutex<Published>>,
 }
 
@@ -148,6 +165,8 @@ pub struct Store {
 #[derive(Clone, Default)]
 pub struct Snapshot {
     slices: Vec<Arc<Slice>>,
+    /// Each slice's step (seconds) and whether its rows are folded.
+    steps: Vec<(u32, bool)>,
     retention: Duration,
     live: Arc<LiveView>,
 }
@@ -169,9 +188,10 @@ impl Snapshot {
     }
 
     /// Whole seconds of `window` that lie within what the store holds:
-    /// from the start of its oldest slice (the daemon's start, or what the
-    /// retention and memory bound left) to `now`; less than the window's
-    /// length when it reaches further back.
+    /// from the start of its oldest slice (the daemon's start, or the
+    /// retention: compaction keeps all of it, merged in time; only the last
+    /// resort, eviction, cuts it) to `now`; less than the window's length
+    /// when it reaches further back. At what resolution: [`Self::recorded`].
     pub fn recorded_seconds(&self, window: Window, now: SystemTime) -> u64 {
         let Some(oldest) = self.slices.first() else {
             return 0;
@@ -211,6 +231,7 @@ impl Store {
             max_bytes: DEFAULT_MAX_BYTES,
             evicted_slices: 0,
             evicted_rows: 0,
+            compacted_slices: 0,
             published: Arc::new(Mutex::new(Published {
                 retention,
                 ..Published::default()
@@ -240,6 +261,7 @@ impl Store {
     pub fn snapshot(&self) -> Snapshot {
         Snapshot {
             slices: self.slices.iter().map(|h| h.slice.clone()).collect(),
+            steps: self.slices.iter().map(|h| (h.step_s, h.folded)).collect(),
             retention: self.retention,
             live: self.live.clone(),
         }
@@ -296,6 +318,8 @@ impl Store {
             slice: Arc::new(slice),
             bytes,
             by_pid,
+            step_s: 1,
+            folded: false,
         });
         while let (Some(oldest), Some(horizon)) = (self.slices.front(), horizon) {
             if oldest.slice.end >= horizon {
@@ -307,6 +331,7 @@ impl Store {
         if self.pushes.is_multiple_of(COMPACT_EVERY) {
             self.sweep_stacks();
         }
+        self.compact();
         self.enforce_max_bytes();
         self.publish();
     }
@@ -448,6 +473,8 @@ impl Store {
             max_bytes: self.max_bytes,
             process_totals: self.processes.len(),
             history_s: history.as_secs(),
+            compacted_slices: self.compacted_slices,
+            folded_slices: self.slices.iter().filter(|h| h.folded).count(),
             evicted_slices: self.evicted_slices,
             evicted_rows: self.evicted_rows,
             shed_rows: self.shed_rows,
@@ -485,5 +512,7 @@ fn process_entry<'a>(
     e
 }
 
+#[cfg(test)]
+mod compact_tests;
 #[cfg(test)]
 mod tests;

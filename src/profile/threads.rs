@@ -54,6 +54,10 @@ pub struct ThreadReport {
     /// Seconds of the window the daemon has records of (less than
     /// `seconds` when the window reaches before its start).
     pub recorded_seconds: u64,
+    /// The resolution of each part of the window, oldest first: recent
+    /// slices per drain, older ones merged in time, stack rows folded into
+    /// pools past some age (see [`crate::profile::store::Store`]).
+    pub resolution: Vec<crate::profile::store::ResolutionPart>,
     pub process: Breakdown,
     pub pools: Vec<PoolRow>,
     pub threads: Vec<ThreadRow>,
@@ -178,6 +182,7 @@ pub fn report(store: &Snapshot, pid: u32, window: Window) -> Option<ThreadReport
         comm: comm.unwrap_or_default(),
         seconds: window.seconds(),
         recorded_seconds: window.seconds(),
+        resolution: Vec::new(),
         process: process.breakdown(),
         pools,
         threads,
@@ -220,6 +225,7 @@ pub fn empty_report(pid: u32, window: Window, note: String) -> ThreadReport {
         comm: name(&format!("/proc/{pid}")),
         seconds: window.seconds(),
         recorded_seconds: window.seconds(),
+        resolution: Vec::new(),
         process: Breakdown::default(),
         pools: Vec::new(),
         threads,

@@ -35,6 +35,17 @@ const WS = (() => {
     return `${t(w.from)} – ${t(w.until)}`;
   }
 
+  // One line on the resolution of a window's older parts (the store merges
+  // old seconds into 10 s and 60 s slices and, under memory pressure, folds
+  // threads' stacks into their pools); "" when all of it is per second.
+  function resolutionNote(parts) {
+    const coarse = (parts || []).filter((p) => p.step_s > 1 || p.rows === "pool");
+    if (!coarse.length) return "";
+    const words = coarse.reverse().map((p) =>
+      `${p.step_s} s steps ${p.to_s_ago}–${p.from_s_ago} s ago${p.rows === "pool" ? " (threads folded into pools)" : ""}`);
+    return `older history merged: ${words.join(", ")}`;
+  }
+
   function query(params) {
     const q = new URLSearchParams();
     for (const [k, v] of Object.entries(params)) if (v !== undefined && v !== null && v !== "") q.set(k, v);
@@ -245,7 +256,7 @@ const WS = (() => {
   }
 
   return {
-    STATES, view, setView, windowQuery, describeWindow, query, getJSON, getText, panel,
+    STATES, view, setView, windowQuery, describeWindow, resolutionNote, query, getJSON, getText, panel,
     ms, pct, dominant, stateBar, legend, el, sizeCanvas, windowPicker, autoRefresh, sortable,
   };
 })();

@@ -47,6 +47,8 @@
       document.title = `wallscope: ${r.comm || pid}`;
       const parts = [`${r.threads.length} threads`, WS.describeWindow()];
       if (r.recorded_seconds < r.seconds) parts.push(`only ${r.recorded_seconds} s recorded`);
+      const resolution = WS.resolutionNote(r.resolution);
+      if (resolution) parts.push(resolution);
       if (r.container) parts.push(`container ${[r.container.namespace, r.container.pod, r.container.container].filter(Boolean).join("/") || r.container.id.slice(0, 12)}`);
       if (r.jvm) parts.push(`JVM (${r.jvm.attach || "?"})`);
       if (r.note) parts.push(r.note);

@@ -13,7 +13,7 @@ use std::{
 
 use serde::Serialize;
 
-use super::{kind::pool_name, store::Snapshot, window::Window};
+use super::{kind::pool_name, store::Snapshot, window::Window, Slice};
 use crate::bpf::abi::State;
 
 /// Most columns one answer has.
@@ -54,6 +54,10 @@ pub struct Timeline {
     pub group: &'static str,
     pub seconds: u64,
     pub recorded_seconds: u64,
+    /// The resolution of each part of the window, oldest first: recent
+    /// slices per drain, older ones merged in time, stack rows folded into
+    /// pools past some age (see [`crate::profile::store::Store`]).
+    pub resolution: Vec<crate::profile::store::ResolutionPart>,
     /// State names, in the order of each cell's figures.
     pub states: Vec<&'static str>,
     pub columns: Vec<Column>,
@@ -93,6 +97,32 @@ fn unix_ms(t: SystemTime) -> u64 {
         .unwrap_or(0)
 }
 
+/// Columns over `slices` (oldest first), and each slice's column: runs of
+/// consecutive slices spanning at most the window's length over
+/// [`MAX_COLUMNS`] (widened by a quarter until there are at most that
+/// many: drains are not exactly a second apart). Slices the
+/// store merged (10 s, 60 s: see [`crate::profile::store::Store`]) are
+/// columns of their own when wider.
+fn columns(slices: &[&Slice], window: Window) -> (Vec<usize>, Vec<Column>) {
+    let mut width_ms = window.length().as_millis() as u64 / MAX_COLUMNS as u64;
+    loop {
+        let mut of = Vec::with_capacity(slices.len());
+        let mut columns: Vec<Column> = Vec::new();
+        for s in slices {
+            let (start_ms, end_ms) = (unix_ms(s.start), unix_ms(s.end));
+            match columns.last_mut() {
+                Some(c) if end_ms.saturating_sub(c.start_ms) <= width_ms => c.end_ms = end_ms,
+                _ => columns.push(Column { start_ms, end_ms }),
+            }
+            of.push(columns.len() - 1);
+        }
+        if columns.len() <= MAX_COLUMNS {
+            return (of, columns);
+        }
+        width_ms = (width_ms + width_ms / 4).max(1_000);
+    }
+}
+
 /// The timeline of `pid` within `window`, rows by `group`, at most `limit`
 /// of them; `None` when nothing was recorded for it.
 pub fn timeline(
@@ -103,15 +133,7 @@ pub fn timeline(
     limit: usize,
 ) -> Option<Timeline> {
     let slices: Vec<_> = store.within(window).collect();
-    // Slices per column: the fewest that keep the columns within bounds.
-    let per_column = slices.len().div_ceil(MAX_COLUMNS).max(1);
-    let columns: Vec<Column> = slices
-        .chunks(per_column)
-        .map(|c| Column {
-            start_ms: unix_ms(c[0].start),
-            end_ms: unix_ms(c[c.len() - 1].end),
-        })
-        .collect();
+    let (column_of, columns) = columns(&slices, window);
     let mut names: HashMap<u32, String> = HashMap::new();
     let mut comm = None;
     for slice in &slices {
@@ -128,7 +150,7 @@ pub fn timeline(
     }
     let mut rows: HashMap<String, Acc> = HashMap::new();
     for (i, slice) in slices.iter().enumerate() {
-        let column = i / per_column;
+        let column = column_of[i];
         for t in slice.thread_totals.iter().filter(|t| t.pid == pid) {
             let name = &names[&t.tid];
             let pool = pool_name(name);
@@ -163,6 +185,7 @@ pub fn timeline(
     Some(Timeline {
         comm: comm.unwrap_or_default(),
         recorded_seconds: window.seconds(),
+        resolution: Vec::new(),
         columns,
         rows,
         rows_left_out: left.len(),
@@ -180,6 +203,7 @@ impl Timeline {
             group: group.name(),
             seconds: window.seconds(),
             recorded_seconds: 0,
+            resolution: Vec::new(),
             states: State::ALL.iter().map(|s| s.name()).collect(),
             columns: Vec::new(),
             rows: Vec::new(),

@@ -1,0 +1,207 @@
+//! Compaction: how the store keeps its whole retention within its byte
+//! bound. Recent slices stay at full resolution (one per drain); older
+//! ones are merged in time into slices aligned on wall-clock multiples of
+//! their step:
+//!
+//! | age        | step |
+//! |------------|------|
+//! | < 60 s     | 1 s  |
+//! | 60-300 s   | 10 s |
+//! | >= 300 s   | 60 s |
+//!
+//! Slices merge two at a time, a couple of merges per push (the steady
+//! state needs about one a push). Under pressure (estimate past
+//! [`PRESSURE_PERCENT`] of the bound) compaction reaches further, oldest
+//! first, a few steps per push: the tiers shift to 1 s for the newest
+//! [`KEEP_FINE_S`], 10 s to a minute, 60 s past it; when no merge is due
+//! or fits, the oldest slice's per-thread stack rows are folded into
+//! per-pool rows (see [`super::merge`]). Only past the bound itself do
+//! the fair-share shedding and, last, eviction of whole slices run.
+//!
+//! Every merge checks before it allocates that the merged slice fits:
+//! its size is at most the sum of its two parts', so that sum must fit
+//! beside what the store holds.
+
+use std::{ops::Range, sync::Arc, time::SystemTime};
+
+use super::{merge, share, size, Held, NameBytes, Store};
+use crate::profile::Slice;
+
+/// Merges by the age rule per push: a bucket of ten slices takes nine,
+/// so the steady state needs about one a push.
+const AGE_STEPS: usize = 2;
+/// Past this share of the bound, compaction reaches beyond the age rule.
+const PRESSURE_PERCENT: usize = 80;
+/// Merges or folds at most this many groups per push under pressure
+/// (below the bound itself), so that a push stays short.
+const PRESSURE_STEPS: usize = 4;
+/// Under pressure, the newest this many seconds are still never merged in
+/// time (they may be folded into pools, after everything older).
+pub const KEEP_FINE_S: u64 = 10;
+
+/// The step the age rule gives a slice that ended `age_s` seconds before
+/// the newest one.
+pub fn step_for(age_s: u64) -> u32 {
+    match age_s {
+        0..60 => 1,
+        60..300 => 10,
+        _ => 60,
+    }
+}
+
+fn secs(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// The aligned bucket of `step` seconds that a slice ending at `end` falls
+/// in (a slice ending exactly on a multiple belongs to the bucket before).
+fn bucket(end: SystemTime, step: u32) -> u64 {
+    let nanos = end
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    (nanos.saturating_sub(1) / (u128::from(step) * 1_000_000_000)) as u64
+}
+
+impl Store {
+    /// Seconds from the end of slice `i` to the end of the newest.
+    fn age(&self, i: usize) -> u64 {
+        let newest = self.slices.back().map_or(0, |h| secs(h.slice.end));
+        newest.saturating_sub(secs(self.slices[i].slice.end))
+    }
+
+    /// The step slice `i` is due for: by the age rule; under `pressure`,
+    /// 10 s past [`KEEP_FINE_S`] and 60 s past a minute.
+    fn due_step(&self, i: usize, pressure: bool) -> u32 {
+        let age = self.age(i);
+        match (pressure, age) {
+            (true, 60..) => 60,
+            (true, a) if a >= KEEP_FINE_S => 10,
+            _ => step_for(age),
+        }
+    }
+
+    /// The oldest slices due for a merge (the first two of a bucket, or
+    /// one to relabel), with their step. A bucket is merged once it is
+    /// whole (a slice of a later bucket follows it, so the newest slice
+    /// never merges) and its newest slice is due for that step too.
+    /// Buckets merge two slices at a time: a merge needs room for its two
+    /// parts only, and a push does a bounded amount of work.
+    fn due(&self, pressure: bool) -> Option<(Range<usize>, u32)> {
+        let n = self.slices.len();
+        let mut i = 0;
+        while i + 1 < n {
+            let step = self.due_step(i, pressure);
+            let held = &self.slices[i];
+            let key = bucket(held.slice.end, step);
+            let mut j = i + 1;
+            while j < n && bucket(self.slices[j].slice.end, step) == key {
+                j += 1;
+            }
+            let whole = j < n && self.due_step(j - 1, pressure) >= step;
+            if whole && (j - i > 1 || held.step_s < step) {
+                return Some((i..(i + 2).min(j), step));
+            }
+            i = j;
+        }
+        None
+    }
+
+    /// Merges what the age rule makes due (two steps), then, while over
+    /// [`PRESSURE_PERCENT`] of the bound, merges and folds oldest first: a
+    /// few steps, or as many as it takes while over the bound itself.
+    pub(super) fn compact(&mut self) {
+        for _ in 0..AGE_STEPS {
+            match self.due(false) {
+                Some((range, step)) => self.merge_range(range, step, false),
+                None => break,
+            };
+        }
+        let pressure = self.max_bytes / 100 * PRESSURE_PERCENT;
+        let mut steps = 0;
+        while self.bytes() > pressure && (steps < PRESSURE_STEPS || self.bytes() > self.max_bytes) {
+            steps += 1;
+            let done = match self.due(true) {
+                Some((range, step)) => self.merge_range(range, step, false),
+                None => false,
+            };
+            if !done && !self.fold_oldest() {
+                break;
+            }
+        }
+    }
+
+    /// Folds the oldest slice not folded yet (never the newest) into pool
+    /// rows; false when there is none or no room for it.
+    fn fold_oldest(&mut self) -> bool {
+        let n = self.slices.len();
+        let Some(i) = (0..n.saturating_sub(1)).find(|&i| !self.slices[i].folded) else {
+            return false;
+        };
+        let step = self.slices[i].step_s;
+        self.merge_range(i..i + 1, step, true)
+    }
+
+    /// Replaces the slices in `range` with one merged slice of `step`
+    /// (folded into pools with `fold`, or when any part was); false,
+    /// changing nothing, when the merge could not fit within the bound.
+    fn merge_range(&mut self, range: Range<usize>, step: u32, fold: bool) -> bool {
+        let parts: Vec<&Held> = self.slices.range(range.clone()).collect();
+        if parts.len() == 1 && (!fold || parts[0].folded) {
+            // A bucket of one slice: nothing to merge, only its label.
+            self.slices[range.start].step_s = step;
+            return true;
+        }
+        // The merged slice is at most the sum of its parts (fewer rows,
+        // names united): that must fit beside what is held, before it is
+        // built.
+        let estimate: usize = parts.iter().map(|h| h.bytes).sum();
+        if self.bytes() + estimate > self.max_bytes {
+            return false;
+        }
+        let fold = fold || parts.iter().any(|h| h.folded);
+        let slices: Vec<&Slice> = parts.iter().map(|h| &*h.slice).collect();
+        let merged = merge::merge(&slices, fold);
+        let bytes = size::slice_bytes(&merged);
+        // What each process's rows cost: the merged rows, and the stacks
+        // and names its rows brought into the store (kept from the parts).
+        let mut by_pid = size::bytes_by_pid(&merged);
+        for h in &parts {
+            let rows = size::bytes_by_pid(&h.slice);
+            for (pid, b) in &h.by_pid {
+                let brought = b.saturating_sub(rows.get(pid).copied().unwrap_or(0));
+                if brought > 0 {
+                    *by_pid.entry(*pid).or_default() += brought;
+                }
+            }
+        }
+        drop(slices);
+        for (_, name) in NameBytes::slice_names(&merged) {
+            self.names.add(name);
+        }
+        for (pid, b) in &by_pid {
+            *self.pid_bytes.entry(*pid).or_default() += b;
+        }
+        let old: Vec<Held> = self.slices.drain(range.clone()).collect();
+        for h in &old {
+            self.slice_bytes -= h.bytes;
+            NameBytes::slice_names(&h.slice).for_each(|(_, f)| self.names.remove(f));
+            for (pid, b) in &h.by_pid {
+                share::take(&mut self.pid_bytes, *pid, *b);
+            }
+        }
+        self.slice_bytes += bytes;
+        self.compacted_slices += old.len() as u64;
+        self.slices.insert(
+            range.start,
+            Held {
+                slice: Arc::new(merged),
+                bytes,
+                by_pid,
+                step_s: step,
+                folded: fold,
+            },
+        );
+        true
+    }
+}

@@ -1,0 +1,215 @@
+//! Merging slices: several consecutive slices into one that spans them
+//! (equal rows summed), and folding a slice's per-thread stack rows into
+//! per-pool rows. Pure functions over slices; the store decides when.
+//!
+//! What stays exact: thread totals are summed per thread, never folded, so
+//! per-thread and per-process state totals are the same at every age;
+//! runqueue histograms are summed per owner; loss counters are summed.
+//! What merging loses: when within the merged span a row happened (the
+//! merged slice has one start and one end), and, once folded, which thread
+//! of a pool a stack row was.
+
+use std::{collections::HashMap, hash::Hash, sync::Arc};
+
+use rustc_hash::{FxHashMap, FxHasher};
+
+use super::super::{kind::pool_name, Sample, Slice, ThreadInfo, Wakeup};
+use crate::{
+    bpf::abi::{Hist, State},
+    collect::{HistOwner, RawThread},
+};
+
+/// Tids with these bits set stand for a pool of a process's threads, not a
+/// thread: Linux tids stay below 2^22 (`pid_max`), and the collector's
+/// merged rows ([`crate::bpf::abi::MERGED_TID`] | pid) set only the top bit.
+pub const POOL_TID: u32 = 0xC000_0000;
+
+pub use crate::profile::kind::FOLDED_SUFFIX;
+
+/// Whether `tid` stands for a pool (rows folded by [`merge`]).
+pub fn is_pool_tid(tid: u32) -> bool {
+    tid & POOL_TID == POOL_TID
+}
+
+/// The tid standing for `pool` of process `pid`: a hash of both with
+/// [`POOL_TID`] set, the same in every slice so folded slices merge. Two
+/// pools of one process with the same hash (a chance of 1 in 2^30) would
+/// show as one.
+fn pool_tid(pid: u32, pool: &str) -> u32 {
+    use std::hash::Hasher;
+    let mut h = FxHasher::default();
+    pid.hash(&mut h);
+    pool.hash(&mut h);
+    POOL_TID | (h.finish() as u32 & !POOL_TID)
+}
+
+/// The tid standing for the pool `tid` was folded into in `slice`; `tid`
+/// itself when the slice has no such pool (not folded, or no name).
+pub fn pool_of(slice: &Slice, pid: u32, tid: u32) -> u32 {
+    let Some(info) = slice.threads.get(&tid).filter(|t| t.pid == pid) else {
+        return tid;
+    };
+    let pool = pool_tid(pid, &pool_name(&info.name));
+    match slice.threads.contains_key(&pool) {
+        true => pool,
+        false => tid,
+    }
+}
+
+/// Maps tids to their pool's tid (with the pool's name) when folding.
+struct Folder<'a> {
+    threads: &'a HashMap<u32, ThreadInfo>,
+    pools: FxHashMap<u32, u32>,
+    names: HashMap<u32, ThreadInfo>,
+}
+
+impl Folder<'_> {
+    /// `tid`'s pool tid; `tid` itself when it is a pool already, a
+    /// merged row, an interrupt, or has no name in the slice (nothing to
+    /// pool it by).
+    fn tid(&mut self, pid: u32, tid: u32) -> u32 {
+        if crate::bpf::abi::is_merged_tid(tid) {
+            return tid;
+        }
+        if let Some(&p) = self.pools.get(&tid) {
+            return p;
+        }
+        let Some(info) = self.threads.get(&tid).filter(|t| t.pid == pid) else {
+            return tid;
+        };
+        let pool = pool_name(&info.name);
+        let p = pool_tid(pid, &pool);
+        self.pools.insert(tid, p);
+        self.names.entry(p).or_insert_with(|| ThreadInfo {
+            pid,
+            name: Arc::from(format!("{pool}{FOLDED_SUFFIX}")),
+        });
+        p
+    }
+}
+
+/// Sums rows with equal keys, keeping the first row of each key.
+struct Summed<K, R> {
+    index: FxHashMap<K, usize>,
+    rows: Vec<R>,
+}
+
+impl<K: Hash + Eq, R> Summed<K, R> {
+    fn new() -> Self {
+        Summed {
+            index: FxHashMap::default(),
+            rows: Vec::new(),
+        }
+    }
+
+    fn add(&mut self, key: K, row: R, sum: impl FnOnce(&mut R, &R)) {
+        match self.index.get(&key) {
+            Some(&i) => sum(&mut self.rows[i], &row),
+            None => {
+                self.index.insert(key, self.rows.len());
+                self.rows.push(row);
+            }
+        }
+    }
+
+    fn done(mut self) -> Vec<R> {
+        self.rows.shrink_to_fit();
+        self.rows
+    }
+}
+
+fn stack_key(stack: &super::super::Stack) -> usize {
+    // The store interns stacks: equal stacks are one allocation.
+    stack.as_ptr() as *const u8 as usize
+}
+
+/// One slice spanning `parts` (consecutive, oldest first, at least one):
+/// equal rows summed (samples by pid, tid, state and stack; wakeups by
+/// their whole key; thread totals per thread; runqueue histograms per
+/// owner), names and containers united (the newest wins), loss counters
+/// summed. With `fold`, sample and wakeup rows of named threads are
+/// merged into one row per pool of their process (see [`pool_name`]),
+/// under a thread named `<pool> (folded)`; thread totals stay per thread.
+pub fn merge(parts: &[&Slice], fold: bool) -> Slice {
+    let first = parts.first().expect("at least one slice to merge");
+    let last = parts.last().expect("at least one slice to merge");
+    let mut out = Slice::empty(first.start, last.end);
+    let mut samples: Summed<(u32, u32, State, usize), Sample> = Summed::new();
+    let mut wakeups: Summed<(u32, u32, u8, u32, u32, usize), Wakeup> = Summed::new();
+    let mut totals: Summed<(u32, u32), RawThread> = Summed::new();
+    let mut hists: Summed<HistOwner, (HistOwner, Hist)> = Summed::new();
+    let mut pool_names = HashMap::new();
+    for part in parts {
+        let mut folder = Folder {
+            threads: &part.threads,
+            pools: FxHashMap::default(),
+            names: HashMap::new(),
+        };
+        let mut tid = |pid, tid| if fold { folder.tid(pid, tid) } else { tid };
+        for s in &part.samples {
+            let t = tid(s.pid, s.tid);
+            let key = (s.pid, t, s.state, stack_key(&s.stack));
+            let row = Sample {
+                tid: t,
+                ..s.clone()
+            };
+            samples.add(key, row, |a, b| {
+                a.ns += b.ns;
+                a.count += b.count;
+            });
+        }
+        for w in &part.wakeups {
+            let (t, peer) = (tid(w.pid, w.tid), tid(w.peer_pid, w.peer_tid));
+            let irq = w.interrupt.map_or(0, |i| i as u8 + 1);
+            let key = (w.pid, t, irq, w.peer_pid, peer, stack_key(&w.stack));
+            let row = Wakeup {
+                tid: t,
+                peer_tid: peer,
+                ..w.clone()
+            };
+            wakeups.add(key, row, |a, b| {
+                a.ns += b.ns;
+                a.count += b.count;
+            });
+        }
+        pool_names.extend(folder.names);
+        for t in &part.thread_totals {
+            totals.add((t.pid, t.tid), t.clone(), |a, b| {
+                for (x, y) in a.ns.iter_mut().zip(b.ns) {
+                    *x += y;
+                }
+                a.switches_voluntary += b.switches_voluntary;
+                a.switches_involuntary += b.switches_involuntary;
+                a.wakeups_sent += b.wakeups_sent;
+                a.wakeups_received += b.wakeups_received;
+                a.comm.clone_from(&b.comm);
+            });
+        }
+        for h in &part.runq_hists {
+            hists.add(h.0, *h, |a, b| {
+                for (x, y) in a.1.slots.iter_mut().zip(b.1.slots) {
+                    *x += y;
+                }
+                a.1.ns += b.1.ns;
+            });
+        }
+        out.threads
+            .extend(part.threads.iter().map(|(k, v)| (*k, v.clone())));
+        out.processes
+            .extend(part.processes.iter().map(|(k, v)| (*k, v.clone())));
+        out.containers
+            .extend(part.containers.iter().map(|(k, v)| (*k, v.clone())));
+        for (a, b) in out.stats.iter_mut().zip(part.stats) {
+            *a += b;
+        }
+    }
+    out.threads.extend(pool_names);
+    out.samples = samples.done();
+    out.wakeups = wakeups.done();
+    out.thread_totals = totals.done();
+    out.runq_hists = hists.done();
+    out.threads.shrink_to_fit();
+    out.processes.shrink_to_fit();
+    out.containers.shrink_to_fit();
+    out
+}
