@@ -350,7 +350,9 @@ fn collect_loop(
 ) {
     let mut applied = priority::raise_current();
     tracing::info!("drain priority: {}", applied.label());
-    shared.health().drain_priority = applied.label();
+    let mut updates = Updates::default();
+    let label = applied.label();
+    updates.push(move |h| h.drain_priority = label);
     let mut next = Instant::now() + interval;
     // A drained batch the symbolizer had no room for yet.
     let mut waiting: Option<RawBatch> = None;
@@ -371,9 +373,10 @@ fn collect_loop(
             let started = Instant::now();
             match drainer.drain() {
                 Ok(batch) => {
-                    window.record(shared, &batch, started);
+                    window.record(&mut updates, &batch, started);
                     priority::keep(&mut applied, window.drains);
-                    shared.health().drain_priority = applied.label();
+                    let label = applied.label();
+                    updates.push(move |h| h.drain_priority = label);
                     let mut pids: Vec<u32> = batch.records.iter().map(|r| r.pid).collect();
                     pids.sort_unstable();
                     pids.dedup();
@@ -389,18 +392,20 @@ fn collect_loop(
                         // The symbolizer is behind: keep the data, merged
                         // with the next drain's, up to a bound.
                         Err(mpsc::TrySendError::Full(mut batch)) => {
-                            let mut h = shared.health();
                             if batch.records.len() > MAX_WAITING_RECORDS {
-                                h.batches_stripped += 1;
+                                updates.push(|h| h.batches_stripped += 1);
                                 batch.strip_stacks();
                             }
                             if batch.records.len() <= MAX_WAITING_RECORDS {
-                                h.batches_merged += 1;
+                                updates.push(|h| h.batches_merged += 1);
                                 waiting = Some(batch);
                             } else {
                                 tracing::warn!("symbolizer behind: batch dropped");
-                                h.batches_dropped += 1;
-                                h.rows_dropped += batch.records.len() as u64;
+                                let rows = batch.records.len() as u64;
+                                updates.push(move |h| {
+                                    h.batches_dropped += 1;
+                                    h.rows_dropped += rows;
+                                });
                             }
                         }
                         Err(mpsc::TrySendError::Disconnected(_)) => return,
@@ -409,21 +414,60 @@ fn collect_loop(
                     // be used.
                     if let Some(unwind) = unwind.as_ref().filter(|_| !stopping) {
                         if let Err(mpsc::TrySendError::Full(_)) = unwind.try_send(pids) {
-                            shared.health().unwind_updates_skipped += 1;
+                            updates.push(|h| h.unwind_updates_skipped += 1);
                         }
                     }
                 }
                 Err(err) => {
                     tracing::error!("drain failed: {err}");
-                    shared.health().drain_errors += 1;
+                    updates.push(|h| h.drain_errors += 1);
                 }
             }
         }
+        updates.publish(shared, stopping);
         if stopping {
             if let Some(batch) = waiting.take() {
                 let _ = tx.send(batch);
             }
             return;
+        }
+    }
+}
+
+/// Health updates of the collector, applied when the health lock is
+/// free: the collector never waits for it, since a thread of lower
+/// priority (the symbolizer, a `/healthz` request) may hold it while the
+/// host keeps it off the CPU for seconds (priority inversion). Updates
+/// are applied in order, so counters and latest values come out right.
+#[derive(Default)]
+struct Updates {
+    queue: Vec<Box<dyn FnOnce(&mut Health)>>,
+}
+
+/// Updates past which the collector waits for the lock after all (each
+/// drain queues a few; an hour's worth is far more than any stall).
+const MAX_PENDING_UPDATES: usize = 4096;
+
+impl Updates {
+    fn push(&mut self, f: impl FnOnce(&mut Health) + 'static) {
+        self.queue.push(Box::new(f));
+    }
+
+    /// Applies the queued updates if the lock is free (or `wait`, or too
+    /// many are queued).
+    fn publish(&mut self, shared: &Shared, wait: bool) {
+        let mut health = match shared.health.try_lock() {
+            Ok(h) => h,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => {
+                if !wait && self.queue.len() < MAX_PENDING_UPDATES {
+                    return;
+                }
+                shared.health()
+            }
+        };
+        for f in self.queue.drain(..) {
+            f(&mut health);
         }
     }
 }
@@ -446,7 +490,7 @@ fn quantile(values: &VecDeque<u64>, q: f64) -> u64 {
 }
 
 impl DrainWindow {
-    fn record(&mut self, shared: &Shared, batch: &RawBatch, started: Instant) {
+    fn record(&mut self, updates: &mut Updates, batch: &RawBatch, started: Instant) {
         let push = |q: &mut VecDeque<u64>, v: u64| {
             if q.len() == DRAIN_WINDOW {
                 q.pop_front();
@@ -466,15 +510,17 @@ impl DrainWindow {
             quantile(&self.durations, 0.99),
         );
         let gap_p99 = quantile(&self.gaps, 0.99);
-        let mut h = shared.health();
-        h.drains += 1;
-        h.last_drain_us = us;
-        h.max_drain_us = h.max_drain_us.max(us);
-        h.drain_us_p50 = p50;
-        h.drain_us_p99 = p99;
-        h.drain_gap_us_p99 = gap_p99;
-        h.max_drain_gap_us = h.max_drain_gap_us.max(gap.unwrap_or(0));
-        h.missing_stacks += batch.missing_stacks;
+        let missing = batch.missing_stacks;
+        updates.push(move |h| {
+            h.drains += 1;
+            h.last_drain_us = us;
+            h.max_drain_us = h.max_drain_us.max(us);
+            h.drain_us_p50 = p50;
+            h.drain_us_p99 = p99;
+            h.drain_gap_us_p99 = gap_p99;
+            h.max_drain_gap_us = h.max_drain_gap_us.max(gap.unwrap_or(0));
+            h.missing_stacks += missing;
+        });
     }
 }
 

@@ -169,13 +169,16 @@ impl Drop for Poller {
     }
 }
 
+/// One query's answer: HTTP status and body size, or the error.
+pub type Answer = Result<(u16, usize), String>;
+
 /// One run of [`HEAVY_QUERIES`].
 pub struct Heavy {
     /// Seconds since the soak started.
     pub started: f64,
     pub secs: f64,
     /// Per query: seconds, and HTTP status and body size or the error.
-    pub outcomes: Vec<(f64, Result<(u16, usize), String>)>,
+    pub outcomes: Vec<(f64, Answer)>,
     /// Folded lines in the first answer.
     pub lines: usize,
 }

@@ -64,9 +64,7 @@ fn cpu_pct(a: &Sample, b: &Sample) -> f64 {
 
 /// A `/healthz` number at a dotted path.
 fn at(health: &Value, path: &str) -> Option<f64> {
-    path.split('.')
-        .fold(Some(health), |v, k| v?.get(k))?
-        .as_f64()
+    path.split('.').try_fold(health, |v, k| v.get(k))?.as_f64()
 }
 
 /// Rows lost by `health` (the [`ROW_LOSSES`] counters summed).
