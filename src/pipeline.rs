@@ -441,8 +441,11 @@ fn collect_loop(
 /// are applied in order, so counters and latest values come out right.
 #[derive(Default)]
 struct Updates {
-    queue: Vec<Box<dyn FnOnce(&mut Health)>>,
+    queue: Vec<Update>,
 }
+
+/// One queued change to [`Health`].
+type Update = Box<dyn FnOnce(&mut Health)>;
 
 /// Updates past which the collector waits for the lock after all (each
 /// drain queues a few; an hour's worth is far more than any stall).
