@@ -131,14 +131,27 @@ pub fn render(s: &Soak) -> Result<String> {
         .iter()
         .filter(|(at, _)| *at >= ANSWERABLE_AFTER_S)
         .collect();
+    // Answered: the header says the window is recorded and the store
+    // holds that much history (`store.history_s` of the nearest sample).
+    let history_near = |t: f64| {
+        let near = s
+            .samples
+            .iter()
+            .filter(|x| !x.health.is_null())
+            .min_by(|a, b| (a.at - t).abs().total_cmp(&(b.at - t).abs()));
+        near.and_then(|x| at(&x.health, "store.history_s"))
+    };
     let answered = late
         .iter()
-        .filter(|(_, r)| r.as_ref().is_ok_and(|n| *n >= ANSWERED_S))
+        .filter(|(t, r)| {
+            r.as_ref().is_ok_and(|n| *n >= ANSWERED_S)
+                && history_near(*t).is_some_and(|h| h >= ANSWERED_S as f64)
+        })
         .count();
     let worst = late.iter().filter_map(|(_, r)| r.as_ref().ok()).min();
     row(
         "600 s of history answerable at every minute after the tenth",
-        format!("recorded ≥ {ANSWERED_S} s of {WINDOW_S} s"),
+        format!("recorded ≥ {ANSWERED_S} s of {WINDOW_S} s and `store.history_s` ≥ {ANSWERED_S}"),
         format!(
             "{answered} of {} minute checks (least {} s; `store.history_s` at the end {})",
             late.len(),
@@ -360,7 +373,11 @@ fn by_minute(s: &Soak) -> String {
             ),
             cpu,
             format!("{:.2}", x.load[0]),
-            (rows_lost(h).saturating_sub(base)).to_string(),
+            if h.is_null() {
+                "n/a".into()
+            } else {
+                (rows_lost(h).saturating_sub(base)).to_string()
+            },
         ]);
         previous = Some(x);
     }
