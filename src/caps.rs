@@ -29,7 +29,7 @@ const fn cap(cap: &'static str, bit: u32, off: &'static str) -> Cap {
 const SYS_ADMIN: u32 = 21;
 
 /// Every capability wallscope uses; the first two load the eBPF programs.
-pub const USED: [Cap; 10] = [
+pub const USED: [Cap; 11] = [
     cap("CAP_BPF", 39, "everything: the eBPF programs cannot load"),
     cap("CAP_PERFMON", 38, "everything: the eBPF programs cannot attach"),
     cap(
@@ -56,6 +56,11 @@ pub const USED: [Cap; 10] = [
     cap("CAP_SETUID", 7, "attaching to JVMs of other users (perf maps, thread names)"),
     cap("CAP_SETGID", 6, "attaching to JVMs of other users (perf maps, thread names)"),
     cap("CAP_KILL", 5, "signalling JVMs of other users to start their attach listener"),
+    cap(
+        "CAP_SYS_NICE",
+        23,
+        "running the drain ahead of the daemon's other threads (SCHED_FIFO or nice -10): on a saturated host it may fall behind and lose rows",
+    ),
 ];
 
 /// What the check found, for `/healthz`.

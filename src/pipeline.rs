@@ -1,7 +1,11 @@
 //! Wires the stages together: BPF maps -> collector thread -> symbolizer
-//! thread -> store. Data only moves forward, through a channel.
+//! thread -> store. Data only moves forward, through a channel. The
+//! collector runs ahead of the other threads (`priority`).
+
+mod priority;
 
 use std::{
+    collections::VecDeque,
     sync::{
         atomic::{AtomicBool, AtomicU64, Ordering},
         mpsc, Arc, Mutex, OnceLock, RwLock,
@@ -74,6 +78,17 @@ pub struct Health {
     pub drain_errors: u64,
     pub last_drain_us: u64,
     pub max_drain_us: u64,
+    /// Drain durations over the last [`DRAIN_WINDOW`] drains.
+    pub drain_us_p50: u64,
+    pub drain_us_p99: u64,
+    /// Longest time between the starts of two drains (the drain interval
+    /// plus any stall), since start and its p99 over the last
+    /// [`DRAIN_WINDOW`] drains.
+    pub max_drain_gap_us: u64,
+    pub drain_gap_us_p99: u64,
+    /// How the collector thread was raised above the daemon's others:
+    /// `fifo 1`, `nice -10` or `others niced` (see `pipeline/priority.rs`).
+    pub drain_priority: String,
     pub last_symbolize_us: u64,
     /// Sum of every batch's `last_symbolize_us`: with
     /// `symbolized_batches`, the mean over any window (benches).
@@ -90,12 +105,19 @@ pub struct Health {
     /// Unwind tables: loaded, evicted, processes using them.
     pub unwind: UnwindStats,
     /// Drained batches dropped because the symbolizer was that far behind
-    /// (its queue holds [`BATCH_QUEUE`], and one more batch of at most
-    /// [`MAX_WAITING_RECORDS`] rows waits, merged, in the collector).
+    /// (its queue holds [`BATCH_QUEUE`], and one more batch waits in the
+    /// collector, its rows summed by key; past [`MAX_WAITING_RECORDS`]
+    /// rows it loses its stacks, and only if that is not enough is it
+    /// dropped).
     pub batches_dropped: u64,
+    /// Rows of the dropped batches.
+    pub rows_dropped: u64,
     /// Drains merged into the next one because the symbolizer's queue was
     /// full (nothing lost; the slice covers several seconds).
     pub batches_merged: u64,
+    /// Times the waiting batch outgrew its bound and its rows lost their
+    /// stacks (thread time by state stays exact).
+    pub batches_stripped: u64,
     /// JVM sightings dropped because the JVM agent was busy.
     pub jvm_sightings_dropped: u64,
     /// Bytes of frame names the symbolizer holds.
@@ -112,13 +134,18 @@ pub struct Health {
 }
 
 /// Drained batches waiting for the symbolizer; a drain that finds the
-/// queue full keeps its batch and merges the next drains into it (up to
-/// [`MAX_WAITING_RECORDS`] rows, then drops it, counted) rather than
-/// holding BPF data back or growing without bound.
+/// queue full keeps its batch and merges the next drains into it, rows
+/// summed by key, rather than holding BPF data back or growing without
+/// bound.
 pub const BATCH_QUEUE: usize = 4;
-/// Rows a batch waiting for the symbolizer may grow to by merging later
-/// drains (~200 bytes each before symbolization); past it, it is dropped.
-pub const MAX_WAITING_RECORDS: usize = 1 << 20;
+/// Rows a batch waiting for the symbolizer may hold (~200 bytes each
+/// before symbolization, ~26 MB): four drains' worth of the counts map
+/// (`WS_COUNTS_ENTRIES`). Rows are summed by key, so it is reached only
+/// when the waiting drains together saw that many distinct stacks; then
+/// the rows lose their stacks and, if still past it, the batch is dropped.
+pub const MAX_WAITING_RECORDS: usize = 4 * 32768;
+/// Drains the duration percentiles are taken over (10 minutes).
+pub const DRAIN_WINDOW: usize = 600;
 /// Batches between two returns of freed memory to the kernel.
 const TRIM_EVERY_BATCHES: u64 = 10;
 /// Longest [`Pipeline::stop`] waits for the last drain and symbolization.
@@ -321,9 +348,15 @@ fn collect_loop(
     shared: &Shared,
     interval: Duration,
 ) {
+    let mut applied = priority::raise_current();
+    tracing::info!("drain priority: {}", applied.label());
+    let mut updates = Updates::default();
+    let label = applied.label();
+    updates.push(move |h| h.drain_priority = label);
     let mut next = Instant::now() + interval;
     // A drained batch the symbolizer had no room for yet.
     let mut waiting: Option<RawBatch> = None;
+    let mut window = DrainWindow::default();
     loop {
         while Instant::now() < next && !stop.load(Ordering::SeqCst) {
             thread::sleep((next - Instant::now()).min(Duration::from_millis(20)));
@@ -337,9 +370,13 @@ fn collect_loop(
         // On stop, drain twice: the second pass empties the buffer that was
         // active during the first.
         for _ in 0..if stopping { 2 } else { 1 } {
+            let started = Instant::now();
             match drainer.drain() {
                 Ok(batch) => {
-                    record_drain(shared, &batch);
+                    window.record(&mut updates, &batch, started);
+                    priority::keep(&mut applied, window.drains);
+                    let label = applied.label();
+                    updates.push(move |h| h.drain_priority = label);
                     let mut pids: Vec<u32> = batch.records.iter().map(|r| r.pid).collect();
                     pids.sort_unstable();
                     pids.dedup();
@@ -354,13 +391,21 @@ fn collect_loop(
                         Ok(()) => {}
                         // The symbolizer is behind: keep the data, merged
                         // with the next drain's, up to a bound.
-                        Err(mpsc::TrySendError::Full(batch)) => {
+                        Err(mpsc::TrySendError::Full(mut batch)) => {
+                            if batch.records.len() > MAX_WAITING_RECORDS {
+                                updates.push(|h| h.batches_stripped += 1);
+                                batch.strip_stacks();
+                            }
                             if batch.records.len() <= MAX_WAITING_RECORDS {
-                                shared.health().batches_merged += 1;
+                                updates.push(|h| h.batches_merged += 1);
                                 waiting = Some(batch);
                             } else {
                                 tracing::warn!("symbolizer behind: batch dropped");
-                                shared.health().batches_dropped += 1;
+                                let rows = batch.records.len() as u64;
+                                updates.push(move |h| {
+                                    h.batches_dropped += 1;
+                                    h.rows_dropped += rows;
+                                });
                             }
                         }
                         Err(mpsc::TrySendError::Disconnected(_)) => return,
@@ -369,16 +414,17 @@ fn collect_loop(
                     // be used.
                     if let Some(unwind) = unwind.as_ref().filter(|_| !stopping) {
                         if let Err(mpsc::TrySendError::Full(_)) = unwind.try_send(pids) {
-                            shared.health().unwind_updates_skipped += 1;
+                            updates.push(|h| h.unwind_updates_skipped += 1);
                         }
                     }
                 }
                 Err(err) => {
                     tracing::error!("drain failed: {err}");
-                    shared.health().drain_errors += 1;
+                    updates.push(|h| h.drain_errors += 1);
                 }
             }
         }
+        updates.publish(shared, stopping);
         if stopping {
             if let Some(batch) = waiting.take() {
                 let _ = tx.send(batch);
@@ -388,12 +434,97 @@ fn collect_loop(
     }
 }
 
-fn record_drain(shared: &Shared, batch: &RawBatch) {
-    let mut h = shared.health();
-    h.drains += 1;
-    h.last_drain_us = batch.drain_time.as_micros() as u64;
-    h.max_drain_us = h.max_drain_us.max(h.last_drain_us);
-    h.missing_stacks += batch.missing_stacks;
+/// Health updates of the collector, applied when the health lock is
+/// free: the collector never waits for it, since a thread of lower
+/// priority (the symbolizer, a `/healthz` request) may hold it while the
+/// host keeps it off the CPU for seconds (priority inversion). Updates
+/// are applied in order, so counters and latest values come out right.
+#[derive(Default)]
+struct Updates {
+    queue: Vec<Update>,
+}
+
+/// One queued change to [`Health`].
+type Update = Box<dyn FnOnce(&mut Health)>;
+
+/// Updates past which the collector waits for the lock after all (each
+/// drain queues a few; an hour's worth is far more than any stall).
+const MAX_PENDING_UPDATES: usize = 4096;
+
+impl Updates {
+    fn push(&mut self, f: impl FnOnce(&mut Health) + 'static) {
+        self.queue.push(Box::new(f));
+    }
+
+    /// Applies the queued updates if the lock is free (or `wait`, or too
+    /// many are queued).
+    fn publish(&mut self, shared: &Shared, wait: bool) {
+        let mut health = match shared.health.try_lock() {
+            Ok(h) => h,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => {
+                if !wait && self.queue.len() < MAX_PENDING_UPDATES {
+                    return;
+                }
+                shared.health()
+            }
+        };
+        for f in self.queue.drain(..) {
+            f(&mut health);
+        }
+    }
+}
+
+/// The last [`DRAIN_WINDOW`] drains' durations and the gaps between them.
+#[derive(Default)]
+struct DrainWindow {
+    drains: u64,
+    durations: VecDeque<u64>,
+    gaps: VecDeque<u64>,
+    last_start: Option<Instant>,
+}
+
+/// The `q` quantile (0..=1) of `values`, nearest rank.
+fn quantile(values: &VecDeque<u64>, q: f64) -> u64 {
+    let mut sorted: Vec<u64> = values.iter().copied().collect();
+    sorted.sort_unstable();
+    let rank = ((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len().max(1));
+    sorted.get(rank - 1).copied().unwrap_or(0)
+}
+
+impl DrainWindow {
+    fn record(&mut self, updates: &mut Updates, batch: &RawBatch, started: Instant) {
+        let push = |q: &mut VecDeque<u64>, v: u64| {
+            if q.len() == DRAIN_WINDOW {
+                q.pop_front();
+            }
+            q.push_back(v);
+        };
+        self.drains += 1;
+        let us = batch.drain_time.as_micros() as u64;
+        push(&mut self.durations, us);
+        let gap = self.last_start.map(|l| (started - l).as_micros() as u64);
+        self.last_start = Some(started);
+        if let Some(gap) = gap {
+            push(&mut self.gaps, gap);
+        }
+        let (p50, p99) = (
+            quantile(&self.durations, 0.5),
+            quantile(&self.durations, 0.99),
+        );
+        let gap_p99 = quantile(&self.gaps, 0.99);
+        let missing = batch.missing_stacks;
+        updates.push(move |h| {
+            h.drains += 1;
+            h.last_drain_us = us;
+            h.max_drain_us = h.max_drain_us.max(us);
+            h.drain_us_p50 = p50;
+            h.drain_us_p99 = p99;
+            h.drain_gap_us_p99 = gap_p99;
+            h.max_drain_gap_us = h.max_drain_gap_us.max(gap.unwrap_or(0));
+            h.missing_stacks += missing;
+        });
+    }
 }
 
 fn symbolize_loop(

@@ -8,7 +8,11 @@ mod support;
 use std::{collections::HashMap, fs, path::PathBuf, sync::Mutex};
 
 use serde_json::Value;
-use support::{kernel::accounts, *};
+use support::{
+    kernel::accounts,
+    rows::{json_at, within},
+    *,
+};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -251,4 +255,84 @@ fn stacks_sampled_by_length_agree_with_every_stack() {
             "{leaf}: {got:.3} sampled vs {share:.3} unsampled\n{a:?}\n{b:?}"
         );
     }
+}
+
+/// The collector thread's scheduling policy and nice, as the kernel has
+/// them (`/proc/PID/task/TID/stat` fields 19 and 41).
+fn collector_sched(daemon_pid: u32) -> Option<(i64, u64)> {
+    let tasks = fs::read_dir(format!("/proc/{daemon_pid}/task")).ok()?;
+    tasks.flatten().find_map(|t| {
+        let comm = fs::read_to_string(t.path().join("comm")).ok()?;
+        (comm.trim() == "ws-collect").then_some(())?;
+        let stat = fs::read_to_string(t.path().join("stat")).ok()?;
+        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+        // Fields after the name start at 3: nice is 19, policy 41.
+        Some((fields[19 - 3].parse().ok()?, fields[41 - 3].parse().ok()?))
+    })
+}
+
+#[test]
+fn the_drain_runs_ahead_and_keeps_its_pace_on_a_busy_host() {
+    if !ebpf_available() {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let url = daemon();
+    let port = url.rsplit(':').next().unwrap();
+    let pid = *processes_running("wallscope", &format!("127.0.0.1:{port}"))
+        .first()
+        .expect("the daemon's pid");
+    let pipeline = || json_at(url, "/healthz")["pipeline"].clone();
+    let applied = pipeline()["drain_priority"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    // What the daemon reports is what the kernel applied to the thread.
+    let (nice, policy) = collector_sched(pid).expect("the ws-collect thread");
+    match applied.as_str() {
+        "fifo 1" => assert_eq!(policy, libc::SCHED_FIFO as u64),
+        "nice -10" => assert_eq!((nice, policy), (-10, libc::SCHED_OTHER as u64)),
+        "others niced" => assert_eq!((nice, policy), (0, libc::SCHED_OTHER as u64)),
+        other => panic!("drain_priority {other:?}"),
+    }
+    // Root, or the unit's capabilities (CAP_SYS_NICE among them).
+    assert_ne!(applied, "others niced", "the daemon may raise its drain");
+
+    // Four busy loops on top of whatever the host runs.
+    let loops: Vec<Workload> = (0..4)
+        .map(|_| {
+            let mut cmd = std::process::Command::new("sh");
+            cmd.args(["-c", "echo ready $$; exec yes > /dev/null"]);
+            Workload::spawn(cmd)
+        })
+        .collect();
+    let (start, drains0) = (
+        std::time::Instant::now(),
+        pipeline()["drains"].as_u64().unwrap(),
+    );
+    let seconds = 10.0;
+    within(std::time::Duration::from_secs(30), || {
+        (start.elapsed().as_secs_f64() >= seconds).then_some(())
+    });
+    let after = pipeline();
+    let elapsed = start.elapsed().as_secs_f64();
+    drop(loops);
+    let drains = after["drains"].as_u64().unwrap() - drains0;
+    // One drain a second (the default interval), with a generous margin.
+    assert!(
+        drains as f64 >= 0.8 * elapsed - 1.0,
+        "{drains} drains in {elapsed:.1} s: {after}"
+    );
+    for field in [
+        "drain_us_p50",
+        "drain_us_p99",
+        "max_drain_us",
+        "max_drain_gap_us",
+    ] {
+        assert!(
+            after[field].as_u64().is_some_and(|v| v > 0),
+            "{field}: {after}"
+        );
+    }
+    assert_eq!(after["batches_dropped"], 0, "{after}");
 }

@@ -1,5 +1,6 @@
 //! The soak's load: the 10,000-thread process, the process spawner, the JVM
-//! and `perf bench sched messaging` in a loop, each started so that it dies
+//! and `perf bench sched messaging` in a loop, plus a `cargo build` loop
+//! and the hostile inputs (`extra.rs`), each started so that it dies
 //! with the bench. Children run in their own process group (a ctrl-c at the
 //! terminal reaches the bench alone), get `PR_SET_PDEATHSIG` (a bench that
 //! is killed takes them with it) and have their whole group killed when
@@ -7,14 +8,13 @@
 //! the drops).
 
 use crate::common::{check, find_tool, Guard, ROOT};
+use crate::extra::{self, Hostile, Repeat};
 use anyhow::{bail, Context, Result};
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc};
-use std::thread::JoinHandle;
+use std::sync::mpsc;
 use std::time::Duration;
 
 /// Threads of the many-threads process.
@@ -61,7 +61,7 @@ impl Group {
     }
 
     /// Reads the child's stdout up to its `ready PID` line.
-    fn wait_ready(&mut self, what: &str) -> Result<()> {
+    pub fn wait_ready(&mut self, what: &str) -> Result<()> {
         let stdout = self.0 .0.stdout.take().context("stdout not piped")?;
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
@@ -90,6 +90,8 @@ pub struct Load {
     pub spawner: Group,
     pub jvm: Group,
     pub messaging: Messaging,
+    pub cargo: Repeat,
+    pub hostile: Hostile,
 }
 
 /// Builds the workloads into `dir` and starts them all; returns once each
@@ -116,16 +118,20 @@ pub fn start(dir: &Path) -> Result<Load> {
     let mut cmd = Command::new(spawner_bin);
     piped(cmd.arg(SPAWN_RATE.to_string()));
     let spawner = Group::spawn(&mut cmd, libc::SIGKILL)?;
-    let mut cmd = Command::new(java);
+    let mut cmd = Command::new(&java);
     piped(cmd.args(JVM_FLAGS).arg("-cp").arg(dir).arg("SoakJvm"));
     let mut jvm = Group::spawn(&mut cmd, libc::SIGKILL)?;
     jvm.wait_ready("SoakJvm")?;
-    let messaging = Messaging::start(perf, unshare);
+    let messaging = start_messaging(perf, unshare);
+    let cargo = extra::cargo_loop(dir)?;
+    let hostile = extra::start_attackers(&java)?;
     Ok(Load {
         threads,
         spawner,
         jvm,
         messaging,
+        cargo,
+        hostile,
     })
 }
 
@@ -151,7 +157,7 @@ impl Load {
                 bail!("{name} exited with {status}");
             }
         }
-        Ok(())
+        self.hostile.check_alive()
     }
 
     /// Stops the spawner; returns how many processes it started and how
@@ -174,61 +180,18 @@ impl Load {
 }
 
 /// `perf bench sched messaging` run back to back on a thread of the bench.
-pub struct Messaging {
-    stop: Arc<AtomicBool>,
-    runs: Arc<AtomicU64>,
-    failures: Arc<AtomicU64>,
-    thread: Option<JoinHandle<()>>,
-}
+pub type Messaging = Repeat;
 
-impl Messaging {
-    fn start(perf: PathBuf, unshare: PathBuf) -> Messaging {
-        let stop = Arc::new(AtomicBool::new(false));
-        let runs = Arc::new(AtomicU64::new(0));
-        let failures = Arc::new(AtomicU64::new(0));
-        let (s, r, f) = (stop.clone(), runs.clone(), failures.clone());
-        let thread = std::thread::spawn(move || {
-            while !s.load(Ordering::Relaxed) {
-                // perf's workers are its forks, which PR_SET_PDEATHSIG does
-                // not follow: perf runs as init of its own pid namespace,
-                // killed when unshare dies (`--kill-child`), which takes
-                // every worker with it.
-                let mut cmd = Command::new(&unshare);
-                cmd.args(["--pid", "--kill-child", "--"])
-                    .arg(&perf)
-                    .args(MESSAGING);
-                cmd.stdout(Stdio::null()).stderr(Stdio::null());
-                let ok = Group::spawn(&mut cmd, libc::SIGKILL)
-                    .and_then(|mut g| Ok(g.0 .0.wait()?.success()));
-                let counter = if matches!(ok, Ok(true)) { &r } else { &f };
-                counter.fetch_add(1, Ordering::Relaxed);
-                if !matches!(ok, Ok(true)) {
-                    // Do not spin on a perf that cannot run.
-                    std::thread::sleep(Duration::from_secs(1));
-                }
-            }
-        });
-        Messaging {
-            stop,
-            runs,
-            failures,
-            thread: Some(thread),
-        }
-    }
-
-    /// Lets the current run finish; returns the runs completed and failed.
-    pub fn stop(&mut self) -> (u64, u64) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        (get(&self.runs), get(&self.failures))
-    }
-}
-
-impl Drop for Messaging {
-    fn drop(&mut self) {
-        self.stop();
-    }
+fn start_messaging(perf: PathBuf, unshare: PathBuf) -> Messaging {
+    Repeat::start(move || {
+        // perf's workers are its forks, which PR_SET_PDEATHSIG does not
+        // follow: perf runs as init of its own pid namespace, killed when
+        // unshare dies (`--kill-child`), which takes every worker with it.
+        let mut cmd = Command::new(&unshare);
+        cmd.args(["--pid", "--kill-child", "--"])
+            .arg(&perf)
+            .args(MESSAGING)
+            .stderr(Stdio::null());
+        vec![cmd]
+    })
 }

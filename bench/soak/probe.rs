@@ -1,7 +1,8 @@
 //! What the soak measures of the daemon: its RSS and CPU time
 //! (`/proc/PID/{status,stat}`), its drains and `/healthz` latency (a
-//! poller thread), the whole-host heavy query, and how completely the
-//! many-threads process is recorded.
+//! poller thread), the whole-host heavy queries, the history it can
+//! answer for, and how completely the many-threads process is recorded;
+//! and the host's load average.
 
 use crate::common::healthz;
 use anyhow::{bail, ensure, Context, Result};
@@ -12,11 +13,14 @@ use std::sync::{Arc, Mutex};
 use std::thread::{sleep, JoinHandle};
 use std::time::{Duration, Instant};
 
-/// `/healthz` poll period, and while a heavy query runs.
-const POLL: Duration = Duration::from_millis(250);
-const POLL_HEAVY: Duration = Duration::from_millis(50);
-/// The heavy query: every process's wall time by thread over 10 minutes.
-pub const HEAVY_QUERY: &str = "/folded?seconds=600&kind=wall&group=thread";
+/// `/healthz` poll period, heavy query or not.
+const POLL: Duration = Duration::from_millis(50);
+/// The heavy queries, one after the other: every process's wall time by
+/// thread over 10 minutes, and the whole host's flame graph over them.
+pub const HEAVY_QUERIES: [&str; 2] = [
+    "/folded?seconds=600&kind=wall&group=thread",
+    "/flamegraph?seconds=600&kind=wall",
+];
 /// Window of the many-threads process's completeness check.
 pub const COVERAGE_SECONDS: u64 = 30;
 
@@ -30,6 +34,31 @@ pub fn rss_kib(pid: u32) -> Result<u64> {
         kib.with_context(|| format!("no {name} in /proc/{pid}/status"))
     };
     Ok(field("RssAnon:")? + field("RssFile:")?)
+}
+
+/// The host's 1-, 5- and 15-minute load averages (`/proc/loadavg`).
+pub fn load_average() -> Result<[f64; 3]> {
+    let text = fs::read_to_string("/proc/loadavg")?;
+    let v: Vec<f64> = text
+        .split_whitespace()
+        .take(3)
+        .map(str::parse)
+        .collect::<Result<_, _>>()?;
+    ensure!(v.len() == 3, "short /proc/loadavg: {text:?}");
+    Ok([v[0], v[1], v[2]])
+}
+
+/// Seconds of the last `window` s the daemon has records of
+/// (`x-wallscope-recorded-seconds` of `/threads?pid=PID&seconds=WINDOW`).
+pub fn recorded_seconds(port: u16, pid: u32, window: u64) -> Result<u64> {
+    let url = format!("http://127.0.0.1:{port}/threads?pid={pid}&seconds={window}");
+    let answer = ureq::get(&url)
+        .timeout(Duration::from_secs(60))
+        .call()
+        .map_err(|e| anyhow::anyhow!("{url}: {e}"))?;
+    let header = answer.header("x-wallscope-recorded-seconds");
+    let seconds = header.and_then(|h| h.trim().parse().ok());
+    seconds.with_context(|| format!("{url}: no x-wallscope-recorded-seconds header"))
 }
 
 /// Processes forked on the host since boot (`processes` in `/proc/stat`).
@@ -119,8 +148,7 @@ impl Poller {
                     drains,
                 });
                 drop(log);
-                let period = if heavy { POLL_HEAVY } else { POLL };
-                sleep(period.saturating_sub(sent.elapsed()));
+                sleep(POLL.saturating_sub(sent.elapsed()));
             }
         });
         Poller {
@@ -141,35 +169,48 @@ impl Drop for Poller {
     }
 }
 
-/// One run of [`HEAVY_QUERY`].
+/// One query's answer: HTTP status and body size, or the error.
+pub type Answer = Result<(u16, usize), String>;
+
+/// One run of [`HEAVY_QUERIES`].
 pub struct Heavy {
     /// Seconds since the soak started.
     pub started: f64,
     pub secs: f64,
-    /// HTTP status and body size, or the error.
-    pub outcome: Result<(u16, usize), String>,
-    /// Folded lines in the answer.
+    /// Per query: seconds, and HTTP status and body size or the error.
+    pub outcomes: Vec<(f64, Answer)>,
+    /// Folded lines in the first answer.
     pub lines: usize,
 }
 
-/// Starts [`HEAVY_QUERY`] on its own thread, `heavy` set while it runs.
+/// Starts [`HEAVY_QUERIES`] on their own thread, `heavy` set while they
+/// run.
 pub fn heavy_query(port: u16, start: Instant, heavy: Arc<AtomicBool>) -> JoinHandle<Heavy> {
     std::thread::spawn(move || {
-        let url = format!("http://127.0.0.1:{port}{HEAVY_QUERY}");
         heavy.store(true, Ordering::Relaxed);
         let sent = Instant::now();
-        let answer = ureq::get(&url).timeout(Duration::from_secs(900)).call();
-        let body = answer.map_err(|e| e.to_string()).and_then(|r| {
-            let status = r.status();
-            Ok((status, r.into_string().map_err(|e| e.to_string())?))
-        });
+        let mut outcomes = Vec::new();
+        let mut lines = 0;
+        for (i, query) in HEAVY_QUERIES.iter().enumerate() {
+            let url = format!("http://127.0.0.1:{port}{query}");
+            let t = Instant::now();
+            let answer = ureq::get(&url).timeout(Duration::from_secs(900)).call();
+            let body = answer.map_err(|e| e.to_string()).and_then(|r| {
+                let status = r.status();
+                Ok((status, r.into_string().map_err(|e| e.to_string())?))
+            });
+            if i == 0 {
+                lines = body.as_ref().map_or(0, |(_, b)| b.lines().count());
+            }
+            let took = t.elapsed().as_secs_f64();
+            outcomes.push((took, body.map(|(s, b)| (s, b.len()))));
+        }
         let secs = sent.elapsed().as_secs_f64();
         heavy.store(false, Ordering::Relaxed);
-        let lines = body.as_ref().map_or(0, |(_, b)| b.lines().count());
         Heavy {
             started: sent.duration_since(start).as_secs_f64(),
             secs,
-            outcome: body.map(|(s, b)| (s, b.len())),
+            outcomes,
             lines,
         }
     })

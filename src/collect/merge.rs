@@ -2,9 +2,61 @@
 //! behind: the drain keeps its pace and the data waits, merged, instead of
 //! being dropped.
 
-use std::collections::{hash_map::Entry, HashMap};
+use std::{
+    collections::{hash_map::Entry, HashMap},
+    hash::{BuildHasher, Hash, Hasher},
+};
 
-use super::RawBatch;
+use super::{RawBatch, RawRecord, RecordKind};
+
+/// Hash of the fields that make a row distinct (everything but `ns` and
+/// `count`): rows with the same key are summed.
+fn row_hash(state: &impl BuildHasher, r: &RawRecord) -> u64 {
+    let mut h = state.build_hasher();
+    (r.pid, r.tid, r.syscall, r.comm.as_str()).hash(&mut h);
+    match r.kind {
+        RecordKind::Time(s) => (0u8, s as u32, 0u32).hash(&mut h),
+        RecordKind::Wakeup { peer_pid, peer_tid } => (1u8, peer_pid, peer_tid).hash(&mut h),
+    }
+    (r.user_stack.as_deref(), r.kernel_stack.as_deref()).hash(&mut h);
+    h.finish()
+}
+
+/// Whether `a` and `b` are the same row (they are summed).
+fn same_row(a: &RawRecord, b: &RawRecord) -> bool {
+    a.pid == b.pid
+        && a.tid == b.tid
+        && a.kind == b.kind
+        && a.syscall == b.syscall
+        && a.comm == b.comm
+        && a.user_stack == b.user_stack
+        && a.kernel_stack == b.kernel_stack
+}
+
+/// Appends `later` to `rows`, summing rows with the same key, so that rows
+/// waiting for the symbolizer stay bounded by the key space (threads x
+/// states x stacks) rather than by how many drains they wait.
+fn merge_rows(rows: &mut Vec<RawRecord>, later: Vec<RawRecord>) {
+    let state = std::collections::hash_map::RandomState::new();
+    let mut index: HashMap<u64, usize> = HashMap::with_capacity(rows.len() + later.len());
+    let mut kept = Vec::with_capacity(rows.len() + later.len());
+    for r in rows.drain(..).chain(later) {
+        match index.entry(row_hash(&state, &r)) {
+            Entry::Occupied(at) if same_row(&kept[*at.get()], &r) => {
+                let known: &mut RawRecord = &mut kept[*at.get()];
+                known.ns += r.ns;
+                known.count += r.count;
+            }
+            // A hash collision of two different rows: both kept.
+            Entry::Occupied(_) => kept.push(r),
+            Entry::Vacant(slot) => {
+                slot.insert(kept.len());
+                kept.push(r);
+            }
+        }
+    }
+    *rows = kept;
+}
 
 impl RawBatch {
     /// Adds `later` (the next drain) to this batch: one batch covering both
@@ -12,7 +64,7 @@ impl RawBatch {
     pub fn absorb(&mut self, later: RawBatch) {
         self.end = later.end;
         self.interval += later.interval;
-        self.records.extend(later.records);
+        merge_rows(&mut self.records, later.records);
         let mut threads: HashMap<u32, usize> = self
             .threads
             .iter()
@@ -57,6 +109,19 @@ impl RawBatch {
         self.missing_stacks += later.missing_stacks;
         self.drain_time += later.drain_time;
     }
+
+    /// Last step before dropping a batch that outgrew its bound: rows lose
+    /// their stacks and are summed again, which keeps every thread's time
+    /// by state (and wakeups) exact, only without where in the code.
+    /// Returns how many rows are left.
+    pub fn strip_stacks(&mut self) -> usize {
+        for r in &mut self.records {
+            r.user_stack = None;
+            r.kernel_stack = None;
+        }
+        merge_rows(&mut self.records, Vec::new());
+        self.records.len()
+    }
 }
 
 #[cfg(test)]
@@ -96,6 +161,44 @@ mod tests {
             missing_stacks: 0,
             drain_time: Duration::ZERO,
         }
+    }
+
+    fn row(tid: u32, stack: u64, ns: u64) -> RawRecord {
+        RawRecord {
+            pid: 1,
+            tid,
+            kind: RecordKind::Time(crate::bpf::abi::State::Cpu),
+            comm: "w".into(),
+            syscall: None,
+            user_stack: Some(vec![stack, 1].into()),
+            kernel_stack: None,
+            ns,
+            count: 1,
+        }
+    }
+
+    #[test]
+    fn rows_with_the_same_key_are_summed_and_stripped_rows_keep_totals() {
+        let mut first = batch(7, 10, 1);
+        first.records = vec![row(7, 1, 10), row(7, 2, 20)];
+        for end in 2..50 {
+            let mut later = batch(7, 10, end);
+            later.records = vec![row(7, 1, 1), row(8, 3, 5)];
+            first.absorb(later);
+        }
+        // Three keys however many drains waited.
+        assert_eq!(first.records.len(), 3);
+        let ns = |b: &RawBatch| b.records.iter().map(|r| r.ns).sum::<u64>();
+        assert_eq!(ns(&first), 30 + 48 * 6);
+        let t7: u64 = first
+            .records
+            .iter()
+            .filter(|r| r.tid == 7)
+            .map(|r| r.count)
+            .sum();
+        assert_eq!(t7, 2 + 48);
+        assert_eq!(first.strip_stacks(), 2);
+        assert_eq!(ns(&first), 30 + 48 * 6);
     }
 
     #[test]
