@@ -92,11 +92,54 @@ static __always_inline long ws_task_user_stack(struct task_struct *task,
 	return ws_unwind_end(w);
 }
 
+/* Walks one iterator run may make. The drain waits for the iterator, and a
+ * walk of another process's memory takes that process's memory-map lock
+ * and may fault its pages in: one process holding its lock (a large mmap or
+ * munmap, a core dump, a hostile loop) would hold up every drain. A walk
+ * put off is tried again at the next drain; the thread's time is counted
+ * either way, and its stack row waits for the walk or its switch-in. */
+#define WS_LIVE_WALKS_PER_RUN 256
+/* rw_semaphore count bits (kernel/locking/rwsem.c): a writer holds it, or
+ * someone waits (a reader would queue behind them). */
+#define WS_RWSEM_WRITER_LOCKED 1UL
+#define WS_RWSEM_FLAG_WAITERS 2UL
+
+/* The run the budget below belongs to: the active buffer, which flips
+ * between two drains' runs. */
+__u32 live_walk_run = 0xffffffff;
+__u32 live_walks_left = 0;
+
+/* Whether `task` may be walked now (counted when not). Reads the lock word
+ * without taking it: a race only makes a walk wait as before. */
+static __always_inline bool ws_live_walk_allowed(struct task_struct *task)
+{
+	__u32 run = ws_control(WS_CONTROL_BUFFER);
+	struct mm_struct *mm = BPF_CORE_READ(task, mm);
+	long lock;
+
+	if (run != live_walk_run) {
+		live_walk_run = run;
+		live_walks_left = WS_LIVE_WALKS_PER_RUN;
+	}
+	if (live_walks_left == 0)
+		goto put_off;
+	if (mm) {
+		lock = BPF_CORE_READ(mm, mmap_lock.count.counter);
+		if (lock & (WS_RWSEM_WRITER_LOCKED | WS_RWSEM_FLAG_WAITERS))
+			goto put_off;
+	}
+	live_walks_left--;
+	return true;
+put_off:
+	ws_stat_inc(WS_STAT_LIVE_WALKS_PUT_OFF);
+	return false;
+}
+
 /* The stacks of `task`'s current episode in `s`: walked once, renewed into
  * the current generation on later drains. Not inlined, like ws_live_row:
  * the verifier bounds the stack of a call chain, and these two need theirs
  * one after the other, not together. */
-static __noinline void ws_task_stacks(struct task_struct *task, struct ws_task *s)
+static __noinline bool ws_task_stacks(struct task_struct *task, struct ws_task *s)
 {
 	__u32 zero = 0, gen = ws_control(WS_CONTROL_GENERATION);
 	struct ws_stack *st = bpf_map_lookup_elem(&live_stack, &zero);
@@ -112,10 +155,10 @@ static __noinline void ws_task_stacks(struct task_struct *task, struct ws_task *
 		s->user_stack_id = ws_renew_stack(s->user_stack_id, s->stack_gen, gen);
 		s->kernel_stack_id = ws_renew_stack(s->kernel_stack_id, s->stack_gen, gen);
 		s->stack_gen = gen;
-		return;
+		return true;
 	}
-	if (!st || !w)
-		return;
+	if (!st || !w || !ws_live_walk_allowed(task))
+		return false;
 	s->stack_gen = gen;
 	s->stack_episode = s->off_since;
 	s->user_stack_id = WS_NO_STACK;
@@ -139,6 +182,7 @@ static __noinline void ws_task_stacks(struct task_struct *task, struct ws_task *
 			ws_stat_inc(WS_STAT_KSTACK_FAILED);
 		}
 	}
+	return true;
 }
 
 /* A thread first seen by the iterator (it has not switched since the
@@ -229,10 +273,9 @@ static __always_inline void ws_live_thread(struct seq_file *seq, struct task_str
 	row_min = offcpu_min_ns > offcpu_sample_ns ? offcpu_min_ns : offcpu_sample_ns;
 	if (row_min < live_min_ns)
 		row_min = live_min_ns;
-	if (now - phase >= row_min) {
-		ws_task_stacks(task, s);
+	if (now - phase >= row_min && ws_task_stacks(task, s)) {
 		from = s->row_from;
-		if (now - phase >= row_min && from && now > from &&
+		if (from && now > from &&
 		    __sync_val_compare_and_swap(&s->row_from, from, now) == from) {
 			ws_live_row(task, s, now - from);
 		}

@@ -211,7 +211,8 @@ enum ws_stat {
 	WS_STAT_LIVE_WALKS = 24,       /* stack walks of blocked threads at drain time */
 	WS_STAT_SAMPLED_OUT = 25,      /* intervals over the threshold not drawn: no stack row */
 	WS_STAT_DEFERRED_LOST = 26,    /* drawn interval whose switch-in hook did not run: row without stack */
-	WS_STAT_COUNT = 27,
+	WS_STAT_LIVE_WALKS_PUT_OFF = 27, /* drain-time walk put off: memory map locked or walk budget spent */
+	WS_STAT_COUNT = 28,
 };
 
 /*

@@ -367,11 +367,12 @@ pub enum Stat {
     LiveWalks = 24,
     SampledOut = 25,
     DeferredLost = 26,
+    LiveWalksPutOff = 27,
 }
 
 impl Stat {
     /// Number of counters (`WS_STAT_COUNT`).
-    pub const COUNT: usize = 27;
+    pub const COUNT: usize = 28;
     /// Every counter, in enum order.
     pub const ALL: [Stat; Stat::COUNT] = [
         Stat::Samples,
@@ -401,6 +402,7 @@ impl Stat {
         Stat::LiveWalks,
         Stat::SampledOut,
         Stat::DeferredLost,
+        Stat::LiveWalksPutOff,
     ];
 
     /// snake_case name used in `/healthz` and metrics.
@@ -433,6 +435,7 @@ impl Stat {
             Stat::LiveWalks => "blocked_stack_walks",
             Stat::SampledOut => "intervals_sampled_out",
             Stat::DeferredLost => "deferred_stack_lost",
+            Stat::LiveWalksPutOff => "blocked_stack_walks_put_off",
         }
     }
 
@@ -451,6 +454,7 @@ impl Stat {
                 | Stat::OffcpuWalks
                 | Stat::WakerWalks
                 | Stat::LiveWalks
+                | Stat::LiveWalksPutOff
                 | Stat::SampledOut
         )
     }

@@ -138,6 +138,7 @@ fn constants_match_header() {
         "WS_STAT_LIVE_WALKS",
         "WS_STAT_SAMPLED_OUT",
         "WS_STAT_DEFERRED_LOST",
+        "WS_STAT_LIVE_WALKS_PUT_OFF",
     ];
     assert_eq!(stat_names.len(), Stat::COUNT);
     assert_eq!(
