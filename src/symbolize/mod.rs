@@ -6,7 +6,7 @@
 //! blazesym; results are cached per file and offset, so a library mapped by
 //! many processes is looked up once and repeated queries read no ELF file.
 
-mod elf_files;
+pub mod elf_files;
 mod interner;
 mod java;
 mod jit;
@@ -231,6 +231,7 @@ impl Symbolizer {
         self.report_jvms(&threads);
         self.procs.end_batch();
         self.elf.end_batch();
+        self.publish_held();
         let start = end.checked_sub(interval).unwrap_or(SystemTime::UNIX_EPOCH);
         let slice = Slice {
             start,
@@ -319,6 +320,27 @@ impl Symbolizer {
     /// Batches symbolized so far.
     pub fn batches(&self) -> u64 {
         self.batches
+    }
+
+    /// Tells [`crate::held`] what the names and the JVM code it decoded
+    /// hold, with their bounds (running counters: no walk).
+    fn publish_held(&self) {
+        use crate::held::{set, Holder};
+        set(
+            Holder::SymbolizerNames,
+            self.interner.bytes() as u64,
+            Some(interner::MAX_BYTES as u64),
+        );
+        set(
+            Holder::PerfMapNames,
+            self.jit.bytes() as u64,
+            Some(jit::BUDGET_BYTES as u64),
+        );
+        set(
+            Holder::JvmCode,
+            self.java.bytes() as u64,
+            Some(java::NMETHOD_BUDGET_BYTES as u64),
+        );
     }
 
     /// Bytes of frame names held, and ELF files open (for `/healthz`).
