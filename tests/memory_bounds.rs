@@ -15,7 +15,9 @@ use std::{
 };
 
 use serde_json::Value;
-use support::{ebpf_available, rows::json_at, rows::within, settle, users, Daemon, Workload, CATCH_UP};
+use support::{
+    ebpf_available, rows::json_at, rows::within, settle, users, Daemon, Workload, CATCH_UP,
+};
 
 /// The promise: resident memory at any moment (`VmHWM`).
 const PEAK: u64 = 150 << 20;
@@ -42,10 +44,15 @@ const HOLDERS: [&str; 10] = [
 /// each within its bound, and what they leave unaccounted. Returns it.
 fn check(memory: &Value) -> &Value {
     let holders = memory["holders"].as_array().expect("memory.holders");
-    let names: Vec<&str> = holders.iter().map(|h| h["name"].as_str().unwrap()).collect();
+    let names: Vec<&str> = holders
+        .iter()
+        .map(|h| h["name"].as_str().unwrap())
+        .collect();
     assert_eq!(names, HOLDERS, "{memory}");
     for h in holders {
-        let bytes = h["bytes"].as_u64().unwrap_or_else(|| panic!("bytes of {h}"));
+        let bytes = h["bytes"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("bytes of {h}"));
         if let Some(bound) = h["bound"].as_u64() {
             assert!(bytes <= bound, "holder over its bound: {h}");
         }
@@ -75,14 +82,18 @@ fn a_perf_map_rewritten_with_unique_long_names_stays_within_every_bound() {
     settle(&ws.url);
     let quiet = json_at(&ws.url, "/healthz")["memory"].clone();
     check(&quiet);
-    assert!(holder(&quiet, "binary") > 0, "the daemon's code is resident: {quiet}");
+    assert!(
+        holder(&quiet, "binary") > 0,
+        "the daemon's code is resident: {quiet}"
+    );
     assert!(holder(&quiet, "store") > 0, "{quiet}");
 
     let dir = users::shared_dir("memory", 0o777);
     let bin = users::runnable_copy("names_attacker", &dir);
     let mut cmd = users::as_nobody(&bin);
     // 20,000 new names of 2,000 bytes (40 MB) every second.
-    cmd.args(["perfmap", "20000", "2000", "1000"]).current_dir(&dir);
+    cmd.args(["perfmap", "20000", "2000", "1000"])
+        .current_dir(&dir);
     let a = Workload::spawn(cmd);
     let map = PathBuf::from(format!("/tmp/perf-{}.map", a.pid));
     let _cleanup = Cleanup(vec![map.with_extension("map.tmp"), map]);
@@ -91,7 +102,10 @@ fn a_perf_map_rewritten_with_unique_long_names_stays_within_every_bound() {
         let m = json_at(&ws.url, "/healthz")["memory"].clone();
         (holder(&m, "names") > names_before + (1 << 20)).then_some(())
     });
-    assert!(read.is_some(), "the attacker's names never reached the daemon");
+    assert!(
+        read.is_some(),
+        "the attacker's names never reached the daemon"
+    );
 
     let (mut peak_names, mut peak_unaccounted) = (0, 0);
     let end = Instant::now() + ATTACK;

@@ -218,7 +218,6 @@ impl ElfFiles {
     }
 
     /// True when no file is open.
-    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.open.is_empty()
     }

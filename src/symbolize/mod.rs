@@ -326,10 +326,19 @@ impl Symbolizer {
     /// hold, with their bounds (running counters: no walk).
     fn publish_held(&self) {
         use crate::held::{set, Holder};
+        // The address caches that hand the names out count with them:
+        // by capacity (one control byte per slot), at most 1 Mi entries
+        // each (cleared past it).
+        let slot = |key: usize| key + std::mem::size_of::<Frame>() + 1;
+        let caches = self.user_cache.capacity() * slot(std::mem::size_of::<(FileKey, u64)>())
+            + self.kernel_cache.capacity() * slot(std::mem::size_of::<u64>());
+        // Cleared past CACHE_LIMIT at the start of a batch; one batch may
+        // grow a table once more (it doubles).
+        let max_caches = 2 * 4 * CACHE_LIMIT * slot(32);
         set(
             Holder::SymbolizerNames,
-            self.interner.bytes() as u64,
-            Some(interner::MAX_BYTES as u64),
+            (self.interner.bytes() + caches) as u64,
+            Some((interner::MAX_BYTES + max_caches) as u64),
         );
         set(
             Holder::PerfMapNames,
