@@ -24,6 +24,9 @@ pub enum Holder {
     /// The heap the ELF symbolizers may use: the files' mapped bytes bound
     /// it (blazesym keeps what it parsed of a file, at most its size).
     ElfSymbols,
+    /// The kernel's symbols (`/proc/kallsyms`) as blazesym parsed them for
+    /// kernel frames: an estimate, fixed by the kernel.
+    KernelSymbols,
     /// Unwind tables being built (their rows are in BPF maps once built,
     /// not in user space), and the registry's file and process entries.
     UnwindTables,
@@ -33,7 +36,7 @@ pub enum Holder {
     ProcessTable,
 }
 
-const COUNT: usize = 6;
+const COUNT: usize = 7;
 const NONE: u64 = u64::MAX;
 
 static BYTES: [AtomicU64; COUNT] = [const { AtomicU64::new(0) }; COUNT];

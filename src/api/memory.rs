@@ -105,6 +105,7 @@ pub fn report(
     let counter = |h: Holder| held::get(h);
     let (interned, interned_bound) = counter(Holder::SymbolizerNames);
     let (perf_maps, perf_maps_bound) = counter(Holder::PerfMapNames);
+    let (ksyms, ksyms_bound) = counter(Holder::KernelSymbols);
     let store_bound = Some(store.max_bytes as u64);
     let answer = Limits::API.bytes as u64;
     let holder = |name, bytes: u64, bound| HolderBytes { name, bytes, bound };
@@ -127,7 +128,12 @@ pub fn report(
                 interned_bound.unwrap_or(0) + perf_maps_bound.unwrap_or(0) + store.max_bytes as u64,
             ),
         ),
-        holder("elf_symbols", mapped.elf, Some(elf_files::MAX_MAPPED_BYTES)),
+        // The ELF files' resident pages, and the kernel's symbols.
+        holder(
+            "elf_symbols",
+            mapped.elf + ksyms,
+            Some(elf_files::MAX_MAPPED_BYTES + ksyms_bound.unwrap_or(0)),
+        ),
         from_counter("unwind_tables", Holder::UnwindTables),
         from_counter("jvm_code", Holder::JvmCode),
         from_counter("process_table", Holder::ProcessTable),
