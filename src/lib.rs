@@ -12,6 +12,7 @@ pub mod bpf;
 pub mod caps;
 pub mod collect;
 pub mod export;
+pub mod held;
 pub mod jvm;
 pub mod pipeline;
 pub mod process;

@@ -1,6 +1,33 @@
-//! The daemon's own resident memory, by kind, from `/proc/self/status`.
+//! The daemon's own resident memory: by kind, from `/proc/self/status`,
+//! and by holder (`/healthz` `memory.holders`), so that a spike names the
+//! holder it came from.
+//!
+//! Each holder reports its bytes and the bound enforced on them (before
+//! the allocation). The figures are running counters the holders keep
+//! ([`crate::held`], the store's published stats), except the file-backed
+//! ones (the daemon's binary, the ELF files the symbolizer maps), which
+//! the kernel counts per mapping: `/proc/self/smaps` is read for them at
+//! most once per [`SMAPS_EVERY`].
+
+use std::{
+    os::unix::fs::MetadataExt,
+    sync::Mutex,
+    time::{Duration, Instant},
+};
 
 use serde::Serialize;
+
+use super::limit::QueryStats;
+use crate::{
+    export::push::{outbox, PushReport},
+    held::{self, Holder},
+    profile::{store::StoreStats, truncate::Limits},
+    symbolize::elf_files,
+};
+
+/// `/proc/self/smaps` is read at most this often (it walks the page
+/// tables of every mapping).
+pub const SMAPS_EVERY: Duration = Duration::from_secs(1);
 
 /// Resident memory of this process in bytes.
 #[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
@@ -25,17 +52,183 @@ impl Rss {
     }
 }
 
+/// One holder's bytes and bound.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct HolderBytes {
+    pub name: &'static str,
+    pub bytes: u64,
+    /// The byte bound enforced on it, `None` if it has none.
+    pub bound: Option<u64>,
+}
+
+/// `/healthz` `memory`: resident memory by kind and by holder.
+#[derive(Debug, Clone, Serialize)]
+pub struct Memory {
+    #[serde(flatten)]
+    pub rss: Rss,
+    /// `VmRSS`.
+    pub rss_bytes: u64,
+    /// `VmHWM`: the most resident memory since the daemon started.
+    pub hwm_bytes: u64,
+    /// In this order: store, stacks, names, elf_symbols, unwind_tables,
+    /// jvm_code, process_table, query_buffers, push_outbox, binary.
+    pub holders: Vec<HolderBytes>,
+    /// `rss_bytes` less the holders' sum (allocator overhead and free
+    /// lists, thread stacks, libraries, what no holder counts).
+    pub unaccounted_bytes: u64,
+}
+
+/// What `/proc/self/smaps` says of the file-backed holders.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Mapped {
+    /// Resident bytes of the daemon's executable.
+    binary: u64,
+    /// Resident bytes of the ELF files the symbolizer maps.
+    elf: u64,
+}
+
+static SMAPS: Mutex<Option<(Instant, Mapped)>> = Mutex::new(None);
+
+/// The memory report, from the store's published stats, the query bound
+/// and the push report; `None` if `/proc` cannot be read.
+pub fn report(
+    store: &StoreStats,
+    queries: &QueryStats,
+    push: Option<&PushReport>,
+) -> Option<Memory> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let rss = parse(&status)?;
+    let rss_bytes = kib(&status, "VmRSS:").unwrap_or(rss.total_bytes());
+    let hwm_bytes = kib(&status, "VmHWM:").unwrap_or(rss_bytes);
+    let mapped = mapped();
+    let exe_size = std::fs::metadata("/proc/self/exe").map_or(0, |m| m.len());
+    let counter = |h: Holder| held::get(h);
+    let (interned, interned_bound) = counter(Holder::SymbolizerNames);
+    let (perf_maps, perf_maps_bound) = counter(Holder::PerfMapNames);
+    let (ksyms, ksyms_bound) = counter(Holder::KernelSymbols);
+    let store_bound = Some(store.max_bytes as u64);
+    let answer = Limits::API.bytes as u64;
+    let holder = |name, bytes: u64, bound| HolderBytes { name, bytes, bound };
+    let holders = vec![
+        holder(
+            "store",
+            (store.slice_bytes + store.live_bytes) as u64,
+            store_bound,
+        ),
+        // Within the store's bound, which counts slices, stacks and the
+        // names they hold together.
+        holder("stacks", store.stack_bytes as u64, store_bound),
+        // The store's names are the interner's allocations (counted once),
+        // but thread and process names are the store's own: the larger
+        // of the two, and the perf maps' names beside.
+        holder(
+            "names",
+            interned.max(store.name_bytes as u64) + perf_maps,
+            Some(
+                interned_bound.unwrap_or(0) + perf_maps_bound.unwrap_or(0) + store.max_bytes as u64,
+            ),
+        ),
+        // The ELF files' resident pages, and the kernel's symbols.
+        holder(
+            "elf_symbols",
+            mapped.elf + ksyms,
+            Some(elf_files::MAX_MAPPED_BYTES + ksyms_bound.unwrap_or(0)),
+        ),
+        from_counter("unwind_tables", Holder::UnwindTables),
+        from_counter("jvm_code", Holder::JvmCode),
+        from_counter("process_table", Holder::ProcessTable),
+        // An estimate: each running query may build an answer of at most
+        // the API's truncation bytes.
+        holder(
+            "query_buffers",
+            queries.running as u64 * answer,
+            Some(queries.max_running as u64 * answer),
+        ),
+        holder(
+            "push_outbox",
+            push.map_or(0, |p| p.queued_bytes),
+            Some(outbox::MAX_BYTES as u64),
+        ),
+        holder("binary", mapped.binary, Some(exe_size)),
+    ];
+    let accounted: u64 = holders.iter().map(|h| h.bytes).sum();
+    Some(Memory {
+        rss,
+        rss_bytes,
+        hwm_bytes,
+        holders,
+        unaccounted_bytes: rss_bytes.saturating_sub(accounted),
+    })
+}
+
+fn from_counter(name: &'static str, holder: Holder) -> HolderBytes {
+    let (bytes, bound) = held::get(holder);
+    HolderBytes { name, bytes, bound }
+}
+
+/// The file-backed holders' resident bytes, read again after
+/// [`SMAPS_EVERY`].
+fn mapped() -> Mapped {
+    let mut cached = SMAPS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((at, m)) = *cached {
+        if at.elapsed() < SMAPS_EVERY {
+            return m;
+        }
+    }
+    let exe = std::fs::metadata("/proc/self/exe").map_or(0, |m| m.ino());
+    let elf: Vec<u64> = held::mapped_files()
+        .into_iter()
+        .map(|(_, ino)| ino)
+        .collect();
+    let m = std::fs::read_to_string("/proc/self/smaps")
+        .map(|text| parse_smaps(&text, exe, &elf))
+        .unwrap_or_default();
+    *cached = Some((Instant::now(), m));
+    m
+}
+
+/// Sums the `Rss` of mappings of inode `exe`, and of those in `elf`.
+/// Inodes only: the device smaps shows is the filesystem's, which for an
+/// overlay is not the file's `st_dev`; two of these inodes on different
+/// devices are unlikely and would only move bytes between two holders.
+fn parse_smaps(text: &str, exe: u64, elf: &[u64]) -> Mapped {
+    let mut m = Mapped::default();
+    let mut current: Option<u64> = None;
+    for line in text.lines() {
+        let mut fields = line.split_ascii_whitespace();
+        let first = fields.next().unwrap_or("");
+        if first.contains('-') && !first.ends_with(':') {
+            // `start-end perms offset dev inode [path]`
+            current = fields.nth(3).and_then(|i| i.parse().ok());
+        } else if first == "Rss:" {
+            let bytes = fields
+                .next()
+                .and_then(|k| k.parse::<u64>().ok())
+                .unwrap_or(0)
+                * 1024;
+            match current {
+                Some(i) if i != 0 && i == exe => m.binary += bytes,
+                Some(i) if i != 0 && elf.contains(&i) => m.elf += bytes,
+                _ => {}
+            }
+        }
+    }
+    m
+}
+
+/// A `kB` line of a status file, in bytes.
+fn kib(status: &str, key: &str) -> Option<u64> {
+    let line = status.lines().find(|l| l.starts_with(key))?;
+    let value = line[key.len()..].trim().strip_suffix("kB")?.trim();
+    value.parse::<u64>().ok().map(|k| k * 1024)
+}
+
 /// The `RssAnon`, `RssFile` and `RssShmem` lines (in kB) of a status file.
 fn parse(status: &str) -> Option<Rss> {
-    let kib = |key: &str| -> Option<u64> {
-        let line = status.lines().find(|l| l.starts_with(key))?;
-        let value = line[key.len()..].trim().strip_suffix("kB")?.trim();
-        value.parse::<u64>().ok().map(|k| k * 1024)
-    };
     Some(Rss {
-        anon_bytes: kib("RssAnon:")?,
-        file_bytes: kib("RssFile:")?,
-        shmem_bytes: kib("RssShmem:").unwrap_or(0),
+        anon_bytes: kib(status, "RssAnon:")?,
+        file_bytes: kib(status, "RssFile:")?,
+        shmem_bytes: kib(status, "RssShmem:").unwrap_or(0),
     })
 }
 
@@ -51,5 +244,65 @@ mod tests {
         assert_eq!(rss.total_bytes(), 3000 * 1024);
         assert_eq!(parse("Name: x\n"), None);
         assert!(Rss::of_self().is_some_and(|r| r.anon_bytes > 0));
+    }
+
+    #[test]
+    fn smaps_rss_is_summed_by_file() {
+        let smaps = "\
+55d0a0000000-55d0a0100000 r--p 00000000 fd:01 77 /usr/bin/wallscope
+Size:               1024 kB
+Rss:                 400 kB
+55d0a0100000-55d0a0200000 r-xp 00100000 fd:01 77 /usr/bin/wallscope
+Rss:                 600 kB
+7f0000000000-7f0001000000 r--p 00000000 00:2f 12 /usr/lib/libLLVM.so
+Rss:                1000 kB
+7f0001000000-7f0002000000 rw-p 00000000 00:00 0
+Rss:                9000 kB
+";
+        let m = parse_smaps(smaps, 77, &[12]);
+        assert_eq!(
+            m,
+            Mapped {
+                binary: 1000 * 1024,
+                elf: 1000 * 1024
+            }
+        );
+        assert_eq!(parse_smaps(smaps, 77, &[]).elf, 0);
+    }
+
+    #[test]
+    fn holders_are_listed_in_order_and_add_up() {
+        let store = StoreStats {
+            slice_bytes: 1000,
+            live_bytes: 24,
+            stack_bytes: 500,
+            max_bytes: 4 << 20,
+            ..StoreStats::default()
+        };
+        let m = report(&store, &QueryStats::default(), None).unwrap();
+        let names: Vec<&str> = m.holders.iter().map(|h| h.name).collect();
+        assert_eq!(
+            names,
+            [
+                "store",
+                "stacks",
+                "names",
+                "elf_symbols",
+                "unwind_tables",
+                "jvm_code",
+                "process_table",
+                "query_buffers",
+                "push_outbox",
+                "binary"
+            ]
+        );
+        assert_eq!(
+            (m.holders[0].bytes, m.holders[0].bound),
+            (1024, Some(4 << 20))
+        );
+        assert!(m.holders[9].bytes > 0, "the test binary is mapped");
+        let sum: u64 = m.holders.iter().map(|h| h.bytes).sum();
+        assert_eq!(m.unaccounted_bytes, m.rss_bytes.saturating_sub(sum));
+        assert!(m.hwm_bytes >= m.rss_bytes);
     }
 }

@@ -184,6 +184,8 @@ pub fn render(shared: &Shared, queries: &QueryStats, now: SystemTime) -> String 
         }
     }
     memory_series(&mut out, &store, &health);
+    let push = shared.push.get().map(|p| p.report());
+    holder_series(&mut out, &store, queries, push.as_ref());
     query_series(&mut out, queries);
     http_series(&mut out);
     if let Some(push) = shared.push.get() {
@@ -252,6 +254,30 @@ fn memory_series(out: &mut Out, store: &StoreStats, health: &Health) {
     let help = "Slices held whose stack rows are folded into per-pool rows";
     out.family(name, "gauge", help);
     out.sample(name, "", store.folded_slices as u64);
+}
+
+/// What each holder holds and its bound (`/healthz` `memory.holders`).
+fn holder_series(
+    out: &mut Out,
+    store: &StoreStats,
+    queries: &QueryStats,
+    push: Option<&PushReport>,
+) {
+    let Some(memory) = super::memory::report(store, queries, push) else {
+        return;
+    };
+    let name = "wallscope_memory_holder_bytes";
+    out.family(name, "gauge", "Bytes each of the daemon's holders holds");
+    for h in &memory.holders {
+        out.sample(name, &label("holder", h.name), h.bytes);
+    }
+    let name = "wallscope_memory_holder_bound_bytes";
+    out.family(name, "gauge", "The byte bound enforced on each holder");
+    for h in &memory.holders {
+        if let Some(bound) = h.bound {
+            out.sample(name, &label("holder", h.name), bound);
+        }
+    }
 }
 
 /// The bound on concurrent queries.

@@ -139,6 +139,7 @@ async fn healthz(State(state): State<ApiState>) -> Json<serde_json::Value> {
             .collect()
     };
     let lost_samples = totals[Stat::CountsFull as usize];
+    let push = shared.push.get().map(|p| p.report());
     let degraded = crate::untrusted::refusals::degraded();
     Json(json!({
         "status": if degraded.is_empty() { "ok" } else { "degraded" },
@@ -155,11 +156,11 @@ async fn healthz(State(state): State<ApiState>) -> Json<serde_json::Value> {
         "slices": store.slices,
         "stacks": store.stacks,
         "store": store,
-        "memory": memory::Rss::of_self(),
+        "memory": memory::report(&store, &state.queries.stats(), push.as_ref()),
         "queries": state.queries.stats(),
         "http": server::STATS.snapshot(),
         "capabilities": crate::caps::report(),
-        "push": shared.push.get().map(|p| p.report()),
+        "push": push,
     }))
 }
 

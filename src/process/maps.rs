@@ -7,6 +7,12 @@
 
 use std::{fs, io, path::PathBuf};
 
+/// Executable mappings kept per process (the first, by address): a
+/// process may map tens of thousands, and the table holds up to
+/// [`super::MAX_IMAGES`] images. Real programs map a few hundred (a JVM,
+/// Chromium: under 1,000).
+pub const MAX_MAPPINGS: usize = 4096;
+
 /// What backs a mapping.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Backing {
@@ -17,6 +23,17 @@ pub enum Backing {
     Vdso,
     /// Anonymous memory or a pseudo-file such as `[heap]` (JIT code lives here).
     Anon { name: String },
+}
+
+impl Backing {
+    /// Bytes of its path or name.
+    pub fn text_len(&self) -> usize {
+        match self {
+            Backing::File { path, .. } => path.as_os_str().len(),
+            Backing::Vdso => 0,
+            Backing::Anon { name } => name.len(),
+        }
+    }
 }
 
 /// One executable mapping.
@@ -53,7 +70,11 @@ impl ProcMaps {
     /// Parses the text of a maps file, keeping executable mappings only;
     /// malformed lines are skipped.
     pub fn parse(text: &str) -> ProcMaps {
-        let mut mappings: Vec<Mapping> = text.lines().filter_map(parse_line).collect();
+        let mut mappings: Vec<Mapping> = text
+            .lines()
+            .filter_map(parse_line)
+            .take(MAX_MAPPINGS)
+            .collect();
         mappings.sort_by_key(|m| m.start);
         ProcMaps { mappings }
     }

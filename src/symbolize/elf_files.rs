@@ -17,6 +17,17 @@
 //! mapped file (device and inode), regular, and at most [`MAX_ELF_BYTES`].
 //! blazesym then reads it through `/proc/self/fd/N`, which no user can
 //! redirect.
+//!
+//! Memory: blazesym maps each file it symbolizes whole and keeps what it
+//! parsed of it, so the files with a symbolizer alive are bounded by their
+//! size: at most [`MAX_MAPPED_BYTES`] together, enforced before a
+//! symbolizer is created (other files' symbolizers are dropped first,
+//! least recently used first; a file larger than the bound alone is
+//! refused, counted as `elf`/`budget`). Their resident pages count in the
+//! daemon's RSS (15 MB of `libLLVM` while a `cargo build` ran): files
+//! larger than [`KEEP_MAPPED_BYTES`] drop their symbolizer, so unmap, at
+//! the end of every batch, even one that used them. The frame caches make
+//! a re-parse rare: a file is seldom needed two batches in a row.
 
 use std::path::{Path, PathBuf};
 
@@ -24,7 +35,7 @@ use blazesym::symbolize::{source::Elf, source::Source, Input, Symbolized, Symbol
 use rustc_hash::FxHashMap;
 
 use super::procs::FileKey;
-use crate::untrusted::{self, Checked, Expect, Last, OpenError, What};
+use crate::untrusted::{self, refusals, Checked, Expect, Last, OpenError, Reason, What};
 
 /// Most ELF files open at once.
 pub const MAX_OPEN: usize = 64;
@@ -33,6 +44,11 @@ pub const IDLE_BATCHES: u64 = 60;
 /// Largest ELF file symbolized: bigger ones (none seen in practice) show
 /// as `module+0xOFF` frames.
 pub const MAX_ELF_BYTES: u64 = 2 << 30;
+/// Bytes of the files with a symbolizer alive (mapped, and what blazesym
+/// parsed of them, at most as much), together.
+pub const MAX_MAPPED_BYTES: u64 = 256 << 20;
+/// Files larger than this are unmapped at the end of every batch.
+pub const KEEP_MAPPED_BYTES: u64 = 16 << 20;
 
 /// How to reach a mapped file: the mapping of a process that maps it, and
 /// the path the process sees.
@@ -53,6 +69,8 @@ struct OpenFile {
     /// frame caches mean a file is rarely needed two batches in a row.
     blaze: Option<Blaze>,
     used: u64,
+    /// The file's size: what its symbolizer maps.
+    size: u64,
 }
 
 fn new_blaze() -> Blaze {
@@ -83,12 +101,14 @@ impl ElfFiles {
             match open(key, at) {
                 Ok(file) => {
                     self.make_room();
+                    let size = file.stat.st_size.max(0) as u64;
                     self.open.insert(
                         key,
                         OpenFile {
                             file,
                             blaze: None,
                             used: batch,
+                            size,
                         },
                     );
                 }
@@ -97,6 +117,10 @@ impl ElfFiles {
                     return vec![None; offsets.len()];
                 }
             }
+        }
+        if !self.map_room(key) {
+            refusals::count_for(What::Elf, Reason::Budget, at.pid);
+            return vec![None; offsets.len()];
         }
         let Some(open) = self.open.get_mut(&key) else {
             return vec![None; offsets.len()];
@@ -130,10 +154,62 @@ impl ElfFiles {
             let idle = batch - f.used;
             idle < IDLE_BATCHES && (idle == 0 || !deleted(&f.file))
         });
-        for f in self.open.values_mut().filter(|f| f.used != batch) {
-            f.blaze = None;
+        for f in self.open.values_mut() {
+            if f.used != batch || f.size > KEEP_MAPPED_BYTES {
+                f.blaze = None;
+            }
         }
         self.batch += 1;
+        self.publish();
+    }
+
+    /// Bytes of the files with a symbolizer alive.
+    pub fn mapped_bytes(&self) -> u64 {
+        self.open
+            .values()
+            .filter(|f| f.blaze.is_some())
+            .map(|f| f.size)
+            .sum()
+    }
+
+    /// Makes room within [`MAX_MAPPED_BYTES`] for `key`'s symbolizer
+    /// before it is created, dropping the least recently used others;
+    /// false if the file alone is larger than the bound.
+    fn map_room(&mut self, key: FileKey) -> bool {
+        let Some(me) = self.open.get(&key) else {
+            return false;
+        };
+        if me.blaze.is_some() {
+            return true;
+        }
+        let size = me.size;
+        if size > MAX_MAPPED_BYTES {
+            return false;
+        }
+        while self.mapped_bytes() + size > MAX_MAPPED_BYTES {
+            let Some(f) = self
+                .open
+                .iter_mut()
+                .filter(|(k, f)| **k != key && f.blaze.is_some())
+                .min_by_key(|(_, f)| f.used)
+                .map(|(_, f)| f)
+            else {
+                return false;
+            };
+            f.blaze = None;
+        }
+        true
+    }
+
+    /// Tells [`crate::held`] which files are mapped and their bytes.
+    fn publish(&self) {
+        let files = self.open.iter().filter(|(_, f)| f.blaze.is_some());
+        crate::held::set_mapped_files(files.map(|(k, _)| (k.dev, k.inode)).collect());
+        crate::held::set(
+            crate::held::Holder::ElfSymbols,
+            self.mapped_bytes(),
+            Some(MAX_MAPPED_BYTES),
+        );
     }
 
     /// Files open now.
@@ -142,7 +218,6 @@ impl ElfFiles {
     }
 
     /// True when no file is open.
-    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.open.is_empty()
     }
@@ -268,6 +343,38 @@ mod tests {
         files.end_batch();
         assert!(files.is_empty(), "deleted files released");
         assert!(open_fds() <= fds + 1, "{} fds, were {fds}", open_fds());
+    }
+
+    #[test]
+    fn mapped_bytes_are_bounded_before_a_file_is_parsed() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut files = ElfFiles::default();
+        let mut symbolize = |name: &str, size: u64| {
+            // Sparse: the size is what counts, not what the disk holds.
+            let path = dir.path().join(name);
+            std::fs::File::create(&path).unwrap().set_len(size).unwrap();
+            let at = Locator {
+                pid: std::process::id(),
+                start: 1,
+                end: 2,
+                path: path.clone(),
+            };
+            files.symbolize(key_of(&path), &at, &[0x10]);
+            files.mapped_bytes()
+        };
+        let third = MAX_MAPPED_BYTES / 3 + 1;
+        assert_eq!(symbolize("a", third), third);
+        assert_eq!(symbolize("b", third), 2 * third);
+        assert_eq!(symbolize("c", third), 2 * third, "`a` was dropped first");
+        let refused = refusals::get(What::Elf, Reason::Budget);
+        assert_eq!(symbolize("huge", MAX_MAPPED_BYTES + 1), 2 * third);
+        assert_eq!(refusals::get(What::Elf, Reason::Budget), refused + 1);
+        files.end_batch();
+        assert_eq!(
+            files.mapped_bytes(),
+            0,
+            "large files are unmapped each batch"
+        );
     }
 
     #[test]

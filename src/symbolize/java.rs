@@ -88,6 +88,11 @@ pub struct JavaFrames {
 }
 
 impl JavaFrames {
+    /// Bytes of the JVMs' decoded nmethods, within [`NMETHOD_BUDGET_BYTES`].
+    pub fn bytes(&self) -> usize {
+        self.nmethod_bytes
+    }
+
     /// Starts a batch: forgets JVMs not looked up for a while.
     pub fn begin_batch(&mut self) {
         self.batch += 1;

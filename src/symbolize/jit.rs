@@ -162,6 +162,12 @@ impl JitMaps {
             .retain(|_, e| batch - e.used < FORGET_AFTER_BATCHES);
     }
 
+    /// Bytes of names the maps hold (those read aside for a rewritten map
+    /// included), within [`BUDGET_BYTES`].
+    pub fn bytes(&self) -> usize {
+        self.maps.values().map(|e| e.bytes).sum()
+    }
+
     /// Drops every frame made so far (the symbolizer's name budget ran
     /// out); maps stay and make their frames again on use.
     pub fn clear_frames(&mut self) {

@@ -6,7 +6,7 @@
 //! blazesym; results are cached per file and offset, so a library mapped by
 //! many processes is looked up once and repeated queries read no ELF file.
 
-mod elf_files;
+pub mod elf_files;
 mod interner;
 mod java;
 mod jit;
@@ -231,6 +231,7 @@ impl Symbolizer {
         self.report_jvms(&threads);
         self.procs.end_batch();
         self.elf.end_batch();
+        self.publish_held();
         let start = end.checked_sub(interval).unwrap_or(SystemTime::UNIX_EPOCH);
         let slice = Slice {
             start,
@@ -321,10 +322,62 @@ impl Symbolizer {
         self.batches
     }
 
+    /// Tells [`crate::held`] what the names and the JVM code it decoded
+    /// hold, with their bounds (running counters: no walk).
+    fn publish_held(&self) {
+        use crate::held::{set, Holder};
+        // The address caches that hand the names out count with them:
+        // by capacity (one control byte per slot), at most 1 Mi entries
+        // each (cleared past it).
+        let slot = |key: usize| key + std::mem::size_of::<Frame>() + 1;
+        let caches = self.user_cache.capacity() * slot(std::mem::size_of::<(FileKey, u64)>())
+            + self.kernel_cache.capacity() * slot(std::mem::size_of::<u64>());
+        // Cleared past CACHE_LIMIT at the start of a batch; one batch may
+        // grow a table once more (it doubles).
+        let max_caches = 2 * 4 * CACHE_LIMIT * slot(32);
+        set(
+            Holder::SymbolizerNames,
+            (self.interner.bytes() + caches) as u64,
+            Some((interner::MAX_BYTES + max_caches) as u64),
+        );
+        if !self.kernel_cache.is_empty() {
+            // blazesym parsed kallsyms at the first kernel frame.
+            static KSYMS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+            let bytes = *KSYMS.get_or_init(kallsyms_bytes);
+            set(Holder::KernelSymbols, bytes, Some(bytes));
+        }
+        set(
+            Holder::PerfMapNames,
+            self.jit.bytes() as u64,
+            Some(jit::BUDGET_BYTES as u64),
+        );
+        set(
+            Holder::JvmCode,
+            self.java.bytes() as u64,
+            Some(java::NMETHOD_BUDGET_BYTES as u64),
+        );
+    }
+
     /// Bytes of frame names held, and ELF files open (for `/healthz`).
     pub fn held(&self) -> (usize, usize) {
         (self.interner.bytes(), self.elf.len())
     }
+}
+
+/// What blazesym holds of `/proc/kallsyms` once parsed, estimated from
+/// the file (read once): each symbol's name, and its entry with the
+/// allocator's overhead. The kernel fixes it: the bound is the figure.
+fn kallsyms_bytes() -> u64 {
+    let Ok(text) = std::fs::read_to_string("/proc/kallsyms") else {
+        return 0;
+    };
+    let symbols = text.lines().count() as u64;
+    let names: u64 = text
+        .lines()
+        .filter_map(|l| l.split_ascii_whitespace().nth(2))
+        .map(|n| n.len() as u64)
+        .sum();
+    names + symbols * 48
 }
 
 /// When the batch's records began to be taken, on the monotonic clock the

@@ -6,6 +6,7 @@
 mod batch;
 mod elf;
 mod files;
+mod held;
 pub(crate) mod mappings;
 mod procs;
 pub mod registry;

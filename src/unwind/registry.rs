@@ -22,6 +22,7 @@ pub use super::stats::UnwindStats;
 use super::{
     batch::set_rows,
     files::{layout, FileEntry, TablePlace, TableState},
+    held,
     mappings::{delta_of, exe_of, exec_mappings, name_of, open_mapped, ExecMapping, FileKey},
     procs::{choose, unique_keys, Candidate, ProcState},
     space::{cheapest_room, Placed, RowSpace},
@@ -433,7 +434,11 @@ impl Registry {
                     Ok(t) => {
                         tracing::debug!(file = %m.path, rows = t.rows.len(),
                             frame_pointer_share = t.frame_pointer_share, "unwind table");
-                        self.load(key, &t, now)
+                        let state = self.load(key, &t, now);
+                        let rows = t.rows.len();
+                        drop(t);
+                        held::after_build(rows);
+                        state
                     }
                     Err(err) => {
                         tracing::debug!(file = %m.path, "no unwind table: {err}");
@@ -598,6 +603,14 @@ impl Registry {
             .filter(|p| !p.written.is_empty())
             .count() as u64;
         s.processes_pending = self.queue.len() as u64;
+        let max_rows = (self.maps.capacity / MAX_TABLE_SHARE) as usize;
+        held::publish(
+            files.len(),
+            procs.len(),
+            MAX_PROCS,
+            MAX_IDLE_FILES,
+            max_rows,
+        );
         s.last_update_us = now.elapsed().as_micros() as u64;
         s.max_update_us = s.max_update_us.max(s.last_update_us);
     }

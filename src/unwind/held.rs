@@ -1,0 +1,60 @@
+//! What the registry holds in user space, for [`crate::held`]: the rows of
+//! a table live in the BPF row array once loaded, and the registry keeps
+//! only what re-registers it (the file's identity and its place in the
+//! array, [`super::files::TableState`]); a table evicted or left out is
+//! built again from its file when it may come back. So the registry holds
+//! its file and process entries, and a table only while it is built.
+
+use crate::held::{set, Holder};
+
+use super::{files::FileEntry, mappings::ExecMapping, procs::ProcState, table::UnwindRow};
+use crate::bpf::abi::UNWIND_MAX_MAPPINGS;
+
+/// Bytes a table build may hold per row it may yield: `.eh_frame` read
+/// (refused past 12 bytes a row), the FDEs' rows (refused past 1.5 times
+/// the rows), the merged rows and the array slots.
+pub(super) const BUILD_BYTES_PER_ROW: usize = 12 + 18 + 12 + 12;
+
+/// Rows of a build past which the allocator is trimmed after it: its
+/// buffers (up to a quarter of the row array, tens of MB) freed would
+/// otherwise stay in the allocator's free lists, counted in RSS for good.
+pub(super) const TRIM_AFTER_ROWS: usize = 64 * 1024;
+
+/// Bytes of one process entry, at most (its mappings, its written entry).
+fn proc_bytes() -> usize {
+    std::mem::size_of::<ProcState>()
+        + 64
+        + UNWIND_MAX_MAPPINGS * (std::mem::size_of::<ExecMapping>() + 64)
+}
+
+/// Bytes of one file entry with its path.
+fn file_bytes() -> usize {
+    std::mem::size_of::<FileEntry>() + 128
+}
+
+/// Publishes what `files` and `procs` entries hold, at most, and the
+/// bound: `max_procs` processes, the files they map plus `max_idle` idle
+/// ones, and one build of at most `max_rows` rows.
+pub(super) fn publish(
+    files: usize,
+    procs: usize,
+    max_procs: usize,
+    max_idle: usize,
+    max_rows: usize,
+) {
+    let bytes = files * file_bytes() + procs * proc_bytes();
+    let bound = max_procs * proc_bytes()
+        + (max_procs * UNWIND_MAX_MAPPINGS + max_idle) * file_bytes()
+        + max_rows * BUILD_BYTES_PER_ROW;
+    set(Holder::UnwindTables, bytes as u64, Some(bound as u64));
+}
+
+/// After a build of `rows` rows (its buffers freed): hands a large build's
+/// memory back to the kernel.
+pub(super) fn after_build(rows: usize) {
+    debug_assert_eq!(std::mem::size_of::<UnwindRow>(), 12);
+    if rows >= TRIM_AFTER_ROWS {
+        // SAFETY: malloc_trim has no preconditions.
+        unsafe { libc::malloc_trim(0) };
+    }
+}
