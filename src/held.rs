@@ -34,9 +34,12 @@ pub enum Holder {
     JvmCode,
     /// The process table's images and their mappings.
     ProcessTable,
+    /// Drained batches not yet symbolized: the one in the symbolizer's
+    /// queue and the one waiting in the collector.
+    Batches,
 }
 
-const COUNT: usize = 7;
+const COUNT: usize = 8;
 const NONE: u64 = u64::MAX;
 
 static BYTES: [AtomicU64; COUNT] = [const { AtomicU64::new(0) }; COUNT];
@@ -56,6 +59,18 @@ pub fn get(holder: Holder) -> (u64, Option<u64>) {
         BYTES[holder as usize].load(Ordering::Relaxed),
         (bound != NONE).then_some(bound),
     )
+}
+
+/// `bytes` more (`add`) or fewer for `holder`, whose bound stays as set.
+pub fn change(holder: Holder, bytes: u64, add: bool) {
+    let counter = &BYTES[holder as usize];
+    if add {
+        counter.fetch_add(bytes, Ordering::Relaxed);
+    } else {
+        let _ = counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
+            Some(b.saturating_sub(bytes))
+        });
+    }
 }
 
 /// The files (device, inode) the ELF symbolizers have mapped now.

@@ -21,6 +21,7 @@ use crate::{
     bpf::{self, LoadError, ProbeOptions},
     collect::{Drainer, RawBatch},
     export::push::PushStats,
+    held::{self, Holder},
     jvm::{agent, agent::JvmMode, JvmFrames, Jvms},
     process::{self, ProcessTable, TableStats},
     profile::store::Store,
@@ -137,13 +138,19 @@ pub struct Health {
 /// queue full keeps its batch and merges the next drains into it, rows
 /// summed by key, rather than holding BPF data back or growing without
 /// bound.
-pub const BATCH_QUEUE: usize = 4;
+pub const BATCH_QUEUE: usize = 1;
 /// Rows a batch waiting for the symbolizer may hold (~200 bytes each
 /// before symbolization, ~26 MB): four drains' worth of the counts map
 /// (`WS_COUNTS_ENTRIES`). Rows are summed by key, so it is reached only
 /// when the waiting drains together saw that many distinct stacks; then
 /// the rows lose their stacks and, if still past it, the batch is dropped.
 pub const MAX_WAITING_RECORDS: usize = 4 * 32768;
+/// Bytes a drained row is estimated at before symbolization, for the
+/// bound of the `batches` holder.
+const RAW_ROW_BYTES: u64 = 200;
+/// Rows of the largest counts map (`bpf::counts_entries`).
+const MAX_COUNTS_ROWS: u64 = 256 * 1024;
+
 /// Drains the duration percentiles are taken over (10 minutes).
 pub const DRAIN_WINDOW: usize = 600;
 /// Batches between two returns of freed memory to the kernel.
@@ -353,6 +360,11 @@ fn collect_loop(
     let mut updates = Updates::default();
     let label = applied.label();
     updates.push(move |h| h.drain_priority = label);
+    held::set(
+        Holder::Batches,
+        0,
+        Some((BATCH_QUEUE as u64 * MAX_COUNTS_ROWS + MAX_WAITING_RECORDS as u64) * RAW_ROW_BYTES),
+    );
     let mut next = Instant::now() + interval;
     // A drained batch the symbolizer had no room for yet.
     let mut waiting: Option<RawBatch> = None;
@@ -382,13 +394,15 @@ fn collect_loop(
                     pids.dedup();
                     let batch = match waiting.take() {
                         Some(mut earlier) => {
+                            held::change(Holder::Batches, earlier.estimated_bytes(), false);
                             earlier.absorb(batch);
                             earlier
                         }
                         None => batch,
                     };
+                    let bytes = batch.estimated_bytes();
                     match tx.try_send(batch) {
-                        Ok(()) => {}
+                        Ok(()) => held::change(Holder::Batches, bytes, true),
                         // The symbolizer is behind: keep the data, merged
                         // with the next drain's, up to a bound.
                         Err(mpsc::TrySendError::Full(mut batch)) => {
@@ -398,6 +412,7 @@ fn collect_loop(
                             }
                             if batch.records.len() <= MAX_WAITING_RECORDS {
                                 updates.push(|h| h.batches_merged += 1);
+                                held::change(Holder::Batches, batch.estimated_bytes(), true);
                                 waiting = Some(batch);
                             } else {
                                 tracing::warn!("symbolizer behind: batch dropped");
@@ -537,9 +552,11 @@ fn symbolize_loop(
     let dropped = link.dropped.clone();
     let mut symbolizer = Symbolizer::with_jvms(table.clone(), link, jvm_frames);
     for batch in rx {
+        let bytes = batch.estimated_bytes();
         let started = Instant::now();
         let cpu_started = thread_cpu_us();
         let named = symbolizer.symbolize(batch);
+        held::change(Holder::Batches, bytes, false);
         let mut store = shared.store.write().unwrap_or_else(|e| e.into_inner());
         store.set_live(named.live);
         store.push(named.slice);

@@ -152,6 +152,39 @@ pub struct RawBatch {
     pub drain_time: Duration,
 }
 
+impl RawBatch {
+    /// Estimated heap bytes: the rows, their names and their own stacks
+    /// (stacks shared with the collector's cache counted in each row: it
+    /// errs high).
+    pub fn estimated_bytes(&self) -> u64 {
+        let stack = |s: &Option<RawStack>| s.as_ref().map_or(0, |s| s.len() * 8);
+        let records: usize = self
+            .records
+            .iter()
+            .map(|r| {
+                std::mem::size_of::<RawRecord>()
+                    + r.comm.capacity()
+                    + stack(&r.user_stack)
+                    + stack(&r.kernel_stack)
+            })
+            .sum();
+        let live: usize = self
+            .live
+            .iter()
+            .map(|l| {
+                std::mem::size_of::<RawLive>()
+                    + l.comm.capacity()
+                    + stack(&l.user_stack)
+                    + stack(&l.kernel_stack)
+            })
+            .sum();
+        (records
+            + live
+            + self.threads.capacity() * std::mem::size_of::<RawThread>()
+            + self.runq_hists.capacity() * std::mem::size_of::<(HistOwner, Hist)>()) as u64
+    }
+}
+
 /// Errors talking to the BPF maps.
 #[derive(Debug, Error)]
 pub enum CollectError {
