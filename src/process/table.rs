@@ -149,28 +149,6 @@ struct Inner {
 
 const MAX_NEW_JVMS: usize = 1024;
 
-/// Bytes of an image, its mappings aside.
-fn image_bytes(image: &Image) -> usize {
-    std::mem::size_of::<Image>() + 16 + image.name.len()
-}
-
-/// Bytes of a mapping list.
-fn maps_bytes(maps: &ProcMaps) -> usize {
-    maps.iter()
-        .map(|m| std::mem::size_of::<super::maps::Mapping>() + m.backing.text_len())
-        .sum()
-}
-
-/// The table's bound: [`MAX_IMAGES`] images of at most
-/// [`super::maps::MAX_MAPPINGS`] mappings (names cut to 16 bytes, paths
-/// to `PATH_MAX`).
-fn max_bytes() -> usize {
-    MAX_IMAGES
-        * (std::mem::size_of::<Image>()
-            + 32
-            + super::maps::MAX_MAPPINGS * (std::mem::size_of::<super::maps::Mapping>() + 4096))
-}
-
 /// The table every stage reads processes from. Cheap to query: readers get
 /// `Arc<Image>`s and never hold the lock while reading `/proc`.
 #[derive(Default)]
@@ -388,7 +366,7 @@ impl ProcessTable {
         crate::held::set(
             crate::held::Holder::ProcessTable,
             inner.bytes() as u64,
-            Some(max_bytes() as u64),
+            Some(bytes::max_bytes() as u64),
         );
         TableStats {
             images: inner.images as u64,
@@ -436,17 +414,6 @@ impl Inner {
             .iter_mut()
             .rev()
             .find(|i| i.ended.is_none())
-    }
-
-    /// Bytes the images hold, a mapping list shared by images (a fork's)
-    /// counted once in all.
-    fn bytes(&self) -> usize {
-        let images = self.pids.values().flatten();
-        let shared = |i: &Arc<Image>| {
-            maps_bytes(&i.maps) / Arc::strong_count(&i.maps).max(1) + image_bytes(i)
-        };
-        images.map(shared).sum::<usize>()
-            + self.pids.capacity() * std::mem::size_of::<(u32, Vec<Arc<Image>>)>()
     }
 
     fn live_pids(&self) -> Vec<u32> {
@@ -626,3 +593,5 @@ mod tests {
         assert!(!same_name("java", "javac"));
     }
 }
+
+mod bytes;
