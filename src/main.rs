@@ -18,7 +18,7 @@ use wallscope::{
         push::{self, PushOptions, Pusher, SeriesLabels},
     },
     jvm::{agent::JvmMode, JvmFrames},
-    pipeline::{Pipeline, PipelineOptions},
+    pipeline::{priority, Pipeline, PipelineOptions},
     profile::{
         kind::Group,
         query::{self, Filter},
@@ -347,7 +347,13 @@ fn serve(
 ) -> Result<()> {
     let access = access(listen, security)?;
     let push = push.options()?;
-    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .on_thread_start(|| {
+            priority::raise_worker(priority::API_NICE);
+        })
+        .build()
+        .context("starting the async runtime")?;
     // Bind first: a taken port should fail before anything is loaded.
     let listener = runtime
         .block_on(tokio::net::TcpListener::bind(listen))

@@ -2,7 +2,7 @@
 //! thread -> store. Data only moves forward, through a channel. The
 //! collector runs ahead of the other threads (`priority`).
 
-mod priority;
+pub mod priority;
 
 use std::{
     collections::VecDeque,
@@ -549,6 +549,7 @@ fn symbolize_loop(
     link: JvmLink,
     jvm_frames: JvmFrames,
 ) {
+    priority::raise_worker(priority::SYMBOLIZE_NICE);
     let dropped = link.dropped.clone();
     let mut symbolizer = Symbolizer::with_jvms(table.clone(), link, jvm_frames);
     for batch in rx {

@@ -275,6 +275,7 @@ impl Store {
     pub fn set_live(&mut self, view: LiveView) {
         self.live_bytes = size::live_bytes(&view);
         self.live = Arc::new(view);
+        self.compact();
         self.enforce_max_bytes();
         self.publish();
     }

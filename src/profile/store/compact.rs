@@ -153,10 +153,13 @@ impl Store {
             return true;
         }
         // The merged slice is at most the sum of its parts (fewer rows,
-        // names united): that must fit beside what is held, before it is
-        // built.
+        // names united) and replaces them at once: it is built in a
+        // working space of at most a quarter of the bound beside what is
+        // held, checked before it is built. (Asking for room within the
+        // bound itself stopped every merge once the store was full, and
+        // left only shedding.)
         let estimate: usize = parts.iter().map(|h| h.bytes).sum();
-        if self.bytes() + estimate > self.max_bytes {
+        if self.bytes() + estimate > self.max_bytes + self.max_bytes / 4 {
             return false;
         }
         let fold = fold || parts.iter().any(|h| h.folded);

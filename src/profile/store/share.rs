@@ -161,9 +161,11 @@ mod tests {
         let big = rows(2);
         assert!((1000..=5000).contains(&big), "pid 2 kept its newest: {big}");
         assert!(refusals::get(What::Share, Reason::Budget) > before);
-        // The thread names of the rows shed went from the estimate too.
+        // The thread names of the rows shed went from the estimate too
+        // (kept, 60 slices of 1,000 names would be ten times the bound;
+        // merged slices hold their parts' names until shed).
         let names = stats.name_bytes;
-        assert!(names < one * 5 / 2, "{names}");
+        assert!(names < one * 5 * 3 / 5, "{names} of {}", one * 5);
     }
 
     #[test]
@@ -192,10 +194,13 @@ mod tests {
             store.push(named(t));
             assert!(store.bytes() <= one * 5, "within the bound after push {t}");
         }
-        let small = store
+        // Rows of pid 1, summed (compaction merges slices, not rows).
+        let small: u64 = store
             .all()
-            .filter(|s| s.samples.iter().any(|r| r.pid == 1))
-            .count();
+            .flat_map(|s| &s.samples)
+            .filter(|r| r.pid == 1)
+            .map(|r| r.count)
+            .sum();
         assert_eq!(small, 40, "pid 1's history whole: {:?}", store.stats());
         assert!(store.stats().name_bytes < one * 5);
     }
