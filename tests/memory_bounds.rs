@@ -37,6 +37,7 @@ const HOLDERS: [&str; 10] = [
     "process_table",
     "query_buffers",
     "push_outbox",
+    "batches",
     "binary",
 ];
 

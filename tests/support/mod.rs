@@ -228,14 +228,13 @@ pub fn settle(url: &str) {
     let deadline = Instant::now() + CATCH_UP;
     loop {
         let h = health(url);
-        // Slices expire after the retention: then only drains can be told.
-        // Drains merged while the symbolizer was behind share one slice;
-        // slices past the memory bound are evicted.
-        let stored = n(&h["slices"])
+        // Every drain symbolized into the store, merged into a later one
+        // while the symbolizer was behind, or dropped (the store's slice
+        // count says nothing: it merges old slices).
+        let stored = n(&h["pipeline"]["symbolized_batches"])
             + n(&h["pipeline"]["batches_dropped"])
-            + n(&h["pipeline"]["batches_merged"])
-            + n(&h["store"]["evicted_slices"]);
-        let all_stored = stored >= drains(&h) || n(&h["uptime_s"]) >= n(&h["retention_s"]);
+            + n(&h["pipeline"]["batches_merged"]);
+        let all_stored = stored >= drains(&h);
         if drains(&h) >= from + 2 && all_stored {
             return;
         }
