@@ -27,7 +27,7 @@ const UNACCOUNTED: u64 = 64 << 20;
 /// How long the attack runs once the daemon reads its map.
 const ATTACK: Duration = Duration::from_secs(30);
 
-const HOLDERS: [&str; 10] = [
+const HOLDERS: [&str; 11] = [
     "store",
     "stacks",
     "names",
