@@ -186,6 +186,35 @@ fn perf_map_frames_write_nothing() {
     let _serial = one_at_a_time();
     let ws = Daemon::start(&["--jvm-frames", "perf-map"]);
     settle(&ws.url);
+    // Any other wallscope on the host (a daemon of an earlier test binary
+    // still shutting down) would turn the flag on: this test is about this
+    // daemon alone. (Twice seen failing in the whole suite, never alone.)
+    let others = || -> Vec<String> {
+        let Ok(dir) = fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        dir.flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|pid| *pid != ws.pid())
+            .filter(|pid| {
+                fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .is_ok_and(|c| c.trim() == "wallscope")
+            })
+            .map(|pid| {
+                let cmd = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                format!(
+                    "{pid}: {}",
+                    String::from_utf8_lossy(&cmd).replace('\0', " ")
+                )
+            })
+            .collect()
+    };
+    let alone = within(CATCH_UP, || others().is_empty().then_some(()));
+    assert!(
+        alone.is_some(),
+        "other wallscope daemons run: {:?}",
+        others()
+    );
     let marker = format!("wallscope-security-jvm-pm-{}", std::process::id());
     let mut cmd = users::as_user(VICTIM, jdk.java());
     cmd.arg("-XX:+UnlockDiagnosticVMOptions")
