@@ -103,6 +103,15 @@ fn processes_that_live_50_ms_are_symbolized() {
     }
     daemon();
     let brief = workload_variant("lifecycle", "lifecycle_brief", &[]);
+    // Only what ended since the first one started: with pid_max at 32,768,
+    // a `cargo build` beside the suite reuses a pid within minutes, and a
+    // longer window would hold that later process's rows (under its own
+    // name, rightly) too.
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        - 1;
     let mut pids = Vec::new();
     for _ in 0..30 {
         let w = Workload::start(&brief, &["brief", "50"]);
@@ -112,7 +121,7 @@ fn processes_that_live_50_ms_are_symbolized() {
     settle(daemon());
     let mut rows = Vec::new();
     for pid in &pids {
-        let (status, body) = get(&format!("{}/folded?pid={pid}&seconds=120", daemon()));
+        let (status, body) = get(&format!("{}/folded?pid={pid}&from={since}", daemon()));
         // A process may get no sample at all in 50 ms on a busy host.
         if status == 200 {
             rows.extend(parse_folded(&body));
