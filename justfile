@@ -13,7 +13,7 @@ test:
     scripts/deps.sh
     cargo fmt --check
     cargo clippy --all-targets --quiet -- -D warnings
-    WALLSCOPE_TEST_UNIT_CAPS=1 cargo test
+    WALLSCOPE_TEST_UNIT_CAPS=1 cargo test --no-fail-fast
 
 # Overhead benchmarks against the reference tools; results in bench/results/.
 bench:
