@@ -10,6 +10,8 @@ need=()
 have_cmd() { command -v "$1" >/dev/null 2>&1; }
 have_cmd clang || need+=(clang)
 have_cmd cc || need+=(build-essential)
+# jemalloc (the daemon's allocator) is built from source by its crate.
+have_cmd make || need+=(make)
 [ -f /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
 # JVM tests: a JDK 17+ (Compiler.perfmap), and setpriv/unshare (util-linux).
 jdk_ok() {

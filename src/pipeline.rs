@@ -153,8 +153,6 @@ const MAX_COUNTS_ROWS: u64 = 256 * 1024;
 
 /// Drains the duration percentiles are taken over (10 minutes).
 pub const DRAIN_WINDOW: usize = 600;
-/// Batches between two returns of freed memory to the kernel.
-const TRIM_EVERY_BATCHES: u64 = 10;
 /// Longest [`Pipeline::stop`] waits for the last drain and symbolization.
 pub const STOP_TIMEOUT: Duration = Duration::from_millis(800);
 
@@ -574,11 +572,5 @@ fn symbolize_loop(
         h.elf_files_open = elf_files as u64;
         h.processes = table.stats();
         drop(h);
-        if symbolizer.batches().is_multiple_of(TRIM_EVERY_BATCHES) {
-            // Hands freed memory (ELF files parsed, names pruned) back to
-            // the kernel instead of keeping it in the allocator's free lists.
-            // SAFETY: malloc_trim has no preconditions.
-            unsafe { libc::malloc_trim(0) };
-        }
     }
 }

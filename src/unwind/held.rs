@@ -14,11 +14,7 @@ use crate::bpf::abi::UNWIND_MAX_MAPPINGS;
 /// (refused past 12 bytes a row), the FDEs' rows (refused past 1.5 times
 /// the rows), the merged rows and the array slots.
 pub(super) const BUILD_BYTES_PER_ROW: usize = 12 + 18 + 12 + 12;
-
-/// Rows of a build past which the allocator is trimmed after it: its
-/// buffers (up to a quarter of the row array, tens of MB) freed would
-/// otherwise stay in the allocator's free lists, counted in RSS for good.
-pub(super) const TRIM_AFTER_ROWS: usize = 64 * 1024;
+const _: () = assert!(std::mem::size_of::<UnwindRow>() == 12);
 
 /// Bytes of one process entry, at most (its mappings, its written entry).
 fn proc_bytes() -> usize {
@@ -47,14 +43,4 @@ pub(super) fn publish(
         + (max_procs * UNWIND_MAX_MAPPINGS + max_idle) * file_bytes()
         + max_rows * BUILD_BYTES_PER_ROW;
     set(Holder::UnwindTables, bytes as u64, Some(bound as u64));
-}
-
-/// After a build of `rows` rows (its buffers freed): hands a large build's
-/// memory back to the kernel.
-pub(super) fn after_build(rows: usize) {
-    debug_assert_eq!(std::mem::size_of::<UnwindRow>(), 12);
-    if rows >= TRIM_AFTER_ROWS {
-        // SAFETY: malloc_trim has no preconditions.
-        unsafe { libc::malloc_trim(0) };
-    }
 }

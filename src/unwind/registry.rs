@@ -434,11 +434,7 @@ impl Registry {
                     Ok(t) => {
                         tracing::debug!(file = %m.path, rows = t.rows.len(),
                             frame_pointer_share = t.frame_pointer_share, "unwind table");
-                        let state = self.load(key, &t, now);
-                        let rows = t.rows.len();
-                        drop(t);
-                        held::after_build(rows);
-                        state
+                        self.load(key, &t, now)
                     }
                     Err(err) => {
                         tracing::debug!(file = %m.path, "no unwind table: {err}");
