@@ -254,6 +254,10 @@ fn memory_series(out: &mut Out, store: &StoreStats, health: &Health) {
     let help = "Slices held whose stack rows are folded into per-pool rows";
     out.family(name, "gauge", help);
     out.sample(name, "", store.folded_slices as u64);
+    let name = "wallscope_store_folded_parts_total";
+    let help = "Parts of slices (the rows and thread totals of the process holding the most) folded into per-pool ones to keep within --max-memory-mb";
+    out.family(name, "counter", help);
+    out.sample(name, "", store.folded_parts);
 }
 
 /// What each holder holds and its bound (`/healthz` `memory.holders`).

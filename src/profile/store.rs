@@ -118,6 +118,10 @@ pub struct StoreStats {
     /// Rows of the processes holding the most of the store, dropped
     /// oldest first to make room before whole slices are (fair share).
     pub shed_rows: u64,
+    /// Parts of slices (one process's rows and thread totals) folded into
+    /// pools because that process held the most (fair share), before any
+    /// of its rows were shed.
+    pub folded_parts: u64,
 }
 
 /// What [`Store::push`] publishes after each push, for readers that must
@@ -154,6 +158,7 @@ pub struct Store {
     /// Sum of the slices' `by_pid`.
     pid_bytes: FxHashMap<u32, usize>,
     shed_rows: u64,
+    folded_parts: u64,
     live: Arc<LiveView>,
     /// [`size::live_bytes`] of `live`.
     live_bytes: usize,
@@ -229,6 +234,7 @@ impl Store {
             names: NameBytes::default(),
             pid_bytes: FxHashMap::default(),
             shed_rows: 0,
+            folded_parts: 0,
             live: Arc::default(),
             live_bytes: size::live_bytes(&LiveView::default()),
             max_bytes: DEFAULT_MAX_BYTES,
@@ -482,6 +488,7 @@ impl Store {
             evicted_slices: self.evicted_slices,
             evicted_rows: self.evicted_rows,
             shed_rows: self.shed_rows,
+            folded_parts: self.folded_parts,
         }
     }
 }

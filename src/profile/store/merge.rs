@@ -35,7 +35,7 @@ pub fn is_pool_tid(tid: u32) -> bool {
 /// [`POOL_TID`] set, the same in every slice so folded slices merge. Two
 /// pools of one process with the same hash (a chance of 1 in 2^30) would
 /// show as one.
-fn pool_tid(pid: u32, pool: &str) -> u32 {
+pub(super) fn pool_tid(pid: u32, pool: &str) -> u32 {
     use std::hash::Hasher;
     let mut h = FxHasher::default();
     pid.hash(&mut h);

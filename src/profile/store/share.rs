@@ -1,18 +1,31 @@
-//! Fair shares of the store. When the store is over its bound, the rows of
-//! the process holding the most go first, oldest first, before whole
-//! slices are dropped for everyone: a process with 10,000 sleeping threads
-//! loses its own old rows, and a small process beside it keeps its
-//! history whole. (Water-filling: the largest holder is trimmed until it is
-//! no longer the largest; one arriving with more rows in one slice than
-//! anyone holds loses even its newest rows: the history already held is
-//! not the newcomer's to take.)
+//! Fair shares of the store. When the store is over its bound, the process
+//! holding the most pays first, before whole slices are dropped for
+//! everyone: its per-thread rows and totals are folded into per-pool ones,
+//! oldest slice first (its per-process and per-pool time stays exact, so a
+//! process of 10,000 sleeping threads keeps its history at pool
+//! resolution); only once all of it is folded are its rows dropped, oldest
+//! first. A small process beside it keeps its history whole.
+//! (Water-filling: the largest holder is trimmed until it is no longer the
+//! largest; one arriving with more rows in one slice than anyone holds
+//! loses even its newest rows: the history already held is not the
+//! newcomer's to take.)
 
 use std::sync::Arc;
 
+use std::collections::hash_map::Entry;
+
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use super::{size, Store};
-use crate::untrusted::refusals::{self, Reason, What};
+use super::{merge, size, Store};
+use crate::{
+    bpf::abi::is_merged_tid,
+    collect::RawThread,
+    profile::{
+        kind::{pool_name, FOLDED_SUFFIX},
+        Slice, ThreadInfo,
+    },
+    untrusted::refusals::{self, Reason, What},
+};
 
 /// `bytes` fewer for `pid`; forgotten at zero.
 pub(super) fn take(by_pid: &mut FxHashMap<u32, usize>, pid: u32, bytes: usize) {
@@ -49,7 +62,10 @@ impl Store {
             if pid != 0 && held > total / 4 && self.pid_bytes.len() > 1 && counted.insert(pid) {
                 refusals::count_for(What::Share, Reason::Budget, pid);
             }
-            if i == 0 && self.slices[0].by_pid.len() == 1 && self.slices.len() > 1 {
+            if let Some(j) = (i..self.slices.len()).find(|&j| foldable(&self.slices[j].slice, pid))
+            {
+                self.fold_part(j, pid);
+            } else if i == 0 && self.slices[0].by_pid.len() == 1 && self.slices.len() > 1 {
                 // Nothing of anyone else's: the whole slice goes.
                 self.evict_oldest();
             } else {
@@ -58,6 +74,108 @@ impl Store {
             // What the rows alone held goes too: counted before the next.
             self.sweep_stacks();
         }
+    }
+
+    /// Folds `pid`'s part of slice `i` into pools: its stack rows as
+    /// [`merge::merge`] folds them, and its thread totals summed per pool
+    /// too, under the pool's `<pool> (folded)` thread. Threads with no pool
+    /// (no name) keep their own rows.
+    fn fold_part(&mut self, i: usize, pid: u32) {
+        let held = &mut self.slices[i];
+        let slice = Arc::make_mut(&mut held.slice);
+        let before = size::bytes_by_pid(slice).get(&pid).copied().unwrap_or(0);
+        let mut part = Slice::empty(slice.start, slice.end);
+        part.samples = take_if(&mut slice.samples, |r| r.pid == pid);
+        part.wakeups = take_if(&mut slice.wakeups, |w| w.pid == pid);
+        part.thread_totals = take_if(&mut slice.thread_totals, |t| t.pid == pid);
+        part.threads = slice
+            .threads
+            .iter()
+            .filter(|(_, t)| t.pid == pid)
+            .map(|(tid, t)| (*tid, t.clone()))
+            .collect();
+        let mut folded = merge::merge(&[&part], true);
+        let mut pools: FxHashMap<u32, RawThread> = FxHashMap::default();
+        for t in std::mem::take(&mut folded.thread_totals) {
+            // Every named thread's total goes to its pool, one with no row
+            // in the slice too (then the pool is named here).
+            let named = folded.threads.get(&t.tid).filter(|i| i.pid == pid);
+            let pool = named
+                .filter(|_| !merge::is_pool_tid(t.tid) && !is_merged_tid(t.tid))
+                .map(|i| pool_name(&i.name));
+            let tid = match pool {
+                Some(pool) => {
+                    let tid = merge::pool_tid(pid, &pool);
+                    folded.threads.entry(tid).or_insert_with(|| ThreadInfo {
+                        pid,
+                        name: Arc::from(format!("{pool}{FOLDED_SUFFIX}")),
+                    });
+                    tid
+                }
+                None => t.tid,
+            };
+            match pools.entry(tid) {
+                Entry::Occupied(mut sum) => add_thread(sum.get_mut(), &t),
+                Entry::Vacant(slot) => {
+                    let comm = match folded.threads.get(&tid) {
+                        Some(p) if tid != t.tid => p.name.to_string(),
+                        _ => t.comm.clone(),
+                    };
+                    slot.insert(RawThread { tid, comm, ..t });
+                }
+            }
+        }
+        // Names of the part's threads that no row of the slice names any
+        // more (another process's wakeup may still name one as its peer).
+        let mut named: FxHashSet<u32> = folded.samples.iter().map(|r| r.tid).collect();
+        named.extend(folded.wakeups.iter().map(|w| w.tid));
+        named.extend(pools.keys());
+        named.extend(
+            slice
+                .wakeups
+                .iter()
+                .filter(|w| w.peer_pid == pid)
+                .map(|w| w.peer_tid),
+        );
+        named.extend(
+            folded
+                .wakeups
+                .iter()
+                .filter(|w| w.peer_pid == pid)
+                .map(|w| w.peer_tid),
+        );
+        for (tid, info) in folded.threads.iter().filter(|(_, t)| t.pid == pid) {
+            let was = slice.threads.get(tid).map(|t| t.name.clone());
+            match (named.contains(tid), was) {
+                (true, None) => {
+                    self.names.add(&info.name);
+                    slice.threads.insert(*tid, info.clone());
+                }
+                (false, Some(name)) => {
+                    self.names.remove(&name);
+                    slice.threads.remove(tid);
+                }
+                _ => {}
+            }
+        }
+        slice.threads.shrink_to_fit();
+        slice.samples.append(&mut folded.samples);
+        slice.samples.shrink_to_fit();
+        slice.wakeups.append(&mut folded.wakeups);
+        slice.wakeups.shrink_to_fit();
+        slice.thread_totals.extend(pools.into_values());
+        slice.thread_totals.shrink_to_fit();
+        let after = size::bytes_by_pid(slice).get(&pid).copied().unwrap_or(0);
+        let bytes = size::slice_bytes(slice);
+        self.slice_bytes = self.slice_bytes - held.bytes + bytes;
+        held.bytes = bytes;
+        held.folded = true;
+        let freed = before.saturating_sub(after);
+        if let Some(b) = held.by_pid.get_mut(&pid) {
+            *b = b.saturating_sub(freed);
+        }
+        take(&mut self.pid_bytes, pid, freed);
+        self.folded_parts += 1;
     }
 
     /// Drops `pid`'s rows, thread totals and thread names from slice `i`
@@ -85,6 +203,39 @@ impl Store {
             take(&mut self.pid_bytes, pid, b);
         }
     }
+}
+
+/// Whether `slice` holds per-thread rows or totals of `pid` that a pool
+/// could take: a named thread's, not a pool's already.
+fn foldable(slice: &Slice, pid: u32) -> bool {
+    let named = |tid: u32| {
+        !merge::is_pool_tid(tid)
+            && !is_merged_tid(tid)
+            && slice.threads.get(&tid).is_some_and(|t| t.pid == pid)
+    };
+    slice
+        .thread_totals
+        .iter()
+        .any(|t| t.pid == pid && named(t.tid))
+        || slice.samples.iter().any(|r| r.pid == pid && named(r.tid))
+}
+
+/// The rows of `rows` that `pick` picks, taken out of it.
+fn take_if<T>(rows: &mut Vec<T>, pick: impl Fn(&T) -> bool) -> Vec<T> {
+    let (taken, kept) = std::mem::take(rows).into_iter().partition(|r| pick(r));
+    *rows = kept;
+    taken
+}
+
+/// `t`'s time, switches and wakeups added to `sum`.
+fn add_thread(sum: &mut RawThread, t: &RawThread) {
+    for (a, b) in sum.ns.iter_mut().zip(t.ns) {
+        *a += b;
+    }
+    sum.switches_voluntary += t.switches_voluntary;
+    sum.switches_involuntary += t.switches_involuntary;
+    sum.wakeups_sent += t.wakeups_sent;
+    sum.wakeups_received += t.wakeups_received;
 }
 
 #[cfg(test)]
@@ -203,5 +354,77 @@ mod tests {
             .sum();
         assert_eq!(small, 40, "pid 1's history whole: {:?}", store.stats());
         assert!(store.stats().name_bytes < one * 5);
+    }
+
+    /// A slice ending at `end_s`: pid 1's one thread and `threads`
+    /// sleeping threads of pid 2 in one pool (`worker-N`), each with its
+    /// exact total (1 s asleep).
+    fn pooled(end_s: u64, threads: u32) -> Slice {
+        let mut s = slice(end_s, threads);
+        for (tid, info) in s.threads.iter_mut() {
+            if info.pid == 2 {
+                info.name = Arc::from(format!("worker-{tid}"));
+            }
+        }
+        s.thread_totals = s
+            .samples
+            .iter()
+            .map(|r| {
+                let mut ns = [0; State::COUNT];
+                ns[State::Sleep as usize] = 1_000_000_000;
+                crate::collect::RawThread {
+                    tid: r.tid,
+                    pid: r.pid,
+                    comm: "worker".into(),
+                    ns,
+                    switches_voluntary: 4,
+                    switches_involuntary: 0,
+                    wakeups_sent: 0,
+                    wakeups_received: 4,
+                }
+            })
+            .collect();
+        s
+    }
+
+    #[test]
+    fn the_largest_process_is_folded_into_pools_before_anything_is_shed() {
+        use crate::profile::{threads, window::Window};
+        let one = {
+            let mut probe = Store::new(Duration::from_secs(600));
+            probe.push(pooled(1, 2000));
+            probe.bytes()
+        };
+        let mut store = Store::new(Duration::from_secs(600)).with_max_bytes(one * 4);
+        for t in 1..=60 {
+            store.push(pooled(t, 2000));
+            assert!(store.bytes() <= one * 4, "within the bound after push {t}");
+        }
+        let stats = store.stats();
+        assert!(stats.folded_parts > 0, "{stats:?}");
+        assert_eq!(stats.shed_rows, 0, "{stats:?}");
+        assert_eq!(stats.evicted_slices, 0, "{stats:?}");
+        // Every second of both processes, exact: pid 2's per thread where
+        // it was not folded, per pool where it was.
+        let asleep = |pid: u32| -> u64 {
+            let totals = store.all().flat_map(|s| &s.thread_totals);
+            totals
+                .filter(|t| t.pid == pid)
+                .map(|t| t.ns[State::Sleep as usize])
+                .sum()
+        };
+        assert_eq!(asleep(1), 60 * 1_000_000_000);
+        assert_eq!(asleep(2), 60 * 2000 * 1_000_000_000);
+        // The thread report: the process's wall time whole, one pool.
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(60);
+        let report = threads::report(&store.snapshot(), 2, Window::last(600, now));
+        let report = report.expect("pid 2 recorded");
+        assert_eq!(report.process.wall_us, 60 * 2000 * 1_000_000);
+        let pools: Vec<&str> = report.pools.iter().map(|p| p.pool.as_str()).collect();
+        assert_eq!(pools, ["worker-*"]);
+        assert!(report.threads.iter().any(|t| t.name == "worker-* (folded)"));
+        // The newest slice stays per thread.
+        let newest = store.all().last().expect("a slice");
+        assert!(newest.thread_totals.iter().filter(|t| t.pid == 2).count() == 2000);
     }
 }
