@@ -77,16 +77,17 @@ impl Store {
     }
 
     /// Folds `pid`'s part of slice `i` into pools: its stack rows as
-    /// [`merge::merge`] folds them, and its thread totals summed per pool
-    /// too, under the pool's `<pool> (folded)` thread. Threads with no pool
-    /// (no name) keep their own rows.
+    /// [`merge::merge`] folds them (the wakeups of its threads by others,
+    /// interrupts above all, folded to its pools too), and its thread
+    /// totals summed per pool, under the pool's `<pool> (folded)` thread.
+    /// Threads with no pool (no name) keep their own rows.
     fn fold_part(&mut self, i: usize, pid: u32) {
         let held = &mut self.slices[i];
         let slice = Arc::make_mut(&mut held.slice);
-        let before = size::bytes_by_pid(slice).get(&pid).copied().unwrap_or(0);
+        let before = size::bytes_by_pid(slice);
         let mut part = Slice::empty(slice.start, slice.end);
         part.samples = take_if(&mut slice.samples, |r| r.pid == pid);
-        part.wakeups = take_if(&mut slice.wakeups, |w| w.pid == pid);
+        part.wakeups = take_if(&mut slice.wakeups, |w| w.pid == pid || w.peer_pid == pid);
         part.thread_totals = take_if(&mut slice.thread_totals, |t| t.pid == pid);
         part.threads = slice
             .threads
@@ -125,25 +126,18 @@ impl Store {
                 }
             }
         }
-        // Names of the part's threads that no row of the slice names any
-        // more (another process's wakeup may still name one as its peer).
+        // Names of the part's threads that no row names any more: every
+        // row naming one of its threads is in the part.
         let mut named: FxHashSet<u32> = folded.samples.iter().map(|r| r.tid).collect();
-        named.extend(folded.wakeups.iter().map(|w| w.tid));
         named.extend(pools.keys());
-        named.extend(
-            slice
-                .wakeups
-                .iter()
-                .filter(|w| w.peer_pid == pid)
-                .map(|w| w.peer_tid),
-        );
-        named.extend(
-            folded
-                .wakeups
-                .iter()
-                .filter(|w| w.peer_pid == pid)
-                .map(|w| w.peer_tid),
-        );
+        for w in &folded.wakeups {
+            if w.pid == pid {
+                named.insert(w.tid);
+            }
+            if w.peer_pid == pid {
+                named.insert(w.peer_tid);
+            }
+        }
         for (tid, info) in folded.threads.iter().filter(|(_, t)| t.pid == pid) {
             let was = slice.threads.get(tid).map(|t| t.name.clone());
             match (named.contains(tid), was) {
@@ -165,16 +159,19 @@ impl Store {
         slice.wakeups.shrink_to_fit();
         slice.thread_totals.extend(pools.into_values());
         slice.thread_totals.shrink_to_fit();
-        let after = size::bytes_by_pid(slice).get(&pid).copied().unwrap_or(0);
+        let after = size::bytes_by_pid(slice);
         let bytes = size::slice_bytes(slice);
         self.slice_bytes = self.slice_bytes - held.bytes + bytes;
         held.bytes = bytes;
         held.folded = true;
-        let freed = before.saturating_sub(after);
-        if let Some(b) = held.by_pid.get_mut(&pid) {
-            *b = b.saturating_sub(freed);
+        // The wakers' rows folded with it cost them less too.
+        for (p, b) in before {
+            let freed = b.saturating_sub(after.get(&p).copied().unwrap_or(0));
+            if let Some(held) = held.by_pid.get_mut(&p) {
+                *held = held.saturating_sub(freed);
+            }
+            take(&mut self.pid_bytes, p, freed);
         }
-        take(&mut self.pid_bytes, pid, freed);
         self.folded_parts += 1;
     }
 
@@ -358,9 +355,22 @@ mod tests {
 
     /// A slice ending at `end_s`: pid 1's one thread and `threads`
     /// sleeping threads of pid 2 in one pool (`worker-N`), each with its
-    /// exact total (1 s asleep).
+    /// exact total (1 s asleep) and woken by a timer interrupt.
     fn pooled(end_s: u64, threads: u32) -> Slice {
         let mut s = slice(end_s, threads);
+        let timer: crate::profile::Stack = ["hrtimer_wakeup"].map(Arc::<str>::from).into();
+        s.wakeups = (s.samples.iter().filter(|r| r.pid == 2))
+            .map(|r| crate::profile::Wakeup {
+                pid: 0,
+                tid: crate::bpf::abi::INTERRUPT_TID,
+                interrupt: Some(crate::profile::Interrupt::Hard),
+                peer_pid: 2,
+                peer_tid: r.tid,
+                stack: timer.clone(),
+                ns: 1_000_000_000,
+                count: 1,
+            })
+            .collect();
         for (tid, info) in s.threads.iter_mut() {
             if info.pid == 2 {
                 info.name = Arc::from(format!("worker-{tid}"));
@@ -423,8 +433,55 @@ mod tests {
         let pools: Vec<&str> = report.pools.iter().map(|p| p.pool.as_str()).collect();
         assert_eq!(pools, ["worker-*"]);
         assert!(report.threads.iter().any(|t| t.name == "worker-* (folded)"));
-        // The newest slice stays per thread.
+        // The newest slice stays per thread; folded ones keep no thread's
+        // name, the interrupts' wakeups of its threads folded with it.
         let newest = store.all().last().expect("a slice");
         assert!(newest.thread_totals.iter().filter(|t| t.pid == 2).count() == 2000);
+        let oldest = store.all().next().expect("a slice");
+        let names = oldest.threads.values().filter(|t| t.pid == 2).count();
+        assert!(
+            names <= 2,
+            "{names} thread names of pid 2 in a folded slice"
+        );
+        assert!(
+            oldest.wakeups.len() <= 2,
+            "{} wakeups",
+            oldest.wakeups.len()
+        );
+        let woken: u64 = store.all().flat_map(|s| &s.wakeups).map(|w| w.count).sum();
+        assert_eq!(woken, 60 * 2000, "every wakeup kept");
+    }
+
+    #[test]
+    fn folding_a_process_folds_the_wakeups_of_its_threads_and_frees_their_names() {
+        let mut store = Store::new(Duration::from_secs(600));
+        store.push(pooled(1, 500));
+        let before = |store: &Store, pid| store.pid_bytes.get(&pid).copied().unwrap_or(0);
+        let (waker, owner) = (before(&store, 0), before(&store, 2));
+        store.fold_part(0, 2);
+        let slice = &store.slices[0].slice;
+        // One interrupt row for the pool, every wakeup in it.
+        assert_eq!(slice.wakeups.len(), 1, "{:?}", slice.wakeups.len());
+        assert_eq!(slice.wakeups[0].count, 500);
+        assert!(merge::is_pool_tid(slice.wakeups[0].peer_tid));
+        let names: Vec<&str> = (slice.threads.values())
+            .filter(|t| t.pid == 2)
+            .map(|t| &*t.name)
+            .collect();
+        assert_eq!(names, ["worker-* (folded)"]);
+        assert!(!foldable(slice, 2));
+        // The waker's share and the owner's both fall.
+        assert!(
+            before(&store, 0) < waker / 10,
+            "{} of {waker}",
+            before(&store, 0)
+        );
+        assert!(
+            before(&store, 2) < owner / 2,
+            "{} of {owner}",
+            before(&store, 2)
+        );
+        let held: usize = store.slices.iter().map(|h| h.bytes).sum();
+        assert_eq!(held, store.slice_bytes);
     }
 }
