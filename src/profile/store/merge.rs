@@ -118,6 +118,17 @@ impl<K: Hash + Eq, R> Summed<K, R> {
     }
 }
 
+/// `t`'s time, switches and wakeups added to `sum`.
+pub(super) fn add_thread(sum: &mut RawThread, t: &RawThread) {
+    for (a, b) in sum.ns.iter_mut().zip(t.ns) {
+        *a += b;
+    }
+    sum.switches_voluntary += t.switches_voluntary;
+    sum.switches_involuntary += t.switches_involuntary;
+    sum.wakeups_sent += t.wakeups_sent;
+    sum.wakeups_received += t.wakeups_received;
+}
+
 fn stack_key(stack: &super::super::Stack) -> usize {
     // The store interns stacks: equal stacks are one allocation.
     stack.as_ptr() as *const u8 as usize
@@ -175,13 +186,7 @@ pub fn merge(parts: &[&Slice], fold: bool) -> Slice {
         pool_names.extend(folder.names);
         for t in &part.thread_totals {
             totals.add((t.pid, t.tid), t.clone(), |a, b| {
-                for (x, y) in a.ns.iter_mut().zip(b.ns) {
-                    *x += y;
-                }
-                a.switches_voluntary += b.switches_voluntary;
-                a.switches_involuntary += b.switches_involuntary;
-                a.wakeups_sent += b.wakeups_sent;
-                a.wakeups_received += b.wakeups_received;
+                add_thread(a, b);
                 a.comm.clone_from(&b.comm);
             });
         }

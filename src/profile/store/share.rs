@@ -116,7 +116,7 @@ impl Store {
                 None => t.tid,
             };
             match pools.entry(tid) {
-                Entry::Occupied(mut sum) => add_thread(sum.get_mut(), &t),
+                Entry::Occupied(mut sum) => merge::add_thread(sum.get_mut(), &t),
                 Entry::Vacant(slot) => {
                     let comm = match folded.threads.get(&tid) {
                         Some(p) if tid != t.tid => p.name.to_string(),
@@ -222,17 +222,6 @@ fn take_if<T>(rows: &mut Vec<T>, pick: impl Fn(&T) -> bool) -> Vec<T> {
     let (taken, kept) = std::mem::take(rows).into_iter().partition(|r| pick(r));
     *rows = kept;
     taken
-}
-
-/// `t`'s time, switches and wakeups added to `sum`.
-fn add_thread(sum: &mut RawThread, t: &RawThread) {
-    for (a, b) in sum.ns.iter_mut().zip(t.ns) {
-        *a += b;
-    }
-    sum.switches_voluntary += t.switches_voluntary;
-    sum.switches_involuntary += t.switches_involuntary;
-    sum.wakeups_sent += t.wakeups_sent;
-    sum.wakeups_received += t.wakeups_received;
 }
 
 #[cfg(test)]
