@@ -10,9 +10,7 @@
 //! loses even its newest rows: the history already held is not the
 //! newcomer's to take.)
 
-use std::sync::Arc;
-
-use std::collections::hash_map::Entry;
+use std::{collections::hash_map::Entry, sync::Arc};
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
