@@ -270,19 +270,30 @@ mod tests {
         }
     }
 
+    /// A store bounded to `slices` times what `make(1)` costs alone, fed
+    /// `make(1..=pushes)` and within its bound after every push; with what
+    /// one slice costs.
+    fn fed(make: impl Fn(u64) -> Slice, slices: usize, pushes: u64) -> (Store, usize) {
+        let one = {
+            let mut probe = Store::new(Duration::from_secs(600));
+            probe.push(make(1));
+            probe.bytes()
+        };
+        let mut store = Store::new(Duration::from_secs(600)).with_max_bytes(one * slices);
+        for t in 1..=pushes {
+            store.push(make(t));
+            assert!(
+                store.bytes() <= one * slices,
+                "within the bound after push {t}"
+            );
+        }
+        (store, one)
+    }
+
     #[test]
     fn many_threads_of_one_process_do_not_cut_another_processes_history() {
         let before = refusals::get(What::Share, Reason::Budget);
-        let one = {
-            let mut probe = Store::new(Duration::from_secs(600));
-            probe.push(slice(1, 1000));
-            probe.bytes()
-        };
-        let mut store = Store::new(Duration::from_secs(600)).with_max_bytes(one * 5);
-        for t in 1..=60 {
-            store.push(slice(t, 1000));
-            assert!(store.bytes() <= one * 5, "within the bound after push {t}");
-        }
+        let (store, one) = fed(|t| slice(t, 1000), 5, 60);
         let stats = store.stats();
         assert_eq!(stats.evicted_slices, 0, "{stats:?}");
         assert!(stats.shed_rows > 50 * 1000, "{stats:?}");
@@ -319,16 +330,7 @@ mod tests {
             });
             s
         };
-        let one = {
-            let mut probe = Store::new(Duration::from_secs(600));
-            probe.push(named(1));
-            probe.bytes()
-        };
-        let mut store = Store::new(Duration::from_secs(600)).with_max_bytes(one * 5);
-        for t in 1..=40 {
-            store.push(named(t));
-            assert!(store.bytes() <= one * 5, "within the bound after push {t}");
-        }
+        let (store, one) = fed(named, 5, 40);
         // Rows of pid 1, summed (compaction merges slices, not rows).
         let small: u64 = store
             .all()
@@ -387,16 +389,7 @@ mod tests {
     #[test]
     fn the_largest_process_is_folded_into_pools_before_anything_is_shed() {
         use crate::profile::{threads, window::Window};
-        let one = {
-            let mut probe = Store::new(Duration::from_secs(600));
-            probe.push(pooled(1, 2000));
-            probe.bytes()
-        };
-        let mut store = Store::new(Duration::from_secs(600)).with_max_bytes(one * 4);
-        for t in 1..=60 {
-            store.push(pooled(t, 2000));
-            assert!(store.bytes() <= one * 4, "within the bound after push {t}");
-        }
+        let (store, _) = fed(|t| pooled(t, 2000), 4, 60);
         let stats = store.stats();
         assert!(stats.folded_parts > 0, "{stats:?}");
         assert_eq!(stats.shed_rows, 0, "{stats:?}");
