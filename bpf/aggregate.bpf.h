@@ -139,6 +139,7 @@ static __always_inline void *ws_stack_map(__u32 gen)
 	}
 }
 
+#include "walkcost.bpf.h"
 #include "unwind.bpf.h"
 
 /* 64-bit hash of a stack's frames (multiply-xorshift per frame). */
@@ -197,13 +198,20 @@ static __always_inline __s32 ws_stack_id(void *ctx, __u32 gen, __u64 flags,
 
 	if (!s)
 		return WS_NO_STACK;
-	long frames = flags & BPF_F_USER_STACK ? ws_unwind_user(s) : -1;
+	__u64 start = bpf_ktime_get_ns();
+	__u32 kind = WS_WALK_KERNEL, tables = 0;
+	long frames = -1;
 
+	if (flags & BPF_F_USER_STACK) {
+		frames = ws_unwind_user(s, &tables);
+		kind = tables ? WS_WALK_USER_TABLES : WS_WALK_USER_FP;
+	}
 	if (frames < 0) {
 		long bytes = bpf_get_stack(ctx, s->ips, sizeof(s->ips), flags);
 
 		frames = bytes > 0 ? bytes / sizeof(__u64) : 0;
 	}
+	ws_walk_cost(kind, frames, start);
 	if (frames <= 0) {
 		ws_stat_inc(failed_stat);
 		return WS_NO_STACK;

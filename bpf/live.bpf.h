@@ -65,7 +65,9 @@ static long ws_task_walk_step(__u32 index, void *data)
 
 	if (!w || !s || !task)
 		return 1;
-	return ws_unwind_step_in(w, s, task);
+	/* No rule cache: this walk may sleep mid-way, and programs on its
+	 * CPU would rewrite an entry under it. */
+	return ws_unwind_step_in(w, s, task, NULL);
 }
 
 /* Walks `task`'s user stack from the registers it saved on entering the
@@ -77,17 +79,6 @@ static __always_inline long ws_task_user_stack(struct task_struct *task,
 	struct ws_task_walk ctx = { .task = task };
 
 	*tables = ws_unwind_start(w, task->tgid, regs);
-	if (!*tables) {
-		/* No tables: every step is a frame-pointer step. */
-		w->proc.count = 0;
-		w->proc.epoch = 0;
-		w->pc = regs->ip;
-		w->sp = regs->sp;
-		w->bp = regs->bp;
-		w->len = 0;
-		w->stop = 0;
-		w->pid = task->tgid;
-	}
 	bpf_loop(WS_MAX_STACK_DEPTH + 1, ws_task_walk_step, &ctx, 0);
 	return ws_unwind_end(w);
 }
@@ -165,7 +156,10 @@ static __noinline bool ws_task_stacks(struct task_struct *task, struct ws_task *
 	s->kernel_stack_id = WS_NO_STACK;
 	ws_stat_inc(WS_STAT_LIVE_WALKS);
 	if (!ws_is_kthread(task)) {
+		__u64 start = bpf_ktime_get_ns();
+
 		n = ws_task_user_stack(task, w, &s->stack_tables);
+		ws_walk_cost(WS_WALK_LIVE, n, start);
 		if (n > 0 && n <= WS_MAX_STACK_DEPTH) {
 			st->len = n;
 			s->user_stack_id = ws_store_stack(st, gen, WS_STAT_USTACK_COLLISION);
@@ -174,7 +168,10 @@ static __noinline bool ws_task_stacks(struct task_struct *task, struct ws_task *
 		}
 	}
 	if (ws_is_kthread(task) || s->state == WS_STATE_IO) {
+		__u64 start = bpf_ktime_get_ns();
+
 		n = bpf_get_task_stack(task, st->ips, sizeof(st->ips), 0);
+		ws_walk_cost(WS_WALK_KERNEL, n > 0 ? n / sizeof(__u64) : 0, start);
 		if (n > 0) {
 			st->len = n / sizeof(__u64);
 			s->kernel_stack_id = ws_store_stack(st, gen, WS_STAT_KSTACK_COLLISION);

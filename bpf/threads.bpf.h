@@ -21,20 +21,6 @@ static __always_inline struct ws_thread_totals *ws_thread(struct task_struct *ta
 	return ws_insert(map, &tid, &init, WS_STAT_THREADS_FULL);
 }
 
-/* Floor of log2(v) for v > 0, without loops. */
-static __always_inline __u32 ws_log2(__u64 v)
-{
-	__u32 r = 0, shift;
-
-	shift = (v > 0xFFFFFFFF) << 5; v >>= shift; r |= shift;
-	shift = (v > 0xFFFF) << 4; v >>= shift; r |= shift;
-	shift = (v > 0xFF) << 3; v >>= shift; r |= shift;
-	shift = (v > 0xF) << 2; v >>= shift; r |= shift;
-	shift = (v > 0x3) << 1; v >>= shift; r |= shift;
-	r |= (v >> 1);
-	return r;
-}
-
 /* Histogram slot of an interval of `ns`: 0 under 1 us, else log2 us + 1. */
 static __always_inline __u32 ws_hist_slot(__u64 ns)
 {

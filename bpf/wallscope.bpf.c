@@ -104,6 +104,7 @@ SEC("tp_btf/sched_process_exec")
 int BPF_PROG(on_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
 {
 	ws_unwind_on_exec();
+	ws_forget_walks(p);
 	ws_lifecycle_on_exec(p);
 	return 0;
 }

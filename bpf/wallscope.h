@@ -212,7 +212,31 @@ enum ws_stat {
 	WS_STAT_SAMPLED_OUT = 25,      /* intervals over the threshold not drawn: no stack row */
 	WS_STAT_DEFERRED_LOST = 26,    /* drawn interval whose switch-in hook did not run: row without stack */
 	WS_STAT_LIVE_WALKS_PUT_OFF = 27, /* drain-time walk put off: memory map locked or walk budget spent */
-	WS_STAT_COUNT = 28,
+	WS_STAT_WALKS_REUSED = 28,     /* user stack not walked: same registers and stack top as a walk kept */
+	WS_STAT_COUNT = 29,
+};
+
+/*
+ * What each stack walk cost: a per-CPU histogram (`walk_cost`) of the time
+ * a walk took, by what was walked, how many frames it found and how long
+ * it took. Entry (kind * WS_WALK_DEPTHS + frames / 8) * WS_WALK_TIME_SLOTS
+ * + slot, slot = 4 * log2(ns) + the two bits below the top one (4 slots a
+ * power of two, so a percentile is known within 19 %).
+ */
+enum ws_walk_kind {
+	WS_WALK_USER_TABLES = 0, /* a thread's own user stack, its process has unwind tables */
+	WS_WALK_USER_FP = 1,     /* a thread's own user stack, the kernel's frame-pointer walk */
+	WS_WALK_KERNEL = 2,      /* a kernel stack */
+	WS_WALK_LIVE = 3,        /* a blocked thread's user stack, by the drain-time iterator */
+	WS_WALK_KINDS = 4,
+};
+#define WS_WALK_DEPTHS 16      /* frames / 8; the last also holds deeper stacks */
+#define WS_WALK_TIME_SLOTS 80  /* up to 2^20 ns; longer walks go to the last */
+#define WS_WALK_COST_ENTRIES (WS_WALK_KINDS * WS_WALK_DEPTHS * WS_WALK_TIME_SLOTS)
+
+/* The one entry of the per-CPU `walk_cost` array: counters that wrap. */
+struct ws_walk_cost {
+	__u32 n[WS_WALK_COST_ENTRIES];
 };
 
 /*
@@ -270,6 +294,7 @@ _Static_assert(sizeof(struct ws_hist_key) == 16, "ws_hist_key size");
 _Static_assert(sizeof(struct ws_hist) == 8 * WS_HIST_SLOTS + 8, "ws_hist size");
 _Static_assert(sizeof(struct ws_live_thread) == 72, "ws_live_thread size");
 _Static_assert(sizeof(struct ws_proc_event) == 48, "ws_proc_event size");
+_Static_assert(sizeof(struct ws_walk_cost) == 4 * WS_WALK_COST_ENTRIES, "ws_walk_cost size");
 #endif
 
 #endif /* WALLSCOPE_H */

@@ -19,7 +19,7 @@ use thiserror::Error;
 
 use crate::{
     bpf::{self, LoadError, ProbeOptions},
-    collect::{Drainer, RawBatch},
+    collect::{walks::WalkCostRow, Drainer, RawBatch},
     export::push::PushStats,
     held::{self, Holder},
     jvm::{agent, agent::JvmMode, JvmFrames, Jvms},
@@ -105,6 +105,8 @@ pub struct Health {
     pub missing_stacks: u64,
     /// Unwind tables: loaded, evicted, processes using them.
     pub unwind: UnwindStats,
+    /// Stack walks since start and what they cost, by kind and depth.
+    pub walk_cost: Vec<WalkCostRow>,
     /// Drained batches dropped because the symbolizer was that far behind
     /// (its queue holds [`BATCH_QUEUE`], and one more batch waits in the
     /// collector, its rows summed by key; past [`MAX_WAITING_RECORDS`]
@@ -384,6 +386,8 @@ fn collect_loop(
             match drainer.drain() {
                 Ok(batch) => {
                     window.record(&mut updates, &batch, started);
+                    let walk_cost = drainer.walk_costs().rows();
+                    updates.push(move |h| h.walk_cost = walk_cost);
                     priority::keep(&mut applied, window.drains);
                     let label = applied.label();
                     updates.push(move |h| h.drain_priority = label);

@@ -142,6 +142,22 @@ pub fn render(shared: &Shared, queries: &QueryStats, now: SystemTime) -> String 
     for stat in Stat::ALL {
         out.sample(name, &label("counter", stat.name()), totals[stat as usize]);
     }
+    let name = "wallscope_stack_walk_seconds";
+    let help = "Time BPF stack walks took since start, by what was walked and frames found (slot upper bounds)";
+    out.family(name, "summary", help);
+    for w in &health.walk_cost {
+        let frames = if w.frames_to == u32::MAX {
+            format!("{}+", w.frames_from)
+        } else {
+            format!("{}-{}", w.frames_from, w.frames_to)
+        };
+        let labels = format!("{},{}", label("kind", w.kind), label("frames", &frames));
+        for (q, ns) in [("0.5", w.p50_ns), ("0.99", w.p99_ns)] {
+            let labels = format!("{labels},{}", label("quantile", q));
+            out.sample(name, &labels, ns as f64 / 1e9);
+        }
+        out.sample(&format!("{name}_count"), &labels, w.walks);
+    }
     let name = "wallscope_refused_total";
     let help = "Files and sockets of profiled processes refused (symlink, FIFO, owner, size...), by what and why";
     out.family(name, "counter", help);

@@ -231,7 +231,36 @@ pub struct UnwindProc {
 /// frame's `Method*`, not a pc.
 pub const JAVA_METHOD_TAG: u64 = 1 << 62;
 
+/// `WS_WALK_KINDS`: what a walk walked (see [`walk_kind`]).
+pub const WALK_KINDS: usize = 4;
+/// `WS_WALK_DEPTHS`: frames / 8, the last bucket holding deeper stacks.
+pub const WALK_DEPTHS: usize = 16;
+/// `WS_WALK_TIME_SLOTS`: 4 slots per power of two of nanoseconds.
+pub const WALK_TIME_SLOTS: usize = 80;
+/// Entries of [`WalkCost`].
+pub const WALK_COST_ENTRIES: usize = WALK_KINDS * WALK_DEPTHS * WALK_TIME_SLOTS;
+
+/// `enum ws_walk_kind`.
+pub mod walk_kind {
+    pub const USER_TABLES: usize = 0;
+    pub const USER_FP: usize = 1;
+    pub const KERNEL: usize = 2;
+    pub const LIVE: usize = 3;
+}
+
+/// One CPU's walk-cost histogram (`struct ws_walk_cost`): walks by kind,
+/// frames / 8 and time slot, counters that wrap.
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub struct WalkCost {
+    pub n: [u32; WALK_COST_ENTRIES],
+}
+
+const _: () = assert!(size_of::<WalkCost>() == 4 * WALK_COST_ENTRIES);
+
 // SAFETY: plain-old-data, `repr(C)`, no padding the kernel does not also see.
+unsafe impl aya::Pod for WalkCost {}
+// SAFETY: as above.
 unsafe impl aya::Pod for StoredStack {}
 // SAFETY: as above.
 unsafe impl aya::Pod for UnwindRow {}
@@ -368,11 +397,12 @@ pub enum Stat {
     SampledOut = 25,
     DeferredLost = 26,
     LiveWalksPutOff = 27,
+    WalksReused = 28,
 }
 
 impl Stat {
     /// Number of counters (`WS_STAT_COUNT`).
-    pub const COUNT: usize = 28;
+    pub const COUNT: usize = 29;
     /// Every counter, in enum order.
     pub const ALL: [Stat; Stat::COUNT] = [
         Stat::Samples,
@@ -403,6 +433,7 @@ impl Stat {
         Stat::SampledOut,
         Stat::DeferredLost,
         Stat::LiveWalksPutOff,
+        Stat::WalksReused,
     ];
 
     /// snake_case name used in `/healthz` and metrics.
@@ -436,6 +467,7 @@ impl Stat {
             Stat::SampledOut => "intervals_sampled_out",
             Stat::DeferredLost => "deferred_stack_lost",
             Stat::LiveWalksPutOff => "blocked_stack_walks_put_off",
+            Stat::WalksReused => "stack_walks_reused",
         }
     }
 
@@ -455,6 +487,7 @@ impl Stat {
                 | Stat::WakerWalks
                 | Stat::LiveWalks
                 | Stat::LiveWalksPutOff
+                | Stat::WalksReused
                 | Stat::SampledOut
         )
     }
@@ -468,6 +501,7 @@ pub mod names {
     pub const STACKS: [&str; 3] = ["stacks_0", "stacks_1", "stacks_2"];
     pub const CONTROL: &str = "control";
     pub const STATS: &str = "stats";
+    pub const WALK_COST: &str = "walk_cost";
     pub const ON_CPU_PROGRAM: &str = "on_cpu_sample";
     /// tp_btf programs and the tracepoint each attaches to.
     pub const SCHED_PROGRAMS: [(&str, &str); 8] = [

@@ -103,6 +103,8 @@ pub struct ProbeMaps {
     /// Capacity of each counts buffer.
     pub counts_entries: u32,
     pub stats: PerCpuArray<MapData, u64>,
+    /// What each stack walk cost (one entry, per CPU).
+    pub walk_cost: PerCpuArray<MapData, abi::WalkCost>,
     /// Taken by the unwind registry (`None` once taken).
     pub unwind: Option<UnwindMaps>,
     /// Process lifecycle events, taken by the process table (`None` once
@@ -318,6 +320,7 @@ fn take_maps(ebpf: &mut Ebpf, unwind_rows: u32) -> Result<ProbeMaps, LoadError> 
         counts_used: take(ebpf, names::COUNTS_USED)?,
         counts_entries: 0,
         stats: take(ebpf, names::STATS)?,
+        walk_cost: take(ebpf, names::WALK_COST)?,
         unwind: Some(UnwindMaps {
             rows: take(ebpf, names::UNWIND_ROWS)?,
             procs: take(ebpf, names::UNWIND_PROCS)?,

@@ -12,6 +12,7 @@
 mod batch;
 mod merge;
 mod stacks;
+pub mod walks;
 
 use std::{
     sync::Arc,
@@ -207,6 +208,7 @@ pub struct Drainer {
     last_drain: SystemTime,
     /// The task iterator's output, kept between drains.
     live_buf: Vec<u8>,
+    walk_costs: walks::WalkCosts,
 }
 
 impl Drainer {
@@ -219,7 +221,18 @@ impl Drainer {
             last_stats: [0; Stat::COUNT],
             last_drain: SystemTime::now(),
             live_buf: Vec::new(),
+            walk_costs: walks::WalkCosts::default(),
         }
+    }
+
+    /// Reads what stack walks cost since the last call; the counts since
+    /// start (a failed read is logged and leaves them as they were).
+    pub fn walk_costs(&mut self) -> &walks::WalkCosts {
+        match self.maps.walk_cost.get(&0, 0) {
+            Ok(per_cpu) => self.walk_costs.add(&per_cpu),
+            Err(e) => tracing::warn!("reading walk costs: {e}"),
+        }
+        &self.walk_costs
     }
 
     /// Flips the buffers and returns what the now idle one held.

@@ -93,6 +93,16 @@ fn constants_match_header() {
     assert_eq!(value_of("WS_STATE_WAKEUP"), WAKEUP_STATE as i64);
     assert_eq!(value_of("WS_STACK_GENERATIONS"), STACK_GENERATIONS as i64);
     assert_eq!(value_of("WS_HIST_SLOTS"), HIST_SLOTS as i64);
+    assert_eq!(value_of("WS_WALK_KINDS"), WALK_KINDS as i64);
+    assert_eq!(value_of("WS_WALK_DEPTHS"), WALK_DEPTHS as i64);
+    assert_eq!(value_of("WS_WALK_TIME_SLOTS"), WALK_TIME_SLOTS as i64);
+    assert_eq!(
+        value_of("WS_WALK_USER_TABLES"),
+        walk_kind::USER_TABLES as i64
+    );
+    assert_eq!(value_of("WS_WALK_USER_FP"), walk_kind::USER_FP as i64);
+    assert_eq!(value_of("WS_WALK_KERNEL"), walk_kind::KERNEL as i64);
+    assert_eq!(value_of("WS_WALK_LIVE"), walk_kind::LIVE as i64);
     assert_eq!(value_of("WS_CONTROL_BUFFER"), Control::Buffer as i64);
     assert_eq!(
         value_of("WS_CONTROL_GENERATION"),
@@ -139,6 +149,7 @@ fn constants_match_header() {
         "WS_STAT_SAMPLED_OUT",
         "WS_STAT_DEFERRED_LOST",
         "WS_STAT_LIVE_WALKS_PUT_OFF",
+        "WS_STAT_WALKS_REUSED",
     ];
     assert_eq!(stat_names.len(), Stat::COUNT);
     assert_eq!(
