@@ -21,6 +21,7 @@ bench:
     cargo build --release
     cargo bench --bench oncpu
     cargo bench --bench offcpu
+    cargo bench --bench walk
     cargo bench --bench jvm
     cargo bench --bench jvm_cost
     cargo bench --bench jvm_symbols

@@ -46,11 +46,17 @@ struct ws_walk_memo {
 	__u64 sp;
 	__u64 bp;
 	__u64 top; /* hash of the WS_MEMO_TOP_WORDS words at sp */
+	__u64 walked; /* when (bpf_ktime_get_ns) */
 	__u32 gen; /* generation of stack_id */
 	__s32 stack_id;
 };
 
 #define WS_MEMO_TOP_WORDS 8
+/* How long a walk is reused: a process's tables arrive a drain after it
+ * starts (or maps new code), and walks made before stop early; they must
+ * not stand for its stacks from then on. One walk a second per call site
+ * costs next to nothing. */
+#define WS_MEMO_TTL_NS 1000000000ULL
 
 /* What a thread is doing off-CPU, kept per thread. */
 struct ws_task {
@@ -290,13 +296,14 @@ static __always_inline __s32 ws_user_stack_memo(void *ctx, struct ws_task *s, __
 {
 	struct task_struct *cur = bpf_get_current_task_btf();
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(cur);
-	__u64 ip = regs->ip, sp = regs->sp, bp = regs->bp, top = 0;
+	__u64 ip = regs->ip, sp = regs->sp, bp = regs->bp, top = 0, now = bpf_ktime_get_ns();
 	struct ws_walk_memo *m;
 	__s32 id;
 
 	for (int i = 0; i < 2; i++) {
 		m = &s->memo[i];
-		if (!m->top || m->ip != ip || m->sp != sp || m->bp != bp)
+		if (!m->top || m->ip != ip || m->sp != sp || m->bp != bp ||
+		    now - m->walked > WS_MEMO_TTL_NS)
 			continue;
 		if (!top)
 			top = ws_stack_top(sp);
@@ -319,6 +326,7 @@ static __always_inline __s32 ws_user_stack_memo(void *ctx, struct ws_task *s, __
 	m->sp = sp;
 	m->bp = bp;
 	m->top = top ? top : ws_stack_top(sp); /* the walk just read these words: cheap now */
+	m->walked = now;
 	m->gen = gen;
 	m->stack_id = id;
 	return id;

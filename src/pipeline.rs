@@ -107,6 +107,8 @@ pub struct Health {
     pub unwind: UnwindStats,
     /// Stack walks since start and what they cost, by kind and depth.
     pub walk_cost: Vec<WalkCostRow>,
+    /// The same by kind, all depths together.
+    pub walk_cost_by_kind: Vec<WalkCostRow>,
     /// Drained batches dropped because the symbolizer was that far behind
     /// (its queue holds [`BATCH_QUEUE`], and one more batch waits in the
     /// collector, its rows summed by key; past [`MAX_WAITING_RECORDS`]
@@ -386,8 +388,12 @@ fn collect_loop(
             match drainer.drain() {
                 Ok(batch) => {
                     window.record(&mut updates, &batch, started);
-                    let walk_cost = drainer.walk_costs().rows();
-                    updates.push(move |h| h.walk_cost = walk_cost);
+                    let costs = drainer.walk_costs();
+                    let (rows, by_kind) = (costs.rows(), costs.by_kind());
+                    updates.push(move |h| {
+                        h.walk_cost = rows;
+                        h.walk_cost_by_kind = by_kind;
+                    });
                     priority::keep(&mut applied, window.drains);
                     let label = applied.label();
                     updates.push(move |h| h.drain_priority = label);

@@ -119,7 +119,15 @@ fn quota_throttling_is_told_apart_from_cpu_contention() {
             "runqueue + throttled {:.3} vs the kernel's wait {waiting:.3}: {t}",
             throttled + runqueue
         );
-        assert!(throttled >= 0.6, "throttled share {throttled:.2}: {t}");
+        // Each of the two threads spends about half of what cpu.stat
+        // counts throttled (its per-CPU spans): on a busy host the quota
+        // refills into a CPU that is taken, and that wait is the
+        // runqueue's, so no fixed share holds, but the kernel's count does.
+        let kernel_share = kernel_throttled / rows.len() as f64 / wall;
+        assert!(
+            throttled >= 0.6 * kernel_share,
+            "throttled share {throttled:.2}, cpu.stat's per thread {kernel_share:.2}: {t}"
+        );
         // On an idle host a refilled quota finds a CPU at once; on a busy
         // one the wait for a CPU is real: the kernel's wait beyond this
         // thread's part of the group's throttled time (cpu.stat sums the

@@ -93,8 +93,9 @@ impl WalkCosts {
         rows
     }
 
-    /// Walks of each kind, all depths together: (kind, walks, p50, p99).
-    pub fn by_kind(&self) -> Vec<(&'static str, u64, u64, u64)> {
+    /// Walks of each kind, all depths together (`frames_from` 0,
+    /// `frames_to` open).
+    pub fn by_kind(&self) -> Vec<WalkCostRow> {
         (0..WALK_KINDS)
             .filter_map(|kind| {
                 let mut slots = [0u64; WALK_TIME_SLOTS];
@@ -104,8 +105,10 @@ impl WalkCosts {
                         *s += v;
                     }
                 }
-                let r = row(kind, 0, &slots)?;
-                Some((r.kind, r.walks, r.p50_ns, r.p99_ns))
+                row(kind, WALK_DEPTHS - 1, &slots).map(|r| WalkCostRow {
+                    frames_from: 0,
+                    ..r
+                })
             })
             .collect()
     }
@@ -191,7 +194,7 @@ mod tests {
         assert_eq!(r.walks, u64::from(u32::MAX - 10) + 100);
         assert!(r.p50_ns > 800 && r.p50_ns <= 1000, "{r:?}");
         assert!(r.p99_ns <= 1000, "{r:?}");
-        assert_eq!(costs.by_kind()[0].1, r.walks);
+        assert_eq!(costs.by_kind()[0].walks, r.walks);
     }
 
     #[test]
