@@ -23,6 +23,7 @@
 #define WALLSCOPE_OFFCPU_BPF_H
 
 #include "counts.bpf.h"
+#include "memo.bpf.h"
 
 #define PF_KTHREAD 0x00200000
 #define TASK_RUNNING 0x0
@@ -38,25 +39,6 @@ const volatile __u64 offcpu_min_ns = 0;
 const volatile __u64 offcpu_sample_ns = 0;
 /* sched_exit_tp is attached: stacks are walked at switch-in. */
 const volatile bool stacks_at_switch_in = false;
-
-/* A user stack walked for a thread in its own context, kept so that the
- * next walk from the same place reuses it (see ws_user_stack_memo). */
-struct ws_walk_memo {
-	__u64 ip; /* user registers the walk started from */
-	__u64 sp;
-	__u64 bp;
-	__u64 top; /* hash of the WS_MEMO_TOP_WORDS words at sp */
-	__u64 walked; /* when (bpf_ktime_get_ns) */
-	__u32 gen; /* generation of stack_id */
-	__s32 stack_id;
-};
-
-#define WS_MEMO_TOP_WORDS 8
-/* How long a walk is reused: a process's tables arrive a drain after it
- * starts (or maps new code), and walks made before stop early; they must
- * not stand for its stacks from then on. One walk a second per call site
- * costs next to nothing. */
-#define WS_MEMO_TTL_NS 1000000000ULL
 
 /* What a thread is doing off-CPU, kept per thread. */
 struct ws_task {
@@ -78,9 +60,8 @@ struct ws_task {
 	__u32 waker_pid; /* the last wakeup's waker (WS_INTERRUPT_TID: an interrupt) */
 	__u32 waker_tid;
 	__u32 stack_tables; /* the user stack above was walked with unwind tables */
-	__u32 memo_next;    /* the memo a new walk replaces */
 	struct ws_counts c; /* since the last export */
-	struct ws_walk_memo memo[2]; /* the last two walks, e.g. where it blocks and where it wakes others */
+	struct ws_walk_memos memos; /* e.g. where it blocks and where it wakes others */
 };
 
 struct {
@@ -265,80 +246,13 @@ static __always_inline void ws_emit_pending(struct task_struct *t, struct ws_tas
 	}
 }
 
-/* Hash of the words at the top of the current task's user stack (0 when
- * unreadable): with the registers, what tells two walks from one place
- * apart when the same function is reached from two callers. */
-static __always_inline __u64 ws_stack_top(__u64 sp)
-{
-	__u64 words[WS_MEMO_TOP_WORDS], h = 0x9e3779b97f4a7c15ULL;
-
-	if (bpf_probe_read_user(words, sizeof(words), (void *)sp))
-		return 0;
-	for (int i = 0; i < WS_MEMO_TOP_WORDS; i++) {
-		h = (h ^ words[i]) * 0xff51afd7ed558ccdULL;
-		h ^= h >> 32;
-	}
-	return h | 1;
-}
-
-/*
- * The current task's user stack in generation `gen`. Most waits of a
- * thread repeat at one call site (a loop around read, futex_wait,
- * epoll_wait), so a thread that is where one of its last two walks
- * started (same ip, sp and frame pointer, and the same words at the stack
- * top) reuses that walk instead of walking again. The stack top is read
- * only when the registers match: that first read of the thread's memory
- * costs about what a short walk does. Two calls of one function from
- * different callers at the very same stack depth, with identical top
- * words, would share a stack: the approximation the README states.
- */
-static __always_inline __s32 ws_user_stack_memo(void *ctx, struct ws_task *s, __u32 gen)
-{
-	struct task_struct *cur = bpf_get_current_task_btf();
-	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(cur);
-	__u64 ip = regs->ip, sp = regs->sp, bp = regs->bp, top = 0, now = bpf_ktime_get_ns();
-	struct ws_walk_memo *m;
-	__s32 id;
-
-	for (int i = 0; i < 2; i++) {
-		m = &s->memo[i];
-		if (!m->top || m->ip != ip || m->sp != sp || m->bp != bp ||
-		    now - m->walked > WS_MEMO_TTL_NS)
-			continue;
-		if (!top)
-			top = ws_stack_top(sp);
-		if (m->top != top)
-			continue;
-		id = ws_renew_stack(m->stack_id, m->gen, gen);
-		if (id == WS_NO_STACK)
-			break;
-		m->stack_id = id;
-		m->gen = gen;
-		ws_stat_inc(WS_STAT_WALKS_REUSED);
-		return id;
-	}
-	id = ws_user_stack(ctx, gen);
-	if (id == WS_NO_STACK)
-		return id;
-	m = &s->memo[s->memo_next & 1];
-	s->memo_next++;
-	m->ip = ip;
-	m->sp = sp;
-	m->bp = bp;
-	m->top = top ? top : ws_stack_top(sp); /* the walk just read these words: cheap now */
-	m->walked = now;
-	m->gen = gen;
-	m->stack_id = id;
-	return id;
-}
-
 /* Forgets the walks kept for `t` (an exec replaced its memory). */
 static __always_inline void ws_forget_walks(struct task_struct *t)
 {
 	struct ws_task *s = ws_task(t, false);
 
 	if (s)
-		__builtin_memset(s->memo, 0, sizeof(s->memo));
+		__builtin_memset(&s->memos, 0, sizeof(s->memos));
 }
 
 /* Walks the current task's stacks into `s` for its last episode, unless the
@@ -358,7 +272,7 @@ static __always_inline void ws_own_stacks(void *ctx, struct task_struct *t, stru
 	}
 	s->stack_gen = gen;
 	s->stack_episode = episode;
-	s->user_stack_id = ws_is_kthread(t) ? WS_NO_STACK : ws_user_stack_memo(ctx, s, gen);
+	s->user_stack_id = ws_is_kthread(t) ? WS_NO_STACK : ws_user_stack_memo(ctx, &s->memos, gen);
 	s->stack_tables = 1;
 	s->kernel_stack_id = kernel ? ws_kernel_stack(ctx, gen) : WS_NO_STACK;
 	ws_stat_inc(WS_STAT_OFFCPU_WALKS);
@@ -533,7 +447,7 @@ static __always_inline void ws_on_waking(void *ctx, struct task_struct *p)
 		if (ws_is_kthread(waker))
 			key.user_stack_id = WS_NO_STACK;
 		else if (ws)
-			key.user_stack_id = ws_user_stack_memo(ctx, ws, key.stack_gen);
+			key.user_stack_id = ws_user_stack_memo(ctx, &ws->memos, key.stack_gen);
 		else
 			key.user_stack_id = ws_user_stack(ctx, key.stack_gen);
 		key.kernel_stack_id = WS_NO_STACK;
