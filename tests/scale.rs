@@ -123,10 +123,12 @@ fn ten_thousand_sleeping_threads_lose_no_rows() {
         .sum();
     let in_rows: u64 = rows.iter().map(|r| r.1).sum();
     let explained = in_rows as f64 / sleep_us.max(1) as f64;
-    // Sampled and merged rows estimate the exact totals.
+    // Sampled and merged rows estimate the exact totals: unbiased, and at
+    // the window's edges the intervals that straddle them balance out
+    // (issue 25: within 3 %, on a busy host too).
     println!("stack rows hold {in_rows} us of {sleep_us} us of sleep");
     assert!(
-        (0.85..=1.15).contains(&explained),
+        (0.97..=1.03).contains(&explained),
         "stack rows hold {in_rows} us of {sleep_us} us of sleep; {} threads, {} rows; health: {}",
         threads.len(),
         rows.len(),
