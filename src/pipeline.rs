@@ -571,6 +571,9 @@ fn symbolize_loop(
         store.push(named.slice);
         drop(store);
         let (name_bytes, elf_files) = symbolizer.held();
+        // Read before the health lock: the table's own lock may be held a
+        // while (10,000 new threads), and `/healthz` waits for this one.
+        let processes = table.stats();
         let mut h = shared.health();
         h.last_symbolize_us = started.elapsed().as_micros() as u64;
         h.symbolize_us_total += h.last_symbolize_us;
@@ -580,7 +583,7 @@ fn symbolize_loop(
         h.jvm_sightings_dropped = dropped.load(Ordering::Relaxed);
         h.frame_name_bytes = name_bytes as u64;
         h.elf_files_open = elf_files as u64;
-        h.processes = table.stats();
+        h.processes = processes;
         drop(h);
     }
 }
