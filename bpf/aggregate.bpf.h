@@ -191,7 +191,7 @@ static __always_inline __s32 ws_store_stack(struct ws_stack *s, __u32 gen, __u32
 /* Captures one stack of the current task into generation `gen`; failures
  * are counted and become WS_NO_STACK. */
 static __always_inline __s32 ws_stack_id(void *ctx, __u32 gen, __u64 flags,
-					 __u32 collision_stat, __u32 failed_stat, __u32 *tables)
+					 __u32 collision_stat, __u32 failed_stat)
 {
 	__u32 zero = 0;
 	struct ws_stack *s = bpf_map_lookup_elem(&stack_scratch, &zero);
@@ -199,13 +199,12 @@ static __always_inline __s32 ws_stack_id(void *ctx, __u32 gen, __u64 flags,
 	if (!s)
 		return WS_NO_STACK;
 	__u64 start = bpf_ktime_get_ns();
-	__u32 kind = WS_WALK_KERNEL;
+	__u32 kind = WS_WALK_KERNEL, tables = 0;
 	long frames = -1;
 
-	*tables = 0;
 	if (flags & BPF_F_USER_STACK) {
-		frames = ws_unwind_user(s, tables);
-		kind = *tables ? WS_WALK_USER_TABLES : WS_WALK_USER_FP;
+		frames = ws_unwind_user(s, &tables);
+		kind = tables ? WS_WALK_USER_TABLES : WS_WALK_USER_FP;
 	}
 	if (frames < 0) {
 		long bytes = bpf_get_stack(ctx, s->ips, sizeof(s->ips), flags);
@@ -248,17 +247,14 @@ static __always_inline __s32 ws_renew_stack(__s32 id, __u32 gen, __u32 now)
 
 static __always_inline __s32 ws_user_stack(void *ctx, __u32 gen)
 {
-	__u32 tables;
-
 	return ws_stack_id(ctx, gen, BPF_F_USER_STACK, WS_STAT_USTACK_COLLISION,
-			   WS_STAT_USTACK_FAILED, &tables);
+			   WS_STAT_USTACK_FAILED);
 }
 
 static __always_inline __s32 ws_kernel_stack(void *ctx, __u32 gen)
 {
-	__u32 tables;
-
-	return ws_stack_id(ctx, gen, 0, WS_STAT_KSTACK_COLLISION, WS_STAT_KSTACK_FAILED, &tables);
+	return ws_stack_id(ctx, gen, 0, WS_STAT_KSTACK_COLLISION,
+			   WS_STAT_KSTACK_FAILED);
 }
 
 /* Drops stack ids whose generation may have been cleared. */

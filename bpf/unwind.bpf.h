@@ -40,7 +40,7 @@ struct {
 	__type(value, struct ws_unwind_proc);
 } unwind_procs SEC(".maps");
 
-/* Bytes of stack a walk copies at once (a power of two). Each read of
+/* Bytes of stack a walk copies at once. Each read of
  * user memory costs far more than the bytes it copies (measured here: 430
  * ns for the first 8 bytes of a walk, 135 ns for the next), and the frames
  * of a walk are close together: a walk copies windows of the stack and
@@ -101,7 +101,6 @@ struct {
 } unwind_cache SEC(".maps");
 
 #define WS_UNWIND_DONE 0xffffffffu
-
 
 struct ws_unwind_search {
 	__u64 vaddr;
@@ -237,10 +236,10 @@ static __always_inline long ws_walk_read(struct ws_unwind_walk *w, __u64 addr, _
 /* The unwind rule for `at`: through the per-CPU cache for the current task;
  * without it for another task's walk, which may sleep mid-way and let
  * programs on this CPU rewrite a cache entry under it. */
-static __always_inline bool ws_unwind_rule(struct ws_unwind_walk *w,
-					   const struct ws_unwind_proc *proc, __u64 at,
+static __always_inline bool ws_unwind_rule(struct ws_unwind_walk *w, __u64 at,
 					   struct ws_unwind_row *out, struct ws_rule_cache *cache)
 {
+	const struct ws_unwind_proc *proc = &w->proc;
 	const struct ws_unwind_mapping *m;
 	struct ws_unwind_cached *c = NULL;
 	__u32 slot;
@@ -308,7 +307,7 @@ static __always_inline long ws_unwind_step_in(struct ws_unwind_walk *w, struct w
 	}
 	/* A caller's pc is a return address, maybe just past its function. */
 	at = len ? w->pc - 1 : w->pc;
-	if (!ws_unwind_rule(w, proc, at, &row, cache))
+	if (!ws_unwind_rule(w, at, &row, cache))
 		return 1;
 	if (row.cfa_reg == WS_UNWIND_FP_STEP) {
 		/* Callers' frames sit higher on the stack: a chain that does

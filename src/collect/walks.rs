@@ -41,7 +41,7 @@ pub struct WalkCostRow {
 }
 
 /// Name of a walk kind in `/healthz` and `/metrics`.
-pub fn kind_name(kind: usize) -> &'static str {
+fn kind_name(kind: usize) -> &'static str {
     match kind {
         walk_kind::USER_TABLES => "user_tables",
         walk_kind::USER_FP => "user_frame_pointers",
@@ -78,19 +78,19 @@ impl WalkCosts {
         }
     }
 
+    /// The time slots of one kind and depth bucket (laid out as in BPF).
+    fn slots(&self, kind: usize, depth: usize) -> &[u64] {
+        let start = (kind * WALK_DEPTHS + depth) * WALK_TIME_SLOTS;
+        &self.total[start..start + WALK_TIME_SLOTS]
+    }
+
     /// Every kind and depth that has walks, shallow first.
     pub fn rows(&self) -> Vec<WalkCostRow> {
-        let mut rows = Vec::new();
-        for kind in 0..WALK_KINDS {
-            for depth in 0..WALK_DEPTHS {
-                let start = (kind * WALK_DEPTHS + depth) * WALK_TIME_SLOTS;
-                let slots = &self.total[start..start + WALK_TIME_SLOTS];
-                if let Some(row) = row(kind, depth, slots) {
-                    rows.push(row);
-                }
-            }
-        }
-        rows
+        (0..WALK_KINDS)
+            .flat_map(|kind| {
+                (0..WALK_DEPTHS).filter_map(move |depth| row(kind, depth, self.slots(kind, depth)))
+            })
+            .collect()
     }
 
     /// Walks of each kind, all depths together (`frames_from` 0,
@@ -100,8 +100,7 @@ impl WalkCosts {
             .filter_map(|kind| {
                 let mut slots = [0u64; WALK_TIME_SLOTS];
                 for depth in 0..WALK_DEPTHS {
-                    let start = (kind * WALK_DEPTHS + depth) * WALK_TIME_SLOTS;
-                    for (s, v) in slots.iter_mut().zip(&self.total[start..]) {
+                    for (s, v) in slots.iter_mut().zip(self.slots(kind, depth)) {
                         *s += v;
                     }
                 }
