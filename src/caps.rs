@@ -50,7 +50,7 @@ pub const USED: [Cap; 11] = [
     cap(
         "CAP_CHECKPOINT_RESTORE",
         40,
-        "/proc/PID/map_files: binaries deleted or replaced since they were mapped stay unnamed",
+        "opening mapped files by their map_files links: binaries deleted or replaced since they were mapped stay unnamed",
     ),
     cap("CAP_SYSLOG", 34, "kernel symbols: kernel frames show as [unknown]_[k]"),
     cap("CAP_SETUID", 7, "attaching to JVMs of other users (perf maps, thread names)"),
@@ -73,12 +73,6 @@ pub struct Report {
 }
 
 static REPORT: OnceLock<Report> = OnceLock::new();
-
-/// The effective set of this process, from `CapEff` in `status` text.
-fn effective_in(status: &str) -> Option<u64> {
-    let hex = status.lines().find_map(|l| l.strip_prefix("CapEff:"))?;
-    u64::from_str_radix(hex.trim(), 16).ok()
-}
 
 /// Checks `effective` against [`USED`]: `Err` naming the capabilities
 /// that loading eBPF needs when one is missing.
@@ -109,9 +103,9 @@ fn check_set(effective: u64) -> Result<Report, String> {
 /// Checks this process's capabilities once at start, logging what is off;
 /// `Err` (to refuse to start) without the ones eBPF needs.
 pub fn check() -> Result<&'static Report, String> {
-    let status = std::fs::read_to_string("/proc/self/status")
-        .map_err(|e| format!("reading /proc/self/status: {e}"))?;
-    let effective = effective_in(&status).ok_or("no CapEff in /proc/self/status")?;
+    let effective = crate::process::own::status()
+        .and_then(|s| s.cap_eff)
+        .ok_or("cannot read this process's effective capabilities (CapEff)")?;
     let report = check_set(effective)?;
     for c in &report.missing {
         tracing::warn!(capability = c.cap, "{} missing: off: {}", c.cap, c.off);
@@ -145,12 +139,5 @@ mod tests {
         let r = check_set(set(&no_ptrace)).unwrap();
         assert_eq!(r.missing.len(), 1);
         assert_eq!(r.missing[0].cap, "CAP_SYS_PTRACE");
-    }
-
-    #[test]
-    fn the_effective_set_is_read_from_status() {
-        let status = "Name:\tx\nCapInh:\t0000000000000000\nCapEff:\t000001c4000800c4\n";
-        assert_eq!(effective_in(status), Some(0x1c4000800c4));
-        assert_eq!(effective_in("Name:\tx\n"), None);
     }
 }

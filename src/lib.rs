@@ -16,7 +16,6 @@ pub mod held;
 pub mod jvm;
 pub mod pipeline;
 pub mod process;
-pub mod procinfo;
 pub mod profile;
 pub mod symbolize;
 pub mod untrusted;

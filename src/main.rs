@@ -19,6 +19,7 @@ use wallscope::{
     },
     jvm::{agent::JvmMode, JvmFrames},
     pipeline::{priority, Pipeline, PipelineOptions},
+    process::tasks,
     profile::{
         kind::Group,
         query::{self, Filter},
@@ -310,6 +311,7 @@ fn pipeline_options(sampling: &Sampling, history: History) -> PipelineOptions {
             live_min_ns: 100_000_000,
             unwind_tables: sampling.unwind == Unwind::Tables,
             unwind_rows: (sampling.unwind_table_mb * 1024 * 1024 / 12) as u32,
+            host_threads: wallscope::process::own::host_threads(),
         },
         drain_interval: Duration::from_secs(1),
         retention: history.retention,
@@ -422,7 +424,7 @@ impl RecordFormat {
 
 fn record(pid: u32, duration: Duration, output: &Path, sampling: &Sampling) -> Result<()> {
     let format = RecordFormat::of(output)?;
-    if !Path::new(&format!("/proc/{pid}")).exists() {
+    if !tasks::exists(pid) {
         bail!(Usage(format!("no process with pid {pid}")));
     }
     let retention = duration + Duration::from_secs(60);
@@ -433,7 +435,7 @@ fn record(pid: u32, duration: Duration, output: &Path, sampling: &Sampling) -> R
     wallscope::caps::check().map_err(anyhow::Error::msg)?;
     let pipeline = Pipeline::start(&pipeline_options(sampling, history))?;
     let started = Instant::now();
-    while started.elapsed() < duration && Path::new(&format!("/proc/{pid}")).exists() {
+    while started.elapsed() < duration && tasks::exists(pid) {
         std::thread::sleep(
             Duration::from_millis(100).min(duration.saturating_sub(started.elapsed())),
         );

@@ -171,6 +171,10 @@ pub struct Shared {
     pub jvms: Arc<Jvms>,
     /// The Pyroscope pusher's counters, once it runs (`--push-url`).
     pub push: OnceLock<Arc<PushStats>>,
+    /// The processes of the host, as the kernel's lifecycle events keep
+    /// them: every stage asks it (and subscribes to its changes) rather
+    /// than `/proc`.
+    pub processes: Arc<ProcessTable>,
 }
 
 impl Shared {
@@ -188,6 +192,7 @@ impl Shared {
             attached,
             jvms: Arc::new(Jvms::default()),
             push: OnceLock::new(),
+            processes: Arc::new(ProcessTable::default()),
         })
     }
 }
@@ -212,17 +217,20 @@ impl Pipeline {
             JvmMode::Auto => opts.jvm_frames,
         };
         let (probes, mut maps) = bpf::load(&opts.probes)?;
+        let store = Store::new(opts.retention).with_max_bytes(opts.store_max_bytes);
+        let shared = Shared::new(store, probes.attached.clone());
+        let table = shared.processes.clone();
         let registry = maps
             .unwind
             .take()
             .filter(|_| opts.probes.unwind_tables)
-            .map(Registry::new)
-            .map(|mut r| {
-                r.java_interpreters = jvm_frames == JvmFrames::Full;
+            .map(|unwind| {
+                let mut r = Registry::new(unwind, table.clone());
+                if jvm_frames == JvmFrames::Full {
+                    r.interpreter = Some(Box::new(crate::jvm::code::interpreter_range));
+                }
                 r
             });
-        let store = Store::new(opts.retention).with_max_bytes(opts.store_max_bytes);
-        let shared = Shared::new(store, probes.attached.clone());
         if jvm_frames == JvmFrames::Full {
             // The one write into other processes; see `jvm::flags`.
             shared.jvms.allow_flag_writes();
@@ -230,7 +238,6 @@ impl Pipeline {
         shared.health().engine = Some(probes.engine.clone());
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, rx) = mpsc::sync_channel::<RawBatch>(BATCH_QUEUE);
-        let table = Arc::new(ProcessTable::default());
         let procs = match maps.proc_events.take() {
             Some(ring) => {
                 let jvms = shared.jvms.clone();
@@ -263,14 +270,17 @@ impl Pipeline {
                     source,
                 })?
         };
-        let link = JvmLink {
-            jvms: shared.jvms.clone(),
-            sightings: agent::spawn(shared.jvms.clone(), opts.jvm).map_err(|source| {
+        // The agent ends when the symbolizer drops its end of the link.
+        let (sightings, _agent) =
+            agent::spawn(shared.jvms.clone(), opts.jvm, &table).map_err(|source| {
                 PipelineError::Thread {
                     name: "JVM agent",
                     source,
                 }
-            })?,
+            })?;
+        let link = JvmLink {
+            jvms: shared.jvms.clone(),
+            sightings,
             dropped: Arc::new(AtomicU64::new(0)),
         };
         let symbolizer = {

@@ -251,7 +251,7 @@ fn metrics_app() -> axum::Router {
             (HistOwner::Process(600), hist(&[(2, 4)])),
             (HistOwner::ProcessThrottled(600), hist(&[(12, 1)])),
         ];
-        if let Some(root) = wallscope::profile::cgroups::system().id_of("/") {
+        if let Some(root) = wallscope::process::cgroups::system().id_of("/") {
             runq_hists.push((HistOwner::Cgroup(root), hist(&[(1, 9)])));
         }
         let mut stats = [0; Stat::COUNT];
@@ -346,7 +346,7 @@ async fn runqueue_takes_cgroup_ids_and_paths() {
         serde_json::json!([{"from_us": 16, "to_us": 32, "count": 3}])
     );
     // The root cgroup, when this host has a cgroup2 mount.
-    if let Some(root) = wallscope::profile::cgroups::system().id_of("/") {
+    if let Some(root) = wallscope::process::cgroups::system().id_of("/") {
         for uri in [
             "/runqueue?cgroup=/".to_string(),
             format!("/runqueue?cgroup={root}"),

@@ -58,7 +58,7 @@ pub fn others_hidden() -> bool {
 /// When the request's process started, with [`START_MARGIN`]; `None` if
 /// it is gone.
 pub fn start_of(pid: u32) -> Option<SystemTime> {
-    crate::procinfo::start_time(pid).map(|t| t + START_MARGIN)
+    crate::process::status::start_time(pid).map(|t| t + START_MARGIN)
 }
 
 /// What a request may read.
@@ -181,27 +181,10 @@ pub fn check(
     }
 }
 
-/// The uid of process `pid` if its real, effective, saved and filesystem
-/// uids are all the same (a set-uid program run by a user is not theirs
-/// to read), from `/proc/PID/status`.
+/// The uid of process `pid` if all its uids agree (see
+/// [`crate::process::status::sole_uid`]).
 pub fn process_uid(pid: u32) -> Option<u32> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    uid_of_status(&status)
-}
-
-/// The one uid of a `/proc/PID/status` text's `Uid:` line, if its four
-/// uids agree.
-fn uid_of_status(status: &str) -> Option<u32> {
-    let line = status.lines().find_map(|l| l.strip_prefix("Uid:"))?;
-    let uids: Vec<u32> = line
-        .split_whitespace()
-        .map(str::parse)
-        .collect::<Result<_, _>>()
-        .ok()?;
-    match uids.as_slice() {
-        [first, rest @ ..] if rest.len() == 3 && rest.iter().all(|u| u == first) => Some(*first),
-        _ => None,
-    }
+    crate::process::status::sole_uid(pid)
 }
 
 #[cfg(test)]
@@ -269,17 +252,5 @@ mod tests {
         // Root and token holders are not checked at all.
         assert!(check(Authority::All, "/metrics", None, owners).is_ok());
         assert!(check(Authority::All, "/threads", Some("pid=20"), |_| None).is_ok());
-    }
-
-    #[test]
-    fn a_process_is_a_users_only_if_all_its_uids_are() {
-        let status = |uids: &str| format!("Name:\tx\nPid:\t5\nUid:\t{uids}\nGid:\t0\t0\t0\t0\n");
-        assert_eq!(uid_of_status(&status("1000\t1000\t1000\t1000")), Some(1000));
-        assert_eq!(uid_of_status(&status("1000\t0\t0\t0")), None);
-        assert_eq!(uid_of_status(&status("1000\t1000\t1000")), None);
-        assert_eq!(uid_of_status("Name:\tx\n"), None);
-        // SAFETY: getuid cannot fail.
-        let me = unsafe { libc::getuid() };
-        assert_eq!(process_uid(std::process::id()), Some(me));
     }
 }

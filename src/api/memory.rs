@@ -1,4 +1,4 @@
-//! The daemon's own resident memory: by kind, from `/proc/self/status`,
+//! The daemon's own resident memory: by kind, from its status,
 //! and by holder (`/healthz` `memory.holders`), so that a spike names the
 //! holder it came from.
 //!
@@ -6,11 +6,10 @@
 //! the allocation). The figures are running counters the holders keep
 //! ([`crate::held`], the store's published stats), except the file-backed
 //! ones (the daemon's binary, the ELF files the symbolizer maps), which
-//! the kernel counts per mapping: `/proc/self/smaps` is read for them at
-//! most once per [`SMAPS_EVERY`].
+//! the kernel counts per mapping: its smaps are read for them at most once
+//! per [`SMAPS_EVERY`].
 
 use std::{
-    os::unix::fs::MetadataExt,
     sync::Mutex,
     time::{Duration, Instant},
 };
@@ -21,11 +20,12 @@ use super::limit::QueryStats;
 use crate::{
     export::push::{outbox, PushReport},
     held::{self, Holder},
+    process::own,
     profile::{store::StoreStats, truncate::Limits},
     symbolize::elf_files,
 };
 
-/// `/proc/self/smaps` is read at most this often (it walks the page
+/// The daemon's smaps are read at most this often (it walks the page
 /// tables of every mapping).
 pub const SMAPS_EVERY: Duration = Duration::from_secs(1);
 
@@ -43,7 +43,15 @@ pub struct Rss {
 impl Rss {
     /// This process's figures; `None` if `/proc` cannot be read.
     pub fn of_self() -> Option<Rss> {
-        parse(&std::fs::read_to_string("/proc/self/status").ok()?)
+        own::status().map(|s| Rss::of(&s))
+    }
+
+    fn of(s: &own::OwnStatus) -> Rss {
+        Rss {
+            anon_bytes: s.rss_anon,
+            file_bytes: s.rss_file,
+            shmem_bytes: s.rss_shmem,
+        }
     }
 
     /// All resident memory.
@@ -78,7 +86,7 @@ pub struct Memory {
     pub unaccounted_bytes: u64,
 }
 
-/// What `/proc/self/smaps` says of the file-backed holders.
+/// What the daemon's smaps say of the file-backed holders.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Mapped {
     /// Resident bytes of the daemon's executable.
@@ -96,12 +104,12 @@ pub fn report(
     queries: &QueryStats,
     push: Option<&PushReport>,
 ) -> Option<Memory> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let rss = parse(&status)?;
-    let rss_bytes = kib(&status, "VmRSS:").unwrap_or(rss.total_bytes());
-    let hwm_bytes = kib(&status, "VmHWM:").unwrap_or(rss_bytes);
+    let status = own::status()?;
+    let rss = Rss::of(&status);
+    let rss_bytes = status.vm_rss.unwrap_or(rss.total_bytes());
+    let hwm_bytes = status.vm_hwm.unwrap_or(rss_bytes);
     let mapped = mapped();
-    let exe_size = std::fs::metadata("/proc/self/exe").map_or(0, |m| m.len());
+    let (exe_size, _) = own::exe_size_and_inode();
     let counter = |h: Holder| held::get(h);
     let (interned, interned_bound) = counter(Holder::SymbolizerNames);
     let (perf_maps, perf_maps_bound) = counter(Holder::PerfMapNames);
@@ -177,61 +185,15 @@ fn mapped() -> Mapped {
             return m;
         }
     }
-    let exe = std::fs::metadata("/proc/self/exe").map_or(0, |m| m.ino());
+    let (_, exe) = own::exe_size_and_inode();
     let elf: Vec<u64> = held::mapped_files()
         .into_iter()
         .map(|(_, ino)| ino)
         .collect();
-    let m = std::fs::read_to_string("/proc/self/smaps")
-        .map(|text| parse_smaps(&text, exe, &elf))
-        .unwrap_or_default();
+    let (binary, elf) = own::smaps_rss(exe, &elf);
+    let m = Mapped { binary, elf };
     *cached = Some((Instant::now(), m));
     m
-}
-
-/// Sums the `Rss` of mappings of inode `exe`, and of those in `elf`.
-/// Inodes only: the device smaps shows is the filesystem's, which for an
-/// overlay is not the file's `st_dev`; two of these inodes on different
-/// devices are unlikely and would only move bytes between two holders.
-fn parse_smaps(text: &str, exe: u64, elf: &[u64]) -> Mapped {
-    let mut m = Mapped::default();
-    let mut current: Option<u64> = None;
-    for line in text.lines() {
-        let mut fields = line.split_ascii_whitespace();
-        let first = fields.next().unwrap_or("");
-        if first.contains('-') && !first.ends_with(':') {
-            // `start-end perms offset dev inode [path]`
-            current = fields.nth(3).and_then(|i| i.parse().ok());
-        } else if first == "Rss:" {
-            let bytes = fields
-                .next()
-                .and_then(|k| k.parse::<u64>().ok())
-                .unwrap_or(0)
-                * 1024;
-            match current {
-                Some(i) if i != 0 && i == exe => m.binary += bytes,
-                Some(i) if i != 0 && elf.contains(&i) => m.elf += bytes,
-                _ => {}
-            }
-        }
-    }
-    m
-}
-
-/// A `kB` line of a status file, in bytes.
-fn kib(status: &str, key: &str) -> Option<u64> {
-    let line = status.lines().find(|l| l.starts_with(key))?;
-    let value = line[key.len()..].trim().strip_suffix("kB")?.trim();
-    value.parse::<u64>().ok().map(|k| k * 1024)
-}
-
-/// The `RssAnon`, `RssFile` and `RssShmem` lines (in kB) of a status file.
-fn parse(status: &str) -> Option<Rss> {
-    Some(Rss {
-        anon_bytes: kib(status, "RssAnon:")?,
-        file_bytes: kib(status, "RssFile:")?,
-        shmem_bytes: kib(status, "RssShmem:").unwrap_or(0),
-    })
 }
 
 #[cfg(test)]
@@ -239,37 +201,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn reads_the_rss_lines() {
-        let status = "Name:\tws\nVmRSS:\t  3000 kB\nRssAnon:\t    2000 kB\nRssFile:\t     900 kB\nRssShmem:\t 100 kB\n";
-        let rss = parse(status).unwrap();
-        assert_eq!(rss.anon_bytes, 2000 * 1024);
-        assert_eq!(rss.total_bytes(), 3000 * 1024);
-        assert_eq!(parse("Name: x\n"), None);
+    fn reads_its_own_rss() {
         assert!(Rss::of_self().is_some_and(|r| r.anon_bytes > 0));
-    }
-
-    #[test]
-    fn smaps_rss_is_summed_by_file() {
-        let smaps = "\
-55d0a0000000-55d0a0100000 r--p 00000000 fd:01 77 /usr/bin/wallscope
-Size:               1024 kB
-Rss:                 400 kB
-55d0a0100000-55d0a0200000 r-xp 00100000 fd:01 77 /usr/bin/wallscope
-Rss:                 600 kB
-7f0000000000-7f0001000000 r--p 00000000 00:2f 12 /usr/lib/libLLVM.so
-Rss:                1000 kB
-7f0001000000-7f0002000000 rw-p 00000000 00:00 0
-Rss:                9000 kB
-";
-        let m = parse_smaps(smaps, 77, &[12]);
-        assert_eq!(
-            m,
-            Mapped {
-                binary: 1000 * 1024,
-                elf: 1000 * 1024
-            }
-        );
-        assert_eq!(parse_smaps(smaps, 77, &[]).elf, 0);
     }
 
     #[test]

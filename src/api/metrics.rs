@@ -185,8 +185,8 @@ pub fn render(shared: &Shared, queries: &QueryStats, now: SystemTime) -> String 
         secs(health.last_drain_us),
         secs(health.last_symbolize_us),
         Some(stacks as f64),
-        self_cpu_seconds(),
-        self_resident_bytes().map(|b| b as f64),
+        crate::process::own::cpu_seconds(),
+        crate::process::own::resident_bytes().map(|b| b as f64),
     ];
     for ((name, help), value) in DAEMON.into_iter().zip(values) {
         if let Some(value) = value {
@@ -414,34 +414,6 @@ fn escape_label(v: &str) -> String {
         .replace('\n', r"\n")
 }
 
-/// CPU time of this process (`utime + stime`).
-fn self_cpu_seconds() -> Option<f64> {
-    let ticks = cpu_ticks(&std::fs::read_to_string("/proc/self/stat").ok()?)?;
-    // SAFETY: sysconf has no preconditions.
-    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    (per_second > 0).then(|| ticks as f64 / per_second as f64)
-}
-
-/// `utime + stime` from a `/proc/PID/stat` line; the name may hold spaces
-/// and parentheses, so fields are counted after the last `)`.
-fn cpu_ticks(stat: &str) -> Option<u64> {
-    let fields: Vec<&str> = stat
-        .get(stat.rfind(')')? + 1..)?
-        .split_whitespace()
-        .collect();
-    // Field 3 (state) is at index 0: utime is field 14, stime field 15.
-    Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
-}
-
-/// Resident set size of this process, from `/proc/self/statm`.
-fn self_resident_bytes() -> Option<u64> {
-    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
-    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    u64::try_from(page).ok().map(|page| pages * page)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -458,13 +430,5 @@ mod tests {
         );
         out.sample("n", "", 0.5);
         assert_eq!(out.0, "m{comm=\"we\\\"ird\",pid=\"1\"} 2\nn 0.5\n");
-    }
-
-    #[test]
-    fn cpu_ticks_skip_odd_names() {
-        let stat = "42 (a) b (c) S 1 42 42 0 -1 4194560 100 0 0 0 7 5 0 0 20 0 1 0 1 2 3";
-        assert_eq!(cpu_ticks(stat), Some(12));
-        assert_eq!(cpu_ticks("42 (x) S 1"), None);
-        assert!(self_cpu_seconds().is_some() && self_resident_bytes().is_some_and(|b| b > 0));
     }
 }

@@ -4,10 +4,7 @@
 //! (taken under a short lock) on a blocking thread, within the
 //! [`super::limit::Queries`] bound.
 
-use std::{
-    path::Path,
-    time::{Duration, SystemTime},
-};
+use std::time::{Duration, SystemTime};
 
 use axum::{
     extract::{RawQuery, State},
@@ -26,9 +23,10 @@ use super::{
 use crate::{
     bpf::abi,
     pipeline::Shared,
+    process::{cgroups, tasks},
     profile::{
         blocked::{self, BlockedFilter},
-        cgroup_list, cgroups,
+        cgroup_list,
         kind::{Group, Kind},
         processes::{self, SortBy},
         query::{self, Filter, Folded},
@@ -170,7 +168,7 @@ pub(super) fn with_note(mut response: Response, note: Option<&str>) -> Response 
 /// Why `pid` is unknown, if it is: no such process now, and nothing
 /// recorded for it within the retention.
 pub(super) fn unknown_pid(store: &Snapshot, pid: u32) -> Option<String> {
-    let known = query::pid_recorded(store, pid) || Path::new(&format!("/proc/{pid}")).exists();
+    let known = query::pid_recorded(store, pid) || tasks::exists(pid);
     let minutes = store.retention().as_secs() / 60;
     (!known).then(|| {
         format!("unknown pid {pid}: no such process, and nothing recorded for it in the last {minutes} min")
@@ -188,9 +186,7 @@ pub(super) fn empty_note(store: &Snapshot, filter: &Filter) -> Result<String, Ap
         return Err(ApiError::NotFound(unknown));
     }
     Ok(match (filter.pid, filter.tid) {
-        (_, Some(tid))
-            if !query::tid_recorded(store, tid) && !Path::new(&format!("/proc/{tid}")).exists() =>
-        {
+        (_, Some(tid)) if !query::tid_recorded(store, tid) && !tasks::exists(tid) => {
             return Err(ApiError::NotFound(format!(
                 "unknown tid {tid}: no such thread, and nothing recorded for it {retention}"
             )));
@@ -369,7 +365,14 @@ pub(super) async fn threads(
             "nothing recorded for pid {pid} in the {}: its threads neither ran, waited nor slept in it (it started later, or the daemon did)",
             window.describe()
         );
-        let mut report = threads::empty_report(pid, window, note);
+        let now = threads::LiveProcess {
+            comm: tasks::comm(pid, None).unwrap_or_default(),
+            threads: tasks::tids(pid)
+                .into_iter()
+                .map(|tid| (tid, tasks::comm(pid, Some(tid)).unwrap_or_default()))
+                .collect(),
+        };
+        let mut report = threads::empty_report(pid, now, window, note);
         report.recorded_seconds = recorded.seconds;
         report.resolution = recorded.resolution;
         Ok(report)

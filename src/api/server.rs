@@ -198,10 +198,7 @@ pub fn raise_fd_limit() -> u64 {
         tracing::warn!("cannot read the fd limit: {err}; assuming 1024");
         return 1024;
     }
-    let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open")
-        .ok()
-        .and_then(|s| s.trim().parse::<libc::rlim_t>().ok())
-        .unwrap_or(lim.rlim_max);
+    let nr_open = crate::process::own::nr_open().unwrap_or(lim.rlim_max);
     let target = lim.rlim_max.min(nr_open);
     if lim.rlim_cur < target {
         let raised = libc::rlimit {

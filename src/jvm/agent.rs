@@ -16,7 +16,7 @@ use super::{
     Jvms,
 };
 use crate::{
-    procinfo,
+    process::{status, ProcKey, ProcessTable, Subscription},
     untrusted::{refusals, Reason, What},
 };
 
@@ -33,7 +33,8 @@ pub enum JvmMode {
 /// One JVM seen in a batch, sent by the symbolizer.
 #[derive(Debug, Clone, Default)]
 pub struct Sighting {
-    pub pid: u32,
+    /// The JVM, as the process table knows it.
+    pub key: ProcKey,
     /// Some of its samples were in JIT code its perf map does not cover.
     pub jit_misses: bool,
     /// Threads seen for which no Java name is known.
@@ -53,15 +54,13 @@ const MIN_INTERVAL: Duration = Duration::from_secs(2);
 /// Perf maps and names are refreshed this often even without misses:
 /// the JIT reuses addresses, threads get renamed.
 const REFRESH_INTERVAL: Duration = Duration::from_secs(30);
-/// A JVM not seen for this long is forgotten.
-const FORGET_AFTER: Duration = Duration::from_secs(600);
 /// How often the agent looks for finished jobs and exited JVMs when no
 /// sighting comes.
 const TICK: Duration = Duration::from_millis(100);
 /// JVMs whose perf maps are tracked for removal at exit (each holds a
 /// descriptor of its `/tmp`).
 const MAX_HELD_MAPS: usize = 1024;
-/// How often exited JVMs are looked for.
+/// How often the table's changes are looked at for JVMs that ended.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// Sightings waiting for the agent; more are dropped (and counted by the
@@ -70,13 +69,19 @@ const SWEEP_EVERY: Duration = Duration::from_secs(1);
 const QUEUE: usize = 256;
 
 /// Starts the agent thread; the symbolizer sends [`Sighting`]s through the
-/// returned channel. The thread ends when the sender is dropped.
-pub fn spawn(jvms: Arc<Jvms>, mode: JvmMode) -> std::io::Result<mpsc::SyncSender<Sighting>> {
+/// returned channel. JVMs are forgotten when `table` says they ended. The
+/// thread ends when the sender is dropped.
+pub fn spawn(
+    jvms: Arc<Jvms>,
+    mode: JvmMode,
+    table: &Arc<ProcessTable>,
+) -> std::io::Result<(mpsc::SyncSender<Sighting>, thread::JoinHandle<()>)> {
     let (tx, rx) = mpsc::sync_channel(QUEUE);
-    thread::Builder::new()
+    let changes = table.subscribe();
+    let handle = thread::Builder::new()
         .name("ws-jvm".into())
-        .spawn(move || Agent::new(jvms, mode).run(&rx))?;
-    Ok(tx)
+        .spawn(move || Agent::new(jvms, mode, changes).run(&rx))?;
+    Ok((tx, handle))
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -87,16 +92,15 @@ enum Phase {
 }
 
 struct Tracked {
+    key: ProcKey,
     target: Target,
     /// The JVM's user: turns are shared by user.
     uid: u32,
-    started: Option<std::time::SystemTime>,
     phase: Phase,
     last_perf_map: Instant,
     last_dump: Instant,
     /// Tids the last thread dump was asked to name.
     asked: HashSet<u32>,
-    last_seen: Instant,
     /// Work wanted at its next turn.
     wanted: Option<Job>,
     /// A job runs on it now.
@@ -119,18 +123,23 @@ struct Agent {
     jvms: Arc<Jvms>,
     mode: JvmMode,
     tracked: HashMap<u32, Tracked>,
+    /// JVMs that ended, forgotten once no job runs on them.
+    ended: HashSet<ProcKey>,
+    changes: Subscription,
     turns: Turns,
     done_tx: mpsc::Sender<Finished>,
     done_rx: mpsc::Receiver<Finished>,
 }
 
 impl Agent {
-    fn new(jvms: Arc<Jvms>, mode: JvmMode) -> Agent {
+    fn new(jvms: Arc<Jvms>, mode: JvmMode, changes: Subscription) -> Agent {
         let (done_tx, done_rx) = mpsc::channel();
         Agent {
             jvms,
             mode,
             tracked: HashMap::new(),
+            ended: HashSet::new(),
+            changes,
             turns: Turns::default(),
             done_tx,
             done_rx,
@@ -156,52 +165,72 @@ impl Agent {
         }
     }
 
-    /// Forgets JVMs that exited (removing the perf maps they wrote for us)
-    /// or were not seen for long.
+    /// Forgets JVMs whose program ended (see
+    /// [`crate::process::Subscription`]), removing the perf maps they
+    /// wrote for us; one a job runs on waits for the job.
     fn sweep(&mut self) {
-        let now = Instant::now();
-        let gone: Vec<(u32, bool)> = self
-            .tracked
-            .iter()
-            .filter(|(_, t)| !t.running)
-            .filter_map(|(pid, t)| {
-                let exited = t.started.is_none() || procinfo::start_time(*pid) != t.started;
-                (exited || now - t.last_seen > FORGET_AFTER).then_some((*pid, exited))
-            })
-            .collect();
-        for (pid, exited) in gone {
-            let Some(t) = self.tracked.remove(&pid) else {
-                continue;
-            };
-            if let (true, Some(map)) = (exited, t.map) {
-                if map.remove() {
-                    tracing::debug!(pid, "removed the perf map of an exited JVM");
+        let due = self.changes.poll(Instant::now());
+        self.ended.extend(due.forget);
+        if due.check_all {
+            let table = self.changes.table();
+            let gone = self
+                .tracked
+                .values()
+                .map(|t| t.key)
+                .filter(|k| !table.knows(*k));
+            self.ended.extend(gone.collect::<Vec<_>>());
+        }
+        let ended = std::mem::take(&mut self.ended);
+        for key in ended {
+            match self.tracked.get(&key.pid) {
+                Some(t) if t.key == key && t.running => {
+                    self.ended.insert(key);
                 }
+                Some(t) if t.key == key => self.forget(key.pid),
+                _ => {}
             }
-            self.jvms.forget(pid);
         }
         let tracked = &self.tracked;
         self.turns
             .retain_users(|uid| tracked.values().any(|t| t.uid == uid));
     }
 
+    /// Stops tracking `pid`'s JVM and drops what is known of it.
+    fn forget(&mut self, pid: u32) {
+        let Some(t) = self.tracked.remove(&pid) else {
+            return;
+        };
+        if t.map.is_some_and(|map| map.remove()) {
+            tracing::debug!(pid, "removed the perf map of an exited JVM");
+        }
+        self.jvms.forget(t.key);
+    }
+
     fn on_sighting(&mut self, s: Sighting) {
         let now = Instant::now();
-        let t = self.tracked.entry(s.pid).or_insert_with(|| {
+        let pid = s.key.pid;
+        match self.tracked.get(&pid) {
+            // The pid now names another process (or program): the old one
+            // goes, once its job is done.
+            Some(t) if t.key != s.key && t.running => return,
+            Some(t) if t.key != s.key => self.forget(pid),
+            _ => {}
+        }
+        self.jvms.track(s.key);
+        let t = self.tracked.entry(pid).or_insert_with(|| {
             let long_ago = now.checked_sub(REFRESH_INTERVAL).unwrap_or(now);
-            let status = procinfo::Status::read(s.pid);
+            let status = status::Status::read(pid);
             Tracked {
+                key: s.key,
                 target: Target {
-                    pid: s.pid,
-                    ns_pid: status.as_ref().map_or(s.pid, |st| st.ns_pid),
+                    pid,
+                    ns_pid: status.as_ref().map_or(pid, |st| st.ns_pid),
                 },
                 uid: status.as_ref().map_or(u32::MAX, |st| st.euid),
-                started: procinfo::start_time(s.pid),
                 phase: Phase::Pending { tries: 0 },
                 last_perf_map: long_ago,
                 last_dump: long_ago,
                 asked: HashSet::new(),
-                last_seen: now,
                 wanted: None,
                 running: false,
                 not_before: now,
@@ -212,13 +241,12 @@ impl Agent {
                 map: None,
             }
         });
-        t.last_seen = now;
         if self.mode == JvmMode::Off {
-            self.jvms.update(s.pid, |e| e.report.attach = "off");
+            self.jvms.update(pid, |e| e.report.attach = "off");
             return;
         }
         // Once per JVM, unless the process table did it at its start.
-        super::flags::prepare(s.pid, &self.jvms);
+        super::flags::prepare(pid, &self.jvms);
         if t.running {
             return;
         }
@@ -226,7 +254,7 @@ impl Agent {
             // Used up its time for now: counted once per back-off.
             if t.timeouts > 0 && !t.budget_counted {
                 t.budget_counted = true;
-                refusals::count_for(What::JvmAttach, Reason::Budget, s.pid);
+                refusals::count_for(What::JvmAttach, Reason::Budget, pid);
             }
             return;
         }
@@ -347,7 +375,7 @@ impl Agent {
             Done::Refused => t.phase = Phase::Refused,
             Done::Gone => {
                 t.phase = Phase::Refused;
-                self.jvms.forget(f.pid);
+                self.jvms.forget(t.key);
             }
         }
         if f.timed_out || matches!(f.done, Done::TimedOut) {
@@ -371,14 +399,49 @@ impl Agent {
 mod tests {
     use super::*;
 
+    fn agent(jvms: Arc<Jvms>, mode: JvmMode) -> Agent {
+        Agent::new(jvms, mode, Arc::new(ProcessTable::default()).subscribe())
+    }
+
+    fn sighting(pid: u32) -> Sighting {
+        Sighting {
+            key: ProcKey { pid, start_ns: 0 },
+            ..Sighting::default()
+        }
+    }
+
+    #[test]
+    fn a_reused_pid_never_gets_the_previous_jvms_names() {
+        let jvms = Arc::new(Jvms::default());
+        let mut agent = agent(jvms.clone(), JvmMode::Off);
+        let old = ProcKey {
+            pid: 42,
+            start_ns: 1,
+        };
+        let new = ProcKey {
+            pid: 42,
+            start_ns: 2,
+        };
+        agent.on_sighting(Sighting {
+            key: old,
+            ..Sighting::default()
+        });
+        jvms.set_names(42, HashMap::from([(43, Arc::from("pool-1-thread-1"))]));
+        assert!(jvms.knows_thread(old, 43));
+        assert!(!jvms.knows_thread(new, 43), "names are the process's");
+        agent.on_sighting(Sighting {
+            key: new,
+            ..Sighting::default()
+        });
+        assert!(!jvms.knows_thread(old, 43) && !jvms.knows_thread(new, 43));
+        assert_eq!(agent.tracked[&42].key, new);
+    }
+
     #[test]
     fn off_mode_reports_without_attaching() {
         let jvms = Arc::new(Jvms::default());
-        let mut agent = Agent::new(jvms.clone(), JvmMode::Off);
-        agent.on_sighting(Sighting {
-            pid: std::process::id(),
-            ..Sighting::default()
-        });
+        let mut agent = agent(jvms.clone(), JvmMode::Off);
+        agent.on_sighting(sighting(std::process::id()));
         assert_eq!(jvms.report(std::process::id()).unwrap().attach, "off");
     }
 
@@ -394,31 +457,25 @@ mod tests {
     #[test]
     fn a_non_jvm_is_refused_once_and_not_retried() {
         let jvms = Arc::new(Jvms::default());
-        let mut agent = Agent::new(jvms.clone(), JvmMode::Auto);
+        let mut agent = agent(jvms.clone(), JvmMode::Auto);
         let me = std::process::id();
-        let sighting = Sighting {
-            pid: me,
-            ..Sighting::default()
-        };
-        agent.on_sighting(sighting.clone());
+        let seen = sighting(me);
+        agent.on_sighting(seen.clone());
         finish_jobs(&mut agent, me);
         let report = jvms.report(me).unwrap();
         assert_eq!(report.attach, "refused");
         assert!(report.error.unwrap().contains("libjvm"));
         assert!(matches!(agent.tracked[&me].phase, Phase::Refused));
-        agent.on_sighting(sighting);
+        agent.on_sighting(seen);
         assert!(agent.tracked[&me].wanted.is_none(), "not retried");
     }
 
     #[test]
     fn a_timed_out_target_backs_off_longer_each_time_and_is_counted() {
         let jvms = Arc::new(Jvms::default());
-        let mut agent = Agent::new(jvms, JvmMode::Auto);
+        let mut agent = agent(jvms, JvmMode::Auto);
         let me = std::process::id();
-        agent.on_sighting(Sighting {
-            pid: me,
-            ..Sighting::default()
-        });
+        agent.on_sighting(sighting(me));
         let before = refusals::get(What::JvmAttach, Reason::Timeout);
         let mut waits = Vec::new();
         for _ in 0..3 {
@@ -447,10 +504,7 @@ mod tests {
         // Sightings while it waits ask for nothing and count its budget.
         let budget = refusals::get(What::JvmAttach, Reason::Budget);
         agent.tracked.get_mut(&me).unwrap().wanted = None;
-        agent.on_sighting(Sighting {
-            pid: me,
-            ..Sighting::default()
-        });
+        agent.on_sighting(sighting(me));
         assert!(agent.tracked[&me].wanted.is_none());
         assert_eq!(refusals::get(What::JvmAttach, Reason::Budget), budget + 1);
     }

@@ -13,7 +13,6 @@ use std::{
         fd::{AsRawFd, FromRawFd, OwnedFd},
         unix::net::UnixStream,
     },
-    path::Path,
     thread,
     time::{Duration, Instant},
 };
@@ -21,8 +20,8 @@ use std::{
 use thiserror::Error;
 
 use crate::{
-    procinfo::Status,
-    symbolize::maps::ProcMaps,
+    process::maps::ProcMaps,
+    process::status::Status,
     untrusted::{self, Dir, OpenError, Reason, What},
 };
 
@@ -125,7 +124,7 @@ impl Target {
     /// The JVM's `/tmp`, reached from our mount namespace through
     /// `/proc/PID/root`, without following a symlink on the way.
     fn tmp(&self, what: What) -> Result<Dir, AttachError> {
-        Ok(Dir::proc_link(self.pid, "root")?.sub("tmp", what)?)
+        Ok(Dir::process_tmp(self.pid, what)?)
     }
 
     /// Connects to `/tmp/.java_pid<NSPID>` after checking that it is a
@@ -136,7 +135,7 @@ impl Target {
         let tmp = self.tmp(What::AttachSocket)?;
         let name = format!(".java_pid{}", self.ns_pid);
         let st = tmp.stat(&name)?;
-        let shown = || format!("/proc/{}/root/tmp/{name}", self.pid);
+        let shown = || tmp.shown_path(&name);
         if st.st_mode & libc::S_IFMT != libc::S_IFSOCK {
             return Err(OpenError::refuse(What::AttachSocket, Reason::WrongType, shown()).into());
         }
@@ -242,7 +241,7 @@ impl Target {
                 Err(err @ AttachError::Unsafe(_)) => return Err(err),
                 Err(_) => {}
             }
-            if !Path::new(&format!("/proc/{}", self.pid)).exists() {
+            if !crate::process::tasks::exists(self.pid) {
                 return Err(AttachError::Gone);
             }
             thread::sleep(Duration::from_millis(20));
@@ -361,10 +360,10 @@ fn parse_reply(command: &str, reply: &str) -> Result<String, AttachError> {
     Ok(rest.to_string())
 }
 
-/// Whether `pid` is a HotSpot JVM (see [`super::is_hotspot`]).
+/// Whether `pid` is a HotSpot JVM (see [`ProcMaps::is_hotspot`]).
 pub fn maps_libjvm(pid: u32) -> Result<bool, AttachError> {
     let maps = ProcMaps::read(pid).map_err(|_| AttachError::Gone)?;
-    Ok(super::is_hotspot(&maps))
+    Ok(maps.is_hotspot())
 }
 
 fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
@@ -397,7 +396,7 @@ fn pidfd_send_signal(pidfd: &OwnedFd, sig: i32) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::fs;
+    use std::{fs, path::Path};
 
     #[test]
     fn replies_split_into_status_and_output() {

@@ -33,7 +33,7 @@ const MAX_SCOPES: usize = 64;
 /// then records interpreted frames' methods.
 pub(crate) fn interpreter_range(
     pid: u32,
-    mappings: &[crate::unwind::mappings::ExecMapping],
+    mappings: &[crate::process::files::ExecMapping],
 ) -> Option<(u64, u64)> {
     let vm = super::vmstructs::layout_in(pid, mappings).ok()?;
     JavaCode::new(&vm, pid).interpreter().ok()

@@ -36,9 +36,9 @@ use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SegmentFlags};
 
 use super::{remote::Remote, vmstructs::Vm};
 use crate::{
-    procinfo,
+    process::files::{exec_mappings, is_libjvm, ExecMapping, FileKey},
+    process::status,
     untrusted::refusals::{count_for, Reason, What},
-    unwind::mappings::{exec_mappings, is_libjvm, open_mapped, ExecMapping, FileKey},
 };
 
 /// Flags a JVM has at most (JDK 25 has about 1,500).
@@ -118,13 +118,13 @@ fn enable(pid: u32) -> Result<DebugNonSafepoints, WriteError> {
     // The pidfd first: the start time read after it (while it has not
     // exited) is that of the process it holds.
     let pidfd = PidFd::open(pid).map_err(unavailable)?;
-    let started = procinfo::start_ticks(pid).ok_or_else(|| unavailable("exited"))?;
+    let started = status::start_ticks(pid).ok_or_else(|| unavailable("exited"))?;
     if pidfd.exited() {
         return Err(unavailable("exited"));
     }
     let mappings = exec_mappings(pid).map_err(unavailable)?;
     let m = libjvm(&mappings).ok_or_else(|| unavailable("no libjvm.so mapping"))?;
-    let file = open_mapped(pid, &m).map_err(unavailable)?;
+    let file = m.open(pid).map_err(unavailable)?;
     let bias = crate::unwind::table::load_bias_of(&file, m.start, m.offset).map_err(unavailable)?;
     let facts = file_facts(&file, m.key)?;
     let vm = super::vmstructs::layout_in(pid, &mappings)
@@ -133,7 +133,7 @@ fn enable(pid: u32) -> Result<DebugNonSafepoints, WriteError> {
     let addr = verified_flag(&vm, &mem, &facts, bias)?;
     writable_in(pid, &m, addr)?;
     let still_same = || -> Result<(), WriteError> {
-        if pidfd.exited() || procinfo::start_ticks(pid) != Some(started) {
+        if pidfd.exited() || status::start_ticks(pid) != Some(started) {
             return Err(WriteError::Unverified("the process exited".into()));
         }
         let now = exec_mappings(pid).map_err(unavailable)?;
@@ -238,8 +238,7 @@ fn verified_flag(vm: &Vm, mem: &Remote, facts: &FileFacts, bias: u64) -> Result<
 /// `m` maps, or in the anonymous writable mappings right after it (its
 /// `.bss`).
 fn writable_in(pid: u32, m: &ExecMapping, addr: u64) -> Result<(), WriteError> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(unavailable)?;
-    let lines: Vec<MapLine> = text.lines().filter_map(MapLine::parse).collect();
+    let lines = crate::process::maps::regions(pid).map_err(unavailable)?;
     let mut i = lines
         .iter()
         .position(|l| l.start <= addr && addr < l.end)
@@ -250,10 +249,10 @@ fn writable_in(pid: u32, m: &ExecMapping, addr: u64) -> Result<(), WriteError> {
         if !l.writable {
             break;
         }
-        if l.key == Some(m.key) {
+        if l.file == Some(m.key) {
             return Ok(());
         }
-        if l.key.is_some() || i == 0 || lines[i - 1].end != l.start {
+        if l.file.is_some() || i == 0 || lines[i - 1].end != l.start {
             break;
         }
         i -= 1;
@@ -262,41 +261,6 @@ fn writable_in(pid: u32, m: &ExecMapping, addr: u64) -> Result<(), WriteError> {
         "{addr:#x} is not in a writable mapping of {}",
         m.path
     )))
-}
-
-/// One line of `/proc/PID/maps`, as far as [`writable_in`] needs it.
-struct MapLine {
-    start: u64,
-    end: u64,
-    writable: bool,
-    /// The file mapped, if any.
-    key: Option<FileKey>,
-}
-
-impl MapLine {
-    fn parse(line: &str) -> Option<MapLine> {
-        let mut f = line.split_whitespace();
-        let (range, perms, _offset, dev, inode) =
-            (f.next()?, f.next()?, f.next()?, f.next()?, f.next()?);
-        let (start, end) = range.split_once('-')?;
-        let inode: u64 = inode.parse().ok()?;
-        let (major, minor) = dev.split_once(':')?;
-        let key = (inode != 0).then(|| -> Option<FileKey> {
-            Some(FileKey {
-                dev: libc::makedev(
-                    u32::from_str_radix(major, 16).ok()?,
-                    u32::from_str_radix(minor, 16).ok()?,
-                ),
-                inode,
-            })
-        });
-        Some(MapLine {
-            start: u64::from_str_radix(start, 16).ok()?,
-            end: u64::from_str_radix(end, 16).ok()?,
-            writable: perms.starts_with("rw"),
-            key: key.flatten(),
-        })
-    }
 }
 
 /// What a libjvm file fixes about its flags, by virtual address. Read

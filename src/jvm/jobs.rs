@@ -4,8 +4,6 @@
 //! turn.
 
 use std::{
-    collections::HashMap,
-    fs,
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -213,44 +211,11 @@ fn read_thread_names(jvms: &Jvms, target: Target, deadline: Instant) -> Result<(
             return Ok(());
         }
     };
-    let host = host_tids(pid);
+    let host = crate::process::tasks::host_tids_by_ns_tid(pid);
     let names = output::thread_names(pid, &dump)
         .into_iter()
         .filter_map(|(nid, name)| Some((*host.get(&nid)?, Arc::from(name.as_str()))))
         .collect();
     jvms.set_names(pid, names);
     Ok(())
-}
-
-/// Host tids of `pid`'s threads by their tid in the process's own pid
-/// namespace (the `nid` of thread dumps).
-fn host_tids(pid: u32) -> HashMap<u32, u32> {
-    let Ok(dir) = fs::read_dir(format!("/proc/{pid}/task")) else {
-        return HashMap::new();
-    };
-    dir.filter_map(|e| {
-        let tid: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
-        let status = fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).ok()?;
-        let ns_tid = status
-            .lines()
-            .find_map(|l| l.strip_prefix("NSpid:"))?
-            .split_whitespace()
-            .last()?
-            .parse()
-            .ok()?;
-        Some((ns_tid, tid))
-    })
-    .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn our_own_threads_map_to_themselves() {
-        let me = std::process::id();
-        let tids = host_tids(me);
-        assert_eq!(tids.get(&me), Some(&me));
-    }
 }

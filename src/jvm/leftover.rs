@@ -36,10 +36,7 @@ impl WrittenMap {
     /// The map JVM `pid` (`ns_pid` in its own namespace, running as `uid`)
     /// just wrote, if the file there is a regular file of that user.
     pub fn after_write(pid: u32, ns_pid: u32, uid: u32) -> Option<WrittenMap> {
-        let tmp = Dir::proc_link(pid, "root")
-            .ok()?
-            .sub("tmp", What::PerfMap)
-            .ok()?;
+        let tmp = Dir::process_tmp(pid, What::PerfMap).ok()?;
         let name = format!("perf-{ns_pid}.map");
         let st = tmp.stat(&name).ok()?;
         written_by(&st, uid).then(|| WrittenMap {

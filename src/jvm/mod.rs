@@ -20,6 +20,7 @@ pub mod turns;
 pub mod vmstructs;
 mod vmtables;
 
+use crate::process::ProcKey;
 use std::{
     collections::HashMap,
     sync::{
@@ -29,25 +30,6 @@ use std::{
 };
 
 use serde::Serialize;
-
-use crate::symbolize::maps::{Backing, ProcMaps};
-
-/// Whether a process with these executable mappings is a HotSpot JVM: it
-/// maps `libjvm.so`. OpenJ9 ships a `libjvm.so` too, next to its
-/// `libj9vm*.so`; it answers SIGQUIT with a javacore file, not an attach
-/// socket, so it does not count.
-pub fn is_hotspot(maps: &ProcMaps) -> bool {
-    let mapped = |want: &dyn Fn(&str) -> bool| {
-        maps.iter().any(|m| match &m.backing {
-            Backing::File { path, .. } => path
-                .file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| want(n.trim_end_matches(" (deleted)"))),
-            _ => false,
-        })
-    };
-    mapped(&|n| n == "libjvm.so") && !mapped(&|n| n.starts_with("libj9vm"))
-}
 
 /// Where Java frames come from (`--jvm-frames`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -123,6 +105,8 @@ pub const NO_FRAME_POINTER_WARNING: &str = "running without -XX:+PreserveFramePo
 
 #[derive(Debug, Default)]
 struct JvmEntry {
+    /// The JVM process: names never outlive it into a reused pid.
+    key: ProcKey,
     report: JvmReport,
     /// Full Java thread names by host tid.
     names: HashMap<u32, Arc<str>>,
@@ -149,15 +133,29 @@ impl Jvms {
         self.flag_writes.load(Ordering::Relaxed)
     }
 
-    /// The full Java name of thread `tid` of JVM `pid`, if known.
-    pub fn thread_name(&self, pid: u32, tid: u32) -> Option<Arc<str>> {
+    /// The full Java name of thread `tid` of JVM `jvm`, if known.
+    pub fn thread_name(&self, jvm: ProcKey, tid: u32) -> Option<Arc<str>> {
         let entries = self.entries.read().unwrap_or_else(|e| e.into_inner());
-        entries.get(&pid)?.names.get(&tid).cloned()
+        let entry = entries.get(&jvm.pid).filter(|e| e.key == jvm)?;
+        entry.names.get(&tid).cloned()
     }
 
-    /// Whether any name is known for JVM `pid`'s thread `tid`.
-    pub fn knows_thread(&self, pid: u32, tid: u32) -> bool {
-        self.thread_name(pid, tid).is_some()
+    /// Whether any name is known for JVM `jvm`'s thread `tid`.
+    pub fn knows_thread(&self, jvm: ProcKey, tid: u32) -> bool {
+        self.thread_name(jvm, tid).is_some()
+    }
+
+    /// Starts an entry for `jvm`, dropping what is known of another
+    /// process with its pid.
+    fn track(&self, jvm: ProcKey) {
+        let mut entries = self.entries.write().unwrap_or_else(|e| e.into_inner());
+        let entry = entries.entry(jvm.pid).or_default();
+        if entry.key != jvm {
+            *entry = JvmEntry {
+                key: jvm,
+                ..JvmEntry::default()
+            };
+        }
     }
 
     /// The report for `pid`, if it is a JVM that was seen.
@@ -185,8 +183,10 @@ impl Jvms {
         self.update(pid, |e| e.names = names);
     }
 
-    fn forget(&self, pid: u32) {
+    fn forget(&self, jvm: ProcKey) {
         let mut entries = self.entries.write().unwrap_or_else(|e| e.into_inner());
-        entries.remove(&pid);
+        if entries.get(&jvm.pid).is_some_and(|e| e.key == jvm) {
+            entries.remove(&jvm.pid);
+        }
     }
 }

@@ -23,7 +23,7 @@ use super::{
     remote::{uint_at, Remote},
     vmtables::Tables,
 };
-use crate::unwind::mappings::{exec_mappings, is_libjvm, open_mapped, ExecMapping};
+use crate::process::files::{exec_mappings, is_libjvm, ExecMapping};
 
 /// Processes whose layout (or failure) is remembered (about 1 KiB each).
 pub const MAX_PROCESSES: usize = 1024;
@@ -342,10 +342,10 @@ pub(crate) fn layout_in(pid: u32, mappings: &[ExecMapping]) -> Result<Vm, Layout
         .iter()
         .find(|m| is_libjvm(&m.path))
         .ok_or(LayoutError::NoLibjvm)?;
-    let file = open_mapped(pid, m).map_err(|e| LayoutError::File(e.to_string()))?;
+    let file = m.open(pid).map_err(|e| LayoutError::File(e.to_string()))?;
     let bias = crate::unwind::table::load_bias_of(&file, m.start, m.offset)
         .map_err(|e| LayoutError::File(e.to_string()))?;
-    let started = crate::procinfo::start_ticks(pid)
+    let started = crate::process::status::start_ticks(pid)
         .ok_or_else(|| LayoutError::Read("the process is gone".into()))?;
     let key = (pid, started);
     let known = cache()
@@ -367,7 +367,8 @@ pub(crate) fn layout_in(pid: u32, mappings: &[ExecMapping]) -> Result<Vm, Layout
     let mut cache = cache().lock().unwrap_or_else(|e| e.into_inner());
     if cache.len() >= MAX_PROCESSES && !cache.contains_key(&key) {
         // Forget the processes that are gone; all, if none is.
-        cache.retain(|&(pid, started), _| crate::procinfo::start_ticks(pid) == Some(started));
+        cache
+            .retain(|&(pid, started), _| crate::process::status::start_ticks(pid) == Some(started));
         if cache.len() >= MAX_PROCESSES {
             cache.clear();
         }

@@ -148,11 +148,8 @@ pub fn keep(applied: &mut Applied, drains: u64) {
 /// without privilege: raising a nice lowers a priority).
 fn lower_others() {
     let me = tid();
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return;
-    };
-    for t in tasks.flatten() {
-        let Some(other) = t.file_name().to_str().and_then(|n| n.parse().ok()) else {
+    for other in crate::process::own::task_ids() {
+        let Ok(other) = i32::try_from(other) else {
             continue;
         };
         if other != me {

@@ -7,6 +7,8 @@
 
 use std::{fs, io, path::PathBuf};
 
+use super::files::FileKey;
+
 /// Executable mappings kept per process (the first, by address): a
 /// process may map tens of thousands, and the table holds up to
 /// [`super::MAX_IMAGES`] images. Real programs map a few hundred (a JVM,
@@ -96,13 +98,41 @@ impl ProcMaps {
         self.mappings.len()
     }
 
+    /// Whether these are a HotSpot JVM's mappings: it maps `libjvm.so`.
+    /// OpenJ9 ships a `libjvm.so` too, next to its `libj9vm*.so`; it
+    /// answers SIGQUIT with a javacore file, not an attach socket, so it
+    /// does not count.
+    pub fn is_hotspot(&self) -> bool {
+        let mapped = |want: &dyn Fn(&str) -> bool| {
+            self.iter().any(|m| match &m.backing {
+                Backing::File { path, .. } => path
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| want(n.trim_end_matches(" (deleted)"))),
+                _ => false,
+            })
+        };
+        mapped(&|n| n == "libjvm.so") && !mapped(&|n| n.starts_with("libj9vm"))
+    }
+
     /// True when no executable mapping was found.
     pub fn is_empty(&self) -> bool {
         self.mappings.is_empty()
     }
 }
 
-fn parse_line(line: &str) -> Option<Mapping> {
+/// The fields of one line of a maps file.
+struct Line<'a> {
+    start: u64,
+    end: u64,
+    perms: &'a [u8],
+    offset: &'a str,
+    /// Device and inode, for a mapped file (inode not 0).
+    file: Option<FileKey>,
+    name: &'a str,
+}
+
+fn split_line(line: &str) -> Option<Line<'_>> {
     // address perms offset dev inode [pathname]
     let mut fields = line.splitn(6, ' ');
     let (range, perms, offset, dev, inode) = (
@@ -113,40 +143,87 @@ fn parse_line(line: &str) -> Option<Mapping> {
         fields.next()?,
     );
     let name = fields.next().unwrap_or("").trim_start();
-    if perms.as_bytes().get(2) != Some(&b'x') {
+    let (start, end) = range.split_once('-')?;
+    let inode: u64 = inode.trim().parse().ok()?;
+    let file = if inode == 0 {
+        None
+    } else {
+        let (major, minor) = dev.split_once(':')?;
+        Some(FileKey {
+            dev: libc::makedev(
+                u32::from_str_radix(major, 16).ok()?,
+                u32::from_str_radix(minor, 16).ok()?,
+            ),
+            inode,
+        })
+    };
+    Some(Line {
+        start: u64::from_str_radix(start, 16).ok()?,
+        end: u64::from_str_radix(end, 16).ok()?,
+        perms: perms.as_bytes(),
+        offset,
+        file,
+        name,
+    })
+}
+
+fn parse_line(line: &str) -> Option<Mapping> {
+    let l = split_line(line)?;
+    if l.perms.get(2) != Some(&b'x') {
         return None;
     }
-    let (start, end) = range.split_once('-')?;
-    let (start, end) = (
-        u64::from_str_radix(start, 16).ok()?,
-        u64::from_str_radix(end, 16).ok()?,
-    );
-    let offset = u64::from_str_radix(offset, 16).ok()?;
-    let inode: u64 = inode.parse().ok()?;
-    let backing = if name == "[vdso]" {
-        Backing::Vdso
-    } else if inode != 0 && name.starts_with('/') {
-        let (major, minor) = dev.split_once(':')?;
-        let dev = libc::makedev(
-            u32::from_str_radix(major, 16).ok()?,
-            u32::from_str_radix(minor, 16).ok()?,
-        );
-        Backing::File {
-            path: PathBuf::from(name),
+    let offset = u64::from_str_radix(l.offset, 16).ok()?;
+    let backing = match l.file {
+        _ if l.name == "[vdso]" => Backing::Vdso,
+        Some(FileKey { dev, inode }) if l.name.starts_with('/') => Backing::File {
+            path: PathBuf::from(l.name),
             dev,
             inode,
-        }
-    } else {
-        Backing::Anon {
-            name: name.to_string(),
-        }
+        },
+        _ => Backing::Anon {
+            name: l.name.to_string(),
+        },
     };
-    (start < end).then_some(Mapping {
-        start,
-        end,
+    (l.start < l.end).then_some(Mapping {
+        start: l.start,
+        end: l.end,
         offset,
         backing,
     })
+}
+
+/// One mapping of any kind, as far as checking where an address lies
+/// needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Region {
+    pub start: u64,
+    pub end: u64,
+    pub writable: bool,
+    /// The file mapped, if any.
+    pub file: Option<FileKey>,
+}
+
+/// Every mapping of `pid` (not only executable ones), by address, at most
+/// [`MAX_REGIONS`].
+pub fn regions(pid: u32) -> io::Result<Vec<Region>> {
+    let text = fs::read_to_string(format!("/proc/{pid}/maps"))?;
+    Ok(parse_regions(&text))
+}
+
+/// Mappings [`regions`] keeps: a JVM maps a few thousand.
+pub const MAX_REGIONS: usize = 65_536;
+
+fn parse_regions(text: &str) -> Vec<Region> {
+    text.lines()
+        .filter_map(split_line)
+        .take(MAX_REGIONS)
+        .map(|l| Region {
+            start: l.start,
+            end: l.end,
+            writable: l.perms.starts_with(b"rw"),
+            file: l.file,
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -181,6 +258,21 @@ garbage line
         assert!(maps.find(0x55d0c8a00010).is_none(), "not executable");
         assert!(maps.find(0x7f1000020000).is_none(), "end is exclusive");
         assert!(maps.find(1).is_none());
+    }
+
+    #[test]
+    fn regions_keep_every_mapping_with_its_file() {
+        let r = parse_regions(SAMPLE);
+        assert_eq!(r.len(), 5);
+        assert!(!r[0].writable && r[2].writable);
+        assert_eq!(
+            r[3].file,
+            Some(FileKey {
+                dev: libc::makedev(8, 2),
+                inode: 99
+            })
+        );
+        assert_eq!(r[2].file, None);
     }
 
     #[test]

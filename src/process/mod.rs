@@ -10,10 +10,17 @@
 //! symbolize with the maps and name they were taken under. A reused pid
 //! gets a new entry and never the previous process's image.
 
+pub mod cgroups;
+mod changes;
 pub mod container;
+pub mod files;
 pub mod maps;
+pub mod own;
 mod reader;
+pub mod status;
 mod table;
+pub mod tasks;
 
+pub use changes::{Change, ChangeKind, Due, ProcKey, Subscription};
 pub use reader::spawn_reader;
 pub use table::{Image, ProcessTable, TableStats, KEEP_ENDED, MAX_IMAGES};

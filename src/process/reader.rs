@@ -17,7 +17,7 @@ use std::{
 
 use aya::maps::{MapData, RingBuf};
 
-use super::ProcessTable;
+use super::{ChangeKind, ProcessTable};
 use crate::bpf::abi::ProcEvent;
 
 /// Longest the thread sleeps: it checks `stop` and expires images this often.
@@ -37,6 +37,9 @@ pub fn spawn_reader(
     thread::Builder::new()
         .name("ws-procs".into())
         .spawn(move || {
+            // The reader is a subscriber too: JVMs are prepared by the
+            // callback as soon as the table finds them.
+            let mut changes = table.subscribe();
             let mut last_expire = Instant::now();
             while !stop.load(Ordering::Relaxed) {
                 let now = Instant::now();
@@ -53,8 +56,11 @@ pub fn spawn_reader(
                 for (pid, start) in table.due_reads(Instant::now()) {
                     table.read_maps(pid, start);
                 }
-                for pid in table.take_new_jvms() {
-                    on_new_jvm(pid);
+                let due = changes.poll(Instant::now());
+                for change in due.changes {
+                    if change.kind == ChangeKind::JvmFound {
+                        on_new_jvm(change.key.pid);
+                    }
                 }
                 if last_expire.elapsed() >= Duration::from_secs(1) {
                     last_expire = Instant::now();

@@ -16,6 +16,7 @@ use std::{
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 
+use super::changes::{ChangeKind, ProcKey, Publisher, Subscription};
 use super::maps::ProcMaps;
 use crate::bpf::abi::{comm_str, proc_event, ProcEvent, COMM_LEN};
 
@@ -98,11 +99,19 @@ impl Image {
 
     fn with_maps(&self, maps: ProcMaps, now: Instant) -> Image {
         Image {
-            jvm: crate::jvm::is_hotspot(&maps),
+            jvm: maps.is_hotspot(),
             container: container::of_pid(self.pid).map(Arc::new),
             maps: Arc::new(maps),
             maps_read: Some(now),
             ..self.clone()
+        }
+    }
+
+    /// The process's identity.
+    pub fn key(&self) -> ProcKey {
+        ProcKey {
+            pid: self.pid,
+            start_ns: self.start_ns,
         }
     }
 
@@ -131,6 +140,8 @@ pub struct TableStats {
     pub maps_read_failures: u64,
     /// Images dropped to stay under [`MAX_IMAGES`] while still wanted.
     pub evicted: u64,
+    /// Changes not delivered to a subscriber whose queue was full.
+    pub changes_dropped: u64,
 }
 
 #[derive(Default)]
@@ -141,13 +152,8 @@ struct Inner {
     due: BinaryHeap<Reverse<(Instant, u32, u64)>>,
     stats: TableStats,
     last_sweep: Option<Instant>,
-    /// Processes that became JVMs, until the reader takes them (each
-    /// round); at most [`MAX_NEW_JVMS`], the rest are prepared late, at
-    /// their first sighting.
-    new_jvms: Vec<u32>,
+    publisher: Publisher,
 }
-
-const MAX_NEW_JVMS: usize = 1024;
 
 /// The table every stage reads processes from. Cheap to query: readers get
 /// `Arc<Image>`s and never hold the lock while reading `/proc`.
@@ -159,6 +165,28 @@ pub struct ProcessTable {
 impl ProcessTable {
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A subscription to the table's changes, from now on.
+    pub fn subscribe(self: &Arc<Self>) -> Subscription {
+        let (rx, lost) = self.lock().publisher.add();
+        Subscription::new(self.clone(), rx, lost)
+    }
+
+    /// Whether the table holds the process (alive, or ended less than
+    /// [`KEEP_ENDED`] ago).
+    pub fn knows(&self, key: ProcKey) -> bool {
+        self.lock()
+            .pids
+            .get(&key.pid)
+            .is_some_and(|images| images.iter().any(|i| i.start_ns == key.start_ns))
+    }
+
+    /// `pid`'s live image, found in `/proc` if the table has none, its
+    /// maps read if they were not yet.
+    pub fn live(&self, pid: u32) -> Option<Arc<Image>> {
+        self.lookup(pid, "", Instant::now())
+            .filter(|i| i.ended.is_none())
     }
 
     /// Applies one lifecycle event.
@@ -181,6 +209,13 @@ impl ProcessTable {
                     _ => inner.due.push(Reverse((now + SETTLE, pid, start))),
                 }
                 inner.push(child, now);
+                inner.publisher.publish(
+                    ProcKey {
+                        pid,
+                        start_ns: start,
+                    },
+                    ChangeKind::New,
+                );
             }
             proc_event::EXEC => {
                 inner.stats.execs += 1;
@@ -194,6 +229,13 @@ impl ProcessTable {
                     }
                 }
                 inner.push(Image::new(pid, start, name, now), now);
+                inner.publisher.publish(
+                    ProcKey {
+                        pid,
+                        start_ns: start,
+                    },
+                    ChangeKind::Exec,
+                );
                 // Once the loader has mapped the libraries, and again once
                 // the program has loaded its own (a JVM's libjvm is
                 // dlopen'd by the `java` launcher after a few ms).
@@ -202,7 +244,7 @@ impl ProcessTable {
             }
             proc_event::EXIT => {
                 inner.stats.exits += 1;
-                inner.end(pid, now);
+                inner.end(pid, now, true);
             }
             proc_event::RENAME => {
                 inner.stats.renames += 1;
@@ -257,8 +299,8 @@ impl ProcessTable {
         let launcher = is_java_launcher(&maps);
         *slot = Arc::new(slot.with_maps(maps, now));
         let image = slot.clone();
-        if image.jvm && !was_jvm && inner.new_jvms.len() < MAX_NEW_JVMS {
-            inner.new_jvms.push(pid);
+        if image.jvm && !was_jvm {
+            inner.publisher.publish(image.key(), ChangeKind::JvmFound);
         } else if !image.jvm && launcher && now.duration_since(image.began) < LAUNCHER_WATCH {
             // The `java` launcher loads libjvm a few ms after exec: look
             // again soon, so the JVM is prepared (see `take_new_jvms`)
@@ -268,12 +310,6 @@ impl ProcessTable {
                 .push(Reverse((now + LAUNCHER_LOOK, pid, image.start_ns)));
         }
         Some(image)
-    }
-
-    /// Processes that became HotSpot JVMs (mapped libjvm) since the last
-    /// call, for [`crate::jvm::flags::prepare`].
-    pub fn take_new_jvms(&self) -> Vec<u32> {
-        std::mem::take(&mut self.lock().new_jvms)
     }
 
     /// The image `pid` ran under while the thread named `comm` was seen,
@@ -354,7 +390,7 @@ impl ProcessTable {
             .collect();
         let mut inner = self.lock();
         for pid in gone {
-            inner.end(pid, now);
+            inner.end(pid, now, true);
         }
     }
 
@@ -369,6 +405,7 @@ impl ProcessTable {
             Some(bytes::max_bytes() as u64),
         );
         TableStats {
+            changes_dropped: inner.publisher.dropped,
             images: inner.images as u64,
             processes: inner.live_pids().len() as u64,
             ..inner.stats.clone()
@@ -395,7 +432,12 @@ impl ProcessTable {
                 image
             }
         };
-        Some(inner.push(image, now))
+        let image = inner.push(image, now);
+        inner.publisher.publish(image.key(), ChangeKind::New);
+        if image.jvm {
+            inner.publisher.publish(image.key(), ChangeKind::JvmFound);
+        }
+        Some(image)
     }
 }
 
@@ -424,14 +466,19 @@ impl Inner {
             .collect()
     }
 
-    /// Ends `pid`'s live images.
-    fn end(&mut self, pid: u32, now: Instant) {
-        if let Some(images) = self.pids.get_mut(&pid) {
-            for slot in images.iter_mut().filter(|i| i.ended.is_none()) {
-                *slot = Arc::new(Image {
-                    ended: Some(now),
-                    ..(**slot).clone()
-                });
+    /// Ends `pid`'s live images; a process (not an exec) ends with them
+    /// when `exited`.
+    fn end(&mut self, pid: u32, now: Instant, exited: bool) {
+        let Some(images) = self.pids.get_mut(&pid) else {
+            return;
+        };
+        for slot in images.iter_mut().filter(|i| i.ended.is_none()) {
+            *slot = Arc::new(Image {
+                ended: Some(now),
+                ..(**slot).clone()
+            });
+            if exited {
+                self.publisher.publish(slot.key(), ChangeKind::Exit);
             }
         }
     }
@@ -439,7 +486,11 @@ impl Inner {
     /// Adds a new image for its pid, ending the previous one (the pid
     /// exec'd, or was reused after an exit whose event was lost).
     fn push(&mut self, image: Image, now: Instant) -> Arc<Image> {
-        self.end(image.pid, now);
+        // Another process with this pid (its exit event was lost) ended.
+        let reused = self
+            .live(image.pid)
+            .is_some_and(|old| old.start_ns != image.start_ns);
+        self.end(image.pid, now, reused);
         if self.images >= MAX_IMAGES {
             self.evict();
         }

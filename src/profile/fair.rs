@@ -15,7 +15,7 @@ pub const MAX_LOOKED_AT: usize = 4096;
 /// The user a process runs as (its effective uid), or `None` when it has
 /// exited (all exited processes then count as one user).
 pub fn user_of(pid: u32) -> Option<u32> {
-    crate::procinfo::Status::read(pid).map(|s| s.euid)
+    crate::process::status::Status::read(pid).map(|s| s.euid)
 }
 
 /// Up to `n` of `ranked` (best first), taking turns by user: each round

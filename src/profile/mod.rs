@@ -2,7 +2,6 @@
 
 pub mod blocked;
 pub mod cgroup_list;
-pub mod cgroups;
 pub mod fair;
 pub mod hist;
 pub mod kind;

@@ -9,13 +9,12 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::{
-    cgroups,
     hist::{self, Bucket, Merged},
     query::ns_to_us,
     store::Snapshot,
     threads::recorded_note,
 };
-use crate::collect::HistOwner;
+use crate::{collect::HistOwner, process::cgroups};
 
 /// Whose latency a report shows, as it appears in JSON: `{"pid": P}` or
 /// `{"cgroup": ID, "path": "/system.slice/..."}` (path only if resolved).

@@ -192,37 +192,32 @@ pub fn report(store: &Snapshot, pid: u32, window: Window) -> Option<ThreadReport
     })
 }
 
-/// Most threads [`empty_report`] lists from `/proc`.
-const MAX_LISTED_THREADS: usize = 100_000;
+/// A process as the host shows it now: its name and its threads' tids
+/// and names (by tid), for a report of a process that recorded nothing.
+#[derive(Debug, Clone, Default)]
+pub struct LiveProcess {
+    pub comm: String,
+    pub threads: Vec<(u32, String)>,
+}
 
 /// The report of a known process that recorded nothing in `window`: its
-/// threads as `/proc/PID/task` lists them now (none if it is gone), all
-/// zero, and `note`.
-pub fn empty_report(pid: u32, window: Window, note: String) -> ThreadReport {
-    let name = |dir: &str| {
-        std::fs::read_to_string(format!("{dir}/comm"))
-            .map(|s| s.trim_end().to_string())
-            .unwrap_or_default()
-    };
-    let mut threads: Vec<ThreadRow> = std::fs::read_dir(format!("/proc/{pid}/task"))
+/// threads as the host lists them now (none if it is gone), all zero, and
+/// `note`.
+pub fn empty_report(pid: u32, now: LiveProcess, window: Window, note: String) -> ThreadReport {
+    let mut threads: Vec<ThreadRow> = now
+        .threads
         .into_iter()
-        .flatten()
-        .take(MAX_LISTED_THREADS)
-        .filter_map(|e| {
-            let tid: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
-            let name = name(&format!("/proc/{pid}/task/{tid}"));
-            Some(ThreadRow {
-                tid,
-                pool: pool_name(&name),
-                name,
-                time: Breakdown::default(),
-            })
+        .map(|(tid, name)| ThreadRow {
+            tid,
+            pool: pool_name(&name),
+            name,
+            time: Breakdown::default(),
         })
         .collect();
     threads.sort_by_key(|t| t.tid);
     ThreadReport {
         pid,
-        comm: name(&format!("/proc/{pid}")),
+        comm: now.comm,
         seconds: window.seconds(),
         recorded_seconds: window.seconds(),
         resolution: Vec::new(),

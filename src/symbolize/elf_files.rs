@@ -14,7 +14,8 @@
 //! `/proc/PID/map_files` link when the mapping still exists (the very file
 //! mapped, whatever namespace or deleted state it is in), else by path
 //! without following a final symlink, and always checked to be the
-//! mapped file (device and inode), regular, and at most [`MAX_ELF_BYTES`].
+//! mapped file (device and inode), regular, and at most
+//! [`MAX_ELF_BYTES`](crate::process::files::MAX_ELF_BYTES).
 //! blazesym then reads it through `/proc/self/fd/N`, which no user can
 //! redirect.
 //!
@@ -29,36 +30,25 @@
 //! the end of every batch, even one that used them. The frame caches make
 //! a re-parse rare: a file is seldom needed two batches in a row.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use blazesym::symbolize::{source::Elf, source::Source, Input, Symbolized, Symbolizer as Blaze};
 use rustc_hash::FxHashMap;
 
-use super::procs::FileKey;
-use crate::untrusted::{self, refusals, Checked, Expect, Last, OpenError, Reason, What};
+use crate::{
+    process::files::{open_mapped, FileKey, Locator},
+    untrusted::{refusals, Checked, Reason, What},
+};
 
 /// Most ELF files open at once.
 pub const MAX_OPEN: usize = 64;
 /// Batches (seconds) after which an unused file is closed.
 pub const IDLE_BATCHES: u64 = 60;
-/// Largest ELF file symbolized: bigger ones (none seen in practice) show
-/// as `module+0xOFF` frames.
-pub const MAX_ELF_BYTES: u64 = 2 << 30;
 /// Bytes of the files with a symbolizer alive (mapped, and what blazesym
 /// parsed of them, at most as much), together.
 pub const MAX_MAPPED_BYTES: u64 = 256 << 20;
 /// Files larger than this are unmapped at the end of every batch.
 pub const KEEP_MAPPED_BYTES: u64 = 16 << 20;
-
-/// How to reach a mapped file: the mapping of a process that maps it, and
-/// the path the process sees.
-#[derive(Debug, Clone)]
-pub struct Locator {
-    pub pid: u32,
-    pub start: u64,
-    pub end: u64,
-    pub path: PathBuf,
-}
 
 struct OpenFile {
     file: Checked,
@@ -98,7 +88,7 @@ impl ElfFiles {
     ) -> Vec<Option<String>> {
         let batch = self.batch;
         if !self.open.contains_key(&key) {
-            match open(key, at) {
+            match open_mapped(key, at) {
                 Ok(file) => {
                     self.make_room();
                     let size = file.stat.st_size.max(0) as u64;
@@ -245,37 +235,6 @@ fn deleted(file: &Checked) -> bool {
     })
 }
 
-/// Opens the file behind a mapping, see the module documentation.
-fn open(key: FileKey, at: &Locator) -> Result<Checked, OpenError> {
-    let expect = Expect {
-        owner: None,
-        max_bytes: MAX_ELF_BYTES,
-        identity: Some((key.dev, key.inode)),
-    };
-    let map_file = PathBuf::from(format!(
-        "/proc/{}/map_files/{:x}-{:x}",
-        at.pid, at.start, at.end
-    ));
-    match untrusted::open_path(&map_file, Last::MagicLink, What::Elf, &expect) {
-        Ok(f) => return Ok(f),
-        Err(err @ OpenError::Refused { .. }) => return Err(err),
-        Err(OpenError::Io(_)) => {}
-    }
-    let in_root = at
-        .path
-        .strip_prefix("/")
-        .ok()
-        .map(|rel| Path::new(&format!("/proc/{}/root", at.pid)).join(rel));
-    let mut last = None;
-    for path in std::iter::once(at.path.clone()).chain(in_root) {
-        match untrusted::open_path(&path, Last::NoFollow, What::Elf, &expect) {
-            Ok(f) => return Ok(f),
-            Err(err) => last = Some(err),
-        }
-    }
-    Err(last.unwrap_or_else(|| OpenError::Io(std::io::ErrorKind::NotFound.into())))
-}
-
 /// Names at `offsets` of the file at `path`, with or without DWARF.
 fn lookup(blaze: &Blaze, path: &Path, debug_syms: bool, offsets: &[u64]) -> Vec<Option<String>> {
     let mut elf = Elf::new(path);
@@ -375,22 +334,5 @@ mod tests {
             0,
             "large files are unmapped each batch"
         );
-    }
-
-    #[test]
-    fn a_file_replaced_by_another_is_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let a = dir.path().join("a");
-        let b = dir.path().join("b");
-        std::fs::write(&a, "a").unwrap();
-        std::fs::write(&b, "b").unwrap();
-        let at = Locator {
-            pid: std::process::id(),
-            start: 1,
-            end: 2,
-            path: a,
-        };
-        let err = open(key_of(&b), &at).unwrap_err();
-        assert_eq!(err.reason(), Some(untrusted::Reason::Replaced));
     }
 }

@@ -64,7 +64,7 @@ impl Default for Interner {
             by_pid: FxHashMap::default(),
             by_user: FxHashMap::default(),
             users: FxHashMap::default(),
-            read_user: |pid| crate::procinfo::Status::read(pid).map(|s| s.euid),
+            read_user: |pid| crate::process::status::Status::read(pid).map(|s| s.euid),
             over_budget,
             full: false,
         }

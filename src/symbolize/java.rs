@@ -8,8 +8,10 @@
 //! Bounds: per JVM at most [`MAX_NMETHODS`] decoded nmethods and
 //! [`MAX_METHODS`] method names (each set starts over when full), all
 //! JVMs' nmethods together at most [`NMETHOD_BUDGET_BYTES`] (past it the
-//! JVM being read starts over, then all); a JVM not looked up for
-//! [`FORGET_AFTER_BATCHES`] batches is forgotten.
+//! JVM being read starts over, then all). JVMs are kept per process (pid
+//! and start time: a reused pid never gets the previous JVM's layout) and
+//! forgotten by the process table's rule (see
+//! [`crate::process::Subscription`]).
 //!
 //! Reading a JVM's memory is work done on its behalf, and its memory is
 //! its user's to forge: each JVM may make at most [`READ_CALLS`] reads of
@@ -29,6 +31,7 @@ use crate::{
         remote::{Budget, Remote},
         vmstructs::{layout_of, LayoutError, Vm},
     },
+    process::ProcKey,
     profile::Frame,
     untrusted::refusals::{count_for, Reason, What},
 };
@@ -46,7 +49,6 @@ const MAX_NMETHODS: usize = 32_768;
 /// user's to fill: sizes are only bounded per nmethod).
 pub const NMETHOD_BUDGET_BYTES: usize = 128 << 20;
 const MAX_METHODS: usize = 65_536;
-const FORGET_AFTER_BATCHES: u64 = 120;
 /// Batches a method's name is trusted for.
 const METHOD_NAMES_FOR_BATCHES: u64 = 300;
 /// An interpreted frame whose `Method*` does not read as a method.
@@ -57,7 +59,6 @@ struct JvmCode {
     heaps: Vec<Heap>,
     /// Batch the heaps were read in (and nmethods last checked against).
     checked: u64,
-    used: u64,
     /// Decoded nmethods by blob address, with the batch they were last
     /// found alive in (their compile id unchanged).
     nmethods: FxHashMap<u64, (Arc<Nmethod>, u64)>,
@@ -73,14 +74,14 @@ struct JvmCode {
 /// Java frames of every JVM seen, read from their memory.
 #[derive(Default)]
 pub struct JavaFrames {
-    jvms: FxHashMap<u32, JvmCode>,
+    jvms: FxHashMap<ProcKey, JvmCode>,
     batch: u64,
     /// This batch's answers by (pid, pc, leaf): the same return addresses
     /// come back in many stacks. Emptied each batch.
-    answers: FxHashMap<(u32, u64, bool), Option<Vec<Frame>>>,
+    answers: FxHashMap<(ProcKey, u64, bool), Option<Vec<Frame>>>,
     /// This batch's code blobs by (pid, segment map, segment): the pcs of
     /// one segment share a blob. Emptied each batch.
-    blobs: FxHashMap<(u32, u64, u64), Option<u64>>,
+    blobs: FxHashMap<(ProcKey, u64, u64), Option<u64>>,
     /// Bytes of all JVMs' decoded nmethods (the sum of their `bytes`).
     nmethod_bytes: usize,
     /// `--jvm-frames perf-map`: never read JVM memory.
@@ -93,14 +94,22 @@ impl JavaFrames {
         self.nmethod_bytes
     }
 
-    /// Starts a batch: forgets JVMs not looked up for a while.
+    /// Drops JVM `key`'s state.
+    pub fn forget(&mut self, key: ProcKey) {
+        self.jvms.remove(&key);
+    }
+
+    /// Keeps the JVMs `keep` says.
+    pub fn retain(&mut self, keep: impl Fn(ProcKey) -> bool) {
+        self.jvms.retain(|k, _| keep(*k));
+    }
+
+    /// Starts a batch.
     pub fn begin_batch(&mut self) {
         self.batch += 1;
         self.answers.clear();
         self.blobs.clear();
         let batch = self.batch;
-        self.jvms
-            .retain(|_, j| batch - j.used < FORGET_AFTER_BATCHES);
         self.nmethod_bytes = self.jvms.values().map(|j| j.bytes).sum();
         // A class unloaded frees its methods, and their addresses may come
         // back as other methods: names are read again now and then.
@@ -109,32 +118,31 @@ impl JavaFrames {
         }
     }
 
-    /// Where JVM `pid`'s frames come from, for its report.
-    pub fn status(&self, pid: u32) -> Option<String> {
-        let j = self.jvms.get(&pid)?;
+    /// Where JVM `key`'s frames come from, for its report.
+    pub fn status(&self, key: ProcKey) -> Option<String> {
+        let j = self.jvms.get(&key)?;
         Some(match &j.vm {
             Ok(vm) => format!("vm_structures (HotSpot {})", vm.layout.major),
             Err(err) => format!("perf_map: {err}"),
         })
     }
 
-    fn jvm(&mut self, pid: u32) -> Option<&mut JvmCode> {
+    fn jvm(&mut self, key: ProcKey) -> Option<&mut JvmCode> {
         if self.disabled {
             return None;
         }
         let batch = self.batch;
-        let j = self.jvms.entry(pid).or_insert_with(|| JvmCode {
+        let pid = key.pid;
+        let j = self.jvms.entry(key).or_insert_with(|| JvmCode {
             vm: layout_of(pid).inspect_err(|err| tracing::debug!(pid, "JVM structures: {err}")),
             heaps: Vec::new(),
             checked: 0,
-            used: batch,
             nmethods: FxHashMap::default(),
             methods: FxHashMap::default(),
             bytes: 0,
             mem: Remote::new(pid),
             counted: false,
         });
-        j.used = batch;
         if j.vm.is_err() {
             // Read again when the layout cache says it is time (a JVM seen
             // as it starts has not filled its tables yet).
@@ -152,42 +160,42 @@ impl JavaFrames {
         (!j.mem.exhausted()).then_some(j)
     }
 
-    /// Counts JVM `pid`'s budget as exhausted, once a batch, if it is.
-    fn settle(&mut self, pid: u32) {
-        if let Some(j) = self.jvms.get_mut(&pid) {
+    /// Counts JVM `key`'s budget as exhausted, once a batch, if it is.
+    fn settle(&mut self, key: ProcKey) {
+        if let Some(j) = self.jvms.get_mut(&key) {
             if j.mem.exhausted() && !j.counted {
                 j.counted = true;
-                count_for(What::JvmMemory, Reason::Budget, pid);
+                count_for(What::JvmMemory, Reason::Budget, key.pid);
             }
         }
     }
 
     /// The frames, outermost first, of the compiled method at `pc` in
-    /// JVM `pid`; `None` when `pc` is not in a live nmethod.
+    /// JVM `key`; `None` when `pc` is not in a live nmethod.
     pub fn compiled(
         &mut self,
-        pid: u32,
+        key: ProcKey,
         pc: u64,
         leaf: bool,
         interner: &mut Interner,
     ) -> Option<Vec<Frame>> {
-        if let Some(known) = self.answers.get(&(pid, pc, leaf)) {
+        if let Some(known) = self.answers.get(&(key, pc, leaf)) {
             return known.clone();
         }
         let mut blobs = std::mem::take(&mut self.blobs);
-        let answer = self.read_compiled(pid, pc, leaf, &mut blobs, interner);
+        let answer = self.read_compiled(key, pc, leaf, &mut blobs, interner);
         self.blobs = blobs;
-        self.settle(pid);
-        self.answers.insert((pid, pc, leaf), answer.clone());
+        self.settle(key);
+        self.answers.insert((key, pc, leaf), answer.clone());
         answer
     }
 
     fn read_compiled(
         &mut self,
-        pid: u32,
+        key: ProcKey,
         pc: u64,
         leaf: bool,
-        blobs: &mut FxHashMap<(u32, u64, u64), Option<u64>>,
+        blobs: &mut FxHashMap<(ProcKey, u64, u64), Option<u64>>,
         interner: &mut Interner,
     ) -> Option<Vec<Frame>> {
         let batch = self.batch;
@@ -198,18 +206,18 @@ impl JavaFrames {
             self.nmethod_bytes = 0;
         }
         let total = self.nmethod_bytes;
-        let j = self.jvm(pid)?;
+        let j = self.jvm(key)?;
         let vm = j.vm.as_ref().ok()?.clone();
         let code = JavaCode::with_mem(&vm, j.mem.clone());
         let mut new_total = total;
         let (heap, seg) = segment_of(&j.heaps, pc)?;
-        let key = (pid, heap.segmap(), seg);
-        let blob = match blobs.get(&key) {
+        let segment = (key, heap.segmap(), seg);
+        let blob = match blobs.get(&segment) {
             Some(&known) => known,
             None => {
                 let found = code.blob_at(&j.heaps, pc);
                 if !j.mem.exhausted() {
-                    blobs.insert(key, found);
+                    blobs.insert(segment, found);
                 }
                 found
             }
@@ -248,14 +256,14 @@ impl JavaFrames {
 
     /// The frame of an interpreted method, from the `Method*` the BPF
     /// walker read from its frame.
-    pub fn interpreted(&mut self, pid: u32, method: u64, interner: &mut Interner) -> Frame {
-        let frame = self.read_interpreted(pid, method, interner);
-        self.settle(pid);
+    pub fn interpreted(&mut self, key: ProcKey, method: u64, interner: &mut Interner) -> Frame {
+        let frame = self.read_interpreted(key, method, interner);
+        self.settle(key);
         frame
     }
 
-    fn read_interpreted(&mut self, pid: u32, method: u64, interner: &mut Interner) -> Frame {
-        let Some(j) = self.jvm(pid) else {
+    fn read_interpreted(&mut self, key: ProcKey, method: u64, interner: &mut Interner) -> Frame {
+        let Some(j) = self.jvm(key) else {
             return interner.get(INTERPRETER);
         };
         let Ok(vm) = j.vm.clone() else {

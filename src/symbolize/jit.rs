@@ -2,8 +2,11 @@
 //! (checked at most once per batch per process). Each entry's frame is
 //! made once per map read: a busy JVM's stacks are mostly JIT frames.
 //!
-//! Bounds: a map is forgotten after [`FORGET_AFTER_BATCHES`] batches
-//! without a lookup, and all maps together hold at most
+//! Maps are kept per process (pid and start time), so a reused pid never
+//! gets the previous process's map, and forgotten by the process table's
+//! rule (see [`crate::process::Subscription`]).
+//!
+//! Bounds: all maps together hold at most
 //! [`BUDGET_BYTES`] of names (least recently used maps are dropped first;
 //! each is at most [`super::perfmap::MAX_BYTES`]).
 //!
@@ -21,7 +24,7 @@ use rustc_hash::FxHashMap;
 
 use super::perfmap::{self, PerfMap, Progress, Stamp};
 use crate::{
-    procinfo,
+    process::{status, ProcKey},
     profile::Frame,
     untrusted::{
         self,
@@ -29,8 +32,6 @@ use crate::{
     },
 };
 
-/// Batches after which a process with no JIT lookup is forgotten.
-const FORGET_AFTER_BATCHES: u64 = 120;
 /// Names held by all perf maps together.
 pub const BUDGET_BYTES: usize = 256 << 20;
 /// Perf-map bytes read per second per process, on average.
@@ -146,20 +147,27 @@ impl Entry {
     }
 }
 
-/// Perf maps by pid.
+/// Perf maps by process.
 #[derive(Default)]
 pub struct JitMaps {
-    maps: FxHashMap<u32, Entry>,
+    maps: FxHashMap<ProcKey, Entry>,
     batch: u64,
 }
 
 impl JitMaps {
-    /// Starts a batch; forgets processes not looked up for a while.
+    /// Starts a batch.
     pub fn begin_batch(&mut self) {
         self.batch += 1;
-        let batch = self.batch;
-        self.maps
-            .retain(|_, e| batch - e.used < FORGET_AFTER_BATCHES);
+    }
+
+    /// Drops `key`'s map.
+    pub fn forget(&mut self, key: ProcKey) {
+        self.maps.remove(&key);
+    }
+
+    /// Keeps the maps of the processes `keep` says.
+    pub fn retain(&mut self, keep: impl Fn(ProcKey) -> bool) {
+        self.maps.retain(|k, _| keep(*k));
     }
 
     /// Bytes of names the maps hold (those read aside for a rewritten map
@@ -176,14 +184,21 @@ impl JitMaps {
         }
     }
 
-    /// The frame for `addr` in `pid`, if its perf map names it; `make`
-    /// turns an entry's name into its frame (once per entry and map read).
-    pub fn find(&mut self, pid: u32, addr: u64, make: impl FnOnce(&str) -> Frame) -> Option<Frame> {
+    /// The frame for `addr` in process `key`, if its perf map names it;
+    /// `make` turns an entry's name into its frame (once per entry and map
+    /// read).
+    pub fn find(
+        &mut self,
+        key: ProcKey,
+        addr: u64,
+        make: impl FnOnce(&str) -> Frame,
+    ) -> Option<Frame> {
         let batch = self.batch;
-        let entry = self.maps.entry(pid).or_insert_with(|| Entry {
+        let pid = key.pid;
+        let entry = self.maps.entry(key).or_insert_with(|| Entry {
             map: PerfMap::default(),
             frames: Vec::new(),
-            ns_pid: procinfo::Status::read(pid).map_or(pid, |s| s.ns_pid),
+            ns_pid: status::Status::read(pid).map_or(pid, |s| s.ns_pid),
             refused: None,
             building: None,
             deferred: None,
@@ -199,14 +214,19 @@ impl JitMaps {
             let behind = entry.building.is_some() || now != entry.map.read_stamp();
             if behind && (now.is_none() || now != entry.refused) {
                 entry.read_on(pid, now);
-                self.enforce_budget(pid);
+                self.enforce_budget(key);
             }
         }
-        self.lookup(pid, addr, make)
+        self.lookup(key, addr, make)
     }
 
-    fn lookup(&mut self, pid: u32, addr: u64, make: impl FnOnce(&str) -> Frame) -> Option<Frame> {
-        let entry = self.maps.get_mut(&pid)?;
+    fn lookup(
+        &mut self,
+        key: ProcKey,
+        addr: u64,
+        make: impl FnOnce(&str) -> Frame,
+    ) -> Option<Frame> {
+        let entry = self.maps.get_mut(&key)?;
         let i = entry.map.index_of(addr)?;
         let slot = &mut entry.frames[i];
         Some(slot.get_or_insert_with(|| make(entry.map.name(i))).clone())
@@ -214,19 +234,22 @@ impl JitMaps {
 
     /// Drops the least recently used maps other than `keep`'s while all
     /// maps hold more than [`BUDGET_BYTES`] of names.
-    fn enforce_budget(&mut self, keep: u32) {
+    fn enforce_budget(&mut self, keep: ProcKey) {
         let mut total: usize = self.maps.values().map(|e| e.bytes).sum();
         while total > BUDGET_BYTES {
             let Some((&oldest, e)) = self
                 .maps
                 .iter()
-                .filter(|(pid, _)| **pid != keep)
+                .filter(|(key, _)| **key != keep)
                 .min_by_key(|(_, e)| e.used)
             else {
                 return;
             };
             total -= e.bytes;
-            tracing::debug!(pid = oldest, "perf map dropped: over the JIT name budget");
+            tracing::debug!(
+                pid = oldest.pid,
+                "perf map dropped: over the JIT name budget"
+            );
             self.maps.remove(&oldest);
         }
     }

@@ -35,7 +35,7 @@ impl Symbolizer {
             if let Some(name) = names.processes.get(&l.pid) {
                 processes.entry(l.pid).or_insert_with(|| name.clone());
             }
-            let name = match self.thread_name(&names, l.pid, l.tid) {
+            let name = match self.thread_name(&names, l.pid, l.tid, &l.comm) {
                 Some(name) => name,
                 None => self.interner.get_for(l.pid, &l.comm),
             };
@@ -43,7 +43,7 @@ impl Symbolizer {
                 Waker::Thread { pid, tid } => LiveWaker::Thread {
                     pid,
                     tid,
-                    name: self.thread_name(&names, pid, tid),
+                    name: self.thread_name(&names, pid, tid, ""),
                 },
                 Waker::Interrupt => LiveWaker::Interrupt,
             });
@@ -71,13 +71,14 @@ impl Symbolizer {
     }
 
     /// A thread's name as the batch knew it, else its Java name (a waker
-    /// need not have run in the batch).
-    fn thread_name(&self, names: &Names, pid: u32, tid: u32) -> Option<Frame> {
+    /// need not have run in the batch; `comm` is its name, if known).
+    fn thread_name(&mut self, names: &Names, pid: u32, tid: u32, comm: &str) -> Option<Frame> {
         let seen = names.threads.get(&tid).filter(|t| t.pid == pid);
-        seen.map(|t| t.name.clone()).or_else(|| {
-            let jvm = self.jvm.as_ref()?;
-            jvm.jvms.thread_name(pid, tid)
-        })
+        if let Some(t) = seen {
+            return Some(t.name.clone());
+        }
+        let key = self.procs.key(pid, comm);
+        self.jvm.as_ref()?.jvms.thread_name(key, tid)
     }
 }
 

@@ -12,7 +12,6 @@ mod java;
 mod jit;
 mod kernel_frames;
 mod live;
-pub use crate::process::maps;
 pub(crate) mod perfmap;
 mod procs;
 mod stacks;
@@ -31,25 +30,26 @@ use rustc_hash::FxHashMap;
 
 use blazesym::symbolize::Symbolizer as Blaze;
 
+use crate::process::files::FileKey;
 use crate::{
     bpf::abi::is_merged_tid,
     collect::{RawBatch, RecordKind},
     jvm::{agent::Sighting, JvmFrames, Jvms},
-    process::ProcessTable,
+    process::{ProcKey, ProcessTable, Subscription},
     profile::{
         live::{keep_longest, LiveView, MAX_LIVE_THREADS},
         Frame, Sample, Slice, ThreadInfo, Wakeup,
     },
 };
 use elf_files::ElfFiles;
-pub use elf_files::{MAX_ELF_BYTES, MAX_OPEN as MAX_OPEN_ELF_FILES};
+pub use elf_files::MAX_OPEN as MAX_OPEN_ELF_FILES;
 pub use interner::clean_to as clean_name;
 use interner::Interner;
 pub use interner::{
     MAX_FRAME_BYTES, OVER_BUDGET as NAMES_OVER_BUDGET, SHARE_BYTES as NAME_SHARE_BYTES,
 };
 use live::Names;
-use procs::{FileKey, Procs};
+use procs::Procs;
 use stacks::StackSource;
 
 /// Caches grow with the code that runs; past this many entries they start over.
@@ -94,7 +94,10 @@ pub struct Symbolizer {
     java: java::JavaFrames,
     jvm: Option<JvmLink>,
     /// JVMs of the current batch, and whether JIT lookups missed in them.
-    jvms_seen: HashMap<u32, bool>,
+    jvms_seen: HashMap<ProcKey, bool>,
+    /// The process table's changes: the JIT and Java caches forget a
+    /// process by them.
+    changes: Subscription,
 }
 
 impl Default for Symbolizer {
@@ -119,6 +122,7 @@ impl Symbolizer {
         Symbolizer {
             blaze,
             elf: ElfFiles::default(),
+            changes: table.subscribe(),
             procs: Procs::new(table),
             user_cache: FxHashMap::default(),
             kernel_cache: FxHashMap::default(),
@@ -156,6 +160,7 @@ impl Symbolizer {
             self.prune_names();
         }
         self.procs.begin_batch(batch_began(&batch));
+        self.forget_ended();
         self.jit.begin_batch();
         self.java.begin_batch();
         let RawBatch {
@@ -248,6 +253,21 @@ impl Symbolizer {
         Named { slice, live }
     }
 
+    /// Drops the JIT and Java state of processes whose program ended (see
+    /// [`crate::process::Subscription`]).
+    fn forget_ended(&mut self) {
+        let due = self.changes.poll(Instant::now());
+        for key in due.forget {
+            self.jit.forget(key);
+            self.java.forget(key);
+        }
+        if due.check_all {
+            let table = self.changes.table().clone();
+            self.jit.retain(|k| table.knows(k));
+            self.java.retain(|k| table.knows(k));
+        }
+    }
+
     /// Names of the batch's threads (full Java names where the JVM agent
     /// found them) and processes, by tid and pid; the first name seen wins.
     fn name_threads<'a>(
@@ -258,7 +278,8 @@ impl Symbolizer {
         let mut processes = HashMap::new();
         for (pid, tid, comm) in names {
             if let Entry::Vacant(slot) = threads.entry(tid) {
-                let java_name = self.jvm.as_ref().and_then(|j| j.jvms.thread_name(pid, tid));
+                let key = self.procs.key(pid, comm);
+                let java_name = self.jvm.as_ref().and_then(|j| j.jvms.thread_name(key, tid));
                 slot.insert(ThreadInfo {
                     pid,
                     name: java_name.unwrap_or_else(|| self.interner.get_for(pid, comm)),
@@ -279,19 +300,20 @@ impl Symbolizer {
         let Some(link) = &self.jvm else {
             return;
         };
-        for (pid, jit_misses) in seen {
-            if let Some(frames) = self.java.status(pid) {
+        for (key, jit_misses) in seen {
+            let pid = key.pid;
+            if let Some(frames) = self.java.status(key) {
                 link.jvms.set_frames(pid, frames);
             }
             let unnamed_tids = threads
                 .iter()
                 .filter(|(tid, t)| {
-                    t.pid == pid && !is_merged_tid(**tid) && !link.jvms.knows_thread(pid, **tid)
+                    t.pid == pid && !is_merged_tid(**tid) && !link.jvms.knows_thread(key, **tid)
                 })
                 .map(|(tid, _)| *tid)
                 .collect();
             let sighting = Sighting {
-                pid,
+                key,
                 jit_misses,
                 unnamed_tids,
             };
@@ -343,7 +365,7 @@ impl Symbolizer {
         if !self.kernel_cache.is_empty() {
             // blazesym parsed kallsyms at the first kernel frame.
             static KSYMS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-            let bytes = *KSYMS.get_or_init(kallsyms_bytes);
+            let bytes = *KSYMS.get_or_init(crate::process::own::kallsyms_bytes);
             set(Holder::KernelSymbols, bytes, Some(bytes));
         }
         set(
@@ -362,22 +384,6 @@ impl Symbolizer {
     pub fn held(&self) -> (usize, usize) {
         (self.interner.bytes(), self.elf.len())
     }
-}
-
-/// What blazesym holds of `/proc/kallsyms` once parsed, estimated from
-/// the file (read once): each symbol's name, and its entry with the
-/// allocator's overhead. The kernel fixes it: the bound is the figure.
-fn kallsyms_bytes() -> u64 {
-    let Ok(text) = std::fs::read_to_string("/proc/kallsyms") else {
-        return 0;
-    };
-    let symbols = text.lines().count() as u64;
-    let names: u64 = text
-        .lines()
-        .filter_map(|l| l.split_ascii_whitespace().nth(2))
-        .map(|n| n.len() as u64)
-        .sum();
-    names + symbols * 48
 }
 
 /// When the batch's records began to be taken, on the monotonic clock the

@@ -12,7 +12,7 @@ use std::{
 };
 
 use crate::{
-    procinfo,
+    process::status,
     untrusted::{self, Dir, Expect, OpenError, Reason, What},
 };
 
@@ -161,9 +161,9 @@ impl PerfMap {
         max_bytes: u64,
         restart: bool,
     ) -> Result<Progress, OpenError> {
-        let status = procinfo::Status::read(pid).ok_or_else(gone)?;
-        let started = procinfo::start_time(pid).ok_or_else(gone)?;
-        let tmp = Dir::proc_link(pid, "root")?.sub("tmp", What::PerfMap)?;
+        let status = status::Status::read(pid).ok_or_else(gone)?;
+        let started = status::start_time(pid).ok_or_else(gone)?;
+        let tmp = Dir::process_tmp(pid, What::PerfMap)?;
         let name = file_name(ns_pid);
         let opened = tmp.open(
             &name,
@@ -179,7 +179,7 @@ impl PerfMap {
             return Err(OpenError::refuse(
                 What::PerfMap,
                 Reason::Stale,
-                format!("/proc/{pid}/root/tmp/{name}"),
+                tmp.shown_path(&name),
             ));
         }
         let mut file = opened.file;
@@ -384,9 +384,8 @@ fn gone() -> OpenError {
 
 /// Size and mtime of process `pid`'s perf map now, if there is one.
 pub fn stamp(pid: u32, ns_pid: u32) -> Option<Stamp> {
-    Dir::proc_link(pid, "root")
+    Dir::process_tmp(pid, What::PerfMap)
         .ok()
-        .and_then(|root| root.sub("tmp", What::PerfMap).ok())
         .and_then(|tmp| tmp.stat(&file_name(ns_pid)).ok())
         .map(|st| stamp_of(&st))
 }

@@ -4,22 +4,15 @@
 use rustc_hash::FxHashMap as HashMap;
 use std::{collections::hash_map::Entry, path::Path, sync::Arc, time::Instant};
 
-use super::elf_files::Locator;
 use crate::process::{
     container::Container,
+    files::{FileKey, Locator},
     maps::{Backing, Mapping},
-    Image, ProcessTable,
+    Image, ProcKey, ProcessTable,
 };
 
 /// Batches after which a file no process was seen mapping is forgotten.
 const FORGET_AFTER_BATCHES: u64 = 120;
-
-/// A mapped file, by device and inode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct FileKey {
-    pub dev: u64,
-    pub inode: u64,
-}
 
 /// Where an address points.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,6 +89,13 @@ impl Procs {
     pub fn container(&mut self, pid: u32) -> Option<Arc<Container>> {
         const NO_THREAD: &str = "\0";
         self.choose(pid, NO_THREAD)?.image.container.clone()
+    }
+
+    /// The process `pid` was when thread `comm` was seen (pid and start
+    /// time: what per-process caches are keyed by).
+    pub fn key(&mut self, pid: u32, comm: &str) -> ProcKey {
+        self.choose(pid, comm)
+            .map_or(ProcKey { pid, start_ns: 0 }, |c| c.image.key())
     }
 
     /// Whether `pid` (as seen by thread `comm`) is a HotSpot JVM.

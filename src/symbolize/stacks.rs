@@ -11,10 +11,8 @@ use blazesym::symbolize::{
 };
 use rustc_hash::FxHashMap;
 
-use super::{
-    procs::{FileKey, Found},
-    syscalls, Symbolizer,
-};
+use super::{procs::Found, syscalls, Symbolizer};
+use crate::process::{files::FileKey, ProcKey};
 use crate::{
     bpf::abi::{State, JAVA_METHOD_TAG},
     collect::{RawLive, RawRecord, RawStack, RecordKind},
@@ -132,6 +130,7 @@ impl Symbolizer {
             return Vec::new();
         };
         let (pid, comm) = (source.pid, source.comm);
+        let key = self.procs.key(pid, comm);
         let found: Vec<(u64, Option<Found>)> = ips
             .iter()
             .enumerate()
@@ -147,7 +146,7 @@ impl Symbolizer {
             .collect();
         let jvm = self.procs.is_jvm(pid, comm);
         if jvm {
-            self.jvms_seen.entry(pid).or_insert(false);
+            self.jvms_seen.entry(key).or_insert(false);
         }
         found
             .into_iter()
@@ -155,10 +154,10 @@ impl Symbolizer {
             .map(|(i, (addr, found))| match found {
                 Some(Found::File { file, offset }) => Location::File { file, offset },
                 Some(Found::Vdso) => Location::Vdso,
-                Some(Found::Anon) => self.locate_jit(pid, addr, i == 0, jvm),
+                Some(Found::Anon) => self.locate_jit(key, addr, i == 0, jvm),
                 None if jvm && addr & JAVA_METHOD_TAG != 0 => {
                     let method = addr & !JAVA_METHOD_TAG;
-                    Location::Java(vec![self.java.interpreted(pid, method, &mut self.interner)])
+                    Location::Java(vec![self.java.interpreted(key, method, &mut self.interner)])
                 }
                 None => Location::Unknown,
             })
@@ -168,22 +167,22 @@ impl Symbolizer {
     /// Code in anonymous executable memory: a compiled Java method read
     /// from the JVM, else JIT code if a perf map names it. `addr` is the
     /// frame's pc, less one unless `leaf` (see `locate_user`).
-    fn locate_jit(&mut self, pid: u32, addr: u64, leaf: bool, jvm: bool) -> Location {
+    fn locate_jit(&mut self, key: ProcKey, addr: u64, leaf: bool, jvm: bool) -> Location {
         if jvm {
             // The nmethod's pc descriptors are keyed by return address.
             let pc = if leaf { addr } else { addr + 1 };
-            if let Some(frames) = self.java.compiled(pid, pc, leaf, &mut self.interner) {
+            if let Some(frames) = self.java.compiled(key, pc, leaf, &mut self.interner) {
                 return Location::Java(frames);
             }
         }
         let interner = &mut self.interner;
-        let found = self.jit.find(pid, addr, |name| {
-            interner.get_for(pid, &frames::frame_name(name, jvm))
+        let found = self.jit.find(key, addr, |name| {
+            interner.get_for(key.pid, &frames::frame_name(name, jvm))
         });
         match found {
             Some(frame) => Location::Jit(frame),
             None if jvm => {
-                self.jvms_seen.insert(pid, true);
+                self.jvms_seen.insert(key, true);
                 Location::Jit(self.intern(frames::NOT_IN_PERF_MAP))
             }
             None => Location::Unknown,

@@ -171,6 +171,17 @@ impl Dir {
         })
     }
 
+    /// A process's `/tmp` as the process sees it (from our mount namespace
+    /// through `/proc/PID/root`), refused if it is a symlink.
+    pub fn process_tmp(pid: u32, what: What) -> Result<Dir, OpenError> {
+        Dir::proc_link(pid, "root")?.sub("tmp", what)
+    }
+
+    /// How the file `name` in this directory is shown in messages.
+    pub fn shown_path(&self, name: &str) -> String {
+        self.shown.join(name).display().to_string()
+    }
+
     /// The subdirectory `name`, refused if it is a symlink.
     pub fn sub(&self, name: &str, what: What) -> Result<Dir, OpenError> {
         let c = cstr(name)?;

@@ -3,11 +3,21 @@
 
 use std::{sync::Arc, time::Instant};
 
+use crate::process::files::ExecMapping;
+
 use super::{
     space::Cost,
     stats::Missing,
     table::{UnwindRow, UnwindTable},
 };
+
+/// `p_vaddr - p_offset` of the segment `m` maps in `pid`, as its file's
+/// headers say, expressed as the shift from file offset to address.
+pub(super) fn delta_of(pid: u32, m: &ExecMapping) -> Option<i64> {
+    let file = m.open(pid).ok()?;
+    let bias = super::table::load_bias_of(&file, m.start, m.offset).ok()?;
+    Some(m.start.wrapping_sub(m.offset).wrapping_sub(bias) as i64)
+}
 
 /// A table's processes ran within this long: it counts as in use (evicting
 /// it costs more).

@@ -7,8 +7,9 @@
 
 use crate::held::{set, Holder};
 
-use super::{files::FileEntry, mappings::ExecMapping, procs::ProcState, table::UnwindRow};
+use super::{files::FileEntry, procs::ProcState, table::UnwindRow};
 use crate::bpf::abi::UNWIND_MAX_MAPPINGS;
+use crate::process::files::ExecMapping;
 
 /// Bytes a table build may hold per row it may yield: `.eh_frame` read
 /// (refused past 12 bytes a row), the FDEs' rows (refused past 1.5 times

@@ -7,7 +7,6 @@ mod batch;
 mod elf;
 mod files;
 mod held;
-pub(crate) mod mappings;
 mod procs;
 pub mod registry;
 mod space;

@@ -1,22 +1,28 @@
 //! What the registry knows of each process: its mappings, what its BPF
 //! entry holds, and which of its files it walks without a table.
 
-use std::{cmp::Reverse, collections::HashMap, time::Instant};
+use std::{cmp::Reverse, collections::HashMap, sync::Arc, time::Instant};
 
 use super::{
     files::{FileEntry, TablePlace, TableState},
-    mappings::{ExecMapping, FileKey},
     stats::{Lacking, Missing},
 };
 use crate::bpf::abi::{UnwindMapping, UNWIND_MAX_MAPPINGS};
+use crate::process::{
+    files::{ExecMapping, FileKey},
+    maps::ProcMaps,
+    ProcKey,
+};
 
 pub(super) struct ProcState {
-    /// The executable, to notice an exec of a process without an entry.
-    pub exe: Option<FileKey>,
+    /// The process, as the table knows it.
+    pub key: ProcKey,
+    /// The table's maps it was registered with: when the table reads them
+    /// again (a library loaded since), it is registered again.
+    pub maps: Arc<ProcMaps>,
     pub name: String,
-    pub read: Instant,
     pub seen: Instant,
-    /// Executable file mappings, as last read.
+    /// Executable file mappings, from `maps`.
     pub mappings: Vec<ExecMapping>,
     /// What its BPF entry holds: the file of each mapping.
     pub written: Vec<(FileKey, UnwindMapping)>,

@@ -10,20 +10,25 @@
 //! process maps (libc, the loader, libstdc++) keep their tables whatever
 //! else runs. Each update has a time budget: new processes are registered
 //! first (cheap: their mappings, and the tables already loaded), then
-//! tables are built, most shared first, then known processes re-read.
+//! tables are built, most shared first.
+//!
+//! Processes come from the process table: their mappings are the table's
+//! (read once there for every stage), a process is registered again when
+//! the table has re-read its maps (a library loaded since) or it exec'd,
+//! and forgotten by the table's rule (see [`crate::process::Subscription`]).
 
 use std::{
     cmp::Reverse,
     collections::{HashMap, HashSet, VecDeque},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
 pub use super::stats::UnwindStats;
 use super::{
     batch::set_rows,
-    files::{layout, FileEntry, TablePlace, TableState},
+    files::{delta_of, layout, FileEntry, TablePlace, TableState},
     held,
-    mappings::{delta_of, exe_of, exec_mappings, name_of, open_mapped, ExecMapping, FileKey},
     procs::{choose, unique_keys, Candidate, ProcState},
     space::{cheapest_room, Placed, RowSpace},
     stats::{top_missing, Lacking, Missing},
@@ -33,10 +38,19 @@ use crate::bpf::{
     abi::{UnwindProc, UNWIND_MAX_MAPPINGS},
     UnwindMaps,
 };
-use crate::untrusted::OpenError;
+use crate::{
+    process::{
+        files::{exec_mappings_in, ExecMapping, FileKey},
+        ProcKey, ProcessTable, Subscription,
+    },
+    untrusted::OpenError,
+};
 
-/// A process's mappings are re-read this often while it runs (dlopen).
-const REREAD_AFTER: Duration = Duration::from_secs(10);
+/// Where a JVM's interpreter code lies, from its executable mappings
+/// (`jvm::code::interpreter_range`, handed in so that the registry does
+/// not depend on the JVM readers).
+pub type InterpreterRange = Box<dyn Fn(u32, &[ExecMapping]) -> Option<(u64, u64)> + Send>;
+
 /// A table left out for lack of room, or that no process could open, is
 /// tried again after this long, if room may be made for it by then.
 const RETRY_AFTER: Duration = Duration::from_secs(10);
@@ -46,8 +60,6 @@ const EVICTED_COOLDOWN: Duration = Duration::from_secs(60);
 /// No table may take more than this share of the row array: one huge
 /// module (a compiler's shared library) would evict every other table.
 const MAX_TABLE_SHARE: u32 = 4;
-/// A process not seen for this long is dropped from the BPF map.
-const FORGET_AFTER: Duration = Duration::from_secs(60);
 /// Work per update: once spent, the rest waits for the next update (one
 /// table build may overrun it, since a build is not split).
 const UPDATE_BUDGET: Duration = Duration::from_millis(100);
@@ -70,16 +82,20 @@ pub struct Registry {
     stats: UnwindStats,
     /// Registrations so far (each process entry carries its own).
     epoch: u32,
-    /// Whether JVMs' interpreter ranges are registered, so that the walk
-    /// records interpreted frames' methods (`--jvm-frames`).
-    pub java_interpreters: bool,
+    table: Arc<ProcessTable>,
+    changes: Subscription,
+    /// Registers JVMs' interpreter ranges, so that the walk records
+    /// interpreted frames' methods (`--jvm-frames`).
+    pub interpreter: Option<InterpreterRange>,
 }
 
 impl Registry {
-    /// A registry writing to `maps`.
-    pub fn new(maps: UnwindMaps) -> Registry {
+    /// A registry writing to `maps` for the processes of `table`.
+    pub fn new(maps: UnwindMaps, table: Arc<ProcessTable>) -> Registry {
         let capacity = maps.capacity;
         Registry {
+            changes: table.subscribe(),
+            table,
             maps,
             files: HashMap::new(),
             procs: HashMap::new(),
@@ -87,7 +103,7 @@ impl Registry {
             queued: HashSet::new(),
             space: RowSpace::new(capacity),
             epoch: 0,
-            java_interpreters: true,
+            interpreter: None,
             stats: UnwindStats {
                 rows_capacity: u64::from(capacity),
                 ..UnwindStats::default()
@@ -100,14 +116,14 @@ impl Registry {
         self.stats.clone()
     }
 
-    /// Takes note of the processes seen (in a drain), registers new ones,
-    /// builds tables and re-reads known processes, within a time budget;
-    /// forgets the processes gone.
+    /// Takes note of the processes seen (in a drain), registers new ones
+    /// and those whose maps changed, builds tables, within a time budget;
+    /// forgets the processes the table says ended.
     pub fn update(&mut self, pids: impl IntoIterator<Item = u32>) {
         let now = Instant::now();
         let deadline = now + UPDATE_BUDGET;
-        self.see(pids, now);
         self.forget(now);
+        self.see(pids, now);
         while Instant::now() < deadline {
             let Some(pid) = self.queue.pop_front() else {
                 break;
@@ -127,30 +143,21 @@ impl Registry {
             self.build(key, now);
             builds += 1;
         }
-        let mut due: Vec<(Instant, u32)> = self
-            .procs
-            .iter()
-            .filter(|(_, p)| now.duration_since(p.read) >= REREAD_AFTER)
-            .map(|(pid, p)| (p.read, *pid))
-            .collect();
-        due.sort_unstable();
-        for (_, pid) in due {
-            if Instant::now() >= deadline {
-                break;
-            }
-            self.register(pid, now);
-        }
         self.report(now);
     }
 
-    /// Marks the processes seen and their files used; queues the new ones
-    /// and those that exec'd.
+    /// Marks the processes seen and their files used; queues the new ones,
+    /// those that exec'd (or whose pid was reused) and those whose maps
+    /// the table has read again.
     fn see(&mut self, pids: impl IntoIterator<Item = u32>, now: Instant) {
         let mut fresh = HashSet::new();
         for pid in pids {
             if pid == 0 || !fresh.insert(pid) {
                 continue;
             }
+            let Some(image) = self.table.live(pid) else {
+                continue;
+            };
             let replaced = match self.procs.get_mut(&pid) {
                 Some(p) => {
                     p.seen = now;
@@ -159,15 +166,7 @@ impl Registry {
                             f.used = now;
                         }
                     }
-                    // BPF drops a process's entry when it execs (even into
-                    // the same binary): one map lookup tells. A process
-                    // without an entry has nothing to drop; its executable
-                    // tells instead.
-                    if !p.has_entry() {
-                        p.exe != exe_of(pid)
-                    } else {
-                        self.maps.procs.get(&pid, 0).is_err()
-                    }
+                    p.key != image.key() || !Arc::ptr_eq(&p.maps, &image.maps)
                 }
                 None => true,
             };
@@ -177,18 +176,28 @@ impl Registry {
         }
     }
 
+    /// Forgets the processes whose program ended (see
+    /// [`crate::process::Subscription`]), and files nobody maps.
     fn forget(&mut self, now: Instant) {
-        let gone: Vec<u32> = self
-            .procs
-            .iter()
-            .filter(|(_, p)| now.duration_since(p.seen) > FORGET_AFTER)
-            .map(|(pid, _)| *pid)
-            .collect();
-        for pid in gone {
-            if let Some(p) = self.procs.remove(&pid) {
+        let due = self.changes.poll(now);
+        let mut gone: Vec<ProcKey> = due.forget;
+        if due.check_all {
+            let table = &self.table;
+            gone.extend(
+                self.procs
+                    .values()
+                    .map(|p| p.key)
+                    .filter(|k| !table.knows(*k)),
+            );
+        }
+        for key in gone {
+            if self.procs.get(&key.pid).is_none_or(|p| p.key != key) {
+                continue;
+            }
+            if let Some(p) = self.procs.remove(&key.pid) {
                 self.detach(&p.mappings);
                 if p.has_entry() {
-                    let _ = self.maps.procs.remove(&pid);
+                    let _ = self.maps.procs.remove(&key.pid);
                 }
             }
         }
@@ -232,13 +241,14 @@ impl Registry {
         }
     }
 
-    /// Reads a process's mappings (again) and writes its entry with the
-    /// tables already loaded; files without one yet are left to
-    /// [`Registry::build`].
+    /// Takes a process's mappings from the table (again) and writes its
+    /// entry with the tables already loaded; files without one yet are
+    /// left to [`Registry::build`].
     fn register(&mut self, pid: u32, now: Instant) {
-        let Ok(mappings) = exec_mappings(pid) else {
+        let Some(image) = self.table.live(pid) else {
             return;
         };
+        let mappings = exec_mappings_in(&image.maps);
         let old = self.procs.remove(&pid);
         if old.is_none() && self.procs.len() >= MAX_PROCS {
             self.stats.processes_over_limit += 1;
@@ -258,16 +268,16 @@ impl Registry {
             }
         }
         let interpreter = self
-            .java_interpreters
-            .then(|| crate::jvm::code::interpreter_range(pid, &mappings))
-            .flatten();
+            .interpreter
+            .as_ref()
+            .and_then(|range| range(pid, &mappings));
         self.attach(&mappings, now);
         self.procs.insert(
             pid,
             ProcState {
-                exe: exe_of(pid),
-                name: name_of(pid),
-                read: now,
+                key: image.key(),
+                maps: image.maps.clone(),
+                name: image.name.clone(),
                 seen,
                 mappings,
                 written,
@@ -401,7 +411,7 @@ impl Registry {
             .collect();
         let mut opened = None;
         for (pid, m) in through {
-            match open_mapped(pid, &m) {
+            match m.open(pid) {
                 Ok(file) => {
                     opened = Some(Ok((file, m)));
                     break;

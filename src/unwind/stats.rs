@@ -94,7 +94,7 @@ pub enum Missing {
 pub(super) struct Lacking {
     pub seen: std::time::Instant,
     pub pid: u32,
-    pub files: Vec<(super::mappings::FileKey, Missing)>,
+    pub files: Vec<(crate::process::files::FileKey, Missing)>,
 }
 
 /// The [`MISSING_PROCESSES`] processes to list: the ones seen last, then
@@ -103,7 +103,7 @@ pub(super) struct Lacking {
 pub(super) fn top_missing(
     mut all: Vec<Lacking>,
     name: impl Fn(u32) -> String,
-    path: impl Fn(&super::mappings::FileKey) -> String,
+    path: impl Fn(&crate::process::files::FileKey) -> String,
 ) -> Vec<ProcessMissing> {
     all.sort_by_key(|l| std::cmp::Reverse((l.seen, l.files.len(), l.pid)));
     all.into_iter()

@@ -2,7 +2,10 @@
 //! and off-CPU profiles of the window, fitted to Pyroscope's limits, in
 //! one `PushRequest`.
 
-use std::{collections::HashMap, sync::Arc};
+use std::{
+    collections::HashMap,
+    time::{Instant, SystemTime},
+};
 
 use prost::Message;
 
@@ -16,7 +19,6 @@ use super::{
 use crate::{
     bpf::abi::State,
     export::pprof::{self, Detail},
-    jvm::Jvms,
     profile::{
         fair,
         kind::{Group, Kind},
@@ -47,7 +49,6 @@ const SERIES: [(&str, Kind); 2] = [
 /// What it takes to turn a window into requests.
 pub struct Batcher {
     pub labels: SeriesLabels,
-    pub jvms: Arc<Jvms>,
     /// Processes per interval.
     pub top: usize,
     pub services: ServiceNames,
@@ -65,13 +66,18 @@ impl Batcher {
         interval: u64,
     ) -> (Vec<Request>, Trimmed) {
         let names = Names::of(store.within(window));
+        self.services.forget_ended();
+        // The window's start on the monotonic clock the process table keeps.
+        let ago = SystemTime::now()
+            .duration_since(window.from)
+            .unwrap_or_default();
+        let since = Instant::now().checked_sub(ago).unwrap_or_else(Instant::now);
         // Ranked, kernel threads left out, then a fair share per user.
         let mut looked_at = Vec::new();
         let mut services = HashMap::new();
         for pid in query::busiest(store, window, fair::MAX_LOOKED_AT) {
             looked_at.push(pid);
-            let is_jvm = self.jvms.report(pid).is_some();
-            if let Some(service) = self.services.get(pid, names.process(pid), is_jvm) {
+            if let Some(service) = self.services.get(pid, names.process(pid), since) {
                 services.insert(pid, service);
             }
         }
@@ -126,7 +132,6 @@ impl Batcher {
                 });
             }
         }
-        self.services.keep_only(&looked_at);
         (out, trimmed)
     }
 }
@@ -136,6 +141,7 @@ mod tests {
     use std::{
         collections::{BTreeMap, HashMap},
         io::Read as _,
+        sync::Arc,
         time::{Duration, SystemTime},
     };
 
@@ -168,7 +174,7 @@ mod tests {
 
     /// A kernel thread of this host, if this pid namespace shows any.
     fn kernel_thread() -> Option<u32> {
-        (1..=4096).find(|pid| crate::procinfo::is_kernel_thread(*pid))
+        (1..=4096).find(|pid| crate::process::status::is_kernel_thread(*pid))
     }
 
     /// One second of the app (cpu 300 ms, futex 700 ms on another thread),
@@ -218,9 +224,8 @@ mod tests {
         let window = Window::between(end - Duration::from_secs(2), end);
         let mut batcher = Batcher {
             labels: SeriesLabels::new(vec![("env".into(), "dev".into())], "box".into()).unwrap(),
-            jvms: Arc::default(),
             top: 1,
-            services: ServiceNames::default(),
+            services: ServiceNames::new(&Arc::default()),
             user_of: fair::user_of,
         };
         // A kernel thread with more wall time than the app; without one
@@ -298,9 +303,8 @@ mod tests {
         store.push(slice);
         let mut batcher = Batcher {
             labels: SeriesLabels::new(vec![], "box".into()).unwrap(),
-            jvms: Arc::default(),
             top: 20,
-            services: ServiceNames::default(),
+            services: ServiceNames::new(&Arc::default()),
             user_of: |pid| Some(if pid >= CROWD { 65534 } else { 0 }),
         };
         let (requests, _) = batcher.requests(&store.snapshot(), window, 1);

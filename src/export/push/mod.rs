@@ -31,6 +31,7 @@ pub use batch::{CPU_SERIES, DEFAULT_TOP, OFFCPU_SERIES};
 pub use labels::SeriesLabels;
 use outbox::{Backoff, Outbox};
 use send::Client;
+use service::ServiceNames;
 pub use stats::{PushReport, PushStats};
 
 use crate::{
@@ -115,9 +116,8 @@ impl Pusher {
         let outbox = Arc::new(Outbox::default());
         let batcher = Batcher {
             labels: opts.labels,
-            jvms: shared.jvms.clone(),
             top: opts.top,
-            services: Default::default(),
+            services: ServiceNames::new(&shared.processes),
             user_of: crate::profile::fair::user_of,
         };
         let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {

@@ -4,7 +4,9 @@
 //! discovery leaves them out), else hundreds of mostly idle `kworker`s,
 //! each a process of its own, would take the places of services.
 
-use std::{collections::HashMap, io::Read};
+use std::{collections::HashMap, sync::Arc, time::Instant};
+
+use crate::process::{status, ProcKey, ProcessTable, Subscription};
 
 /// Most of `/proc/PID/cmdline` read: the JVM options before the main class
 /// are rarely longer, and a longer command line falls back to the name.
@@ -58,46 +60,68 @@ pub fn java_main(cmdline: &[u8]) -> Option<String> {
     None
 }
 
-fn read_cmdline(pid: u32) -> Option<Vec<u8>> {
-    // The kernel's file (it reads the process's memory, as the JVM
-    // symbolizer does): no symlink or FIFO to fear, and bounded here.
-    let file = std::fs::File::open(format!("/proc/{pid}/cmdline")).ok()?;
-    let mut bytes = Vec::new();
-    file.take(MAX_CMDLINE).read_to_end(&mut bytes).ok()?;
-    Some(bytes)
-}
+/// Service names the pusher holds at most (processes pushed and not yet
+/// ended); past it they start over.
+const MAX_KNOWN: usize = 65_536;
 
-/// Service names by pid, for the processes looked at by the last push
-/// only: a process is looked up once, not every interval.
-#[derive(Default)]
+/// Service names by process (pid and start time), each looked up once,
+/// not every interval, and forgotten by the process table's rule (see
+/// [`crate::process::Subscription`]): a reused pid is another process,
+/// looked up anew.
 pub struct ServiceNames {
-    /// pid -> its command name and service name (`None`: a kernel thread).
-    known: HashMap<u32, (String, Option<String>)>,
+    /// `None`: a kernel thread.
+    known: HashMap<ProcKey, Option<String>>,
+    changes: Subscription,
 }
 
 impl ServiceNames {
-    /// The service name of `pid` named `comm`, `None` for a kernel thread;
-    /// `is_jvm` says whether to look for a main class.
-    pub fn get(&mut self, pid: u32, comm: &str, is_jvm: bool) -> Option<String> {
-        if let Some((c, name)) = self.known.get(&pid) {
-            // A reused pid runs another program under another name.
-            if c == comm {
-                return name.clone();
-            }
+    /// Names for the processes of `table`.
+    pub fn new(table: &Arc<ProcessTable>) -> ServiceNames {
+        ServiceNames {
+            known: HashMap::new(),
+            changes: table.subscribe(),
         }
-        let name = if crate::procinfo::is_kernel_thread(pid) {
+    }
+
+    /// The service name of `pid`, named `comm` in the store, as it ran at
+    /// some time since `since`; `None` for a kernel thread.
+    pub fn get(&mut self, pid: u32, comm: &str, since: Instant) -> Option<String> {
+        let image = self.changes.table().lookup(pid, comm, since);
+        let key = image
+            .as_ref()
+            .map_or(ProcKey { pid, start_ns: 0 }, |i| i.key());
+        if let Some(name) = self.known.get(&key) {
+            return name.clone();
+        }
+        let name = if status::is_kernel_thread(pid) {
             None
         } else {
-            let main = is_jvm.then(|| read_cmdline(pid).and_then(|c| java_main(&c)));
+            // A JVM as its maps tell (whatever it calls itself): its main
+            // class, read while it runs.
+            let is_jvm = image.as_ref().is_some_and(|i| i.jvm && i.ended.is_none());
+            let main =
+                is_jvm.then(|| status::cmdline(pid, MAX_CMDLINE).and_then(|c| java_main(&c)));
             Some(main.flatten().unwrap_or_else(|| comm.to_string()))
         };
-        self.known.insert(pid, (comm.to_string(), name.clone()));
+        if self.known.len() >= MAX_KNOWN {
+            self.known.clear();
+        }
+        if image.is_some() {
+            self.known.insert(key, name.clone());
+        }
         name
     }
 
-    /// Forgets every pid not in `pids` (the processes just looked at).
-    pub fn keep_only(&mut self, pids: &[u32]) {
-        self.known.retain(|pid, _| pids.contains(pid));
+    /// Forgets the processes that ended (once a push).
+    pub fn forget_ended(&mut self) {
+        let due = self.changes.poll(Instant::now());
+        for key in due.forget {
+            self.known.remove(&key);
+        }
+        if due.check_all {
+            let table = self.changes.table().clone();
+            self.known.retain(|k, _| table.knows(*k));
+        }
     }
 }
 
@@ -136,17 +160,23 @@ mod tests {
     }
 
     #[test]
-    fn names_fall_back_to_the_command_and_follow_pid_reuse() {
-        let mut names = ServiceNames::default();
+    fn names_fall_back_to_the_command_and_follow_the_process() {
+        let table = Arc::new(ProcessTable::default());
+        let mut names = ServiceNames::new(&table);
+        let now = Instant::now();
         // Not a JVM: the command name, whatever its command line says.
         let me = std::process::id();
-        assert_eq!(names.get(me, "worker", false).unwrap(), "worker");
-        assert_eq!(names.get(me, "other", false).unwrap(), "other");
-        names.keep_only(&[]);
-        assert!(names.known.is_empty());
-        // A "JVM" whose command line has no main class keeps its name.
-        assert_eq!(names.get(u32::MAX, "worker", true).unwrap(), "worker");
+        assert_eq!(names.get(me, "worker", now).unwrap(), "worker");
+        assert_eq!(
+            names.get(me, "other", now).unwrap(),
+            "worker",
+            "looked up once"
+        );
+        assert_eq!(names.known.len(), 1);
+        // A process the table does not know: its name, not kept.
+        assert_eq!(names.get(u32::MAX, "gone", now).unwrap(), "gone");
+        assert_eq!(names.known.len(), 1);
         // kthreadd is not pushed.
-        assert_eq!(names.get(2, "kthreadd", false), None);
+        assert_eq!(names.get(2, "kthreadd", now), None);
     }
 }

@@ -301,7 +301,7 @@ pub fn of_pid(pid: u32) -> Option<Container> {
 /// following links. Unknown (no such mount, gone) counts as not.
 fn cgroup_dir_is_roots(controllers: &str, path: &[&str]) -> bool {
     let base = if controllers.is_empty() {
-        crate::profile::cgroups::system().root().to_path_buf()
+        crate::process::cgroups::system().root().to_path_buf()
     } else {
         // `name=systemd` is mounted as `systemd`, `cpu,cpuacct` as itself.
         let name = controllers.strip_prefix("name=").unwrap_or(controllers);

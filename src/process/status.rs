@@ -1,7 +1,8 @@
 //! Facts about a process that the kernel keeps (`/proc/PID/status`,
-//! `/proc/PID/stat`): who it runs as, its pid in its own namespace, the
-//! signals it handles, when it started. These files are the kernel's, not
-//! the process's, so plain reads are safe.
+//! `/proc/PID/stat`, `/proc/PID/cmdline`): who it runs as, its pid in its
+//! own namespace, the signals it handles, when it started, its arguments.
+//! These files are the kernel's, not the process's, so plain reads are
+//! safe.
 
 use std::{
     fs,
@@ -36,9 +37,7 @@ impl Status {
         Some(Status {
             euid: second("Uid:")?,
             egid: second("Gid:")?,
-            ns_pid: field("NSpid:")
-                .and_then(|l| l.split_whitespace().last()?.parse().ok())
-                .unwrap_or(pid),
+            ns_pid: super::tasks::ns_tid_in(text).unwrap_or(pid),
             caught: u64::from_str_radix(field("SigCgt:")?.trim(), 16).ok()?,
         })
     }
@@ -49,6 +48,29 @@ impl Status {
     }
 }
 
+/// The uid of process `pid` if its real, effective, saved and filesystem
+/// uids are all the same (a set-uid program run by a user is not theirs
+/// to read), from `/proc/PID/status`.
+pub fn sole_uid(pid: u32) -> Option<u32> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    uid_of_status(&status)
+}
+
+/// The one uid of a `/proc/PID/status` text's `Uid:` line, if its four
+/// uids agree.
+fn uid_of_status(status: &str) -> Option<u32> {
+    let line = status.lines().find_map(|l| l.strip_prefix("Uid:"))?;
+    let uids: Vec<u32> = line
+        .split_whitespace()
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .ok()?;
+    match uids.as_slice() {
+        [first, rest @ ..] if rest.len() == 3 && rest.iter().all(|u| u == first) => Some(*first),
+        _ => None,
+    }
+}
+
 /// Field `n` of `/proc/PID/stat`, counted from 0 after the command name
 /// (the state is 0): the name may hold spaces and parentheses, so fields
 /// start after the last `)`.
@@ -56,6 +78,17 @@ fn stat_field(pid: u32, n: usize) -> Option<u64> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let after = &stat[stat.rfind(')')? + 1..];
     after.split_whitespace().nth(n)?.parse().ok()
+}
+
+/// At most `max` bytes of `pid`'s command line (NUL-separated arguments).
+/// The kernel's file (it reads the process's memory, as the JVM
+/// symbolizer does): no symlink or FIFO to fear, and bounded here.
+pub fn cmdline(pid: u32, max: u64) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let file = fs::File::open(format!("/proc/{pid}/cmdline")).ok()?;
+    let mut bytes = Vec::new();
+    file.take(max).read_to_end(&mut bytes).ok()?;
+    Some(bytes)
 }
 
 /// `PF_KTHREAD` in the flags of `/proc/PID/stat`.
@@ -129,5 +162,17 @@ mod tests {
         assert!(s.catches(libc::SIGQUIT));
         assert!(!s.catches(libc::SIGTERM));
         assert!(!s.catches(0));
+    }
+
+    #[test]
+    fn a_process_is_a_users_only_if_all_its_uids_are() {
+        let status = |uids: &str| format!("Name:\tx\nPid:\t5\nUid:\t{uids}\nGid:\t0\t0\t0\t0\n");
+        assert_eq!(uid_of_status(&status("1000\t1000\t1000\t1000")), Some(1000));
+        assert_eq!(uid_of_status(&status("1000\t0\t0\t0")), None);
+        assert_eq!(uid_of_status(&status("1000\t1000\t1000")), None);
+        assert_eq!(uid_of_status("Name:\tx\n"), None);
+        // SAFETY: getuid cannot fail.
+        let me = unsafe { libc::getuid() };
+        assert_eq!(sole_uid(std::process::id()), Some(me));
     }
 }

@@ -1,0 +1,225 @@
+//! What the process table tells the stages that keep state per process
+//! (the unwind registry, the JVM agent, the symbolizer's JIT and Java
+//! caches, the pusher's service names): a process was born, exec'd,
+//! exited, or turned out to be a JVM. They subscribe instead of polling
+//! `/proc`, key their state by [`ProcKey`], and forget a process's state
+//! by the one rule here: when the program it was kept for ends — at once
+//! after an exec (the same key now runs another program), [`KEEP_ENDED`]
+//! after an exit (its last samples are still being drained and symbolized
+//! until then), and at once when the table no longer knows it.
+
+use std::{
+    collections::VecDeque,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        mpsc::{sync_channel, Receiver, SyncSender, TrySendError},
+        Arc,
+    },
+    time::Instant,
+};
+
+use super::{ProcessTable, KEEP_ENDED};
+
+/// One process for the life of the host: a reused pid starts later.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct ProcKey {
+    pub pid: u32,
+    /// ns since boot (the kernel's `start_time`); 0 for a process found in
+    /// `/proc` without an event (running before the daemon started).
+    pub start_ns: u64,
+}
+
+/// What happened to a process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeKind {
+    /// Forked, or found in `/proc`.
+    New,
+    /// Runs another program (same pid and start).
+    Exec,
+    /// Exited (or its exit event was lost and it is gone from `/proc`).
+    Exit,
+    /// Mapped HotSpot's libjvm.
+    JvmFound,
+}
+
+/// One change, as published to every subscriber.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Change {
+    pub key: ProcKey,
+    pub kind: ChangeKind,
+}
+
+/// Changes a subscriber may lag behind by. A fork storm fills it only if
+/// the subscriber stalls; what does not fit is dropped and counted, and
+/// the subscriber then checks its processes against the table.
+pub const QUEUE: usize = 1 << 16;
+
+/// Ended processes a subscriber waits [`KEEP_ENDED`] on; past this the
+/// oldest are forgotten early (their last samples may lose a few frames).
+const MAX_PENDING_EXITS: usize = 1 << 16;
+
+/// The table's side: one sender per subscriber.
+#[derive(Default)]
+pub(super) struct Publisher {
+    subscribers: Vec<(SyncSender<Change>, Arc<AtomicU64>)>,
+    /// Changes dropped for a full queue, all subscribers.
+    pub dropped: u64,
+}
+
+impl Publisher {
+    pub(super) fn add(&mut self) -> (Receiver<Change>, Arc<AtomicU64>) {
+        let (tx, rx) = sync_channel(QUEUE);
+        let lost = Arc::new(AtomicU64::new(0));
+        self.subscribers.push((tx, lost.clone()));
+        (rx, lost)
+    }
+
+    /// Sends without ever blocking the table (it is called under its lock).
+    pub(super) fn publish(&mut self, key: ProcKey, kind: ChangeKind) {
+        let change = Change { key, kind };
+        let mut dropped = 0;
+        self.subscribers
+            .retain(|(tx, lost)| match tx.try_send(change) {
+                Ok(()) => true,
+                Err(TrySendError::Full(_)) => {
+                    lost.fetch_add(1, Ordering::Relaxed);
+                    dropped += 1;
+                    true
+                }
+                Err(TrySendError::Disconnected(_)) => false,
+            });
+        self.dropped += dropped;
+    }
+}
+
+/// A stage's subscription to the table's changes.
+pub struct Subscription {
+    table: Arc<ProcessTable>,
+    rx: Receiver<Change>,
+    lost: Arc<AtomicU64>,
+    lost_seen: u64,
+    exits: VecDeque<(Instant, ProcKey)>,
+}
+
+/// What a subscriber is to do now (see [`Subscription::poll`]).
+#[derive(Debug, Default)]
+pub struct Due {
+    /// Every change since the last poll, in order.
+    pub changes: Vec<Change>,
+    /// Processes whose state is to be forgotten: they exec'd, or exited
+    /// [`KEEP_ENDED`] ago.
+    pub forget: Vec<ProcKey>,
+    /// Changes were lost: forget every process the table no longer
+    /// [knows](ProcessTable::knows).
+    pub check_all: bool,
+}
+
+impl Subscription {
+    pub(super) fn new(
+        table: Arc<ProcessTable>,
+        rx: Receiver<Change>,
+        lost: Arc<AtomicU64>,
+    ) -> Self {
+        Subscription {
+            table,
+            rx,
+            lost,
+            lost_seen: 0,
+            exits: VecDeque::new(),
+        }
+    }
+
+    /// The changes since the last call, and the processes due to be
+    /// forgotten at `now`.
+    pub fn poll(&mut self, now: Instant) -> Due {
+        let mut due = Due::default();
+        while let Ok(change) = self.rx.try_recv() {
+            match change.kind {
+                ChangeKind::Exit => {
+                    if self.exits.len() >= MAX_PENDING_EXITS {
+                        due.forget.extend(self.exits.pop_front().map(|(_, k)| k));
+                    }
+                    self.exits.push_back((now, change.key));
+                }
+                ChangeKind::Exec => due.forget.push(change.key),
+                ChangeKind::New | ChangeKind::JvmFound => {}
+            }
+            due.changes.push(change);
+        }
+        while let Some(&(at, key)) = self.exits.front() {
+            if now.duration_since(at) < KEEP_ENDED {
+                break;
+            }
+            self.exits.pop_front();
+            due.forget.push(key);
+        }
+        let lost = self.lost.load(Ordering::Relaxed);
+        due.check_all = lost != self.lost_seen;
+        self.lost_seen = lost;
+        due
+    }
+
+    /// The table it listens to.
+    pub fn table(&self) -> &Arc<ProcessTable> {
+        &self.table
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn exits_are_forgotten_after_keep_ended_and_losses_reported() {
+        let table = Arc::new(ProcessTable::default());
+        let mut sub = table.subscribe();
+        let mut publisher = Publisher::default();
+        let (rx, lost) = publisher.add();
+        sub.rx = rx;
+        sub.lost = lost;
+        let key = ProcKey {
+            pid: 7,
+            start_ns: 9,
+        };
+        publisher.publish(key, ChangeKind::Exit);
+        let t0 = Instant::now();
+        let due = sub.poll(t0);
+        assert_eq!(due.changes.len(), 1);
+        assert!(due.forget.is_empty() && !due.check_all);
+        assert!(sub.poll(t0 + KEEP_ENDED / 2).forget.is_empty());
+        publisher.publish(
+            ProcKey {
+                pid: 8,
+                start_ns: 1,
+            },
+            ChangeKind::Exec,
+        );
+        assert_eq!(
+            sub.poll(t0).forget,
+            vec![ProcKey {
+                pid: 8,
+                start_ns: 1
+            }],
+            "at once"
+        );
+        assert_eq!(
+            sub.poll(t0 + KEEP_ENDED + Duration::from_millis(1)).forget,
+            vec![key]
+        );
+        for _ in 0..QUEUE + 3 {
+            publisher.publish(key, ChangeKind::New);
+        }
+        assert_eq!(publisher.dropped, 3);
+        let due = sub.poll(t0);
+        assert_eq!(due.changes.len(), QUEUE);
+        assert!(due.check_all, "losses make the subscriber check everything");
+        assert!(!sub.poll(t0).check_all);
+        drop(sub);
+        publisher.publish(key, ChangeKind::New);
+        assert!(
+            publisher.subscribers.is_empty(),
+            "a gone subscriber is dropped"
+        );
+    }
+}
