@@ -165,6 +165,12 @@ pub(super) fn with_note(mut response: Response, note: Option<&str>) -> Response 
     response
 }
 
+/// The JVM report of `pid`'s newest process, if it is a JVM the agent
+/// knows (never the report of an earlier process with that pid).
+fn jvm_report(shared: &Shared, pid: u32) -> Option<crate::jvm::JvmReport> {
+    shared.jvms.report_of(shared.processes.newest(pid)?)
+}
+
 /// Why `pid` is unknown, if it is: no such process now, and nothing
 /// recorded for it within the retention.
 pub(super) fn unknown_pid(store: &Snapshot, pid: u32) -> Option<String> {
@@ -336,7 +342,7 @@ pub(super) async fn processes(
     })
     .await?;
     for row in &mut rows {
-        row.jvm = state.shared.jvms.report(row.pid);
+        row.jvm = jvm_report(&state.shared, row.pid);
     }
     Ok(with_recorded(Json(rows).into_response(), &recorded))
 }
@@ -379,7 +385,7 @@ pub(super) async fn threads(
     })
     .await?;
     let mut report = report?;
-    report.jvm = state.shared.jvms.report(pid);
+    report.jvm = jvm_report(&state.shared, pid);
     let recorded = recorded_of(report.recorded_seconds, &report.resolution);
     Ok(with_recorded(
         json_or_text(text, report, threads::render_text),

@@ -164,6 +164,13 @@ impl Jvms {
         entries.get(&pid).map(|e| e.report.clone())
     }
 
+    /// The report for process `jvm`, if it is a JVM that was seen.
+    pub fn report_of(&self, jvm: ProcKey) -> Option<JvmReport> {
+        let entries = self.entries.read().unwrap_or_else(|e| e.into_inner());
+        let entry = entries.get(&jvm.pid).filter(|e| e.key == jvm)?;
+        Some(entry.report.clone())
+    }
+
     fn update(&self, pid: u32, f: impl FnOnce(&mut JvmEntry)) {
         let mut entries = self.entries.write().unwrap_or_else(|e| e.into_inner());
         f(entries.entry(pid).or_default());

@@ -25,7 +25,7 @@ pub fn thread_names(pid: u32, dump: &str) -> Vec<(u32, String)> {
     let mut names = Vec::new();
     let mut bytes = 0;
     for (nid, name) in dump.lines().filter_map(header) {
-        let name = crate::symbolize::clean_name(name, MAX_THREAD_NAME_BYTES);
+        let name = crate::untrusted::text::clean_to(name, MAX_THREAD_NAME_BYTES);
         if names.len() == MAX_THREAD_NAMES || bytes + name.len() > MAX_THREAD_NAME_TOTAL {
             refusals::count_for(What::Names, Reason::Budget, pid);
             break;

@@ -15,7 +15,7 @@ use std::{
         mpsc::{sync_channel, Receiver, SyncSender, TrySendError},
         Arc,
     },
-    time::Instant,
+    time::{Duration, Instant, SystemTime},
 };
 
 use super::{ProcessTable, KEEP_ENDED};
@@ -27,6 +27,28 @@ pub struct ProcKey {
     /// ns since boot (the kernel's `start_time`); 0 for a process found in
     /// `/proc` without an event (running before the daemon started).
     pub start_ns: u64,
+}
+
+impl ProcKey {
+    /// When the process started, on the wall clock; `None` when unknown.
+    /// Exact (the kernel's boot-clock start), unlike `/proc/PID/stat`'s
+    /// clock ticks after a boot time given in whole seconds.
+    pub fn started_at(&self) -> Option<SystemTime> {
+        if self.start_ns == 0 {
+            return None;
+        }
+        let mut now = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `now` is a valid timespec for the call to fill.
+        if unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut now) } != 0 {
+            return None;
+        }
+        let boot_now = Duration::new(now.tv_sec as u64, now.tv_nsec as u32);
+        let age = boot_now.checked_sub(Duration::from_nanos(self.start_ns))?;
+        SystemTime::now().checked_sub(age)
+    }
 }
 
 /// What happened to a process.

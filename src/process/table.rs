@@ -182,6 +182,12 @@ impl ProcessTable {
             .is_some_and(|images| images.iter().any(|i| i.start_ns == key.start_ns))
     }
 
+    /// The newest process with pid `pid` the table holds (alive, or ended
+    /// less than [`KEEP_ENDED`] ago).
+    pub fn newest(&self, pid: u32) -> Option<ProcKey> {
+        Some(self.lock().pids.get(&pid)?.last()?.key())
+    }
+
     /// `pid`'s live image, found in `/proc` if the table has none, its
     /// maps read if they were not yet.
     pub fn live(&self, pid: u32) -> Option<Arc<Image>> {

@@ -17,7 +17,10 @@ use rustc_hash::FxHashMap;
 
 use crate::{
     profile::Frame,
-    untrusted::refusals::{self, Reason, What},
+    untrusted::{
+        refusals::{self, Reason, What},
+        text::clean_to,
+    },
 };
 
 /// Longest frame name kept; longer ones are cut and end in `…`. Demangled
@@ -180,36 +183,6 @@ impl Interner {
 /// stack a line) and cut to [`MAX_FRAME_BYTES`] on a character boundary.
 pub fn clean(name: &str) -> Cow<'_, str> {
     clean_to(name, MAX_FRAME_BYTES)
-}
-
-/// `name` without `;`, newlines or other control characters, cut to `max`
-/// bytes (at least 4) on a character boundary, ending in `…` when cut.
-pub fn clean_to(name: &str, max: usize) -> Cow<'_, str> {
-    let needs_cut = name.len() > max;
-    let bad = |c: char| c == ';' || c.is_control();
-    if !needs_cut && !name.contains(bad) {
-        return Cow::Borrowed(name);
-    }
-    let mut end = if needs_cut {
-        max.saturating_sub('…'.len_utf8())
-    } else {
-        name.len()
-    };
-    while !name.is_char_boundary(end) {
-        end -= 1;
-    }
-    let mut out: String = name[..end]
-        .chars()
-        .map(|c| match c {
-            ';' => ':',
-            c if c.is_control() => ' ',
-            c => c,
-        })
-        .collect();
-    if needs_cut {
-        out.push('…');
-    }
-    Cow::Owned(out)
 }
 
 #[cfg(test)]

@@ -93,11 +93,12 @@ struct Entry {
 }
 
 impl Entry {
-    /// Reads on in process `pid`'s perf map (stamped `now`), one step of at
+    /// Reads on in process `key`'s perf map (stamped `now`), one step of at
     /// most [`READ_STEP_BYTES`] within its read budget: appends into the map
     /// in use, a rewritten file into a map built aside (the old one serves
     /// lookups until the new one is read whole).
-    fn read_on(&mut self, pid: u32, now: Option<Stamp>) {
+    fn read_on(&mut self, key: ProcKey, now: Option<Stamp>) {
+        let pid = key.pid;
         let size = now.map_or(0, |(size, _)| size);
         let read = self.building.as_ref().unwrap_or(&self.map).read_offset();
         let cost = size.checked_sub(read).unwrap_or(size).min(READ_STEP_BYTES);
@@ -110,11 +111,11 @@ impl Entry {
         }
         let ns_pid = self.ns_pid;
         let step = match self.building.as_mut() {
-            Some(next) => next.update(pid, ns_pid, READ_STEP_BYTES, true),
-            None => match self.map.update(pid, ns_pid, READ_STEP_BYTES, false) {
+            Some(next) => next.update(key, ns_pid, READ_STEP_BYTES, true),
+            None => match self.map.update(key, ns_pid, READ_STEP_BYTES, false) {
                 Ok(Progress::Rewritten) => {
                     let next = self.building.insert(PerfMap::default());
-                    next.update(pid, ns_pid, READ_STEP_BYTES, true)
+                    next.update(key, ns_pid, READ_STEP_BYTES, true)
                 }
                 other => other.inspect(|_| {
                     self.frames = vec![None; self.map.entry_count()];
@@ -213,7 +214,7 @@ impl JitMaps {
             let now = perfmap::stamp(pid, entry.ns_pid);
             let behind = entry.building.is_some() || now != entry.map.read_stamp();
             if behind && (now.is_none() || now != entry.refused) {
-                entry.read_on(pid, now);
+                entry.read_on(key, now);
                 self.enforce_budget(key);
             }
         }

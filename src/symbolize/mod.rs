@@ -31,6 +31,7 @@ use rustc_hash::FxHashMap;
 use blazesym::symbolize::Symbolizer as Blaze;
 
 use crate::process::files::FileKey;
+pub use crate::untrusted::text::clean_to as clean_name;
 use crate::{
     bpf::abi::is_merged_tid,
     collect::{RawBatch, RecordKind},
@@ -43,7 +44,6 @@ use crate::{
 };
 use elf_files::ElfFiles;
 pub use elf_files::MAX_OPEN as MAX_OPEN_ELF_FILES;
-pub use interner::clean_to as clean_name;
 use interner::Interner;
 pub use interner::{
     MAX_FRAME_BYTES, OVER_BUDGET as NAMES_OVER_BUDGET, SHARE_BYTES as NAME_SHARE_BYTES,

@@ -12,7 +12,7 @@ use std::{
 };
 
 use crate::{
-    process::status,
+    process::{status, ProcKey},
     untrusted::{self, Dir, Expect, OpenError, Reason, What},
 };
 
@@ -27,8 +27,11 @@ pub const MAX_ENTRIES: usize = 1 << 20;
 /// (counted, `perf_map`/`budget`): a busy JVM's map holds a few MiB.
 pub const MAX_NAME_BYTES: usize = 16 << 20;
 /// A map written this long before the process started is an earlier
-/// process's with the same pid (the slack covers clock granularity).
-const STALE_SLACK: Duration = Duration::from_secs(1);
+/// process's with the same pid (the slack covers clock granularity): the
+/// start from the process table is exact (file times are a few ms
+/// coarse), the one from `/proc/PID/stat` is only to the second.
+const STALE_SLACK: Duration = Duration::from_millis(50);
+const STALE_SLACK_PROC_STAT: Duration = Duration::from_secs(1);
 /// Bytes at the start and before the end of what was read whose hashes
 /// tell an appended map (read on from there) from a rewritten one (read
 /// again whole).
@@ -145,24 +148,32 @@ impl PerfMap {
     #[cfg(test)]
     pub fn read(pid: u32, ns_pid: u32) -> Result<PerfMap, OpenError> {
         let mut map = PerfMap::default();
-        map.update(pid, ns_pid, MAX_BYTES, true)?;
+        map.update(ProcKey { pid, start_ns: 0 }, ns_pid, MAX_BYTES, true)?;
         Ok(map)
     }
 
-    /// Reads on in the file, about `max_bytes` at most (whole lines): from
+    /// Reads on in process `key`'s file, about `max_bytes` at most (whole
+    /// lines): from
     /// where the last read stopped when the file is the same one and what
     /// was read is unchanged (the hash of its last [`TAIL`] bytes), else,
     /// if `restart`, from the start into an emptied map (else nothing:
     /// [`Progress::Rewritten`]). On error the map is unchanged.
     pub fn update(
         &mut self,
-        pid: u32,
+        key: ProcKey,
         ns_pid: u32,
         max_bytes: u64,
         restart: bool,
     ) -> Result<Progress, OpenError> {
+        let pid = key.pid;
         let status = status::Status::read(pid).ok_or_else(gone)?;
-        let started = status::start_time(pid).ok_or_else(gone)?;
+        let (started, slack) = match key.started_at() {
+            Some(at) => (at, STALE_SLACK),
+            None => (
+                status::start_time(pid).ok_or_else(gone)?,
+                STALE_SLACK_PROC_STAT,
+            ),
+        };
         let tmp = Dir::process_tmp(pid, What::PerfMap)?;
         let name = file_name(ns_pid);
         let opened = tmp.open(
@@ -175,7 +186,7 @@ impl PerfMap {
             },
         )?;
         let stamp = stamp_of(&opened.stat);
-        if stamp.1 + STALE_SLACK < started {
+        if stamp.1 + slack < started {
             return Err(OpenError::refuse(
                 What::PerfMap,
                 Reason::Stale,
@@ -490,7 +501,18 @@ mod tests {
         assert_ne!(stamp(me, me), map.read_stamp());
 
         // Appended: only the new lines are read, and later lines win.
-        let read = |map: &mut PerfMap| match map.update(me, me, MAX_BYTES, true).unwrap() {
+        let read = |map: &mut PerfMap| match map
+            .update(
+                ProcKey {
+                    pid: me,
+                    start_ns: 0,
+                },
+                me,
+                MAX_BYTES,
+                true,
+            )
+            .unwrap()
+        {
             Progress::Read { bytes, done } => {
                 assert!(done);
                 bytes
@@ -515,9 +537,31 @@ mod tests {
         // Rewritten (what was read changed): read again whole, in steps
         // when asked to.
         std::fs::write(&path, "1000 10 x\n2000 10 y\n3000 10 z\n5000 10 w\n").unwrap();
-        assert_eq!(map.update(me, me, 8, false).unwrap(), Progress::Rewritten);
+        assert_eq!(
+            map.update(
+                ProcKey {
+                    pid: me,
+                    start_ns: 0
+                },
+                me,
+                8,
+                false
+            )
+            .unwrap(),
+            Progress::Rewritten
+        );
         let mut next = PerfMap::default();
-        let step = next.update(me, me, 15, true).unwrap();
+        let step = next
+            .update(
+                ProcKey {
+                    pid: me,
+                    start_ns: 0,
+                },
+                me,
+                15,
+                true,
+            )
+            .unwrap();
         assert_eq!(
             step,
             Progress::Read {
@@ -527,7 +571,17 @@ mod tests {
         );
         assert_eq!((next.find(0x2001), next.find(0x3001)), (Some("y"), None));
         assert_eq!(next.read_stamp(), None, "not up to date yet");
-        let step = next.update(me, me, 15, true).unwrap();
+        let step = next
+            .update(
+                ProcKey {
+                    pid: me,
+                    start_ns: 0,
+                },
+                me,
+                15,
+                true,
+            )
+            .unwrap();
         assert_eq!(
             step,
             Progress::Read {

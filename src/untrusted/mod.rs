@@ -15,6 +15,7 @@
 //! kernel we run on).
 
 pub mod refusals;
+pub mod text;
 
 use std::{
     ffi::CString,

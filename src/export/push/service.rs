@@ -6,7 +6,7 @@
 
 use std::{collections::HashMap, sync::Arc, time::Instant};
 
-use crate::process::{status, ProcKey, ProcessTable, Subscription};
+use crate::process::{status, ChangeKind, ProcKey, ProcessTable, Subscription};
 
 /// Most of `/proc/PID/cmdline` read: the JVM options before the main class
 /// are rarely longer, and a longer command line falls back to the name.
@@ -112,11 +112,16 @@ impl ServiceNames {
         name
     }
 
-    /// Forgets the processes that ended (once a push).
+    /// Forgets the processes that ended (once a push), and those found to
+    /// be JVMs since they were named (a JVM is named by its main class).
     pub fn forget_ended(&mut self) {
         let due = self.changes.poll(Instant::now());
-        for key in due.forget {
-            self.known.remove(&key);
+        let jvms = due
+            .changes
+            .iter()
+            .filter(|c| c.kind == ChangeKind::JvmFound);
+        for key in due.forget.iter().chain(jvms.map(|c| &c.key)) {
+            self.known.remove(key);
         }
         if due.check_all {
             let table = self.changes.table().clone();
