@@ -26,6 +26,7 @@ bench:
     cargo bench --bench jvm_cost
     cargo bench --bench jvm_symbols
     cargo bench --bench unwind
+    cargo bench --bench short_lived
     cargo bench --bench soak
     cargo bench --bench web
 
