@@ -24,7 +24,6 @@
 
 /* Sizes are defaults; user space may override them before load. */
 #define WS_COUNTS_ENTRIES 32768
-#define WS_STACKS_ENTRIES 16384
 #define WS_THREADS_ENTRIES 32768
 #define WS_HIST_ENTRIES 4096
 
@@ -247,14 +246,14 @@ static __always_inline __s32 ws_renew_stack(__s32 id, __u32 gen, __u32 now)
 
 static __always_inline __s32 ws_user_stack(void *ctx, __u32 gen)
 {
-	return ws_stack_id(ctx, gen, BPF_F_USER_STACK, WS_STAT_USTACK_COLLISION,
-			   WS_STAT_USTACK_FAILED);
+	return ws_stack_id(ctx, gen, BPF_F_USER_STACK, WS_STAT_USER_STACK_COLLISION,
+			   WS_STAT_USER_STACK_FAILED);
 }
 
 static __always_inline __s32 ws_kernel_stack(void *ctx, __u32 gen)
 {
-	return ws_stack_id(ctx, gen, 0, WS_STAT_KSTACK_COLLISION,
-			   WS_STAT_KSTACK_FAILED);
+	return ws_stack_id(ctx, gen, 0, WS_STAT_KERNEL_STACK_COLLISION,
+			   WS_STAT_KERNEL_STACK_FAILED);
 }
 
 /* Drops stack ids whose generation may have been cleared. */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * User stack walking through code without frame pointers (issue 5).
+ * User stack walking through code without frame pointers.
  *
  * For a process that user space registered in `unwind_procs`, the walk
  * takes a table step while the pc is in a mapping with a table (CFA from
@@ -15,12 +15,6 @@
 #define WALLSCOPE_UNWIND_BPF_H
 
 #include "wallscope.h"
-
-/* Sizes are defaults; user space sets unwind_rows from --unwind-table-mb. */
-#define WS_UNWIND_ROWS 1024
-#define WS_UNWIND_PROCS 8192
-/* log2 of the largest table, bounding the binary search. */
-#define WS_UNWIND_SEARCH_STEPS 24
 
 /* Set by user space before load: false keeps the frame-pointer walk. */
 const volatile bool unwind_tables = false;
