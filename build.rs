@@ -29,8 +29,8 @@ fn target_arch_define() -> Result<&'static str> {
         "x86_64" => "-D__TARGET_ARCH_x86",
         "aarch64" => "-D__TARGET_ARCH_arm64",
         other => bail!(
-            "wallscope's BPF programs support x86_64 and aarch64, not {other} \
-             (bpf/arch.bpf.h holds the per-architecture parts)"
+            "no BPF target architecture for Rust target arch {other}: build.rs knows \
+             x86_64 and aarch64 (and bpf/arch.bpf.h says which the programs support)"
         ),
     })
 }

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: Apache-2.0 */
+/* SPDX-License-Identifier: GPL-2.0 OR Apache-2.0 */
 /*
  * The drain-time task iterator: user space reads it once per drain, just
  * before flipping the buffers. For every thread it
@@ -18,7 +18,15 @@
 #ifndef WALLSCOPE_LIVE_BPF_H
 #define WALLSCOPE_LIVE_BPF_H
 
+#include "vmlinux.h"
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_helpers.h>
+#include "core_fixes.bpf.h"
+#include "maps.bpf.h"
 #include "offcpu.bpf.h"
+#include "stacks.bpf.h"
+#include "unwind.bpf.h"
+#include "wallscope.h"
 
 /* Set by user space before load. */
 const volatile __u64 live_min_ns = 100000000;

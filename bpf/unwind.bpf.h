@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: Apache-2.0 */
+/* SPDX-License-Identifier: GPL-2.0 OR Apache-2.0 */
 /*
  * User stack walking through code without frame pointers.
  *
@@ -14,6 +14,9 @@
 #ifndef WALLSCOPE_UNWIND_BPF_H
 #define WALLSCOPE_UNWIND_BPF_H
 
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include "maps.bpf.h"
 #include "wallscope.h"
 
 /* Set by user space before load: false keeps the frame-pointer walk. */

@@ -9,7 +9,9 @@
 #ifndef WALLSCOPE_H
 #define WALLSCOPE_H
 
-#ifndef __bpf__
+#ifdef __bpf__
+#include "vmlinux.h"
+#else
 /* User space (bindgen): the kernel's fixed-width types, which BPF programs
  * have from vmlinux.h. */
 typedef unsigned char __u8;
