@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: Apache-2.0 */
+/* SPDX-License-Identifier: GPL-2.0 OR Apache-2.0 */
 /*
  * Per-thread counters, kept in the thread's task storage so that no switch
  * or wakeup looks a map up for them, and exported as deltas into the
@@ -10,7 +10,10 @@
 #ifndef WALLSCOPE_COUNTS_BPF_H
 #define WALLSCOPE_COUNTS_BPF_H
 
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
 #include "threads.bpf.h"
+#include "wallscope.h"
 
 struct ws_counts {
 	__u64 ns[WS_STATE_COUNT]; /* by enum ws_state */

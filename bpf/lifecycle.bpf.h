@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: Apache-2.0 */
+/* SPDX-License-Identifier: GPL-2.0 OR Apache-2.0 */
 /*
  * Process lifecycle events for the daemon's process table: one ring-buffer
  * record per fork, exec, exit or rename of a process. Threads are left out
@@ -8,7 +8,10 @@
 #ifndef WALLSCOPE_LIFECYCLE_BPF_H
 #define WALLSCOPE_LIFECYCLE_BPF_H
 
-#include "aggregate.bpf.h"
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include "maps.bpf.h"
+#include "wallscope.h"
 
 /* 256 KiB: ~5,000 events between two reads; the reader wakes on every
  * event, so this only fills if it is stalled. Losses are counted. */

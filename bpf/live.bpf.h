@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: Apache-2.0 */
+/* SPDX-License-Identifier: GPL-2.0 OR Apache-2.0 */
 /*
  * The drain-time task iterator: user space reads it once per drain, just
  * before flipping the buffers. For every thread it
@@ -18,7 +18,15 @@
 #ifndef WALLSCOPE_LIVE_BPF_H
 #define WALLSCOPE_LIVE_BPF_H
 
+#include "vmlinux.h"
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_helpers.h>
+#include "core_fixes.bpf.h"
+#include "maps.bpf.h"
 #include "offcpu.bpf.h"
+#include "stacks.bpf.h"
+#include "unwind.bpf.h"
+#include "wallscope.h"
 
 /* Set by user space before load. */
 const volatile __u64 live_min_ns = 100000000;
@@ -162,9 +170,9 @@ static __noinline bool ws_task_stacks(struct task_struct *task, struct ws_task *
 		ws_walk_cost(WS_WALK_LIVE, n, start);
 		if (n > 0 && n <= WS_MAX_STACK_DEPTH) {
 			st->len = n;
-			s->user_stack_id = ws_store_stack(st, gen, WS_STAT_USTACK_COLLISION);
+			s->user_stack_id = ws_store_stack(st, gen, WS_STAT_USER_STACK_COLLISION);
 		} else {
-			ws_stat_inc(WS_STAT_USTACK_FAILED);
+			ws_stat_inc(WS_STAT_USER_STACK_FAILED);
 		}
 	}
 	if (ws_is_kthread(task) || s->state == WS_STATE_IO) {
@@ -174,9 +182,9 @@ static __noinline bool ws_task_stacks(struct task_struct *task, struct ws_task *
 		ws_walk_cost(WS_WALK_KERNEL, n > 0 ? n / sizeof(__u64) : 0, start);
 		if (n > 0) {
 			st->len = n / sizeof(__u64);
-			s->kernel_stack_id = ws_store_stack(st, gen, WS_STAT_KSTACK_COLLISION);
+			s->kernel_stack_id = ws_store_stack(st, gen, WS_STAT_KERNEL_STACK_COLLISION);
 		} else {
-			ws_stat_inc(WS_STAT_KSTACK_FAILED);
+			ws_stat_inc(WS_STAT_KERNEL_STACK_FAILED);
 		}
 	}
 	return true;

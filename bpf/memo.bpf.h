@@ -1,9 +1,12 @@
-/* SPDX-License-Identifier: Apache-2.0 */
+/* SPDX-License-Identifier: GPL-2.0 OR Apache-2.0 */
 /* Reusing a thread's recent user stack walks (see ws_user_stack_memo). */
 #ifndef WALLSCOPE_MEMO_BPF_H
 #define WALLSCOPE_MEMO_BPF_H
 
-#include "aggregate.bpf.h"
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include "stacks.bpf.h"
+#include "wallscope.h"
 
 /* A user stack walked for a thread in its own context, kept so that the
  * next walk from the same place reuses it (see ws_user_stack_memo). */

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: Apache-2.0 */
+/* SPDX-License-Identifier: GPL-2.0 OR Apache-2.0 */
 /*
  * Off-CPU engine. Every nanosecond a thread is not running belongs to one
  * phase: from switch-out in a sleep state (futex, io, sleep) until its
@@ -22,16 +22,17 @@
 #ifndef WALLSCOPE_OFFCPU_BPF_H
 #define WALLSCOPE_OFFCPU_BPF_H
 
+#include "vmlinux.h"
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_helpers.h>
+#include "arch.bpf.h"
+#include "core_fixes.bpf.h"
 #include "counts.bpf.h"
+#include "maps.bpf.h"
 #include "memo.bpf.h"
-
-#define PF_KTHREAD 0x00200000
-#define TASK_RUNNING 0x0
-#define TASK_INTERRUPTIBLE 0x1
-#define TASK_UNINTERRUPTIBLE 0x2
-#define TASK_NOLOAD 0x400
-#define WS_NR_FUTEX 202       /* x86-64 */
-#define WS_NR_FUTEX_WAITV 449 /* x86-64 */
+#include "stacks.bpf.h"
+#include "threads.bpf.h"
+#include "wallscope.h"
 
 /* Set by user space before load. */
 const volatile __u64 offcpu_min_ns = 0;
@@ -79,16 +80,6 @@ struct {
 	__type(key, __u32);
 	__type(value, __u32);
 } deferred_tid SEC(".maps");
-
-/* Task state field: `__state` since 5.14, `state` before. */
-struct task_struct___pre514 {
-	long state;
-} __attribute__((preserve_access_index));
-
-/* Task-based CFS bandwidth throttling (6.18+) marks the task itself. */
-struct task_struct___throttle {
-	bool throttled;
-} __attribute__((preserve_access_index));
 
 /* Tasks here are BTF pointers (tp_btf arguments, bpf_get_current_task_btf):
  * fields are read with plain loads, which cost far less than probe-read

@@ -1,9 +1,13 @@
-/* SPDX-License-Identifier: Apache-2.0 */
+/* SPDX-License-Identifier: GPL-2.0 OR Apache-2.0 */
 /* Per-thread totals and runqueue histograms, in the active buffer. */
 #ifndef WALLSCOPE_THREADS_BPF_H
 #define WALLSCOPE_THREADS_BPF_H
 
-#include "aggregate.bpf.h"
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include "maps.bpf.h"
+#include "walkcost.bpf.h"
+#include "wallscope.h"
 
 /* The totals row of `task`, created on first use. `task` is a BTF pointer
  * (tp_btf argument or bpf_get_current_task_btf): plain loads, no helpers. */

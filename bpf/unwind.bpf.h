@@ -1,6 +1,6 @@
-/* SPDX-License-Identifier: Apache-2.0 */
+/* SPDX-License-Identifier: GPL-2.0 OR Apache-2.0 */
 /*
- * User stack walking through code without frame pointers (issue 5).
+ * User stack walking through code without frame pointers.
  *
  * For a process that user space registered in `unwind_procs`, the walk
  * takes a table step while the pc is in a mapping with a table (CFA from
@@ -14,13 +14,10 @@
 #ifndef WALLSCOPE_UNWIND_BPF_H
 #define WALLSCOPE_UNWIND_BPF_H
 
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include "maps.bpf.h"
 #include "wallscope.h"
-
-/* Sizes are defaults; user space sets unwind_rows from --unwind-table-mb. */
-#define WS_UNWIND_ROWS 1024
-#define WS_UNWIND_PROCS 8192
-/* log2 of the largest table, bounding the binary search. */
-#define WS_UNWIND_SEARCH_STEPS 24
 
 /* Set by user space before load: false keeps the frame-pointer walk. */
 const volatile bool unwind_tables = false;

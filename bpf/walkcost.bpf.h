@@ -1,10 +1,12 @@
-/* SPDX-License-Identifier: Apache-2.0 */
+/* SPDX-License-Identifier: GPL-2.0 OR Apache-2.0 */
 /* The cost of every stack walk, as a per-CPU histogram (see wallscope.h):
  * two clock reads a walk, so that walk cost is measured where it is paid,
  * on the host's own stacks, not guessed from a microbenchmark alone. */
 #ifndef WALLSCOPE_WALKCOST_BPF_H
 #define WALLSCOPE_WALKCOST_BPF_H
 
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
 #include "wallscope.h"
 
 struct {

@@ -1,46 +1,20 @@
 // SPDX-License-Identifier: GPL-2.0 OR Apache-2.0
 /* Entry points of every wallscope program: thin wrappers over the handlers
- * in *.bpf.h, which share the maps of aggregate.bpf.h. */
+ * in *.bpf.h, which share the maps of maps.bpf.h. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
-#include <bpf/bpf_core_read.h>
 #include <bpf/bpf_tracing.h>
-#include "live.bpf.h"
 #include "lifecycle.bpf.h"
-
-/* Set by user space before load. */
-const volatile bool include_idle = false;
+#include "live.bpf.h"
+#include "offcpu.bpf.h"
+#include "oncpu.bpf.h"
+#include "unwind.bpf.h"
 
 /* On-CPU sampling: perf_event cpu-clock on every CPU. */
 SEC("perf_event")
 int on_cpu_sample(struct bpf_perf_event_data *ctx)
 {
-	struct task_struct *task = bpf_get_current_task_btf();
-	__u64 id = bpf_get_current_pid_tgid();
-	struct ws_stack_key key = {};
-	struct ws_task *s;
-
-	key.pid = id >> 32;
-	key.tid = (__u32)id;
-	if (key.tid == 0 && !include_idle)
-		return 0;
-	key.state = WS_STATE_CPU;
-	bpf_get_current_comm(key.comm, sizeof(key.comm));
-	ws_stat_inc(WS_STAT_SAMPLES);
-
-	/* Kernel threads have no user stack, and a sample taken in user mode
-	 * has no kernel stack: asking would count a failure that is none.
-	 * Kernel addresses are the upper half on x86-64. */
-	key.stack_gen = ws_control(WS_CONTROL_GENERATION);
-	key.user_stack_id = ws_is_kthread(task) ? WS_NO_STACK : ws_user_stack(ctx, key.stack_gen);
-	key.kernel_stack_id = (long)ctx->regs.ip < 0 ? ws_kernel_stack(ctx, key.stack_gen)
-						     : WS_NO_STACK;
-	/* cpu-clock counts nanoseconds, so the period is the CPU time sampled. */
-	ws_add(&key, ctx->sample_period);
-
-	/* A thread that never switches out still shows its CPU time. */
-	if (key.tid && (s = ws_task(task, false)))
-		ws_flush_cpu(s, bpf_ktime_get_ns());
+	ws_on_cpu_sample(ctx);
 	return 0;
 }
 
@@ -124,4 +98,6 @@ int BPF_PROG(on_rename, struct task_struct *task, const char *comm)
 	return 0;
 }
 
-char LICENSE[] SEC("license") = "Dual BSD/GPL";
+/* The kernel takes only GPL-compatible names here, Apache-2.0 is none:
+ * "GPL" is the GPL-2.0 side of the SPDX line above. */
+char LICENSE[] SEC("license") = "GPL";

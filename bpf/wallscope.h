@@ -1,17 +1,35 @@
-/* SPDX-License-Identifier: Apache-2.0 */
+/* SPDX-License-Identifier: GPL-2.0 OR Apache-2.0 */
 /*
- * The BPF <-> user-space contract: map keys, values, enums and sizes.
- * Types and constants only. Its one Rust mirror is src/bpf/abi.rs; both pin
- * the sizes below, and a Rust test checks that field offsets agree.
+ * The BPF <-> user-space contract: map keys, values, enums, sizes and the
+ * capacities user space relies on. Types and constants only. build.rs reads
+ * it with bindgen into Rust (src/bpf/abi/generated.rs, with layout
+ * assertions) and turns WS_STATS into the Rust `Stat`; the sizes below are
+ * pinned here, so a change that moves a field fails the build.
  */
 #ifndef WALLSCOPE_H
 #define WALLSCOPE_H
 
+#ifdef __bpf__
+#include "vmlinux.h"
+#else
+/* User space (bindgen): the kernel's fixed-width types, which BPF programs
+ * have from vmlinux.h. */
+typedef unsigned char __u8;
+typedef short __s16;
+typedef unsigned short __u16;
+typedef int __s32;
+typedef unsigned int __u32;
+typedef unsigned long long __u64;
+#endif
+
 #define WS_COMM_LEN 16
 /* Frames kept per stack (the kernel's perf default). */
 #define WS_MAX_STACK_DEPTH 127
-/* Stack maps rotate through this many generations (see aggregate.bpf.h). */
+/* Stack maps rotate through this many generations (see stacks.bpf.h). */
 #define WS_STACK_GENERATIONS 3
+/* Entries of each stack map; user space moves to the next generation once
+ * half of them are used (src/collect/stacks.rs). */
+#define WS_STACKS_ENTRIES 16384
 /* log2 microsecond buckets of the runqueue histograms (1 us .. ~36 min). */
 #define WS_HIST_SLOTS 32
 
@@ -57,7 +75,7 @@ struct ws_stack_key {
 	__u32 peer_tid;        /* WS_STATE_WAKEUP: the woken thread, else 0 */
 	__u32 syscall;         /* off-CPU: syscall nr at switch-out + 1, 0 if none */
 	__u32 _pad;
-	char comm[WS_COMM_LEN]; /* thread name at the time of the event */
+	__u8 comm[WS_COMM_LEN]; /* thread name at the time of the event */
 };
 
 /*
@@ -79,7 +97,7 @@ struct ws_stack_value {
 struct ws_thread_totals {
 	__u32 pid;
 	__u32 _pad;
-	char comm[WS_COMM_LEN];
+	__u8 comm[WS_COMM_LEN];
 	__u64 ns[WS_STATE_COUNT];     /* by enum ws_state; CPU measured exactly */
 	__u64 switches_voluntary;
 	__u64 switches_involuntary;
@@ -115,13 +133,22 @@ struct ws_stack {
 };
 
 /*
- * Unwind tables (issue 5): for code without frame pointers, compact rows
+ * Unwind tables: for code without frame pointers, compact rows
  * derived from .eh_frame by user space, in one array (`unwind_rows`); per
  * process, the executable mappings that have a table (`unwind_procs`).
  * A row applies from `pc` (an ELF virtual address of its module) to the
  * next row's pc. Elsewhere the walk follows the frame-pointer chain.
  */
 #define WS_UNWIND_MAX_MAPPINGS 16
+/* Processes with unwind tables (entries of `unwind_procs`): user space
+ * registers no more. */
+#define WS_UNWIND_PROCS 8192
+/* Default rows of `unwind_rows`; user space sizes it from --unwind-table-mb. */
+#define WS_UNWIND_ROWS 1024
+/* Halvings of the binary search in a table (unwind.bpf.h), and so the most
+ * rows a table may have: user space loads no larger table. */
+#define WS_UNWIND_SEARCH_STEPS 24
+#define WS_UNWIND_MAX_TABLE_ROWS (1 << 24)
 
 enum ws_cfa_reg {
 	WS_CFA_RSP = 0,
@@ -182,38 +209,49 @@ struct ws_hist {
 	__u64 ns; /* total time of the intervals counted */
 };
 
-/* Indexes of the per-CPU `stats` array: every way an event can be degraded. */
+/*
+ * The per-CPU `stats` counters, every way an event can be degraded and the
+ * events seen: X(NAME, metric name, EVENT or LOSS) with what it counts.
+ * The one list: enum ws_stat below and the Rust `Stat` (its names and
+ * whether it counts a loss, by build.rs) are made from it.
+ */
+#define WS_STATS(X) \
+	X(SAMPLES, "samples", EVENT)                                /* on-CPU samples seen */ \
+	X(COUNTS_FULL, "counts_map_full", LOSS)                     /* event dropped: aggregation map full */ \
+	X(USER_STACK_COLLISION, "user_stack_collision", LOSS)       /* user stack dropped: its id (hash) is another stack's */ \
+	X(USER_STACK_FAILED, "user_stack_failed", LOSS)             /* user stack walk failed (not a kernel thread) */ \
+	X(KERNEL_STACK_COLLISION, "kernel_stack_collision", LOSS)   /* kernel stack dropped: its id (hash) is another stack's */ \
+	X(KERNEL_STACK_FAILED, "kernel_stack_failed", LOSS)         /* kernel stack walk failed */ \
+	X(SWITCHES, "switches", EVENT)                              /* sched_switch events seen */ \
+	X(WAKEUPS, "wakeups", EVENT)                                /* wakeups seen */ \
+	X(STACK_EXPIRED, "stack_expired", LOSS)                     /* interval outlived its stack generation */ \
+	X(TASK_STORAGE_FAILED, "task_storage_failed", LOSS)         /* no per-thread storage: interval lost */ \
+	X(THREADS_FULL, "threads_map_full", LOSS)                   /* per-thread totals map full */ \
+	X(HIST_FULL, "histogram_map_full", LOSS)                    /* histogram map full */ \
+	X(BELOW_THRESHOLD, "intervals_below_threshold", EVENT)      /* intervals under --offcpu-min-us (totals only) */ \
+	X(STACKS_STORED, "stacks_stored", EVENT)                    /* new stacks stored in the current generation */ \
+	X(STACK_STORE_FAILED, "stack_store_failed", LOSS)           /* stack dropped: map full or no memory */ \
+	X(UNWIND_WALKS, "unwind_walks", EVENT)                      /* user stacks walked with unwind tables */ \
+	X(UNWIND_NO_INFO, "unwind_no_info", LOSS)                   /* walk ended early: no unwind row for the pc */ \
+	X(UNWIND_UNSUPPORTED, "unwind_unsupported_rule", LOSS)      /* walk ended early: expression CFA, signal frame... */ \
+	X(UNWIND_READ_FAILED, "unwind_read_failed", LOSS)           /* walk ended early: stack memory unreadable */ \
+	X(UNWIND_TRUNCATED, "unwind_truncated", LOSS)               /* walk ended early: WS_MAX_STACK_DEPTH frames */ \
+	X(PROC_EVENTS_LOST, "proc_events_lost", LOSS)               /* process event dropped: ring buffer full */ \
+	X(COUNTS_MERGED, "counts_merged", EVENT)                    /* event added to its process's merged row (map nearly full) */ \
+	X(OFFCPU_WALKS, "offcpu_stack_walks", EVENT)                /* off-CPU stack walks at switch-in */ \
+	X(WAKER_WALKS, "waker_stack_walks", EVENT)                  /* waker stack walks */ \
+	X(LIVE_WALKS, "blocked_stack_walks", EVENT)                 /* stack walks of blocked threads at drain time */ \
+	X(SAMPLED_OUT, "intervals_sampled_out", EVENT)              /* intervals over the threshold not drawn: no stack row */ \
+	X(DEFERRED_LOST, "deferred_stack_lost", LOSS)               /* drawn interval whose switch-in hook did not run: row without stack */ \
+	X(LIVE_WALKS_PUT_OFF, "blocked_stack_walks_put_off", EVENT) /* drain-time walk put off: memory map locked or walk budget spent */ \
+	X(WALKS_REUSED, "stack_walks_reused", EVENT)                /* user stack not walked: same registers and stack top as a walk kept */
+
+/* Indexes of the per-CPU `stats` array. */
 enum ws_stat {
-	WS_STAT_SAMPLES = 0,           /* on-CPU samples seen */
-	WS_STAT_COUNTS_FULL = 1,       /* event dropped: aggregation map full */
-	WS_STAT_USTACK_COLLISION = 2,  /* user stack dropped: its id (hash) is another stack's */
-	WS_STAT_USTACK_FAILED = 3,     /* user stack walk failed (not a kernel thread) */
-	WS_STAT_KSTACK_COLLISION = 4,  /* kernel stack dropped: its id (hash) is another stack's */
-	WS_STAT_KSTACK_FAILED = 5,     /* kernel stack walk failed */
-	WS_STAT_SWITCHES = 6,          /* sched_switch events seen */
-	WS_STAT_WAKEUPS = 7,           /* wakeups seen */
-	WS_STAT_STACK_EXPIRED = 8,     /* interval outlived its stack generation */
-	WS_STAT_TASK_STORAGE_FAILED = 9, /* no per-thread storage: interval lost */
-	WS_STAT_THREADS_FULL = 10,     /* per-thread totals map full */
-	WS_STAT_HIST_FULL = 11,        /* histogram map full */
-	WS_STAT_BELOW_THRESHOLD = 12,  /* intervals under --offcpu-min-us (totals only) */
-	WS_STAT_STACKS_STORED = 13,    /* new stacks stored in the current generation */
-	WS_STAT_STACK_STORE_FAILED = 14, /* stack dropped: map full or no memory */
-	WS_STAT_UNWIND_WALKS = 15,     /* user stacks walked with unwind tables */
-	WS_STAT_UNWIND_NO_INFO = 16,   /* walk ended early: no unwind row for the pc */
-	WS_STAT_UNWIND_UNSUPPORTED = 17, /* walk ended early: expression CFA, signal frame... */
-	WS_STAT_UNWIND_READ_FAILED = 18, /* walk ended early: stack memory unreadable */
-	WS_STAT_UNWIND_TRUNCATED = 19, /* walk ended early: WS_MAX_STACK_DEPTH frames */
-	WS_STAT_PROC_EVENTS_LOST = 20, /* process event dropped: ring buffer full */
-	WS_STAT_COUNTS_MERGED = 21,    /* event added to its process's merged row (map nearly full) */
-	WS_STAT_OFFCPU_WALKS = 22,     /* off-CPU stack walks at switch-in */
-	WS_STAT_WAKER_WALKS = 23,      /* waker stack walks */
-	WS_STAT_LIVE_WALKS = 24,       /* stack walks of blocked threads at drain time */
-	WS_STAT_SAMPLED_OUT = 25,      /* intervals over the threshold not drawn: no stack row */
-	WS_STAT_DEFERRED_LOST = 26,    /* drawn interval whose switch-in hook did not run: row without stack */
-	WS_STAT_LIVE_WALKS_PUT_OFF = 27, /* drain-time walk put off: memory map locked or walk budget spent */
-	WS_STAT_WALKS_REUSED = 28,     /* user stack not walked: same registers and stack top as a walk kept */
-	WS_STAT_COUNT = 29,
+#define WS_STAT_ENUM(name, metric, kind) WS_STAT_##name,
+	WS_STATS(WS_STAT_ENUM)
+#undef WS_STAT_ENUM
+	WS_STAT_COUNT,
 };
 
 /*
@@ -258,7 +296,7 @@ struct ws_proc_event {
 	__u32 _pad;
 	__u64 start_ns; /* the process's start, ns since boot (start_boottime) */
 	__u64 time_ns;  /* when it happened, ns since boot */
-	char comm[WS_COMM_LEN];
+	__u8 comm[WS_COMM_LEN];
 };
 
 /*
@@ -279,10 +317,10 @@ struct ws_live_thread {
 	__u32 waker_pid; /* who woke it last (0: none seen; WS_INTERRUPT_TID: an interrupt) */
 	__u32 waker_tid;
 	__u32 _pad;
-	char comm[WS_COMM_LEN];
+	__u8 comm[WS_COMM_LEN];
 };
 
-#ifdef __BPF__
+/* Checked by both clang for BPF and bindgen (host), so the two agree. */
 _Static_assert(sizeof(struct ws_stack_key) == 56, "ws_stack_key size");
 _Static_assert(sizeof(struct ws_stack_value) == 16, "ws_stack_value size");
 _Static_assert(sizeof(struct ws_stack) == 16 + 8 * WS_MAX_STACK_DEPTH, "ws_stack size");
@@ -295,6 +333,7 @@ _Static_assert(sizeof(struct ws_hist) == 8 * WS_HIST_SLOTS + 8, "ws_hist size");
 _Static_assert(sizeof(struct ws_live_thread) == 72, "ws_live_thread size");
 _Static_assert(sizeof(struct ws_proc_event) == 48, "ws_proc_event size");
 _Static_assert(sizeof(struct ws_walk_cost) == 4 * WS_WALK_COST_ENTRIES, "ws_walk_cost size");
-#endif
+_Static_assert((1ULL << WS_UNWIND_SEARCH_STEPS) >= WS_UNWIND_MAX_TABLE_ROWS,
+	       "the unwind search must reach every row of the largest table");
 
 #endif /* WALLSCOPE_H */

@@ -13,6 +13,12 @@ have_cmd cc || need+=(build-essential)
 # jemalloc (the daemon's allocator) is built from source by its crate.
 have_cmd make || need+=(make)
 [ -f /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
+# build.rs runs bindgen on bpf/wallscope.h, which loads libclang.
+have_libclang() {
+  compgen -G '/usr/lib/llvm-*/lib/libclang*.so*' >/dev/null ||
+    compgen -G '/usr/lib/*/libclang*.so*' >/dev/null
+}
+have_libclang || need+=(libclang-dev)
 # JVM tests: a JDK 17+ (Compiler.perfmap), and setpriv/unshare (util-linux).
 jdk_ok() {
   have_cmd javac || return 1

@@ -310,7 +310,9 @@ fn pipeline_options(sampling: &Sampling, history: History) -> PipelineOptions {
             stacks_at_switch_in: sampling.offcpu_stacks == OffcpuStacks::SwitchIn,
             live_min_ns: 100_000_000,
             unwind_tables: sampling.unwind == Unwind::Tables,
-            unwind_rows: (sampling.unwind_table_mb * 1024 * 1024 / 12) as u32,
+            unwind_rows: (sampling.unwind_table_mb * 1024 * 1024
+                / std::mem::size_of::<wallscope::bpf::abi::UnwindRow>() as u64)
+                as u32,
             host_threads: wallscope::process::own::host_threads(),
         },
         drain_interval: Duration::from_secs(1),

@@ -1,44 +1,115 @@
-//! Rust mirror of `bpf/wallscope.h`, the BPF <-> user-space contract.
-//! Keep the two in step: sizes are pinned here and in the header, and the
-//! tests below check every field offset.
+//! The BPF <-> user-space contract, as generated from `bpf/wallscope.h`
+//! (build.rs: bindgen for types and constants, WS_STATS for [`Stat`]).
+//! Kept by hand here: the crate's names for the generated items, `Pod`
+//! impls for what goes through maps, and domain types ([`State`]).
+
+mod generated;
+mod stat;
 
 use std::mem::size_of;
 
+use generated as c;
+pub use stat::Stat;
+
 /// Length of a kernel task name (`TASK_COMM_LEN`).
-pub const COMM_LEN: usize = 16;
+pub const COMM_LEN: usize = c::WS_COMM_LEN as usize;
 /// Frames kept per stack.
-pub const MAX_STACK_DEPTH: usize = 127;
+pub const MAX_STACK_DEPTH: usize = c::WS_MAX_STACK_DEPTH as usize;
 /// Stack id stored when a stack could not be captured.
-pub const NO_STACK: i32 = -1;
+pub const NO_STACK: i32 = c::WS_NO_STACK;
 /// Stack maps rotate through this many generations.
-pub const STACK_GENERATIONS: u32 = 3;
+pub const STACK_GENERATIONS: u32 = c::WS_STACK_GENERATIONS;
+/// Entries of each stack map (`WS_STACKS_ENTRIES`).
+pub const STACKS_ENTRIES: u32 = c::WS_STACKS_ENTRIES;
 /// Mappings with unwind tables per process (`WS_UNWIND_MAX_MAPPINGS`).
-pub const UNWIND_MAX_MAPPINGS: usize = 16;
+pub const UNWIND_MAX_MAPPINGS: usize = c::WS_UNWIND_MAX_MAPPINGS as usize;
+/// Processes with unwind tables: the capacity of `unwind_procs`.
+pub const UNWIND_PROCS: usize = c::WS_UNWIND_PROCS as usize;
+/// Rows of the largest table BPF's binary search reaches.
+pub const UNWIND_MAX_TABLE_ROWS: u32 = c::WS_UNWIND_MAX_TABLE_ROWS;
 /// log2 microsecond buckets of the runqueue histograms.
-pub const HIST_SLOTS: usize = 32;
+pub const HIST_SLOTS: usize = c::WS_HIST_SLOTS as usize;
 /// `state` of a key that records a wakeup sent, not a thread state.
-pub const WAKEUP_STATE: u32 = 6;
+pub const WAKEUP_STATE: u32 = c::ws_state::WS_STATE_WAKEUP as u32;
 /// Tid of the waker of a wakeup raised in interrupt context (pid 0;
 /// `WS_INTERRUPT_TID`): never the interrupted thread.
-pub const INTERRUPT_TID: u32 = 0x4000_0000;
+pub const INTERRUPT_TID: u32 = c::WS_INTERRUPT_TID;
+/// Flag of the tid of a process's merged row (`WS_MERGED_TID`): rows of
+/// threads that found their buffer nearly full, tid `MERGED_TID | pid`.
+pub const MERGED_TID: u32 = c::WS_MERGED_TID;
+/// `WS_JAVA_METHOD_TAG`: a user stack entry that is an interpreted Java
+/// frame's `Method*`, not a pc.
+pub const JAVA_METHOD_TAG: u64 = c::WS_JAVA_METHOD_TAG;
+
+/// Key of the aggregation maps (`struct ws_stack_key`).
+pub type StackKey = c::ws_stack_key;
+/// Value of the aggregation maps (`struct ws_stack_value`).
+pub type StackValue = c::ws_stack_value;
+/// Per-thread totals (`struct ws_thread_totals`).
+pub type ThreadTotals = c::ws_thread_totals;
+/// Key of the runqueue histograms (`struct ws_hist_key`).
+pub type HistKey = c::ws_hist_key;
+/// A runqueue histogram (`struct ws_hist`): slot 0 under 1 us, slot i
+/// (i > 0) [2^(i-1), 2^i) us; `ns` the total time of the intervals counted.
+pub type Hist = c::ws_hist;
+/// One stored stack (`struct ws_stack`): its id is the low 31 bits of `hash`.
+pub type StoredStack = c::ws_stack;
+/// One unwind table row (`struct ws_unwind_row`); see `bpf/wallscope.h`.
+pub type UnwindRow = c::ws_unwind_row;
+/// An executable mapping with an unwind table (`struct ws_unwind_mapping`).
+pub type UnwindMapping = c::ws_unwind_mapping;
+/// A process's mappings with tables (`struct ws_unwind_proc`).
+pub type UnwindProc = c::ws_unwind_proc;
+/// One CPU's walk-cost histogram (`struct ws_walk_cost`): walks by kind,
+/// frames / 8 and time slot, counters that wrap.
+pub type WalkCost = c::ws_walk_cost;
+/// A thread off-CPU when the drain looked (`struct ws_live_thread`),
+/// written by the `live_threads` task iterator.
+pub type LiveThread = c::ws_live_thread;
+/// A process lifecycle event from the `proc_events` ring buffer
+/// (`struct ws_proc_event`).
+pub type ProcEvent = c::ws_proc_event;
+
+// SAFETY: plain-old-data, `repr(C)`, explicit padding fields only (the
+// sizes are pinned by _Static_assert in the header and bindgen's layout
+// assertions here).
+unsafe impl aya::Pod for WalkCost {}
+// SAFETY: as above.
+unsafe impl aya::Pod for StoredStack {}
+// SAFETY: as above.
+unsafe impl aya::Pod for UnwindRow {}
+// SAFETY: as above.
+unsafe impl aya::Pod for UnwindProc {}
+// SAFETY: as above.
+unsafe impl aya::Pod for StackKey {}
+// SAFETY: as above.
+unsafe impl aya::Pod for StackValue {}
+// SAFETY: as above.
+unsafe impl aya::Pod for ThreadTotals {}
+// SAFETY: as above.
+unsafe impl aya::Pod for HistKey {}
+// SAFETY: as above.
+unsafe impl aya::Pod for Hist {}
 
 /// Where a thread's time went (`enum ws_state`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 #[repr(u32)]
 pub enum State {
-    Cpu = 0,
-    Runqueue = 1,
-    Futex = 2,
-    Io = 3,
-    Sleep = 4,
+    Cpu = c::ws_state::WS_STATE_CPU as u32,
+    Runqueue = c::ws_state::WS_STATE_RUNQUEUE as u32,
+    Futex = c::ws_state::WS_STATE_FUTEX as u32,
+    Io = c::ws_state::WS_STATE_IO as u32,
+    Sleep = c::ws_state::WS_STATE_SLEEP as u32,
     /// Runnable, but its cgroup's CPU quota is spent (CFS bandwidth).
-    Throttled = 5,
+    Throttled = c::ws_state::WS_STATE_THROTTLED as u32,
 }
 
 impl State {
+    /// Number of states (`WS_STATE_COUNT`).
+    pub const COUNT: usize = c::ws_state::WS_STATE_COUNT as usize;
     /// Every state, in enum order.
-    pub const ALL: [State; 6] = [
+    pub const ALL: [State; State::COUNT] = [
         State::Cpu,
         State::Runqueue,
         State::Futex,
@@ -46,8 +117,6 @@ impl State {
         State::Sleep,
         State::Throttled,
     ];
-    /// Number of states (`WS_STATE_COUNT`).
-    pub const COUNT: usize = 6;
 
     /// Decodes the raw value stored by BPF.
     pub fn from_raw(raw: u32) -> Option<State> {
@@ -67,100 +136,36 @@ impl State {
     }
 }
 
+// `from_raw` indexes ALL by value: the states are 0..COUNT in order.
+const _: () = {
+    let mut i = 0;
+    while i < State::COUNT {
+        assert!(State::ALL[i] as usize == i);
+        i += 1;
+    }
+};
+
 /// Indexes of the `control` array (`enum ws_control`).
 #[derive(Debug, Clone, Copy)]
 #[repr(u32)]
 pub enum Control {
-    Buffer = 0,
-    Generation = 1,
+    Buffer = c::ws_control::WS_CONTROL_BUFFER as u32,
+    Generation = c::ws_control::WS_CONTROL_GENERATION as u32,
 }
-
-/// Key of the aggregation maps (`struct ws_stack_key`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(C)]
-pub struct StackKey {
-    pub pid: u32,
-    pub tid: u32,
-    pub user_stack_id: i32,
-    pub kernel_stack_id: i32,
-    pub state: u32,
-    pub stack_gen: u32,
-    pub peer_pid: u32,
-    pub peer_tid: u32,
-    pub syscall: u32,
-    pub _pad: u32,
-    pub comm: [u8; COMM_LEN],
-}
-
-/// Per-thread totals (`struct ws_thread_totals`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(C)]
-pub struct ThreadTotals {
-    pub pid: u32,
-    pub _pad: u32,
-    pub comm: [u8; COMM_LEN],
-    pub ns: [u64; State::COUNT],
-    pub switches_voluntary: u64,
-    pub switches_involuntary: u64,
-    pub wakeups_sent: u64,
-    pub wakeups_received: u64,
-}
-
-/// Flag of the tid of a process's merged row (`WS_MERGED_TID`): rows of
-/// threads that found their buffer nearly full, tid `MERGED_TID | pid`.
-pub const MERGED_TID: u32 = 0x8000_0000;
 
 /// Whether `tid` is a process's merged row rather than a thread.
 pub fn is_merged_tid(tid: u32) -> bool {
     tid & MERGED_TID != 0
 }
 
-/// Key of the runqueue histograms (`struct ws_hist_key`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(C)]
-pub struct HistKey {
-    pub id: u64,
-    pub kind: u32,
-    pub _pad: u32,
-}
-
 /// `enum ws_hist_kind`.
-pub const HIST_PROCESS: u32 = 0;
+pub const HIST_PROCESS: u32 = c::ws_hist_kind::WS_HIST_PROCESS as u32;
 /// `enum ws_hist_kind`.
-pub const HIST_CGROUP: u32 = 1;
+pub const HIST_CGROUP: u32 = c::ws_hist_kind::WS_HIST_CGROUP as u32;
 /// `enum ws_hist_kind`: a process's time throttled.
-pub const HIST_PROCESS_THROTTLED: u32 = 2;
+pub const HIST_PROCESS_THROTTLED: u32 = c::ws_hist_kind::WS_HIST_PROCESS_THROTTLED as u32;
 /// `enum ws_hist_kind`: a cgroup's time throttled.
-pub const HIST_CGROUP_THROTTLED: u32 = 3;
-
-/// A runqueue histogram (`struct ws_hist`): slot 0 under 1 us, slot i
-/// (i > 0) [2^(i-1), 2^i) us.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(C)]
-pub struct Hist {
-    pub slots: [u64; HIST_SLOTS],
-    /// Total time of the intervals counted.
-    pub ns: u64,
-}
-
-/// Value of the aggregation maps (`struct ws_stack_value`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[repr(C)]
-pub struct StackValue {
-    pub ns: u64,
-    pub count: u64,
-}
-
-/// One stored stack (`struct ws_stack`): its id is the low 31 bits of `hash`.
-#[derive(Debug, Clone, Copy)]
-#[repr(C)]
-pub struct StoredStack {
-    pub hash: u64,
-    /// Frames used in `ips`, innermost first.
-    pub len: u32,
-    pub _pad: u32,
-    pub ips: [u64; MAX_STACK_DEPTH],
-}
+pub const HIST_CGROUP_THROTTLED: u32 = c::ws_hist_kind::WS_HIST_CGROUP_THROTTLED as u32;
 
 impl StoredStack {
     /// The captured frames.
@@ -169,327 +174,79 @@ impl StoredStack {
     }
 }
 
-/// One unwind table row (`struct ws_unwind_row`); see `bpf/wallscope.h`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[repr(C)]
-pub struct UnwindRow {
-    /// First address covered, as a virtual address of the module.
-    pub pc: u32,
-    pub cfa_off: i32,
-    pub rbp_off: i16,
-    /// `enum ws_cfa_reg`, see [`cfa`].
-    pub cfa_reg: u8,
-    /// `enum ws_rbp_rule`, see [`rbp`].
-    pub rbp_rule: u8,
-}
-
-/// `enum ws_cfa_reg`.
+/// `enum ws_cfa_reg`, the values of [`UnwindRow::cfa_reg`].
 pub mod cfa {
-    pub const RSP: u8 = 0;
-    pub const RBP: u8 = 1;
-    pub const NONE: u8 = 2;
-    pub const END: u8 = 3;
-    pub const UNSUPPORTED: u8 = 4;
+    use super::c::ws_cfa_reg;
+    pub const RSP: u8 = ws_cfa_reg::WS_CFA_RSP as u8;
+    pub const RBP: u8 = ws_cfa_reg::WS_CFA_RBP as u8;
+    pub const NONE: u8 = ws_cfa_reg::WS_CFA_NONE as u8;
+    pub const END: u8 = ws_cfa_reg::WS_CFA_END as u8;
+    pub const UNSUPPORTED: u8 = ws_cfa_reg::WS_CFA_UNSUPPORTED as u8;
 }
 
-/// `enum ws_rbp_rule`.
+/// `enum ws_rbp_rule`, the values of [`UnwindRow::rbp_rule`].
 pub mod rbp {
-    pub const SAME: u8 = 0;
-    pub const AT_CFA: u8 = 1;
-    pub const UNSUPPORTED: u8 = 2;
+    use super::c::ws_rbp_rule;
+    pub const SAME: u8 = ws_rbp_rule::WS_RBP_SAME as u8;
+    pub const AT_CFA: u8 = ws_rbp_rule::WS_RBP_AT_CFA as u8;
+    pub const UNSUPPORTED: u8 = ws_rbp_rule::WS_RBP_UNSUPPORTED as u8;
 }
-
-/// An executable mapping with an unwind table (`struct ws_unwind_mapping`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[repr(C)]
-pub struct UnwindMapping {
-    pub start: u64,
-    pub end: u64,
-    /// Runtime address minus module virtual address.
-    pub bias: u64,
-    /// The table's page index, then its rows (see `bpf/wallscope.h`).
-    pub index_start: u32,
-    pub row_count: u32,
-    pub page_base: u32,
-    pub page_count: u32,
-}
-
-/// A process's mappings with tables (`struct ws_unwind_proc`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[repr(C)]
-pub struct UnwindProc {
-    pub count: u32,
-    /// Changes at every registration, so BPF's cached lookups expire.
-    pub epoch: u32,
-    pub mappings: [UnwindMapping; UNWIND_MAX_MAPPINGS],
-    /// A HotSpot JVM's interpreter code, `[start, end)`, or zeros.
-    pub interp_start: u64,
-    pub interp_end: u64,
-}
-
-/// `WS_JAVA_METHOD_TAG`: a user stack entry that is an interpreted Java
-/// frame's `Method*`, not a pc.
-pub const JAVA_METHOD_TAG: u64 = 1 << 62;
 
 /// `WS_WALK_KINDS`: what a walk walked (see [`walk_kind`]).
-pub const WALK_KINDS: usize = 4;
+pub const WALK_KINDS: usize = c::ws_walk_kind::WS_WALK_KINDS as usize;
 /// `WS_WALK_DEPTHS`: frames / 8, the last bucket holding deeper stacks.
-pub const WALK_DEPTHS: usize = 16;
+pub const WALK_DEPTHS: usize = c::WS_WALK_DEPTHS as usize;
 /// `WS_WALK_TIME_SLOTS`: 4 slots per power of two of nanoseconds.
-pub const WALK_TIME_SLOTS: usize = 80;
+pub const WALK_TIME_SLOTS: usize = c::WS_WALK_TIME_SLOTS as usize;
 /// Entries of [`WalkCost`].
 pub const WALK_COST_ENTRIES: usize = WALK_KINDS * WALK_DEPTHS * WALK_TIME_SLOTS;
+const _: () = assert!(size_of::<WalkCost>() == 4 * WALK_COST_ENTRIES);
 
 /// `enum ws_walk_kind`.
 pub mod walk_kind {
-    pub const USER_TABLES: usize = 0;
-    pub const USER_FP: usize = 1;
-    pub const KERNEL: usize = 2;
-    pub const LIVE: usize = 3;
+    use super::c::ws_walk_kind;
+    pub const USER_TABLES: usize = ws_walk_kind::WS_WALK_USER_TABLES as usize;
+    pub const USER_FP: usize = ws_walk_kind::WS_WALK_USER_FP as usize;
+    pub const KERNEL: usize = ws_walk_kind::WS_WALK_KERNEL as usize;
+    pub const LIVE: usize = ws_walk_kind::WS_WALK_LIVE as usize;
 }
 
-/// One CPU's walk-cost histogram (`struct ws_walk_cost`): walks by kind,
-/// frames / 8 and time slot, counters that wrap.
-#[derive(Clone, Copy)]
-#[repr(C)]
-pub struct WalkCost {
-    pub n: [u32; WALK_COST_ENTRIES],
+/// `enum ws_proc_event_kind`, the values of [`ProcEvent::kind`].
+pub mod proc_event {
+    use super::c::ws_proc_event_kind;
+    pub const FORK: u32 = ws_proc_event_kind::WS_PROC_FORK as u32;
+    pub const EXEC: u32 = ws_proc_event_kind::WS_PROC_EXEC as u32;
+    pub const EXIT: u32 = ws_proc_event_kind::WS_PROC_EXIT as u32;
+    pub const RENAME: u32 = ws_proc_event_kind::WS_PROC_RENAME as u32;
 }
 
-const _: () = assert!(size_of::<WalkCost>() == 4 * WALK_COST_ENTRIES);
-
-// SAFETY: plain-old-data, `repr(C)`, no padding the kernel does not also see.
-unsafe impl aya::Pod for WalkCost {}
-// SAFETY: as above.
-unsafe impl aya::Pod for StoredStack {}
-// SAFETY: as above.
-unsafe impl aya::Pod for UnwindRow {}
-// SAFETY: as above.
-unsafe impl aya::Pod for UnwindProc {}
-// SAFETY: as below.
-unsafe impl aya::Pod for StackKey {}
-// SAFETY: as above.
-unsafe impl aya::Pod for StackValue {}
-// SAFETY: as above.
-unsafe impl aya::Pod for ThreadTotals {}
-// SAFETY: as above.
-unsafe impl aya::Pod for HistKey {}
-// SAFETY: as above.
-unsafe impl aya::Pod for Hist {}
-
-const _: () = assert!(size_of::<StackKey>() == 56);
-const _: () = assert!(size_of::<StackValue>() == 16);
-const _: () = assert!(size_of::<StoredStack>() == 16 + 8 * MAX_STACK_DEPTH);
-const _: () = assert!(size_of::<UnwindRow>() == 12);
-const _: () = assert!(size_of::<UnwindMapping>() == 40);
-const _: () = assert!(size_of::<UnwindProc>() == 24 + 40 * UNWIND_MAX_MAPPINGS);
-const _: () = assert!(size_of::<ThreadTotals>() == 104);
-const _: () = assert!(size_of::<HistKey>() == 16);
-const _: () = assert!(size_of::<Hist>() == 8 * HIST_SLOTS + 8);
-const _: () = assert!(size_of::<LiveThread>() == 72);
-
-/// A thread off-CPU when the drain looked (`struct ws_live_thread`),
-/// written by the `live_threads` task iterator.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[repr(C)]
-pub struct LiveThread {
-    pub pid: u32,
-    pub tid: u32,
-    /// `enum ws_state` of the current phase.
-    pub state: u32,
-    /// Syscall nr + 1 at switch-out, 0 if none.
-    pub syscall: u32,
-    /// Phase start, `CLOCK_MONOTONIC` ns.
-    pub since_ns: u64,
-    /// When the iterator looked, `CLOCK_MONOTONIC` ns.
-    pub now_ns: u64,
-    pub user_stack_id: i32,
-    pub kernel_stack_id: i32,
-    pub stack_gen: u32,
-    /// Who woke it last: 0 if none seen, pid 0 + [`INTERRUPT_TID`] for an
-    /// interrupt.
-    pub waker_pid: u32,
-    pub waker_tid: u32,
-    pub _pad: u32,
-    pub comm: [u8; COMM_LEN],
+/// Reads a plain-old-data record from bytes; `None` when too short.
+/// Unaligned: ring-buffer and iterator records are only 8-aligned.
+fn read_record<T: aya::Pod>(bytes: &[u8]) -> Option<T> {
+    if bytes.len() < size_of::<T>() {
+        return None;
+    }
+    // SAFETY: long enough, and every bit pattern is a valid `Pod`.
+    Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
 }
+
+// SAFETY: as for the map types above; read from the iterator and the ring
+// buffer, never written.
+unsafe impl aya::Pod for LiveThread {}
+// SAFETY: as above.
+unsafe impl aya::Pod for ProcEvent {}
 
 impl LiveThread {
     /// Reads one record from the iterator's output; `None` when too short.
     pub fn from_bytes(bytes: &[u8]) -> Option<LiveThread> {
-        if bytes.len() < size_of::<LiveThread>() {
-            return None;
-        }
-        // SAFETY: long enough, and every bit pattern is a valid LiveThread.
-        Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<LiveThread>()) })
+        read_record(bytes)
     }
-}
-
-/// `enum ws_proc_event_kind`.
-pub mod proc_event {
-    pub const FORK: u32 = 0;
-    pub const EXEC: u32 = 1;
-    pub const EXIT: u32 = 2;
-    pub const RENAME: u32 = 3;
-}
-
-/// A process lifecycle event from the `proc_events` ring buffer
-/// (`struct ws_proc_event`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[repr(C)]
-pub struct ProcEvent {
-    /// See [`proc_event`].
-    pub kind: u32,
-    pub pid: u32,
-    /// Fork: the parent's tgid.
-    pub parent: u32,
-    pub _pad: u32,
-    /// The process's start, ns since boot.
-    pub start_ns: u64,
-    /// When it happened, ns since boot.
-    pub time_ns: u64,
-    pub comm: [u8; COMM_LEN],
 }
 
 impl ProcEvent {
     /// Reads an event from ring-buffer bytes; `None` when too short.
     pub fn from_bytes(bytes: &[u8]) -> Option<ProcEvent> {
-        if bytes.len() < size_of::<ProcEvent>() {
-            return None;
-        }
-        // SAFETY: long enough, and every bit pattern is a valid ProcEvent;
-        // read_unaligned because ring-buffer records are only 8-aligned.
-        Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<ProcEvent>()) })
-    }
-}
-
-const _: () = assert!(size_of::<ProcEvent>() == 48);
-
-/// Indexes of the per-CPU `stats` array (`enum ws_stat`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u32)]
-pub enum Stat {
-    Samples = 0,
-    CountsFull = 1,
-    UserStackCollision = 2,
-    UserStackFailed = 3,
-    KernelStackCollision = 4,
-    KernelStackFailed = 5,
-    Switches = 6,
-    Wakeups = 7,
-    StackExpired = 8,
-    TaskStorageFailed = 9,
-    ThreadsFull = 10,
-    HistFull = 11,
-    BelowThreshold = 12,
-    StacksStored = 13,
-    StackStoreFailed = 14,
-    UnwindWalks = 15,
-    UnwindNoInfo = 16,
-    UnwindUnsupported = 17,
-    UnwindReadFailed = 18,
-    UnwindTruncated = 19,
-    ProcEventsLost = 20,
-    CountsMerged = 21,
-    OffcpuWalks = 22,
-    WakerWalks = 23,
-    LiveWalks = 24,
-    SampledOut = 25,
-    DeferredLost = 26,
-    LiveWalksPutOff = 27,
-    WalksReused = 28,
-}
-
-impl Stat {
-    /// Number of counters (`WS_STAT_COUNT`).
-    pub const COUNT: usize = 29;
-    /// Every counter, in enum order.
-    pub const ALL: [Stat; Stat::COUNT] = [
-        Stat::Samples,
-        Stat::CountsFull,
-        Stat::UserStackCollision,
-        Stat::UserStackFailed,
-        Stat::KernelStackCollision,
-        Stat::KernelStackFailed,
-        Stat::Switches,
-        Stat::Wakeups,
-        Stat::StackExpired,
-        Stat::TaskStorageFailed,
-        Stat::ThreadsFull,
-        Stat::HistFull,
-        Stat::BelowThreshold,
-        Stat::StacksStored,
-        Stat::StackStoreFailed,
-        Stat::UnwindWalks,
-        Stat::UnwindNoInfo,
-        Stat::UnwindUnsupported,
-        Stat::UnwindReadFailed,
-        Stat::UnwindTruncated,
-        Stat::ProcEventsLost,
-        Stat::CountsMerged,
-        Stat::OffcpuWalks,
-        Stat::WakerWalks,
-        Stat::LiveWalks,
-        Stat::SampledOut,
-        Stat::DeferredLost,
-        Stat::LiveWalksPutOff,
-        Stat::WalksReused,
-    ];
-
-    /// snake_case name used in `/healthz` and metrics.
-    pub fn name(self) -> &'static str {
-        match self {
-            Stat::Samples => "samples",
-            Stat::CountsFull => "counts_map_full",
-            Stat::UserStackCollision => "user_stack_collision",
-            Stat::UserStackFailed => "user_stack_failed",
-            Stat::KernelStackCollision => "kernel_stack_collision",
-            Stat::KernelStackFailed => "kernel_stack_failed",
-            Stat::Switches => "switches",
-            Stat::Wakeups => "wakeups",
-            Stat::StackExpired => "stack_expired",
-            Stat::TaskStorageFailed => "task_storage_failed",
-            Stat::ThreadsFull => "threads_map_full",
-            Stat::HistFull => "histogram_map_full",
-            Stat::BelowThreshold => "intervals_below_threshold",
-            Stat::StacksStored => "stacks_stored",
-            Stat::StackStoreFailed => "stack_store_failed",
-            Stat::UnwindWalks => "unwind_walks",
-            Stat::UnwindNoInfo => "unwind_no_info",
-            Stat::UnwindUnsupported => "unwind_unsupported_rule",
-            Stat::UnwindReadFailed => "unwind_read_failed",
-            Stat::UnwindTruncated => "unwind_truncated",
-            Stat::ProcEventsLost => "proc_events_lost",
-            Stat::CountsMerged => "counts_merged",
-            Stat::OffcpuWalks => "offcpu_stack_walks",
-            Stat::WakerWalks => "waker_stack_walks",
-            Stat::LiveWalks => "blocked_stack_walks",
-            Stat::SampledOut => "intervals_sampled_out",
-            Stat::DeferredLost => "deferred_stack_lost",
-            Stat::LiveWalksPutOff => "blocked_stack_walks_put_off",
-            Stat::WalksReused => "stack_walks_reused",
-        }
-    }
-
-    /// Whether the counter counts something lost or degraded (as opposed
-    /// to events seen).
-    pub fn is_loss(self) -> bool {
-        !matches!(
-            self,
-            Stat::Samples
-                | Stat::CountsMerged
-                | Stat::Switches
-                | Stat::Wakeups
-                | Stat::BelowThreshold
-                | Stat::StacksStored
-                | Stat::UnwindWalks
-                | Stat::OffcpuWalks
-                | Stat::WakerWalks
-                | Stat::LiveWalks
-                | Stat::LiveWalksPutOff
-                | Stat::WalksReused
-                | Stat::SampledOut
-        )
+        read_record(bytes)
     }
 }
 

@@ -6,7 +6,7 @@
 //! arrives during a drain is lost or counted twice.
 //!
 //! Stack maps are not drained: off-CPU rows refer to stacks taken long before
-//! (see `bpf/aggregate.bpf.h`). They rotate through generations instead, and
+//! (see `bpf/stacks.bpf.h`). They rotate through generations instead, and
 //! a stack is read from the kernel once per generation.
 
 mod batch;

@@ -13,7 +13,7 @@ use crate::bpf::{
 /// Stacks stored in a generation at which we move to the next one: half of
 /// `WS_STACKS_ENTRIES`, so the map does not fill up before the rotation
 /// (which waits two drains).
-const ROTATE_AT_STORED: u64 = 8192;
+const ROTATE_AT_STORED: u64 = crate::bpf::abi::STACKS_ENTRIES as u64 / 2;
 
 /// Stacks read so far, by (generation, id).
 #[derive(Default)]

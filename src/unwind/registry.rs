@@ -35,7 +35,7 @@ use super::{
     table::{load_bias_of, TableError, UnwindTable},
 };
 use crate::bpf::{
-    abi::{UnwindProc, UNWIND_MAX_MAPPINGS},
+    abi::{UnwindProc, UNWIND_MAX_MAPPINGS, UNWIND_MAX_TABLE_ROWS},
     UnwindMaps,
 };
 use crate::{
@@ -64,7 +64,7 @@ const MAX_TABLE_SHARE: u32 = 4;
 /// table build may overrun it, since a build is not split).
 const UPDATE_BUDGET: Duration = Duration::from_millis(100);
 /// Processes registered at most: the capacity of `unwind_procs`.
-const MAX_PROCS: usize = 8192;
+const MAX_PROCS: usize = crate::bpf::abi::UNWIND_PROCS;
 /// Files no registered process maps whose verdict (no table needed,
 /// failed...) is kept, so that short-lived programs run again and again
 /// are not parsed again; the least recently used go first.
@@ -479,7 +479,13 @@ impl Registry {
         }
         let (slots, page_base, page_count) = layout(table);
         let len = match u32::try_from(slots.len()) {
-            Ok(len) if len <= self.maps.capacity / MAX_TABLE_SHARE => len,
+            // BPF's binary search reaches UNWIND_MAX_TABLE_ROWS rows.
+            Ok(len)
+                if len <= self.maps.capacity / MAX_TABLE_SHARE
+                    && table.rows.len() <= UNWIND_MAX_TABLE_ROWS as usize =>
+            {
+                len
+            }
             _ => return TableState::TooBig,
         };
         let start = match self.space.allocate(len) {
