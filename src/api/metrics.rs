@@ -20,13 +20,13 @@ use crate::export::push::{stats::Failure, PushReport};
 use crate::profile::window::Window;
 use crate::{
     bpf::abi::{Stat, State},
-    pipeline::{Health, Shared},
     profile::{
         fair,
         hist::slot_bounds_us,
         query,
         store::{ProcessTotals, StoreStats},
     },
+    state::{Health, Shared},
 };
 
 /// Content type of the exposition.

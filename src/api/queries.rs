@@ -25,7 +25,6 @@ use super::{
 };
 use crate::{
     bpf::abi,
-    pipeline::Shared,
     profile::{
         blocked::{self, BlockedFilter},
         cgroup_list, cgroups,
@@ -39,6 +38,7 @@ use crate::{
         truncate::{self, Limits, Truncation},
         window::Window,
     },
+    state::Shared,
 };
 
 /// Parameters of `/folded` (and, with `format`, `/flamegraph`).

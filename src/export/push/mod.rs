@@ -34,12 +34,10 @@ use send::Client;
 pub use stats::{PushReport, PushStats};
 
 use crate::{
-    api::{
-        limit::{Nice, QUERY_NICE},
-        token::Token,
-    },
-    pipeline::Shared,
+    nice::{Nice, QUERY_NICE},
     profile::window::Window,
+    state::Shared,
+    token::Token,
 };
 
 /// Shortest and longest `--push-interval`.
