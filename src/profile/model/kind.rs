@@ -89,7 +89,7 @@ impl Group {
 
 /// What the store's thread name of a pool's folded rows ends with (rows of
 /// a pool's threads merged into one, past some age: see
-/// [`crate::profile::store::merge`]).
+/// [`crate::profile::model::store::merge`]).
 pub const FOLDED_SUFFIX: &str = " (folded)";
 
 /// The pool a thread belongs to: its name with the final number replaced by
@@ -111,7 +111,7 @@ pub fn pool_name(thread: &str) -> String {
 /// The frame that names a thread in `group=thread` graphs; a pool's
 /// folded rows are named by the pool alone (their tid is no thread's).
 pub fn thread_frame(name: &str, tid: u32) -> String {
-    if crate::profile::store::merge::is_pool_tid(tid) {
+    if crate::profile::model::store::merge::is_pool_tid(tid) {
         return name.to_string();
     }
     format!("{name} [tid {tid}]")
@@ -138,7 +138,7 @@ mod tests {
         assert_eq!(pool_name("1234"), "1234");
         assert_eq!(pool_name("kworker/0:1"), "kworker/0:*");
         assert_eq!(pool_name("worker-* (folded)"), "worker-*");
-        let pool = crate::profile::store::merge::POOL_TID | 7;
+        let pool = crate::profile::model::store::merge::POOL_TID | 7;
         assert_eq!(thread_frame("worker-* (folded)", pool), "worker-* (folded)");
         assert_eq!(thread_frame("worker-7", 7), "worker-7 [tid 7]");
     }

@@ -1,22 +1,12 @@
-//! The profile model: symbolized stacks with their time, in time slices.
+//! The profile model: symbolized stacks with their time, in time slices,
+//! and the store that keeps them. It knows nothing of the OS, the API or
+//! how it is filled: the collector and symbolizer convert into it, the
+//! reports in [`super::report`] read it.
 
-pub mod blocked;
-pub mod cgroup_list;
-pub mod cgroups;
-pub mod fair;
-pub mod hist;
 pub mod kind;
 pub mod live;
-pub mod processes;
-pub mod query;
-pub mod render;
-pub mod rows;
-pub mod runqueue;
 pub mod size;
 pub mod store;
-pub mod threads;
-pub mod timeline;
-pub mod truncate;
 pub mod window;
 
 use std::{collections::HashMap, sync::Arc, time::SystemTime};

@@ -186,7 +186,7 @@ mod tests {
 
     #[test]
     fn a_live_view_counts_each_shared_stack_once() {
-        use crate::{bpf::abi::State, profile::live::LiveThread};
+        use crate::{bpf::abi::State, profile::model::live::LiveThread};
         let stack: Stack = ["main", "park"].map(Frame::from).into_iter().collect();
         let thread = |tid| LiveThread {
             pid: 1,

@@ -6,8 +6,12 @@ use std::{collections::HashMap, sync::Arc};
 
 use serde::Serialize;
 
-use super::{query::ns_to_us, store::Snapshot, window::Window};
-use crate::{bpf::abi::State, process::container::Container};
+use super::query::ns_to_us;
+use crate::{
+    bpf::abi::State,
+    process::container::Container,
+    profile::model::{store::Snapshot, window::Window},
+};
 
 /// What `/processes` sorts by (`sort=`), most first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -172,9 +176,8 @@ mod tests {
     use crate::{
         collect::RawThread,
         profile::{
-            query::{pid_recorded, tests::store, tid_recorded},
-            store::Store,
-            Slice,
+            model::{store::Store, Slice},
+            report::query::{pid_recorded, tests::store, tid_recorded},
         },
     };
 

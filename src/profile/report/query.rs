@@ -5,47 +5,16 @@ use std::{
     sync::Arc,
 };
 
-use super::{
-    kind::{pool_name, state_frame, thread_frame, Group, Kind},
-    rows::{self, Names, Row},
-    store::Snapshot,
-    window::Window,
+pub use super::filter::Filter;
+use super::rows::{self, Names, Row};
+use crate::{
+    bpf::abi::State,
+    profile::model::{
+        kind::{pool_name, state_frame, thread_frame, Group, Kind},
+        store::Snapshot,
+        window::Window,
+    },
 };
-use crate::bpf::abi::State;
-
-/// Which samples a query wants and how to fold them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Filter {
-    pub pid: Option<u32>,
-    pub tid: Option<u32>,
-    pub kind: Kind,
-    pub group: Group,
-    /// Which slices to read.
-    pub window: Window,
-    /// Other processes' stacks and names stay out: a user other than root
-    /// asked about their own process `pid`, and its wakeups name the
-    /// processes that woke it and that it woke (`[another process]`).
-    pub others_hidden: bool,
-}
-
-impl Filter {
-    /// A CPU profile grouped by process.
-    pub fn cpu(pid: Option<u32>, tid: Option<u32>, window: Window) -> Filter {
-        Filter {
-            pid,
-            tid,
-            kind: Kind::State(State::Cpu),
-            group: Group::Process,
-            window,
-            others_hidden: false,
-        }
-    }
-
-    /// Whether the filter selects thread `tid` of `pid`.
-    pub fn matches(&self, pid: u32, tid: u32) -> bool {
-        self.pid.is_none_or(|p| p == pid) && self.tid.is_none_or(|t| t == tid)
-    }
-}
 
 /// Stacks folded root-first, with nanoseconds per stack.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -164,8 +133,7 @@ pub(crate) mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::profile::store::Store;
-    use crate::profile::{Sample, Slice, Stack, Wakeup};
+    use crate::profile::model::{store::Store, Sample, Slice, Stack, Wakeup};
 
     fn sample(pid: u32, tid: u32, frames: &[&str], ns: u64) -> Sample {
         let stack: Stack = frames.iter().map(|f| Arc::<str>::from(*f)).collect();

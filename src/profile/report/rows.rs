@@ -7,16 +7,16 @@ use std::{collections::HashMap, sync::Arc};
 
 use rustc_hash::FxHashMap;
 
-use super::{
-    kind::{thread_frame, Group, Kind},
-    query::Filter,
-    store::{merge, Snapshot},
-    Frame, Interrupt, Slice, Stack,
-};
+use super::filter::Filter;
 use crate::{
     bpf::abi::{is_merged_tid, State},
     collect::MERGED_THREADS,
     process::container::Container,
+    profile::model::{
+        kind::{thread_frame, Group, Kind},
+        store::{merge, Snapshot},
+        Frame, Interrupt, Slice, Stack,
+    },
 };
 
 /// The frame that closes a wall row no stack explains.

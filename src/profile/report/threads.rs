@@ -1,12 +1,12 @@
 //! Per-thread time breakdowns (`/threads`): exact time by state, switches
 //! and wakeups, per thread, per pool and for the process.
 
-use crate::profile::window::Window;
+use crate::profile::model::{kind::pool_name, store::Snapshot, window::Window};
 use std::{collections::HashMap, fmt::Write as _, sync::Arc};
 
 use serde::Serialize;
 
-use super::{kind::pool_name, query::ns_to_us, store::Snapshot};
+use super::query::ns_to_us;
 use crate::{bpf::abi::State, collect::RawThread, jvm::JvmReport, process::container::Container};
 
 /// Time and events of one thread, pool or process.
@@ -326,8 +326,7 @@ mod tests {
     use std::{collections::HashMap as Map, sync::Arc, time::Duration};
 
     use super::*;
-    use crate::profile::store::Store;
-    use crate::profile::Slice;
+    use crate::profile::model::{store::Store, Slice};
 
     fn thread(tid: u32, name: &str, ns: [u64; crate::bpf::abi::State::COUNT]) -> RawThread {
         RawThread {

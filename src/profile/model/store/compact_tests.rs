@@ -7,7 +7,7 @@ use super::{compact::step_for, merge::is_pool_tid, *};
 use crate::{
     bpf::abi::{Hist, State},
     collect::RawThread,
-    profile::{Sample, ThreadInfo, Wakeup},
+    profile::model::{Sample, ThreadInfo, Wakeup},
 };
 
 const PIDS: [u32; 4] = [1000, 2000, 3000, 4000];
@@ -251,8 +251,8 @@ fn without_pressure_the_age_rule_holds() {
 #[test]
 fn queries_over_folded_rows_show_pools_and_keep_thread_totals() {
     use crate::profile::{
-        kind::{Group, Kind},
-        query::{folded, Filter},
+        model::kind::{Group, Kind},
+        report::query::{folded, Filter},
     };
     let stacks = stacks();
     let parts: Vec<Slice> = (1..=3).map(|t| busy(30_000 + t, &stacks)).collect();

@@ -24,7 +24,7 @@ use crate::{
 /// merged rows ([`crate::bpf::abi::MERGED_TID`] | pid) set only the top bit.
 pub const POOL_TID: u32 = 0xC000_0000;
 
-pub use crate::profile::kind::FOLDED_SUFFIX;
+pub use crate::profile::model::kind::FOLDED_SUFFIX;
 
 /// Whether `tid` stands for a pool (rows folded by [`merge`]).
 pub fn is_pool_tid(tid: u32) -> bool {

@@ -18,7 +18,7 @@ use super::{merge, size, Store};
 use crate::{
     bpf::abi::is_merged_tid,
     collect::RawThread,
-    profile::{
+    profile::model::{
         kind::{pool_name, FOLDED_SUFFIX},
         Slice, ThreadInfo,
     },
@@ -232,13 +232,13 @@ mod tests {
     use super::*;
     use crate::{
         bpf::abi::{Stat, State},
-        profile::{Sample, Slice, ThreadInfo},
+        profile::model::{Sample, Slice, ThreadInfo},
     };
 
     /// A slice ending at `end_s` with `threads` sleeping threads of pid 2
     /// (each its own name) and one thread of pid 1.
     fn slice(end_s: u64, threads: u32) -> Slice {
-        let stack: crate::profile::Stack = ["main", "sleep"].map(Arc::<str>::from).into();
+        let stack: crate::profile::model::Stack = ["main", "sleep"].map(Arc::<str>::from).into();
         let row = |pid, tid| Sample {
             pid,
             tid,
@@ -319,7 +319,7 @@ mod tests {
         // Pid 2: one row a slice, but a stack of 50 new 2,000-byte names.
         let named = |end_s: u64| {
             let mut s = slice(end_s, 0);
-            let stack: crate::profile::Stack = (0..50)
+            let stack: crate::profile::model::Stack = (0..50)
                 .map(|i| Arc::<str>::from(format!("{end_s}-{i:0>2000}")))
                 .collect();
             s.samples.push(Sample {
@@ -347,12 +347,12 @@ mod tests {
     /// exact total (1 s asleep) and woken by a timer interrupt.
     fn pooled(end_s: u64, threads: u32) -> Slice {
         let mut s = slice(end_s, threads);
-        let timer: crate::profile::Stack = ["hrtimer_wakeup"].map(Arc::<str>::from).into();
+        let timer: crate::profile::model::Stack = ["hrtimer_wakeup"].map(Arc::<str>::from).into();
         s.wakeups = (s.samples.iter().filter(|r| r.pid == 2))
-            .map(|r| crate::profile::Wakeup {
+            .map(|r| crate::profile::model::Wakeup {
                 pid: 0,
                 tid: crate::bpf::abi::INTERRUPT_TID,
-                interrupt: Some(crate::profile::Interrupt::Hard),
+                interrupt: Some(crate::profile::model::Interrupt::Hard),
                 peer_pid: 2,
                 peer_tid: r.tid,
                 stack: timer.clone(),
@@ -388,7 +388,7 @@ mod tests {
 
     #[test]
     fn the_largest_process_is_folded_into_pools_before_anything_is_shed() {
-        use crate::profile::{threads, window::Window};
+        use crate::profile::{model::window::Window, report::threads};
         let (store, _) = fed(|t| pooled(t, 2000), 4, 60);
         let stats = store.stats();
         assert!(stats.folded_parts > 0, "{stats:?}");

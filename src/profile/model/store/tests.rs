@@ -2,7 +2,7 @@
 use std::{collections::HashMap, sync::Arc};
 
 use super::*;
-use crate::{bpf::abi::State, profile::Sample};
+use crate::{bpf::abi::State, profile::model::Sample};
 
 fn slice(end_s: u64, frames: &[&str]) -> Slice {
     let stack: Stack = frames.iter().map(|f| Arc::<str>::from(*f)).collect();
@@ -159,7 +159,7 @@ fn estimate_follows_pushes_and_evictions_without_drift() {
 
 #[test]
 fn the_live_view_is_replaced_counted_and_snapshotted() {
-    use crate::profile::live::LiveView;
+    use crate::profile::model::live::LiveView;
     let mut store = Store::new(Duration::from_secs(5));
     store.push(slice(1, &["main"]));
     let before = store.stats();

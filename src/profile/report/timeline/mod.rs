@@ -13,8 +13,10 @@ use std::{
 
 use serde::Serialize;
 
-use super::{kind::pool_name, store::Snapshot, window::Window, Slice};
-use crate::bpf::abi::State;
+use crate::{
+    bpf::abi::State,
+    profile::model::{kind::pool_name, store::Snapshot, window::Window, Slice},
+};
 
 /// Most columns one answer has.
 pub const MAX_COLUMNS: usize = 120;

@@ -7,7 +7,7 @@ use std::{
 use super::*;
 use crate::{
     collect::RawThread,
-    profile::{store::Store, Slice},
+    profile::model::{store::Store, Slice},
 };
 
 fn thread(tid: u32, name: &str, ns: [u64; State::COUNT]) -> RawThread {

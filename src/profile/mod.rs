@@ -1,0 +1,14 @@
+//! Profiles: the OS-free [`model`] (stacks, slices, the store) and the
+//! [`report`]s computed from it, one per answer.
+
+pub mod cgroups;
+pub mod model;
+pub mod report;
+
+// The paths from before the split, which the rest of the crate, the tests
+// and the benches use.
+pub use model::{kind, live, size, store, window, *};
+pub use report::{
+    blocked, cgroup_list, fair, hist, processes, query, render, rows, runqueue, threads, timeline,
+    truncate,
+};
