@@ -194,17 +194,19 @@ const NO_CGROUP: u64 = u64::MAX - 1;
 fn metrics_app() -> axum::Router {
     use wallscope::{
         bpf::abi::{Hist, Stat, HIST_SLOTS},
-        collect::{HistOwner, RawThread},
+        collect::{HistOwner, RawThread, ThreadCounters},
     };
     let thread = |pid: u32, tid: u32, comm: &str, ns: [u64; 6]| RawThread {
-        ns,
+        counters: ThreadCounters {
+            ns,
+            switches_voluntary: 3,
+            switches_involuntary: 1,
+            wakeups_sent: 0,
+            wakeups_received: 4,
+        },
         tid,
         pid,
         comm: comm.into(),
-        switches_voluntary: 3,
-        switches_involuntary: 1,
-        wakeups_sent: 0,
-        wakeups_received: 4,
     };
     let hist = |slots: &[(usize, u64)]| {
         let mut h = Hist {

@@ -140,6 +140,7 @@ mod tests {
     };
 
     use super::*;
+    use crate::profile::model::ThreadCounters;
     use crate::{
         collect::RawThread,
         export::pprof::proto::Profile,
@@ -158,11 +159,13 @@ mod tests {
             tid,
             pid,
             comm: String::new(),
-            ns: all,
-            switches_voluntary: 0,
-            switches_involuntary: 0,
-            wakeups_sent: 0,
-            wakeups_received: 0,
+            counters: ThreadCounters {
+                ns: all,
+                switches_voluntary: 0,
+                switches_involuntary: 0,
+                wakeups_sent: 0,
+                wakeups_received: 0,
+            },
         }
     }
 

@@ -87,6 +87,10 @@ impl Group {
     }
 }
 
+/// Thread name of a process's merged row (see
+/// [`is_merged_tid`](crate::bpf::abi::is_merged_tid)).
+pub const MERGED_THREADS: &str = "[merged threads]";
+
 /// What the store's thread name of a pool's folded rows ends with (rows of
 /// a pool's threads merged into one, past some age: see
 /// [`crate::profile::model::store::merge`]).

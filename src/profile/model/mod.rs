@@ -3,6 +3,7 @@
 //! how it is filled: the collector and symbolizer convert into it, the
 //! reports in [`super::report`] read it.
 
+pub mod counters;
 pub mod kind;
 pub mod live;
 pub mod size;
@@ -12,10 +13,25 @@ pub mod window;
 use std::{collections::HashMap, sync::Arc, time::SystemTime};
 
 use crate::{
-    bpf::abi::{Hist, State},
-    collect::{HistOwner, RawThread, StatDeltas},
+    bpf::abi::{Hist, Stat, State},
     process::container::Container,
 };
+
+pub use counters::{RawThread, ThreadCounters};
+
+/// Whose runqueue latency a histogram holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum HistOwner {
+    Process(u32),
+    Cgroup(u64),
+    /// Time a process's threads spent throttled (not runqueue latency).
+    ProcessThrottled(u32),
+    /// Time a cgroup's threads spent throttled.
+    CgroupThrottled(u64),
+}
+
+/// Counter deltas since the previous drain, indexed like [`Stat::ALL`](crate::bpf::abi::Stat::ALL).
+pub type StatDeltas = [u64; Stat::COUNT];
 
 /// A frame name, interned: equal names share one allocation.
 pub type Frame = Arc<str>;

@@ -11,7 +11,7 @@ use super::{
     query::ns_to_us,
     runqueue::Owner,
 };
-use crate::collect::HistOwner;
+use crate::profile::model::HistOwner;
 
 /// The `cgroup` value that asks for the listing (no id or path looks so).
 pub const ALL: &str = "all";

@@ -10,7 +10,7 @@ use super::query::ns_to_us;
 use crate::{
     bpf::abi::State,
     process::container::Container,
-    profile::model::{store::Snapshot, window::Window},
+    profile::model::{store::Snapshot, window::Window, ThreadCounters},
 };
 
 /// What `/processes` sorts by (`sort=`), most first.
@@ -125,7 +125,7 @@ pub fn processes(
     struct Acc {
         name: Option<Arc<str>>,
         cpu_ns: u64,
-        ns: [u64; State::COUNT],
+        counters: ThreadCounters,
         container: Option<Arc<Container>>,
     }
     let mut by_pid: HashMap<u32, Acc> = HashMap::new();
@@ -135,9 +135,7 @@ pub fn processes(
         }
         for t in &slice.thread_totals {
             let acc = by_pid.entry(t.pid).or_default();
-            for (sum, ns) in acc.ns.iter_mut().zip(t.ns) {
-                *sum += ns;
-            }
+            acc.counters += &t.counters;
         }
         // Slices come oldest first: the newest name wins (a program
         // exec'd under the same pid, or a pid reused).
@@ -158,7 +156,7 @@ pub fn processes(
             pid,
             comm: acc.name.as_deref().unwrap_or("[unknown]").to_string(),
             cpu_us: ns_to_us(acc.cpu_ns),
-            time: StateTimes::of(&acc.ns),
+            time: StateTimes::of(&acc.counters.ns),
             jvm: None,
             container: acc.container,
         })
@@ -173,12 +171,10 @@ mod tests {
     use std::time::{Duration, SystemTime};
 
     use super::*;
-    use crate::{
-        collect::RawThread,
-        profile::{
-            model::{store::Store, Slice},
-            report::query::{pid_recorded, tests::store, tid_recorded},
-        },
+    use crate::profile::model::{RawThread, ThreadCounters};
+    use crate::profile::{
+        model::{store::Store, Slice},
+        report::query::{pid_recorded, tests::store, tid_recorded},
     };
 
     #[test]
@@ -207,11 +203,13 @@ mod tests {
                 tid,
                 pid,
                 comm: String::new(),
-                ns,
-                switches_voluntary: 0,
-                switches_involuntary: 0,
-                wakeups_sent: 0,
-                wakeups_received: 0,
+                counters: ThreadCounters {
+                    ns,
+                    switches_voluntary: 0,
+                    switches_involuntary: 0,
+                    wakeups_sent: 0,
+                    wakeups_received: 0,
+                },
             }
         };
         slice.thread_totals = vec![

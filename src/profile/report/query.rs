@@ -96,9 +96,9 @@ pub fn busiest(store: &Snapshot, window: Window, n: usize) -> Vec<u32> {
         let e = time.entry(t.pid).or_default();
         e.0 += [State::Cpu, State::Runqueue, State::Throttled]
             .iter()
-            .map(|s| t.ns[*s as usize])
+            .map(|s| t.counters.ns_in(*s))
             .sum::<u64>();
-        e.1 += t.ns.iter().sum::<u64>();
+        e.1 += t.counters.wall();
     }
     let mut ranked: Vec<(u32, (u64, u64))> = time.into_iter().collect();
     ranked.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
@@ -134,6 +134,7 @@ pub(crate) mod tests {
 
     use super::*;
     use crate::profile::model::{store::Store, Sample, Slice, Stack, Wakeup};
+    use crate::profile::model::{RawThread, ThreadCounters};
 
     fn sample(pid: u32, tid: u32, frames: &[&str], ns: u64) -> Sample {
         let stack: Stack = frames.iter().map(|f| Arc::<str>::from(*f)).collect();
@@ -184,7 +185,7 @@ pub(crate) mod tests {
 
     /// Pid 1234 is process `a` in one slice and, reused, `b` in the next.
     fn reused_pid() -> (Store, SystemTime) {
-        use crate::collect::RawThread;
+        use crate::profile::model::RawThread;
         let start = SystemTime::UNIX_EPOCH + Duration::from_secs(100);
         let mut store = Store::new(Duration::from_secs(600));
         for (i, (name, frame, sampled, total)) in
@@ -201,11 +202,13 @@ pub(crate) mod tests {
                     tid: 1234,
                     pid: 1234,
                     comm: name.into(),
-                    ns,
-                    switches_voluntary: 0,
-                    switches_involuntary: 0,
-                    wakeups_sent: 0,
-                    wakeups_received: 0,
+                    counters: ThreadCounters {
+                        ns,
+                        switches_voluntary: 0,
+                        switches_involuntary: 0,
+                        wakeups_sent: 0,
+                        wakeups_received: 0,
+                    },
                 }],
                 processes: [(1234, Arc::from(name))].into(),
                 ..Slice::empty(begin, begin + Duration::from_secs(1))
@@ -293,7 +296,7 @@ pub(crate) mod tests {
     /// Pid 10 (thread 11 throttled, then woken by thread 10 and by a
     /// softirq); pid 0 is the idle task, named like it.
     pub(crate) fn offcpu_store() -> (Store, SystemTime) {
-        use crate::{bpf::abi::INTERRUPT_TID, collect::RawThread, profile::Interrupt};
+        use crate::{bpf::abi::INTERRUPT_TID, profile::Interrupt};
         let (mut store, end) = store();
         let frames = |names: &[&str]| -> Stack { names.iter().map(|f| Arc::from(*f)).collect() };
         let wakeup = |pid, tid, interrupt, stack: &[&str]| Wakeup {
@@ -328,11 +331,13 @@ pub(crate) mod tests {
                 tid: 11,
                 pid: 10,
                 comm: "t".into(),
-                ns,
-                switches_voluntary: 0,
-                switches_involuntary: 0,
-                wakeups_sent: 0,
-                wakeups_received: 2,
+                counters: ThreadCounters {
+                    ns,
+                    switches_voluntary: 0,
+                    switches_involuntary: 0,
+                    wakeups_sent: 0,
+                    wakeups_received: 2,
+                },
             }],
             runq_hists: Vec::new(),
             threads: HashMap::from([(

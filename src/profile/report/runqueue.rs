@@ -16,7 +16,7 @@ use super::{
     query::ns_to_us,
     threads::recorded_note,
 };
-use crate::collect::HistOwner;
+use crate::profile::model::HistOwner;
 
 /// Whose latency a report shows, as it appears in JSON: `{"pid": P}` or
 /// `{"cgroup": ID, "path": "/system.slice/..."}` (path only if resolved).

@@ -17,10 +17,9 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use super::{merge, size, Store};
 use crate::{
     bpf::abi::is_merged_tid,
-    collect::RawThread,
     profile::model::{
         kind::{pool_name, FOLDED_SUFFIX},
-        Slice, ThreadInfo,
+        RawThread, Slice, ThreadInfo,
     },
     untrusted::refusals::{self, Reason, What},
 };
@@ -114,7 +113,7 @@ impl Store {
                 None => t.tid,
             };
             match pools.entry(tid) {
-                Entry::Occupied(mut sum) => merge::add_thread(sum.get_mut(), &t),
+                Entry::Occupied(mut sum) => sum.get_mut().counters += &t.counters,
                 Entry::Vacant(slot) => {
                     let comm = match folded.threads.get(&tid) {
                         Some(p) if tid != t.tid => p.name.to_string(),
@@ -230,6 +229,7 @@ mod tests {
     };
 
     use super::*;
+    use crate::profile::model::ThreadCounters;
     use crate::{
         bpf::abi::{Stat, State},
         profile::model::{Sample, Slice, ThreadInfo},
@@ -371,15 +371,17 @@ mod tests {
             .map(|r| {
                 let mut ns = [0; State::COUNT];
                 ns[State::Sleep as usize] = 1_000_000_000;
-                crate::collect::RawThread {
+                crate::profile::model::RawThread {
                     tid: r.tid,
                     pid: r.pid,
                     comm: "worker".into(),
-                    ns,
-                    switches_voluntary: 4,
-                    switches_involuntary: 0,
-                    wakeups_sent: 0,
-                    wakeups_received: 4,
+                    counters: ThreadCounters {
+                        ns,
+                        switches_voluntary: 4,
+                        switches_involuntary: 0,
+                        wakeups_sent: 0,
+                        wakeups_received: 4,
+                    },
                 }
             })
             .collect();
@@ -400,7 +402,7 @@ mod tests {
             let totals = store.all().flat_map(|s| &s.thread_totals);
             totals
                 .filter(|t| t.pid == pid)
-                .map(|t| t.ns[State::Sleep as usize])
+                .map(|t| t.counters.ns[State::Sleep as usize])
                 .sum()
         };
         assert_eq!(asleep(1), 60 * 1_000_000_000);

@@ -2,6 +2,7 @@
 use std::{collections::HashMap, sync::Arc};
 
 use super::*;
+use crate::profile::model::ThreadCounters;
 use crate::{bpf::abi::State, profile::model::Sample};
 
 fn slice(end_s: u64, frames: &[&str]) -> Slice {
@@ -47,23 +48,28 @@ fn process_totals_only_grow_while_slices_expire() {
     let mut last = 0;
     for t in 1..=20 {
         let mut s = slice(t, &["main"]);
-        s.thread_totals.push(crate::collect::RawThread {
+        s.thread_totals.push(crate::profile::model::RawThread {
             tid: 1,
             pid: 1,
             comm: "app".into(),
-            ns: [1_000, 0, 0, 0, 0, 0],
-            switches_voluntary: 1,
-            switches_involuntary: 0,
-            wakeups_sent: 0,
-            wakeups_received: 2,
+            counters: ThreadCounters {
+                ns: [1_000, 0, 0, 0, 0, 0],
+                switches_voluntary: 1,
+                switches_involuntary: 0,
+                wakeups_sent: 0,
+                wakeups_received: 2,
+            },
         });
         store.push(s);
         let p = &store.process_totals()[&1];
-        assert!(p.ns[0] > last, "counter grows");
-        last = p.ns[0];
+        assert!(p.counters.ns[0] > last, "counter grows");
+        last = p.counters.ns[0];
     }
     let p = &store.process_totals()[&1];
-    assert_eq!((p.ns[0], p.wakeups_received, &*p.comm), (20_000, 40, "app"));
+    assert_eq!(
+        (p.counters.ns[0], p.counters.wakeups_received, &*p.comm),
+        (20_000, 40, "app")
+    );
     store.push(slice(100, &["main"]));
     assert!(
         store.process_totals().get(&1).is_none(),

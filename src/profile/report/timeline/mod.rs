@@ -171,7 +171,7 @@ pub fn timeline(
                 ns: vec![[0; State::COUNT]; columns.len()],
             });
             acc.tids.insert(t.tid);
-            for (sum, ns) in acc.ns[column].iter_mut().zip(t.ns) {
+            for (sum, ns) in acc.ns[column].iter_mut().zip(t.counters.ns) {
                 *sum += ns;
             }
         }
