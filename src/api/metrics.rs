@@ -339,7 +339,7 @@ fn push_series(out: &mut Out, r: &PushReport) {
     let help = "Requests to Pyroscope (one per process and interval): sent, and failed tries by reason (timeout, refused, http_4xx, http_5xx)";
     out.family(name, "counter", help);
     out.sample(name, &label("outcome", "sent"), r.sent_requests);
-    for f in Failure::ALL {
+    for &f in Failure::ALL {
         out.sample(name, &label("outcome", f.name()), r.failed.get(f));
     }
     let name = "wallscope_push_profiles_total";

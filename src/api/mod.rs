@@ -85,6 +85,7 @@ fn routes(shared: Arc<Shared>) -> Router {
     Router::new()
         .route("/", get(ui::host_page))
         .route("/process/{pid}", get(ui::process_page))
+        .route("/ui/meta.json", get(ui::meta))
         .route("/ui/{name}", get(ui::asset))
         .route("/timeline", get(timeline::timeline))
         .route("/folded", get(queries::folded))

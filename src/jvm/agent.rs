@@ -13,7 +13,7 @@ use super::{
     jobs::{run_job, Done, Finished, Job},
     leftover::WrittenMap,
     turns::{Candidate, Turns},
-    Jvms,
+    AttachStatus, Jvms,
 };
 use crate::{
     procinfo,
@@ -214,7 +214,8 @@ impl Agent {
         });
         t.last_seen = now;
         if self.mode == JvmMode::Off {
-            self.jvms.update(s.pid, |e| e.report.attach = "off");
+            self.jvms
+                .update(s.pid, |e| e.report.attach = AttachStatus::Off);
             return;
         }
         // Once per JVM, unless the process table did it at its start.
@@ -379,7 +380,10 @@ mod tests {
             pid: std::process::id(),
             ..Sighting::default()
         });
-        assert_eq!(jvms.report(std::process::id()).unwrap().attach, "off");
+        assert_eq!(
+            jvms.report(std::process::id()).unwrap().attach,
+            AttachStatus::Off
+        );
     }
 
     /// Runs the agent's jobs for `pid` until none is running.
@@ -403,7 +407,7 @@ mod tests {
         agent.on_sighting(sighting.clone());
         finish_jobs(&mut agent, me);
         let report = jvms.report(me).unwrap();
-        assert_eq!(report.attach, "refused");
+        assert_eq!(report.attach, AttachStatus::Refused);
         assert!(report.error.unwrap().contains("libjvm"));
         assert!(matches!(agent.tracked[&me].phase, Phase::Refused));
         agent.on_sighting(sighting);

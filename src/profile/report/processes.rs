@@ -10,14 +10,16 @@ use super::query::ns_to_us;
 use crate::{
     bpf::abi::State,
     process::container::Container,
-    profile::model::{store::Snapshot, window::Window, ThreadCounters},
+    profile::model::{kind::STATES_CPU_FIRST, store::Snapshot, window::Window, ThreadCounters},
 };
 
 /// What `/processes` sorts by (`sort=`), most first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr)]
+#[strum(serialize_all = "lowercase")]
 pub enum SortBy {
     /// Sampled CPU time (the default).
     Cpu,
+    /// Named as the state; `cpu` is [`SortBy::Cpu`].
     State(State),
     /// Futex, I/O and sleep together: waiting on something else.
     Blocked,
@@ -26,26 +28,37 @@ pub enum SortBy {
 }
 
 impl SortBy {
-    /// Names accepted by the API.
-    pub const NAMES: [&'static str; 8] = [
-        "cpu",
-        "runqueue",
-        "throttled",
-        "futex",
-        "io",
-        "sleep",
-        "blocked",
-        "wall",
-    ];
+    /// Every order, as the API lists them: sampled CPU, the other states
+    /// ([`STATES_CPU_FIRST`]), then the unions.
+    pub const ALL: [SortBy; State::COUNT + 2] = {
+        let mut all = [SortBy::Wall; State::COUNT + 2];
+        // STATES_CPU_FIRST[0] is the CPU: sampled, it is `SortBy::Cpu`.
+        let mut i = 1;
+        while i < State::COUNT {
+            all[i] = SortBy::State(STATES_CPU_FIRST[i]);
+            i += 1;
+        }
+        all[0] = SortBy::Cpu;
+        all[i] = SortBy::Blocked;
+        all
+    };
+
+    /// The API's name of the order.
+    pub fn name(self) -> &'static str {
+        match self {
+            SortBy::State(s) => s.name(),
+            other => other.into(),
+        }
+    }
+
+    /// Names accepted by the API, in [`SortBy::ALL`] order.
+    pub fn names() -> [&'static str; State::COUNT + 2] {
+        SortBy::ALL.map(SortBy::name)
+    }
 
     /// Parses an API name.
     pub fn parse(name: &str) -> Option<SortBy> {
-        Some(match name {
-            "cpu" => SortBy::Cpu,
-            "blocked" => SortBy::Blocked,
-            "wall" => SortBy::Wall,
-            _ => SortBy::State(State::ALL.into_iter().find(|s| s.name() == name)?),
-        })
+        SortBy::ALL.into_iter().find(|s| s.name() == name)
     }
 
     fn key(self, row: &ProcessSummary) -> u64 {
@@ -243,8 +256,20 @@ mod tests {
         assert_eq!(rows[0].time.futex_us, 2_000_000);
         assert_eq!(rows[0].time.blocked_us, 2_000_000);
         assert_eq!(rows[1].time.blocked_us, 800_000);
-        for name in SortBy::NAMES {
-            assert!(SortBy::parse(name).is_some(), "{name}");
+        let names = SortBy::names();
+        let want = [
+            "cpu",
+            "runqueue",
+            "throttled",
+            "futex",
+            "io",
+            "sleep",
+            "blocked",
+        ];
+        assert_eq!(names[..7], want);
+        assert_eq!(names[7], "wall");
+        for name in names {
+            assert_eq!(SortBy::parse(name).map(SortBy::name), Some(name));
         }
         assert!(SortBy::parse("park").is_none());
     }
