@@ -1,6 +1,50 @@
-//! Wires the stages together: BPF maps -> collector thread -> symbolizer
-//! thread -> store. Data only moves forward, through a channel. The
-//! collector runs ahead of the other threads (`priority`).
+//! Wires the stages together on the daemon's threads.
+//!
+//! # Threads, channels and the two back-flows
+//!
+//! ```text
+//!  BPF counts maps --drain--> ws-collect --RawBatch (BATCH_QUEUE)--> ws-symbolize --> Shared.store
+//!                                  |                                   |  ^   ^
+//!                                  +--pids (1)--> ws-unwind            |  |   +-- ProcessTable <-- ws-procs
+//!                                                   |                  |  |                          ^
+//!            BPF unwind maps <--tables--------------+ (back-flow 1)    |  |     BPF lifecycle ring --+
+//!                                                                      |  |
+//!                           ws-jvm <--Sighting (jvm::agent, 256)-------+  +-- Jvms <-- ws-jvm (back-flow 2)
+//! ```
+//!
+//! - `ws-collect`: drains the BPF maps every interval, raised above the
+//!   other threads ([`priority`]). Sends each batch to `ws-symbolize` on a
+//!   bounded channel of [`BATCH_QUEUE`] (when full it keeps the batch and
+//!   merges the next drains into it, up to [`MAX_WAITING_RECORDS`] rows)
+//!   and each drain's pids to `ws-unwind` (a channel of 1; skipped while
+//!   busy). Its health updates never wait for the lock (`Updates`).
+//! - `ws-symbolize`: names the frames (reading the [`ProcessTable`] and
+//!   [`Jvms`]), pushes the slice into [`Shared::store`] and updates
+//!   [`Shared::health`].
+//! - `ws-procs` (`process::spawn_reader`, when the kernel has the
+//!   lifecycle ring buffer): applies fork/exec/exit events to the
+//!   [`ProcessTable`], reads new images' maps and prepares new JVMs
+//!   (`jvm::flags::prepare`).
+//! - `ws-unwind` (with unwind tables): builds tables for the pids it is
+//!   handed and writes them into the BPF unwind maps. **Back-flow 1**:
+//!   user space feeds what the kernel's next stack walks read.
+//! - `ws-jvm` (`jvm::agent`): takes JVM sightings from `ws-symbolize`
+//!   (bounded, `try_send`: dropped and counted when full), attaches, and
+//!   writes thread names and attach status into [`Jvms`], which
+//!   `ws-symbolize` reads on its next batch. **Back-flow 2**: the
+//!   symbolizer asks, the agent answers a batch later. Each attach runs on
+//!   a short-lived `ws-jvm-attach` thread, ended by the attach time-outs.
+//! - `ws-push-build` and `ws-push-send` (`export::push`, `--push-url`):
+//!   started and stopped by `main`; they read [`Shared`] and hand requests
+//!   over through the pusher's outbox.
+//! - The HTTP runtime (tokio, `main`): serves `api` from [`Shared`];
+//!   queries run on its blocking pool, bounded by `api::limit`.
+//!
+//! [`Pipeline::stop`] sets `stop`: `ws-collect` drains twice more and
+//! returns, which closes the batch and pid channels, so `ws-symbolize` and
+//! `ws-unwind` end after their last item; the symbolizer's end closes the
+//! sightings channel, which ends `ws-jvm`; `ws-procs` watches `stop`. All
+//! five are joined.
 
 pub mod priority;
 
@@ -97,9 +141,8 @@ pub const STOP_TIMEOUT: Duration = Duration::from_millis(800);
 pub struct Pipeline {
     shared: Arc<Shared>,
     stop: Arc<AtomicBool>,
-    collector: JoinHandle<()>,
-    symbolizer: JoinHandle<()>,
-    procs: JoinHandle<()>,
+    /// Every thread the pipeline started, joined by [`Pipeline::stop`].
+    threads: Vec<JoinHandle<()>>,
     /// Dropped last: detaches the programs.
     _probes: bpf::Probes,
 }
@@ -132,26 +175,31 @@ impl Pipeline {
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, rx) = mpsc::sync_channel::<RawBatch>(BATCH_QUEUE);
         let table = Arc::new(ProcessTable::default());
-        let procs = match maps.proc_events.take() {
-            Some(ring) => {
-                let jvms = shared.jvms.clone();
-                process::spawn_reader(ring, table.clone(), stop.clone(), move |pid| {
-                    crate::jvm::flags::prepare(pid, &jvms);
-                })
-            }
-            None => thread::Builder::new().spawn(|| {}),
-        }
-        .map_err(|source| PipelineError::Thread {
-            name: "process table",
-            source,
-        })?;
-        let unwind = registry
-            .map(|registry| spawn_unwind(registry, shared.clone()))
-            .transpose()
+        let mut threads = Vec::new();
+        if let Some(ring) = maps.proc_events.take() {
+            let jvms = shared.jvms.clone();
+            let procs = process::spawn_reader(ring, table.clone(), stop.clone(), move |pid| {
+                crate::jvm::flags::prepare(pid, &jvms);
+            })
             .map_err(|source| PipelineError::Thread {
-                name: "unwind",
+                name: "process table",
                 source,
             })?;
+            threads.push(procs);
+        }
+        let unwind = match registry {
+            Some(registry) => {
+                let (pids, thread) = spawn_unwind(registry, shared.clone()).map_err(|source| {
+                    PipelineError::Thread {
+                        name: "unwind",
+                        source,
+                    }
+                })?;
+                threads.push(thread);
+                Some(pids)
+            }
+            None => None,
+        };
 
         let collector = {
             let (stop, shared, interval) = (stop.clone(), shared.clone(), opts.drain_interval);
@@ -164,14 +212,17 @@ impl Pipeline {
                     source,
                 })?
         };
+        threads.push(collector);
+        let (sightings, agent) = agent::spawn(shared.jvms.clone(), opts.jvm).map_err(|source| {
+            PipelineError::Thread {
+                name: "JVM agent",
+                source,
+            }
+        })?;
+        threads.push(agent);
         let link = JvmLink {
             jvms: shared.jvms.clone(),
-            sightings: agent::spawn(shared.jvms.clone(), opts.jvm).map_err(|source| {
-                PipelineError::Thread {
-                    name: "JVM agent",
-                    source,
-                }
-            })?,
+            sightings,
             dropped: Arc::new(AtomicU64::new(0)),
         };
         let symbolizer = {
@@ -184,12 +235,11 @@ impl Pipeline {
                     source,
                 })?
         };
+        threads.push(symbolizer);
         Ok(Pipeline {
             shared,
             stop,
-            collector,
-            symbolizer,
-            procs,
+            threads,
             _probes: probes,
         })
     }
@@ -211,17 +261,15 @@ impl Pipeline {
     pub fn stop_within(self, timeout: Duration) -> bool {
         self.stop.store(true, Ordering::SeqCst);
         let deadline = Instant::now() + timeout;
-        let done = |p: &Pipeline| {
-            p.collector.is_finished() && p.symbolizer.is_finished() && p.procs.is_finished()
-        };
+        let done = |p: &Pipeline| p.threads.iter().all(|t| t.is_finished());
         while !done(&self) && Instant::now() < deadline {
             thread::sleep(Duration::from_millis(5));
         }
         let finished = done(&self);
         if finished {
-            let _ = self.collector.join();
-            let _ = self.symbolizer.join();
-            let _ = self.procs.join();
+            for t in self.threads {
+                let _ = t.join();
+            }
         } else {
             tracing::warn!("pipeline threads still busy after {timeout:?}: not waiting for them");
         }
@@ -237,9 +285,9 @@ impl Pipeline {
 fn spawn_unwind(
     mut registry: Registry,
     shared: Arc<Shared>,
-) -> std::io::Result<mpsc::SyncSender<Vec<u32>>> {
+) -> std::io::Result<(mpsc::SyncSender<Vec<u32>>, JoinHandle<()>)> {
     let (tx, rx) = mpsc::sync_channel::<Vec<u32>>(1);
-    thread::Builder::new()
+    let thread = thread::Builder::new()
         .name("ws-unwind".into())
         .spawn(move || {
             for pids in rx {
@@ -247,7 +295,7 @@ fn spawn_unwind(
                 shared.health().unwind = registry.stats();
             }
         })?;
-    Ok(tx)
+    Ok((tx, thread))
 }
 
 fn collect_loop(

@@ -71,12 +71,15 @@ const QUEUE: usize = 256;
 
 /// Starts the agent thread; the symbolizer sends [`Sighting`]s through the
 /// returned channel. The thread ends when the sender is dropped.
-pub fn spawn(jvms: Arc<Jvms>, mode: JvmMode) -> std::io::Result<mpsc::SyncSender<Sighting>> {
+pub fn spawn(
+    jvms: Arc<Jvms>,
+    mode: JvmMode,
+) -> std::io::Result<(mpsc::SyncSender<Sighting>, thread::JoinHandle<()>)> {
     let (tx, rx) = mpsc::sync_channel(QUEUE);
-    thread::Builder::new()
+    let agent = thread::Builder::new()
         .name("ws-jvm".into())
         .spawn(move || Agent::new(jvms, mode).run(&rx))?;
-    Ok(tx)
+    Ok((tx, agent))
 }
 
 #[derive(Debug, Clone, Copy)]
