@@ -3,13 +3,13 @@
 //! # Threads, channels and the two back-flows
 //!
 //! ```text
-//!  BPF counts maps --drain--> ws-collect --RawBatch (BATCH_QUEUE)--> ws-symbolize --> Shared.store
-//!                                  |                                   |  ^   ^
-//!                                  +--pids (1)--> ws-unwind            |  |   +-- ProcessTable <-- ws-procs
-//!                                                   |                  |  |                          ^
-//!            BPF unwind maps <--tables--------------+ (back-flow 1)    |  |     BPF lifecycle ring --+
-//!                                                                      |  |
-//!                           ws-jvm <--Sighting (jvm::agent, 256)-------+  +-- Jvms <-- ws-jvm (back-flow 2)
+//! BPF counts maps -drain-> ws-collect -batches-> ws-symbolize -slices-> Shared.store
+//!                              |                  |    ^    ^
+//!                              | pids             |    |    +-- ProcessTable <-- ws-procs
+//!                              v                  |    |              (BPF lifecycle ring)
+//! BPF unwind maps <-tables- ws-unwind             |    +-- Jvms <-- ws-jvm
+//!        (back-flow 1)                            |                   ^   (back-flow 2)
+//!                                                 +--- sightings -----+
 //! ```
 //!
 //! - `ws-collect`: drains the BPF maps every interval, raised above the
@@ -45,6 +45,8 @@
 //! `ws-unwind` end after their last item; the symbolizer's end closes the
 //! sightings channel, which ends `ws-jvm`; `ws-procs` watches `stop`. All
 //! five are joined.
+//!
+//! [`Jvms`]: crate::jvm::Jvms
 
 pub mod priority;
 
