@@ -21,12 +21,12 @@ pub struct Health {
     pub drain_errors: u64,
     pub last_drain_us: u64,
     pub max_drain_us: u64,
-    /// Drain durations over the last [`DRAIN_WINDOW`](crate::pipeline::DRAIN_WINDOW) drains.
+    /// Drain durations over the last `pipeline::DRAIN_WINDOW` drains.
     pub drain_us_p50: u64,
     pub drain_us_p99: u64,
     /// Longest time between the starts of two drains (the drain interval
     /// plus any stall), since start and its p99 over the last
-    /// [`DRAIN_WINDOW`](crate::pipeline::DRAIN_WINDOW) drains.
+    /// `pipeline::DRAIN_WINDOW` drains.
     pub max_drain_gap_us: u64,
     pub drain_gap_us_p99: u64,
     /// How the collector thread was raised above the daemon's others:
@@ -52,10 +52,10 @@ pub struct Health {
     /// The same by kind, all depths together.
     pub walk_cost_by_kind: Vec<WalkCostRow>,
     /// Drained batches dropped because the symbolizer was that far behind
-    /// (its queue holds [`BATCH_QUEUE`](crate::pipeline::BATCH_QUEUE), and one more batch waits in the
-    /// collector, its rows summed by key; past [`MAX_WAITING_RECORDS`](crate::pipeline::MAX_WAITING_RECORDS)
-    /// rows it loses its stacks, and only if that is not enough is it
-    /// dropped).
+    /// (its queue holds `pipeline::BATCH_QUEUE`, and one more batch waits
+    /// in the collector, its rows summed by key; past
+    /// `pipeline::MAX_WAITING_RECORDS` rows it loses its stacks, and only
+    /// if that is not enough is it dropped).
     pub batches_dropped: u64,
     /// Rows of the dropped batches.
     pub rows_dropped: u64,
