@@ -3,9 +3,13 @@
 //! Stages, each a module with one job: [`bpf`] loads the programs,
 //! [`collect`] drains their maps, [`symbolize`] names the frames (with
 //! [`jvm`] for Java),
-//! [`profile`] stores, queries and renders, [`api`] serves it over HTTP;
-//! [`pipeline`] wires them together. Files that profiled processes control
-//! are opened only through [`untrusted`].
+//! [`profile`] stores ([`profile::model`]) and answers queries
+//! ([`profile::report`]), [`api`] serves it over HTTP and [`export`] pushes
+//! it; [`pipeline`] wires them together (its doc lists every thread).
+//! [`state`] is what the pipeline writes and the API and the pusher read;
+//! [`token`], [`nice`] and [`hostname`] are the small utilities both use.
+//! Files that profiled processes control are opened only through
+//! [`untrusted`].
 
 pub mod api;
 pub mod bpf;
@@ -13,10 +17,14 @@ pub mod caps;
 pub mod collect;
 pub mod export;
 pub mod held;
+pub mod hostname;
 pub mod jvm;
+pub mod nice;
 pub mod pipeline;
 pub mod process;
 pub mod profile;
+pub mod state;
 pub mod symbolize;
+pub mod token;
 pub mod untrusted;
 pub mod unwind;

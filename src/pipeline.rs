@@ -1,6 +1,52 @@
-//! Wires the stages together: BPF maps -> collector thread -> symbolizer
-//! thread -> store. Data only moves forward, through a channel. The
-//! collector runs ahead of the other threads (`priority`).
+//! Wires the stages together on the daemon's threads.
+//!
+//! # Threads, channels and the two back-flows
+//!
+//! ```text
+//! BPF counts maps -drain-> ws-collect -batches-> ws-symbolize -slices-> Shared.store
+//!                              |                  |    ^    ^
+//!                              | pids             |    |    +-- ProcessTable <-- ws-procs
+//!                              v                  |    |              (BPF lifecycle ring)
+//! BPF unwind maps <-tables- ws-unwind             |    +-- Jvms <-- ws-jvm
+//!        (back-flow 1)                            |                   ^   (back-flow 2)
+//!                                                 +--- sightings -----+
+//! ```
+//!
+//! - `ws-collect`: drains the BPF maps every interval, raised above the
+//!   other threads ([`priority`]). Sends each batch to `ws-symbolize` on a
+//!   bounded channel of [`BATCH_QUEUE`] (when full it keeps the batch and
+//!   merges the next drains into it, up to [`MAX_WAITING_RECORDS`] rows)
+//!   and each drain's pids to `ws-unwind` (a channel of 1; skipped while
+//!   busy). Its health updates never wait for the lock (`Updates`).
+//! - `ws-symbolize`: names the frames (reading the [`ProcessTable`] and
+//!   [`Jvms`]), pushes the slice into [`Shared::store`] and updates
+//!   [`Shared::health`].
+//! - `ws-procs` (`process::spawn_reader`, when the kernel has the
+//!   lifecycle ring buffer): applies fork/exec/exit events to the
+//!   [`ProcessTable`], reads new images' maps and prepares new JVMs
+//!   (`jvm::flags::prepare`).
+//! - `ws-unwind` (with unwind tables): builds tables for the pids it is
+//!   handed and writes them into the BPF unwind maps. **Back-flow 1**:
+//!   user space feeds what the kernel's next stack walks read.
+//! - `ws-jvm` (`jvm::agent`): takes JVM sightings from `ws-symbolize`
+//!   (bounded, `try_send`: dropped and counted when full), attaches, and
+//!   writes thread names and attach status into [`Jvms`], which
+//!   `ws-symbolize` reads on its next batch. **Back-flow 2**: the
+//!   symbolizer asks, the agent answers a batch later. Each attach runs on
+//!   a short-lived `ws-jvm-attach` thread, ended by the attach time-outs.
+//! - `ws-push-build` and `ws-push-send` (`export::push`, `--push-url`):
+//!   started and stopped by `main`; they read [`Shared`] and hand requests
+//!   over through the pusher's outbox.
+//! - The HTTP runtime (tokio, `main`): serves `api` from [`Shared`];
+//!   queries run on its blocking pool, bounded by `api::limit`.
+//!
+//! [`Pipeline::stop`] sets `stop`: `ws-collect` drains twice more and
+//! returns, which closes the batch and pid channels, so `ws-symbolize` and
+//! `ws-unwind` end after their last item; the symbolizer's end closes the
+//! sightings channel, which ends `ws-jvm`; `ws-procs` watches `stop`. All
+//! five are joined.
+//!
+//! [`Jvms`]: crate::jvm::Jvms
 
 pub mod priority;
 
@@ -8,25 +54,24 @@ use std::{
     collections::VecDeque,
     sync::{
         atomic::{AtomicBool, AtomicU64, Ordering},
-        mpsc, Arc, Mutex, OnceLock, RwLock,
+        mpsc, Arc,
     },
     thread::{self, JoinHandle},
     time::{Duration, Instant},
 };
 
-use serde::Serialize;
 use thiserror::Error;
 
+pub use crate::state::{Health, Shared};
 use crate::{
     bpf::{self, LoadError, ProbeOptions},
-    collect::{walks::WalkCostRow, Drainer, RawBatch},
-    export::push::PushStats,
+    collect::{Drainer, RawBatch},
     held::{self, Holder},
-    jvm::{agent, agent::JvmMode, JvmFrames, Jvms},
-    process::{self, ProcessTable, TableStats},
+    jvm::{agent, agent::JvmMode, JvmFrames},
+    process::{self, ProcessTable},
     profile::store::Store,
     symbolize::{JvmLink, Symbolizer},
-    unwind::registry::{Registry, UnwindStats},
+    unwind::registry::Registry,
 };
 
 /// Why the pipeline could not start.
@@ -72,72 +117,6 @@ fn thread_cpu_us() -> u64 {
     t.tv_sec as u64 * 1_000_000 + t.tv_nsec as u64 / 1_000
 }
 
-/// Health of the daemon's own machinery.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct Health {
-    pub drains: u64,
-    pub drain_errors: u64,
-    pub last_drain_us: u64,
-    pub max_drain_us: u64,
-    /// Drain durations over the last [`DRAIN_WINDOW`] drains.
-    pub drain_us_p50: u64,
-    pub drain_us_p99: u64,
-    /// Longest time between the starts of two drains (the drain interval
-    /// plus any stall), since start and its p99 over the last
-    /// [`DRAIN_WINDOW`] drains.
-    pub max_drain_gap_us: u64,
-    pub drain_gap_us_p99: u64,
-    /// How the collector thread was raised above the daemon's others:
-    /// `fifo 1`, `nice -10` or `others niced` (see `pipeline/priority.rs`).
-    pub drain_priority: String,
-    pub last_symbolize_us: u64,
-    /// Sum of every batch's `last_symbolize_us`: with
-    /// `symbolized_batches`, the mean over any window (benches).
-    pub symbolize_us_total: u64,
-    /// Batches symbolized so far.
-    pub symbolized_batches: u64,
-    /// CPU time the symbolizer's thread spent on the last batch: its work,
-    /// without the time it waited for a CPU on a busy host.
-    pub last_symbolize_cpu_us: u64,
-    /// Sum of every batch's `last_symbolize_cpu_us`.
-    pub symbolize_cpu_us_total: u64,
-    /// Rows whose stack was gone from the stack map when read.
-    pub missing_stacks: u64,
-    /// Unwind tables: loaded, evicted, processes using them.
-    pub unwind: UnwindStats,
-    /// Stack walks since start and what they cost, by kind and depth.
-    pub walk_cost: Vec<WalkCostRow>,
-    /// The same by kind, all depths together.
-    pub walk_cost_by_kind: Vec<WalkCostRow>,
-    /// Drained batches dropped because the symbolizer was that far behind
-    /// (its queue holds [`BATCH_QUEUE`], and one more batch waits in the
-    /// collector, its rows summed by key; past [`MAX_WAITING_RECORDS`]
-    /// rows it loses its stacks, and only if that is not enough is it
-    /// dropped).
-    pub batches_dropped: u64,
-    /// Rows of the dropped batches.
-    pub rows_dropped: u64,
-    /// Drains merged into the next one because the symbolizer's queue was
-    /// full (nothing lost; the slice covers several seconds).
-    pub batches_merged: u64,
-    /// Times the waiting batch outgrew its bound and its rows lost their
-    /// stacks (thread time by state stays exact).
-    pub batches_stripped: u64,
-    /// JVM sightings dropped because the JVM agent was busy.
-    pub jvm_sightings_dropped: u64,
-    /// Bytes of frame names the symbolizer holds.
-    pub frame_name_bytes: u64,
-    /// ELF files the symbolizer holds open.
-    pub elf_files_open: u64,
-    /// The process table: processes and images held, events applied.
-    pub processes: TableStats,
-    /// Unwind registrations skipped because the registry was still busy
-    /// with the previous drain's processes (they come again next drain).
-    pub unwind_updates_skipped: u64,
-    /// How the off-CPU engine runs on this kernel.
-    pub engine: Option<bpf::Engine>,
-}
-
 /// Drained batches waiting for the symbolizer; a drain that finds the
 /// queue full keeps its batch and merges the next drains into it, rows
 /// summed by key, rather than holding BPF data back or growing without
@@ -160,50 +139,12 @@ pub const DRAIN_WINDOW: usize = 600;
 /// Longest [`Pipeline::stop`] waits for the last drain and symbolization.
 pub const STOP_TIMEOUT: Duration = Duration::from_millis(800);
 
-/// State that the API reads.
-pub struct Shared {
-    pub store: RwLock<Store>,
-    pub health: Mutex<Health>,
-    pub started: Instant,
-    /// Attached programs with their number of links.
-    pub attached: Vec<(String, usize)>,
-    /// The JVMs seen, their thread names and attach status.
-    pub jvms: Arc<Jvms>,
-    /// The Pyroscope pusher's counters, once it runs (`--push-url`).
-    pub push: OnceLock<Arc<PushStats>>,
-    /// The processes of the host, as the kernel's lifecycle events keep
-    /// them: every stage asks it (and subscribes to its changes) rather
-    /// than `/proc`.
-    pub processes: Arc<ProcessTable>,
-}
-
-impl Shared {
-    /// The daemon's health figures, locked for a short update or read.
-    pub fn health(&self) -> std::sync::MutexGuard<'_, Health> {
-        self.health.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Shared state around an existing store (also used by tests).
-    pub fn new(store: Store, attached: Vec<(String, usize)>) -> Arc<Self> {
-        Arc::new(Shared {
-            store: RwLock::new(store),
-            health: Mutex::new(Health::default()),
-            started: Instant::now(),
-            attached,
-            jvms: Arc::new(Jvms::default()),
-            push: OnceLock::new(),
-            processes: Arc::new(ProcessTable::default()),
-        })
-    }
-}
-
 /// A running pipeline. [`Pipeline::stop`] drains what is left.
 pub struct Pipeline {
     shared: Arc<Shared>,
     stop: Arc<AtomicBool>,
-    collector: JoinHandle<()>,
-    symbolizer: JoinHandle<()>,
-    procs: JoinHandle<()>,
+    /// Every thread the pipeline started, joined by [`Pipeline::stop`].
+    threads: Vec<JoinHandle<()>>,
     /// Dropped last: detaches the programs.
     _probes: bpf::Probes,
 }
@@ -238,26 +179,31 @@ impl Pipeline {
         shared.health().engine = Some(probes.engine.clone());
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, rx) = mpsc::sync_channel::<RawBatch>(BATCH_QUEUE);
-        let procs = match maps.proc_events.take() {
-            Some(ring) => {
-                let jvms = shared.jvms.clone();
-                process::spawn_reader(ring, table.clone(), stop.clone(), move |pid| {
-                    crate::jvm::flags::prepare(pid, &jvms);
-                })
-            }
-            None => thread::Builder::new().spawn(|| {}),
-        }
-        .map_err(|source| PipelineError::Thread {
-            name: "process table",
-            source,
-        })?;
-        let unwind = registry
-            .map(|registry| spawn_unwind(registry, shared.clone()))
-            .transpose()
+        let mut threads = Vec::new();
+        if let Some(ring) = maps.proc_events.take() {
+            let jvms = shared.jvms.clone();
+            let procs = process::spawn_reader(ring, table.clone(), stop.clone(), move |pid| {
+                crate::jvm::flags::prepare(pid, &jvms);
+            })
             .map_err(|source| PipelineError::Thread {
-                name: "unwind",
+                name: "process table",
                 source,
             })?;
+            threads.push(procs);
+        }
+        let unwind = match registry {
+            Some(registry) => {
+                let (pids, thread) = spawn_unwind(registry, shared.clone()).map_err(|source| {
+                    PipelineError::Thread {
+                        name: "unwind",
+                        source,
+                    }
+                })?;
+                threads.push(thread);
+                Some(pids)
+            }
+            None => None,
+        };
 
         let collector = {
             let (stop, shared, interval) = (stop.clone(), shared.clone(), opts.drain_interval);
@@ -270,14 +216,15 @@ impl Pipeline {
                     source,
                 })?
         };
-        // The agent ends when the symbolizer drops its end of the link.
-        let (sightings, _agent) =
+        threads.push(collector);
+        let (sightings, agent) =
             agent::spawn(shared.jvms.clone(), opts.jvm, &table).map_err(|source| {
                 PipelineError::Thread {
                     name: "JVM agent",
                     source,
                 }
             })?;
+        threads.push(agent);
         let link = JvmLink {
             jvms: shared.jvms.clone(),
             sightings,
@@ -293,12 +240,11 @@ impl Pipeline {
                     source,
                 })?
         };
+        threads.push(symbolizer);
         Ok(Pipeline {
             shared,
             stop,
-            collector,
-            symbolizer,
-            procs,
+            threads,
             _probes: probes,
         })
     }
@@ -320,17 +266,15 @@ impl Pipeline {
     pub fn stop_within(self, timeout: Duration) -> bool {
         self.stop.store(true, Ordering::SeqCst);
         let deadline = Instant::now() + timeout;
-        let done = |p: &Pipeline| {
-            p.collector.is_finished() && p.symbolizer.is_finished() && p.procs.is_finished()
-        };
+        let done = |p: &Pipeline| p.threads.iter().all(|t| t.is_finished());
         while !done(&self) && Instant::now() < deadline {
             thread::sleep(Duration::from_millis(5));
         }
         let finished = done(&self);
         if finished {
-            let _ = self.collector.join();
-            let _ = self.symbolizer.join();
-            let _ = self.procs.join();
+            for t in self.threads {
+                let _ = t.join();
+            }
         } else {
             tracing::warn!("pipeline threads still busy after {timeout:?}: not waiting for them");
         }
@@ -346,9 +290,9 @@ impl Pipeline {
 fn spawn_unwind(
     mut registry: Registry,
     shared: Arc<Shared>,
-) -> std::io::Result<mpsc::SyncSender<Vec<u32>>> {
+) -> std::io::Result<(mpsc::SyncSender<Vec<u32>>, JoinHandle<()>)> {
     let (tx, rx) = mpsc::sync_channel::<Vec<u32>>(1);
-    thread::Builder::new()
+    let thread = thread::Builder::new()
         .name("ws-unwind".into())
         .spawn(move || {
             for pids in rx {
@@ -356,7 +300,7 @@ fn spawn_unwind(
                 shared.health().unwind = registry.stats();
             }
         })?;
-    Ok(tx)
+    Ok((tx, thread))
 }
 
 fn collect_loop(

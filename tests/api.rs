@@ -174,12 +174,10 @@ async fn index_page_loads_the_host_script_which_offers_every_sort_order() {
     assert_eq!(status, 200);
     assert!(ctype.starts_with("text/javascript"), "{ctype}");
     assert!(script.contains("/processes?") && script.contains("/process/${p.pid}"));
-    // The page offers every sort order the API takes, and only those.
-    let offered = script.matches("\", \"").count();
-    for name in wallscope::profile::processes::SortBy::NAMES {
-        assert!(script.contains(&format!("[\"{name}\", ")), "{name}");
-    }
-    assert_eq!(offered, wallscope::profile::processes::SortBy::NAMES.len());
+    // The page offers the sort orders the daemon lists (`/ui/meta.json`,
+    // tests/api_ui.rs), and keeps no list of its own.
+    assert!(script.contains("WS.SORTS"), "{script}");
+    assert!(!script.contains("\"blocked\""), "{script}");
 }
 
 /// Pid with runqueue histograms and thread totals in [`metrics_app`].
@@ -194,17 +192,19 @@ const NO_CGROUP: u64 = u64::MAX - 1;
 fn metrics_app() -> axum::Router {
     use wallscope::{
         bpf::abi::{Hist, Stat, HIST_SLOTS},
-        collect::{HistOwner, RawThread},
+        collect::{HistOwner, RawThread, ThreadCounters},
     };
     let thread = |pid: u32, tid: u32, comm: &str, ns: [u64; 6]| RawThread {
-        ns,
+        counters: ThreadCounters {
+            ns,
+            switches_voluntary: 3,
+            switches_involuntary: 1,
+            wakeups_sent: 0,
+            wakeups_received: 4,
+        },
         tid,
         pid,
         comm: comm.into(),
-        switches_voluntary: 3,
-        switches_involuntary: 1,
-        wakeups_sent: 0,
-        wakeups_received: 4,
     };
     let hist = |slots: &[(usize, u64)]| {
         let mut h = Hist {

@@ -13,7 +13,7 @@ use support::api::{call_on, error_of};
 use wallscope::{
     api,
     bpf::abi::{Hist, State, HIST_SLOTS, INTERRUPT_TID},
-    collect::{HistOwner, RawThread},
+    collect::{HistOwner, RawThread, ThreadCounters},
     pipeline::Shared,
     profile::{store::Store, Interrupt, Sample, Slice, Stack, ThreadInfo, Wakeup},
 };
@@ -103,11 +103,13 @@ fn app() -> axum::Router {
             tid: worker,
             pid: PID,
             comm: "worker-1".into(),
-            ns,
-            switches_voluntary: 5,
-            switches_involuntary: 1,
-            wakeups_sent: 0,
-            wakeups_received: 6,
+            counters: ThreadCounters {
+                ns,
+                switches_voluntary: 5,
+                switches_involuntary: 1,
+                wakeups_sent: 0,
+                wakeups_received: 6,
+            },
         }],
         runq_hists: vec![
             (HistOwner::Process(PID), hist(3, 4, 20_000)),

@@ -30,6 +30,62 @@ async fn pages_and_their_files_are_served_from_the_binary() {
     }
 }
 
+/// The names the pages offer come from the daemon, as the API parses them.
+#[tokio::test]
+async fn meta_lists_the_apis_names_and_the_scripts_read_it() {
+    use wallscope::{
+        bpf::abi::State,
+        profile::{
+            kind::{Group, Kind},
+            processes::SortBy,
+        },
+    };
+    let (status, ctype, body) = call("/ui/meta.json").await;
+    assert_eq!(status, 200, "{body}");
+    assert!(ctype.starts_with("application/json"), "{ctype}");
+    let meta: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let list = |key: &str| -> Vec<String> {
+        let values = meta[key]
+            .as_array()
+            .unwrap_or_else(|| panic!("{key}: {meta}"));
+        values
+            .iter()
+            .map(|v| v.as_str().unwrap().to_owned())
+            .collect()
+    };
+    let mut states = list("states");
+    states.sort();
+    let mut want: Vec<&str> = State::ALL.iter().map(|s| s.name()).collect();
+    want.sort();
+    assert_eq!(states, want);
+    assert_eq!(list("kinds"), Kind::names());
+    assert_eq!(list("groups"), Group::names());
+    assert_eq!(list("sorts"), SortBy::names());
+    for name in list("kinds") {
+        let (status, _, body) = call(&format!("/folded?kind={name}&seconds=30")).await;
+        assert_eq!(status, 200, "{name}: {body}");
+    }
+    for name in list("sorts") {
+        let (status, _, body) = call(&format!("/processes?sort={name}&seconds=30")).await;
+        assert_eq!(status, 200, "{name}: {body}");
+    }
+    // The scripts read the lists from there and keep no copy.
+    let (_, _, common) = call("/ui/common.js").await;
+    assert!(common.contains("/ui/meta.json"));
+    for script in ["common", "host", "process"] {
+        let (_, _, text) = call(&format!("/ui/{script}.js")).await;
+        // Pieces of the lists the scripts used to keep.
+        let copies = [
+            "\"io\", \"sleep\"",
+            "\"process\", \"thread\"",
+            "[\"blocked\", ",
+        ];
+        for copy in copies {
+            assert!(!text.contains(copy), "{script}.js keeps {copy}");
+        }
+    }
+}
+
 #[tokio::test]
 async fn bad_paths_are_told_apart() {
     let (status, _, body) = call("/process/abc").await;

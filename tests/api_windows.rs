@@ -18,7 +18,7 @@ use tower::ServiceExt;
 use wallscope::{
     api,
     bpf::abi::State,
-    collect::RawThread,
+    collect::{RawThread, ThreadCounters},
     export::pprof::proto::Profile,
     pipeline::Shared,
     profile::{store::Store, Sample, Slice, ThreadInfo},
@@ -57,11 +57,13 @@ fn app() -> (axum::Router, u64) {
             tid: PID,
             pid: PID,
             comm: "app".into(),
-            ns,
-            switches_voluntary: i,
-            switches_involuntary: 0,
-            wakeups_sent: 0,
-            wakeups_received: 0,
+            counters: ThreadCounters {
+                ns,
+                switches_voluntary: i,
+                switches_involuntary: 0,
+                wakeups_sent: 0,
+                wakeups_received: 0,
+            },
         });
         // A process stuck on a lock: every thread on a futex, no CPU.
         let mut futex = [0; State::COUNT];
@@ -71,11 +73,13 @@ fn app() -> (axum::Router, u64) {
                 tid,
                 pid: STUCK,
                 comm: "stuck-db".into(),
-                ns: futex,
-                switches_voluntary: 0,
-                switches_involuntary: 0,
-                wakeups_sent: 0,
-                wakeups_received: 0,
+                counters: ThreadCounters {
+                    ns: futex,
+                    switches_voluntary: 0,
+                    switches_involuntary: 0,
+                    wakeups_sent: 0,
+                    wakeups_received: 0,
+                },
             });
         }
         slice.processes.insert(STUCK, Arc::from("stuck-db"));

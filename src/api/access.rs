@@ -27,9 +27,13 @@ use super::{
     error::ApiError,
     peer::Client,
     server::STATS,
-    token::Token,
 };
-use crate::untrusted::refusals::{count_for, Reason, What};
+pub use crate::hostname::this_host_name;
+use crate::{
+    hostname::normalize,
+    token::Token,
+    untrusted::refusals::{count_for, Reason, What},
+};
 
 /// The one endpoint served without the token: liveness probes (kubelet,
 /// systemd, load balancers) should not need a secret, and it shows no
@@ -202,12 +206,6 @@ fn parse_host(value: &str) -> Option<Host> {
     Some(Host::Name(normalize(name)))
 }
 
-/// A host name as compared: lowercase, without the trailing dot of a fully
-/// qualified name.
-fn normalize(name: &str) -> String {
-    name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase()
-}
-
 /// Checks an `--allow-host` value: a host name, without port or scheme.
 pub fn parse_allowed_host(value: &str) -> Result<String, String> {
     let valid = !value.is_empty()
@@ -221,20 +219,6 @@ pub fn parse_allowed_host(value: &str) -> Result<String, String> {
             "`{value}` is not a host name (give the name only, e.g. `profiler.example.com`)"
         ))
     }
-}
-
-/// This machine's name (`gethostname`), lowercase.
-pub fn this_host_name() -> Option<String> {
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer is valid for its length; gethostname writes at most
-    // that many bytes.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return None;
-    }
-    let len = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
-    let name = std::str::from_utf8(&buf[..len]).ok()?;
-    (!name.is_empty()).then(|| normalize(name))
 }
 
 /// Middleware: refuses requests for other hosts (421), with a token,

@@ -20,13 +20,13 @@ use crate::export::push::{stats::Failure, PushReport};
 use crate::profile::window::Window;
 use crate::{
     bpf::abi::{Stat, State},
-    pipeline::{Health, Shared},
     profile::{
         fair,
         hist::slot_bounds_us,
         query,
         store::{ProcessTotals, StoreStats},
     },
+    state::{Health, Shared},
 };
 
 /// Content type of the exposition.
@@ -97,7 +97,7 @@ pub fn render(shared: &Shared, queries: &QueryStats, now: SystemTime) -> String 
     for p in &procs {
         for s in State::ALL {
             let labels = format!("{},{}", p.labels, label("state", s.name()));
-            out.sample(name, &labels, p.totals.ns[s as usize] as f64 / 1e9);
+            out.sample(name, &labels, p.totals.counters.ns_in(s) as f64 / 1e9);
         }
     }
     let name = "wallscope_process_runqueue_latency_seconds";
@@ -124,13 +124,16 @@ pub fn render(shared: &Shared, queries: &QueryStats, now: SystemTime) -> String 
     let help = format!("Wakeups received by the threads, {RETAINED}");
     out.family(name, "counter", &help);
     for p in &procs {
-        out.sample(name, &p.labels, p.totals.wakeups_received);
+        out.sample(name, &p.labels, p.totals.counters.wakeups_received);
     }
     let name = "wallscope_process_switches_total";
     let help = format!("Context switches of the threads, {RETAINED}");
     out.family(name, "counter", &help);
     for p in &procs {
-        let switches = [p.totals.switches_voluntary, p.totals.switches_involuntary];
+        let switches = [
+            p.totals.counters.switches_voluntary,
+            p.totals.counters.switches_involuntary,
+        ];
         for (kind, n) in ["voluntary", "involuntary"].into_iter().zip(switches) {
             out.sample(name, &format!("{},{}", p.labels, label("kind", kind)), n);
         }
@@ -336,7 +339,7 @@ fn push_series(out: &mut Out, r: &PushReport) {
     let help = "Requests to Pyroscope (one per process and interval): sent, and failed tries by reason (timeout, refused, http_4xx, http_5xx)";
     out.family(name, "counter", help);
     out.sample(name, &label("outcome", "sent"), r.sent_requests);
-    for f in Failure::ALL {
+    for &f in Failure::ALL {
         out.sample(name, &label("outcome", f.name()), r.failed.get(f));
     }
     let name = "wallscope_push_profiles_total";

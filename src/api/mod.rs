@@ -14,7 +14,8 @@ mod pprof;
 mod queries;
 pub mod server;
 mod timeline;
-pub mod token;
+/// The bearer token, from its own module below `api` (the pusher uses it too).
+pub use crate::token;
 mod ui;
 pub mod window;
 
@@ -36,7 +37,7 @@ use tower_http::compression::{
     CompressionLayer,
 };
 
-use crate::{bpf::abi::Stat, pipeline::Shared, profile::store::Published};
+use crate::{bpf::abi::Stat, profile::store::Published, state::Shared};
 pub use access::Access;
 use error::ApiError;
 use limit::Queries;
@@ -84,6 +85,7 @@ fn routes(shared: Arc<Shared>) -> Router {
     Router::new()
         .route("/", get(ui::host_page))
         .route("/process/{pid}", get(ui::process_page))
+        .route("/ui/meta.json", get(ui::meta))
         .route("/ui/{name}", get(ui::asset))
         .route("/timeline", get(timeline::timeline))
         .route("/folded", get(queries::folded))

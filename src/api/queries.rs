@@ -22,7 +22,6 @@ use super::{
 };
 use crate::{
     bpf::abi,
-    pipeline::Shared,
     process::{cgroups, tasks},
     profile::{
         blocked::{self, BlockedFilter},
@@ -37,6 +36,7 @@ use crate::{
         truncate::{self, Limits, Truncation},
         window::Window,
     },
+    state::Shared,
 };
 
 /// Parameters of `/folded` (and, with `format`, `/flamegraph`).
@@ -73,11 +73,11 @@ pub(super) fn with_window(names: &[&'static str]) -> Vec<&'static str> {
 /// The filter of a profile query; `group` when none is given.
 pub(super) fn filter(shared: &Shared, p: &Params, group: Group) -> Result<Filter, ApiError> {
     let kind = p
-        .choice("kind", &Kind::NAMES)?
+        .choice("kind", &Kind::names())?
         .and_then(Kind::parse)
         .unwrap_or(Kind::State(abi::State::Cpu));
     let group = p
-        .choice("group", &Group::NAMES)?
+        .choice("group", &Group::names())?
         .and_then(Group::parse)
         .unwrap_or(group);
     Ok(Filter {
@@ -331,7 +331,7 @@ pub(super) async fn processes(
     let p = Params::parse(q.as_deref(), &with_window(&["sort", "comm"]))?;
     let window = window(&p, &state.shared)?;
     let sort = p
-        .choice("sort", &SortBy::NAMES)?
+        .choice("sort", &SortBy::names())?
         .and_then(SortBy::parse)
         .unwrap_or(SortBy::Cpu);
     let comm = p.text("comm").map(str::to_string);

@@ -7,9 +7,15 @@ use axum::{
     extract::Path,
     http::{header, StatusCode},
     response::{Html, IntoResponse, Response},
+    Json,
 };
+use serde::Serialize;
 
 use super::error::ApiError;
+use crate::profile::{
+    model::kind::{Group, Kind, STATES_CPU_FIRST},
+    report::processes::SortBy,
+};
 
 const HOST_PAGE: &str = include_str!("../../web/index.html");
 const PROCESS_PAGE: &str = include_str!("../../web/process.html");
@@ -40,6 +46,43 @@ pub(super) async fn process_page(Path(pid): Path<String>) -> Result<Html<&'stati
         ));
     }
     Ok(Html(PROCESS_PAGE))
+}
+
+/// `/ui/meta.json`: the names the pages offer, taken from the enums the
+/// API parses them with, so that the scripts keep no copy of them.
+#[derive(Debug, Serialize)]
+pub struct Meta {
+    /// Thread states, in the order the pages draw them.
+    pub states: Vec<&'static str>,
+    /// Profile kinds (`kind=`).
+    pub kinds: Vec<&'static str>,
+    /// Flame graph groupings (`group=`).
+    pub groups: Vec<&'static str>,
+    /// `/processes` orders (`sort=`).
+    pub sorts: Vec<&'static str>,
+}
+
+impl Meta {
+    /// The lists as this build names them.
+    pub fn new() -> Meta {
+        Meta {
+            states: STATES_CPU_FIRST.iter().map(|s| s.name()).collect(),
+            kinds: Kind::names().to_vec(),
+            groups: Group::names(),
+            sorts: SortBy::names().to_vec(),
+        }
+    }
+}
+
+impl Default for Meta {
+    fn default() -> Self {
+        Meta::new()
+    }
+}
+
+/// `/ui/meta.json`: see [`Meta`].
+pub(super) async fn meta() -> Response {
+    ([(header::CACHE_CONTROL, "no-cache")], Json(Meta::new())).into_response()
 }
 
 /// `/ui/NAME`: one of [`ASSETS`].

@@ -75,13 +75,7 @@ impl RawBatch {
             match threads.entry(t.tid) {
                 Entry::Occupied(at) => {
                     let known = &mut self.threads[*at.get()];
-                    for (sum, ns) in known.ns.iter_mut().zip(t.ns) {
-                        *sum += ns;
-                    }
-                    known.switches_voluntary += t.switches_voluntary;
-                    known.switches_involuntary += t.switches_involuntary;
-                    known.wakeups_sent += t.wakeups_sent;
-                    known.wakeups_received += t.wakeups_received;
+                    known.counters += t.counters;
                     known.comm = t.comm;
                 }
                 Entry::Vacant(slot) => {
@@ -131,6 +125,7 @@ mod tests {
     use super::super::{HistOwner, RawThread};
     use super::*;
     use crate::bpf::abi::{Hist, Stat};
+    use crate::profile::model::ThreadCounters;
 
     fn batch(tid: u32, ns: u64, end: u64) -> RawBatch {
         let mut stats = [0; Stat::COUNT];
@@ -144,11 +139,13 @@ mod tests {
                 tid,
                 pid: 1,
                 comm: format!("t{end}"),
-                ns: [ns; 6],
-                switches_voluntary: 1,
-                switches_involuntary: 0,
-                wakeups_sent: 0,
-                wakeups_received: 0,
+                counters: ThreadCounters {
+                    ns: [ns; 6],
+                    switches_voluntary: 1,
+                    switches_involuntary: 0,
+                    wakeups_sent: 0,
+                    wakeups_received: 0,
+                },
             }],
             runq_hists: vec![(
                 HistOwner::Process(1),
@@ -209,9 +206,9 @@ mod tests {
         assert_eq!(first.interval, Duration::from_secs(3));
         assert_eq!(first.end, SystemTime::UNIX_EPOCH + Duration::from_secs(3));
         assert_eq!(first.threads.len(), 2);
-        assert_eq!(first.threads[0].ns, [15; 6]);
+        assert_eq!(first.threads[0].counters.ns, [15; 6]);
         assert_eq!(first.threads[0].comm, "t2");
-        assert_eq!(first.threads[0].switches_voluntary, 2);
+        assert_eq!(first.threads[0].counters.switches_voluntary, 2);
         assert_eq!(first.runq_hists.len(), 1);
         assert_eq!(first.runq_hists[0].1.slots[0], 3);
         assert_eq!(first.stats[0], 3);

@@ -29,6 +29,11 @@ use crate::bpf::{
     },
     ProbeMaps,
 };
+pub use crate::profile::model::{
+    counters::{RawThread, ThreadCounters},
+    kind::MERGED_THREADS,
+    HistOwner, StatDeltas,
+};
 use stacks::StackCache;
 
 /// How long programs that read the old buffer index may still be running.
@@ -72,20 +77,6 @@ impl RawRecord {
     }
 }
 
-/// One thread's totals for a drain interval.
-#[derive(Debug, Clone)]
-pub struct RawThread {
-    pub tid: u32,
-    pub pid: u32,
-    pub comm: String,
-    /// Nanoseconds by [`State`] (index = `State as usize`).
-    pub ns: [u64; State::COUNT],
-    pub switches_voluntary: u64,
-    pub switches_involuntary: u64,
-    pub wakeups_sent: u64,
-    pub wakeups_received: u64,
-}
-
 /// Who woke a thread last.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Waker {
@@ -116,23 +107,6 @@ pub struct RawLive {
     /// Who woke it last (before this phase), if a wakeup was seen.
     pub waker: Option<Waker>,
 }
-
-/// Whose runqueue latency a histogram holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum HistOwner {
-    Process(u32),
-    Cgroup(u64),
-    /// Time a process's threads spent throttled (not runqueue latency).
-    ProcessThrottled(u32),
-    /// Time a cgroup's threads spent throttled.
-    CgroupThrottled(u64),
-}
-
-/// Thread name of a process's merged row (see [`is_merged_tid`]).
-pub const MERGED_THREADS: &str = "[merged threads]";
-
-/// Counter deltas since the previous drain, indexed like [`Stat::ALL`].
-pub type StatDeltas = [u64; Stat::COUNT];
 
 /// Everything one drain produced.
 #[derive(Debug, Clone)]
@@ -397,16 +371,19 @@ fn take_all<K: aya::Pod, V: aya::Pod>(
     })
 }
 
+/// The one place the BPF row's counters become the model's.
 fn raw_thread(tid: u32, t: &ThreadTotals) -> RawThread {
     RawThread {
         tid,
         pid: t.pid,
         comm: comm_str(&t.comm),
-        ns: t.ns,
-        switches_voluntary: t.switches_voluntary,
-        switches_involuntary: t.switches_involuntary,
-        wakeups_sent: t.wakeups_sent,
-        wakeups_received: t.wakeups_received,
+        counters: ThreadCounters {
+            ns: t.ns,
+            switches_voluntary: t.switches_voluntary,
+            switches_involuntary: t.switches_involuntary,
+            wakeups_sent: t.wakeups_sent,
+            wakeups_received: t.wakeups_received,
+        },
     }
 }
 

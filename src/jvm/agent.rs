@@ -13,7 +13,7 @@ use super::{
     jobs::{run_job, Done, Finished, Job},
     leftover::WrittenMap,
     turns::{Candidate, Turns},
-    Jvms,
+    AttachStatus, Jvms,
 };
 use crate::{
     process::{status, ProcKey, ProcessTable, Subscription},
@@ -242,7 +242,8 @@ impl Agent {
             }
         });
         if self.mode == JvmMode::Off {
-            self.jvms.update(pid, |e| e.report.attach = "off");
+            self.jvms
+                .update(pid, |e| e.report.attach = AttachStatus::Off);
             return;
         }
         // Once per JVM, unless the process table did it at its start.
@@ -442,7 +443,10 @@ mod tests {
         let jvms = Arc::new(Jvms::default());
         let mut agent = agent(jvms.clone(), JvmMode::Off);
         agent.on_sighting(sighting(std::process::id()));
-        assert_eq!(jvms.report(std::process::id()).unwrap().attach, "off");
+        assert_eq!(
+            jvms.report(std::process::id()).unwrap().attach,
+            AttachStatus::Off
+        );
     }
 
     /// Runs the agent's jobs for `pid` until none is running.
@@ -463,7 +467,7 @@ mod tests {
         agent.on_sighting(seen.clone());
         finish_jobs(&mut agent, me);
         let report = jvms.report(me).unwrap();
-        assert_eq!(report.attach, "refused");
+        assert_eq!(report.attach, AttachStatus::Refused);
         assert!(report.error.unwrap().contains("libjvm"));
         assert!(matches!(agent.tracked[&me].phase, Phase::Refused));
         agent.on_sighting(seen);

@@ -11,7 +11,7 @@ use std::{
 use super::{
     attach::{AttachError, Target},
     leftover::WrittenMap,
-    output, JvmReport, Jvms, NO_FRAME_POINTER_WARNING,
+    output, AttachStatus, JvmReport, Jvms, NO_FRAME_POINTER_WARNING,
 };
 
 /// Time the JVM gets to open its attach socket after SIGQUIT.
@@ -123,8 +123,8 @@ fn jcmd(
 fn attach(jvms: &Jvms, target: Target, tries: u32, deadline: Instant) -> Done {
     let pid = target.pid;
     jvms.update(pid, |e| {
-        if e.report.attach.is_empty() {
-            e.report.attach = "pending";
+        if e.report.attach == AttachStatus::Unknown {
+            e.report.attach = AttachStatus::Pending;
         }
     });
     let version = match jcmd(target, "VM.version", deadline, FIRST_REPLY_TIMEOUT) {
@@ -146,7 +146,7 @@ fn attach(jvms: &Jvms, target: Target, tries: u32, deadline: Instant) -> Done {
         Err(err) => {
             tracing::warn!(pid, "not attaching to JVM: {err}");
             jvms.update(pid, |e| {
-                e.report.attach = "refused";
+                e.report.attach = AttachStatus::Refused;
                 e.report.error = Some(err.to_string());
             });
             return Done::Refused;
@@ -162,7 +162,7 @@ fn attach(jvms: &Jvms, target: Target, tries: u32, deadline: Instant) -> Done {
     );
     jvms.update(pid, |e| {
         e.report = JvmReport {
-            attach: "attached",
+            attach: AttachStatus::Attached,
             version,
             preserve_frame_pointer: pfp,
             warning: (pfp == Some(false)).then(|| NO_FRAME_POINTER_WARNING.to_string()),

@@ -44,11 +44,35 @@ pub enum JvmFrames {
     PerfMap,
 }
 
+/// Where attaching to a JVM stands, named as the reports show it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, strum::IntoStaticStr)]
+#[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
+pub enum AttachStatus {
+    /// Not looked at yet (shown as an empty string).
+    #[default]
+    #[serde(rename = "")]
+    #[strum(serialize = "")]
+    Unknown,
+    /// Seen; the attach has not finished yet.
+    Pending,
+    Attached,
+    Refused,
+    /// `--jvm=off`.
+    Off,
+}
+
+impl std::fmt::Display for AttachStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.into())
+    }
+}
+
 /// What the reports say about one JVM.
 #[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
 pub struct JvmReport {
     /// `pending`, `attached`, `refused` or `off` (`--jvm=off`).
-    pub attach: &'static str,
+    pub attach: AttachStatus,
     /// Why the JVM could not be attached, when it could not.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -194,6 +218,26 @@ impl Jvms {
         let mut entries = self.entries.write().unwrap_or_else(|e| e.into_inner());
         if entries.get(&jvm.pid).is_some_and(|e| e.key == jvm) {
             entries.remove(&jvm.pid);
+        }
+    }
+}
+
+#[cfg(test)]
+mod attach_status_tests {
+    use super::AttachStatus;
+
+    #[test]
+    fn attach_statuses_keep_their_report_names() {
+        let names = [
+            (AttachStatus::Unknown, ""),
+            (AttachStatus::Pending, "pending"),
+            (AttachStatus::Attached, "attached"),
+            (AttachStatus::Refused, "refused"),
+            (AttachStatus::Off, "off"),
+        ];
+        for (status, name) in names {
+            assert_eq!(serde_json::to_value(status).unwrap(), name);
+            assert_eq!(status.to_string(), name);
         }
     }
 }

@@ -42,7 +42,7 @@ pub const OTHERS_NICE: i32 = 5;
 pub const SYMBOLIZE_NICE: i32 = -15;
 /// Nice of the HTTP runtime's threads, so that `/healthz` and `/metrics`
 /// answer on a saturated host; queries leave it for their own nice
-/// (`api::limit::QUERY_NICE`) while they run.
+/// (`nice::QUERY_NICE`) while they run.
 pub const API_NICE: i32 = -10;
 
 /// Set by the `SIGXCPU` handler: the real-time cap was reached.

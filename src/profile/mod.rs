@@ -1,127 +1,13 @@
-//! The profile model: symbolized stacks with their time, in time slices.
+//! Profiles: the OS-free [`model`] (stacks, slices, the store) and the
+//! [`report`]s computed from it, one per answer.
 
-pub mod blocked;
-pub mod cgroup_list;
-pub mod fair;
-pub mod hist;
-pub mod kind;
-pub mod live;
-pub mod processes;
-pub mod query;
-pub mod render;
-pub mod rows;
-pub mod runqueue;
-pub mod size;
-pub mod store;
-pub mod threads;
-pub mod timeline;
-pub mod truncate;
-pub mod window;
+pub mod model;
+pub mod report;
 
-use std::{collections::HashMap, sync::Arc, time::SystemTime};
-
-use crate::{
-    bpf::abi::{Hist, State},
-    collect::{HistOwner, RawThread, StatDeltas},
-    process::container::Container,
+// The paths from before the split, which the rest of the crate, the tests
+// and the benches use.
+pub use model::{kind, live, size, store, window, *};
+pub use report::{
+    blocked, cgroup_list, fair, hist, processes, query, render, rows, runqueue, threads, timeline,
+    truncate,
 };
-
-/// A frame name, interned: equal names share one allocation.
-pub type Frame = Arc<str>;
-
-/// Symbolized frames, outermost (e.g. `main`) first, kernel frames after
-/// user frames. The process and thread are not part of it.
-pub type Stack = Arc<[Frame]>;
-
-/// Time one thread spent in one state with one stack.
-#[derive(Debug, Clone)]
-pub struct Sample {
-    pub pid: u32,
-    pub tid: u32,
-    pub state: State,
-    pub stack: Stack,
-    pub ns: u64,
-    pub count: u64,
-}
-
-/// The context a wakeup raised in interrupt context ran in, told apart by
-/// its kernel stack.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Interrupt {
-    /// A hardware interrupt handler (timer, device).
-    Hard,
-    /// A softirq (network receive, timers, block completion, tasklets).
-    Soft,
-}
-
-impl Interrupt {
-    /// The frame that stands for the waker in place of a process: an
-    /// interrupt belongs to no process, whatever thread it interrupted.
-    pub fn frame(self) -> &'static str {
-        match self {
-            Interrupt::Hard => "[irq]",
-            Interrupt::Soft => "[softirq]",
-        }
-    }
-}
-
-/// Wakeups one thread (or an interrupt) sent to another, from one stack.
-#[derive(Debug, Clone)]
-pub struct Wakeup {
-    /// The waker; pid 0 and [`crate::bpf::abi::INTERRUPT_TID`] when
-    /// `interrupt` is set.
-    pub pid: u32,
-    pub tid: u32,
-    /// Set when the wakeup was raised in interrupt context.
-    pub interrupt: Option<Interrupt>,
-    pub peer_pid: u32,
-    pub peer_tid: u32,
-    pub stack: Stack,
-    /// How long the woken threads had been asleep.
-    pub ns: u64,
-    pub count: u64,
-}
-
-/// Names known for a thread during a slice.
-#[derive(Debug, Clone)]
-pub struct ThreadInfo {
-    pub pid: u32,
-    pub name: Arc<str>,
-}
-
-/// Everything recorded during one drain interval.
-#[derive(Debug, Clone)]
-pub struct Slice {
-    pub start: SystemTime,
-    pub end: SystemTime,
-    pub samples: Vec<Sample>,
-    pub wakeups: Vec<Wakeup>,
-    pub threads: HashMap<u32, ThreadInfo>,
-    /// Exact per-thread time by state, switches and wakeups.
-    pub thread_totals: Vec<RawThread>,
-    pub runq_hists: Vec<(HistOwner, Hist)>,
-    /// Process names by pid.
-    pub processes: HashMap<u32, Arc<str>>,
-    /// The containers of the processes that run in one, by pid.
-    pub containers: HashMap<u32, Arc<Container>>,
-    /// BPF loss counters for this interval.
-    pub stats: StatDeltas,
-}
-
-impl Slice {
-    /// A slice of `start..end` with nothing in it.
-    pub fn empty(start: SystemTime, end: SystemTime) -> Slice {
-        Slice {
-            start,
-            end,
-            samples: Vec::new(),
-            wakeups: Vec::new(),
-            threads: HashMap::new(),
-            thread_totals: Vec::new(),
-            runq_hists: Vec::new(),
-            processes: HashMap::new(),
-            containers: HashMap::new(),
-            stats: [0; crate::bpf::abi::Stat::COUNT],
-        }
-    }
-}

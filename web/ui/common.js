@@ -3,8 +3,15 @@
 "use strict";
 
 const WS = (() => {
+  // The daemon's names, from /ui/meta.json (filled before the pages start:
+  // see `ready` below), so that no list here can drift from the API's.
   /** Thread states in the order bars and timelines draw them. */
-  const STATES = ["cpu", "runqueue", "throttled", "futex", "io", "sleep"];
+  const STATES = [];
+  /** Profile kinds (`kind=`), flame graph groupings (`group=`) and
+   * `/processes` orders (`sort=`), as the API names them. */
+  const KINDS = [];
+  const GROUPS = [];
+  const SORTS = [];
   const WINDOWS = [["30", "30 s"], ["60", "1 min"], ["300", "5 min"], ["600", "10 min"]];
 
   /** The page's view: its query string, which is what a pasted link keeps. */
@@ -255,8 +262,17 @@ const WS = (() => {
     table.append(el("thead", {}, tr));
   }
 
+  /** Resolves once the names above are filled; a page starts after it. */
+  const ready = getJSON("/ui/meta.json").then((meta) => {
+    STATES.push(...meta.states);
+    KINDS.push(...meta.kinds);
+    GROUPS.push(...meta.groups);
+    SORTS.push(...meta.sorts);
+  });
+  ready.catch((e) => document.body.prepend(el("p", { className: "panel-error", textContent: e.message })));
+
   return {
-    STATES, view, setView, windowQuery, describeWindow, resolutionNote, query, getJSON, getText, panel,
+    STATES, KINDS, GROUPS, SORTS, ready, view, setView, windowQuery, describeWindow, resolutionNote, query, getJSON, getText, panel,
     ms, pct, dominant, stateBar, legend, el, sizeCanvas, windowPicker, autoRefresh, sortable,
   };
 })();

@@ -1,18 +1,18 @@
 // The host page: every process with its wall time split by state.
 "use strict";
 
-(() => {
+WS.ready.then(() => {
   const { el } = WS;
-  const SORTS = [
-    ["wall", "wall"], ["cpu", "CPU"], ["runqueue", "runqueue"], ["throttled", "throttled"],
-    ["futex", "futex"], ["io", "I/O"], ["sleep", "sleep"], ["blocked", "blocked"],
-  ];
+  /** Labels of the sort orders whose name is not the word shown. */
+  const SORT_LABELS = { cpu: "CPU", io: "I/O" };
+  /** The orders the API takes, the default ("wall") first. */
+  const sorts = [...WS.SORTS].sort((a, b) => (b === "wall") - (a === "wall"));
   /** Most rows drawn; the filter reaches the rest. */
   const MAX_ROWS = 500;
   let rows = [];
 
   const sortSel = el("select", { id: "sort" });
-  for (const [v, t] of SORTS) sortSel.append(el("option", { value: v, textContent: t }));
+  for (const v of sorts) sortSel.append(el("option", { value: v, textContent: SORT_LABELS[v] || v }));
   sortSel.value = WS.view().get("sort") || "wall";
   const search = el("input", {
     type: "search", id: "search", placeholder: "name, pid or container", value: WS.view().get("q") || "",
@@ -70,4 +70,4 @@
     WS.windowPicker(load), el("label", {}, "Sort by: ", sortSel), search, WS.autoRefresh(load));
   document.getElementById("processes-legend").append(WS.legend());
   load();
-})();
+});

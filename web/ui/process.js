@@ -4,12 +4,12 @@
 // same view. Each panel loads and fails on its own.
 "use strict";
 
-(() => {
+WS.ready.then(() => {
   const { el } = WS;
   const pid = (location.pathname.match(/^\/process\/(\d+)/) || [])[1];
-  const KINDS = ["wall", "cpu", "offcpu", "runqueue", "throttled", "futex", "io", "sleep", "wakeup"];
-  const GROUPS = ["process", "thread", "pool"];
-  /** Most table rows drawn (a process may have 10,000 threads). */
+  /** The kinds the API takes, the default ("wall") first. */
+  const KINDS = [...WS.KINDS].sort((a, b) => (b === "wall") - (a === "wall"));
+  const GROUPS = WS.GROUPS;
   /** Rows drawn at first (a 10,000-row table takes seconds to lay out);
    * "show all" draws the rest on demand. */
   const FIRST_TABLE_ROWS = 200;
@@ -291,4 +291,4 @@
   } else {
     loadAll();
   }
-})();
+});

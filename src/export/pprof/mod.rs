@@ -91,8 +91,8 @@ pub fn build(store: &Snapshot, filter: &Filter, detail: Detail) -> Profile {
     profile.duration_nanos = filter.window.length().as_nanos() as i64;
     let comment = format!(
         "wallscope kind={} group={} {}",
-        kind_name(filter.kind),
-        group_name(filter.group),
+        filter.kind.name(),
+        filter.group.name(),
         filter.window.describe()
     );
     profile.comment.push(t.string(&comment));
@@ -174,20 +174,6 @@ fn labels(t: &mut Tables, names: &Names, row: &Row, group: Group, detail: Detail
         labels.push(t.label("pool", &pool_name(thread)));
     }
     labels
-}
-
-fn kind_name(kind: Kind) -> &'static str {
-    Kind::NAMES
-        .into_iter()
-        .find(|n| Kind::parse(n) == Some(kind))
-        .unwrap_or("?")
-}
-
-fn group_name(group: Group) -> &'static str {
-    Group::NAMES
-        .into_iter()
-        .find(|n| Group::parse(n) == Some(group))
-        .unwrap_or("?")
 }
 
 /// The profile, encoded and gzipped, as `go tool pprof` and Pyroscope read

@@ -8,8 +8,11 @@ use super::proto::{Function, Label, Line, Location, Mapping, Profile};
 
 /// What a frame's suffix says it is. pprof has no frame kinds: the suffix
 /// leaves the function name, and the kind becomes the frame's mapping.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// Declared in mapping id order: Native first, since pprof takes the
+/// first mapping for the main binary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, strum::VariantArray)]
 pub enum FrameKind {
+    Native,
     Kernel,
     JavaInterpreted,
     JavaC1,
@@ -17,21 +20,11 @@ pub enum FrameKind {
     JavaInlined,
     /// Frames wallscope adds (`[unattributed]`, `[wakes …]`, `[irq]`).
     Synthetic,
-    Native,
 }
 
 impl FrameKind {
     /// Every kind, in mapping id order.
-    /// Native first: pprof takes the first mapping for the main binary.
-    const ALL: [FrameKind; 7] = [
-        FrameKind::Native,
-        FrameKind::Kernel,
-        FrameKind::JavaInterpreted,
-        FrameKind::JavaC1,
-        FrameKind::JavaJit,
-        FrameKind::JavaInlined,
-        FrameKind::Synthetic,
-    ];
+    const ALL: &'static [FrameKind] = <FrameKind as strum::VariantArray>::VARIANTS;
 
     /// The suffix wallscope's frames carry for this kind.
     fn suffix(self) -> Option<&'static str> {
@@ -61,7 +54,7 @@ impl FrameKind {
 
     /// The kind of `frame` and its name without the suffix.
     pub fn split(frame: &str) -> (FrameKind, &str) {
-        for kind in FrameKind::ALL {
+        for &kind in FrameKind::ALL {
             if let Some(name) = kind.suffix().and_then(|s| frame.strip_suffix(s)) {
                 return (kind, name);
             }
@@ -174,7 +167,7 @@ impl Tables {
     /// Moves the tables into `profile`, with a mapping for each kind of
     /// frame used.
     pub fn fill(mut self, profile: &mut Profile) {
-        for kind in FrameKind::ALL {
+        for &kind in FrameKind::ALL {
             if !self.used_mappings[kind.mapping_id() as usize - 1] {
                 continue;
             }

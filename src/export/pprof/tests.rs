@@ -107,8 +107,8 @@ fn cpu_profiles_are_typed_as_go_does() {
 fn totals_match_folded_for_every_kind_and_group() {
     let (store, now) = offcpu_store();
     let store = store.snapshot();
-    for kind in Kind::NAMES {
-        for group in Group::NAMES {
+    for kind in Kind::names() {
+        for group in Group::names() {
             let f = Filter {
                 pid: Some(10),
                 ..filter(kind, group, Window::last(30, now))

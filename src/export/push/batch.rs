@@ -146,6 +146,7 @@ mod tests {
     };
 
     use super::*;
+    use crate::profile::model::ThreadCounters;
     use crate::{
         collect::RawThread,
         export::pprof::proto::Profile,
@@ -164,11 +165,13 @@ mod tests {
             tid,
             pid,
             comm: String::new(),
-            ns: all,
-            switches_voluntary: 0,
-            switches_involuntary: 0,
-            wakeups_sent: 0,
-            wakeups_received: 0,
+            counters: ThreadCounters {
+                ns: all,
+                switches_voluntary: 0,
+                switches_involuntary: 0,
+                wakeups_sent: 0,
+                wakeups_received: 0,
+            },
         }
     }
 

@@ -107,7 +107,7 @@ impl SeriesLabels {
 
     /// [`SeriesLabels::new`] with this machine's name as `hostname`.
     pub fn for_this_host(extra: Vec<(String, String)>) -> Result<SeriesLabels, String> {
-        let hostname = crate::api::access::this_host_name().unwrap_or_default();
+        let hostname = crate::hostname::this_host_name().unwrap_or_default();
         SeriesLabels::new(extra, hostname)
     }
 

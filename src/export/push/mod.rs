@@ -35,12 +35,10 @@ use service::ServiceNames;
 pub use stats::{PushReport, PushStats};
 
 use crate::{
-    api::{
-        limit::{Nice, QUERY_NICE},
-        token::Token,
-    },
-    pipeline::Shared,
+    nice::{Nice, QUERY_NICE},
     profile::window::Window,
+    state::Shared,
+    token::Token,
 };
 
 /// Shortest and longest `--push-interval`.

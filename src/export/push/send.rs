@@ -11,7 +11,7 @@ use super::{
     outbox::{Backoff, Outbox},
     stats::{Failure, PushStats},
 };
-use crate::api::token::Token;
+use crate::token::Token;
 
 /// The Push API's path below the server's URL.
 pub const PUSH_PATH: &str = "push.v1.PusherService/Push";

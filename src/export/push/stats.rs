@@ -8,8 +8,10 @@ use std::{
 
 use serde::Serialize;
 
-/// Why a push failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Why a push failed; its name is the one in `/healthz` and the `reason`
+/// label in `/metrics`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "snake_case")]
 pub enum Failure {
     /// No answer in time (connecting, sending or waiting for it).
     Timeout,
@@ -17,28 +19,20 @@ pub enum Failure {
     Refused,
     /// A 4xx answer: 429 (rate limited) is retried, the others mean the
     /// profiles are invalid and are dropped (`rejected_profiles`).
+    #[strum(serialize = "http_4xx")]
     Http4xx,
     /// A 5xx answer (server overloaded or down): retried.
+    #[strum(serialize = "http_5xx")]
     Http5xx,
 }
 
 impl Failure {
     /// Every failure, in report order.
-    pub const ALL: [Failure; 4] = [
-        Failure::Timeout,
-        Failure::Refused,
-        Failure::Http4xx,
-        Failure::Http5xx,
-    ];
+    pub const ALL: &'static [Failure] = <Failure as strum::VariantArray>::VARIANTS;
 
     /// The name in `/healthz` and the `reason` label in `/metrics`.
     pub fn name(self) -> &'static str {
-        match self {
-            Failure::Timeout => "timeout",
-            Failure::Refused => "refused",
-            Failure::Http4xx => "http_4xx",
-            Failure::Http5xx => "http_5xx",
-        }
+        self.into()
     }
 }
 
@@ -176,5 +170,11 @@ mod tests {
         assert!(r.last_success_unix.is_some());
         let json = serde_json::to_value(&r).unwrap();
         assert_eq!(json["failed"]["http_4xx"], 1);
+        // Each failure's name is its field in `/healthz`.
+        let names: Vec<&str> = Failure::ALL.iter().map(|f| f.name()).collect();
+        assert_eq!(names, ["timeout", "refused", "http_4xx", "http_5xx"]);
+        for (f, count) in Failure::ALL.iter().zip(counts) {
+            assert_eq!(json["failed"][f.name()], count, "{f:?}");
+        }
     }
 }

@@ -4,16 +4,12 @@
 //! Slot 0 counts intervals under 1 us, slot i > 0 intervals in
 //! [2^(i-1), 2^i) us.
 
-use crate::profile::window::Window;
+use crate::profile::model::{store::Snapshot, window::Window, HistOwner};
 use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use super::store::Snapshot;
-use crate::{
-    bpf::abi::{Hist, HIST_SLOTS},
-    collect::HistOwner,
-};
+use crate::bpf::abi::{Hist, HIST_SLOTS};
 
 /// Counts by slot, summed over slices.
 pub type Slots = [u64; HIST_SLOTS];

@@ -2,7 +2,8 @@
 use std::{collections::HashMap, sync::Arc};
 
 use super::*;
-use crate::{bpf::abi::State, profile::Sample};
+use crate::profile::model::ThreadCounters;
+use crate::{bpf::abi::State, profile::model::Sample};
 
 fn slice(end_s: u64, frames: &[&str]) -> Slice {
     let stack: Stack = frames.iter().map(|f| Arc::<str>::from(*f)).collect();
@@ -47,23 +48,28 @@ fn process_totals_only_grow_while_slices_expire() {
     let mut last = 0;
     for t in 1..=20 {
         let mut s = slice(t, &["main"]);
-        s.thread_totals.push(crate::collect::RawThread {
+        s.thread_totals.push(crate::profile::model::RawThread {
             tid: 1,
             pid: 1,
             comm: "app".into(),
-            ns: [1_000, 0, 0, 0, 0, 0],
-            switches_voluntary: 1,
-            switches_involuntary: 0,
-            wakeups_sent: 0,
-            wakeups_received: 2,
+            counters: ThreadCounters {
+                ns: [1_000, 0, 0, 0, 0, 0],
+                switches_voluntary: 1,
+                switches_involuntary: 0,
+                wakeups_sent: 0,
+                wakeups_received: 2,
+            },
         });
         store.push(s);
         let p = &store.process_totals()[&1];
-        assert!(p.ns[0] > last, "counter grows");
-        last = p.ns[0];
+        assert!(p.counters.ns[0] > last, "counter grows");
+        last = p.counters.ns[0];
     }
     let p = &store.process_totals()[&1];
-    assert_eq!((p.ns[0], p.wakeups_received, &*p.comm), (20_000, 40, "app"));
+    assert_eq!(
+        (p.counters.ns[0], p.counters.wakeups_received, &*p.comm),
+        (20_000, 40, "app")
+    );
     store.push(slice(100, &["main"]));
     assert!(
         store.process_totals().get(&1).is_none(),
@@ -159,7 +165,7 @@ fn estimate_follows_pushes_and_evictions_without_drift() {
 
 #[test]
 fn the_live_view_is_replaced_counted_and_snapshotted() {
-    use crate::profile::live::LiveView;
+    use crate::profile::model::live::LiveView;
     let mut store = Store::new(Duration::from_secs(5));
     store.push(slice(1, &["main"]));
     let before = store.stats();

@@ -1,14 +1,14 @@
 //! Output formats: folded text (FlameGraph/inferno) and SVG flame graphs.
 
-use crate::profile::window::Window;
+use crate::profile::model::{
+    kind::{Group, Kind},
+    window::Window,
+};
 use std::fmt::Write as _;
 
 use inferno::flamegraph::{self, Options};
 
-use super::{
-    kind::{Group, Kind},
-    query::{ns_to_us, Folded},
-};
+use super::query::{ns_to_us, Folded};
 
 /// Folded stacks, one `root;...;leaf VALUE` line per stack, VALUE in
 /// microseconds, lines sorted for stable output.

@@ -1,13 +1,13 @@
 //! Per-thread time breakdowns (`/threads`): exact time by state, switches
 //! and wakeups, per thread, per pool and for the process.
 
-use crate::profile::window::Window;
+use crate::profile::model::{kind::pool_name, store::Snapshot, window::Window, ThreadCounters};
 use std::{collections::HashMap, fmt::Write as _, sync::Arc};
 
 use serde::Serialize;
 
-use super::{kind::pool_name, query::ns_to_us, store::Snapshot};
-use crate::{bpf::abi::State, collect::RawThread, jvm::JvmReport, process::container::Container};
+use super::query::ns_to_us;
+use crate::{bpf::abi::State, jvm::JvmReport, process::container::Container};
 
 /// Time and events of one thread, pool or process.
 #[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
@@ -72,38 +72,10 @@ pub struct ThreadReport {
     pub note: Option<String>,
 }
 
-#[derive(Default)]
-struct Sum {
-    ns: [u64; crate::bpf::abi::State::COUNT],
-    switches_voluntary: u64,
-    switches_involuntary: u64,
-    wakeups_sent: u64,
-    wakeups_received: u64,
-}
-
-impl Sum {
-    fn of(t: &RawThread) -> Sum {
-        Sum {
-            ns: t.ns,
-            switches_voluntary: t.switches_voluntary,
-            switches_involuntary: t.switches_involuntary,
-            wakeups_sent: t.wakeups_sent,
-            wakeups_received: t.wakeups_received,
-        }
-    }
-
-    fn merge(&mut self, o: &Sum) {
-        for (a, b) in self.ns.iter_mut().zip(o.ns) {
-            *a += b;
-        }
-        self.switches_voluntary += o.switches_voluntary;
-        self.switches_involuntary += o.switches_involuntary;
-        self.wakeups_sent += o.wakeups_sent;
-        self.wakeups_received += o.wakeups_received;
-    }
-
-    fn breakdown(&self) -> Breakdown {
-        let us = |s: State| ns_to_us(self.ns[s as usize]);
+impl ThreadCounters {
+    /// The counters as a report row shows them (microseconds).
+    pub fn breakdown(&self) -> Breakdown {
+        let us = |s: State| ns_to_us(self.ns_in(s));
         Breakdown {
             cpu_us: us(State::Cpu),
             runqueue_us: us(State::Runqueue),
@@ -111,8 +83,8 @@ impl Sum {
             io_us: us(State::Io),
             sleep_us: us(State::Sleep),
             throttled_us: us(State::Throttled),
-            wall_us: ns_to_us(self.ns.iter().sum()),
-            switches: self.switches_voluntary + self.switches_involuntary,
+            wall_us: ns_to_us(self.wall()),
+            switches: self.switches(),
             switches_involuntary: self.switches_involuntary,
             wakeups_sent: self.wakeups_sent,
             wakeups_received: self.wakeups_received,
@@ -123,13 +95,13 @@ impl Sum {
 /// Per-thread breakdown of `pid` within `window`; `None` when nothing was
 /// recorded for it.
 pub fn report(store: &Snapshot, pid: u32, window: Window) -> Option<ThreadReport> {
-    let mut sums: HashMap<u32, Sum> = HashMap::new();
+    let mut sums: HashMap<u32, ThreadCounters> = HashMap::new();
     let mut names: HashMap<u32, String> = HashMap::new();
     let mut comm = None;
     let mut container = None;
     for slice in store.within(window) {
         for t in slice.thread_totals.iter().filter(|t| t.pid == pid) {
-            sums.entry(t.tid).or_default().merge(&Sum::of(t));
+            *sums.entry(t.tid).or_default() += &t.counters;
             // The symbolizer's name (e.g. a full Java thread name) over
             // the kernel's 15 characters.
             let name = slice.threads.get(&t.tid).map(|i| i.name.to_string());
@@ -145,16 +117,16 @@ pub fn report(store: &Snapshot, pid: u32, window: Window) -> Option<ThreadReport
     if sums.is_empty() {
         return None;
     }
-    let mut process = Sum::default();
-    let mut pools: HashMap<String, (usize, Sum)> = HashMap::new();
+    let mut process = ThreadCounters::default();
+    let mut pools: HashMap<String, (usize, ThreadCounters)> = HashMap::new();
     let mut threads = Vec::with_capacity(sums.len());
     for (tid, sum) in &sums {
         let name = names.get(tid).cloned().unwrap_or_default();
         let pool = pool_name(&name);
-        process.merge(sum);
+        process += sum;
         let entry = pools.entry(pool.clone()).or_default();
         entry.0 += 1;
-        entry.1.merge(sum);
+        entry.1 += sum;
         threads.push(ThreadRow {
             tid: *tid,
             name,
@@ -321,19 +293,21 @@ mod tests {
     use std::{collections::HashMap as Map, sync::Arc, time::Duration};
 
     use super::*;
-    use crate::profile::store::Store;
-    use crate::profile::Slice;
+    use crate::profile::model::{store::Store, Slice};
+    use crate::profile::model::{RawThread, ThreadCounters};
 
     fn thread(tid: u32, name: &str, ns: [u64; crate::bpf::abi::State::COUNT]) -> RawThread {
         RawThread {
             tid,
             pid: 7,
             comm: name.into(),
-            ns,
-            switches_voluntary: 3,
-            switches_involuntary: 1,
-            wakeups_sent: 2,
-            wakeups_received: 5,
+            counters: ThreadCounters {
+                ns,
+                switches_voluntary: 3,
+                switches_involuntary: 1,
+                wakeups_sent: 2,
+                wakeups_received: 5,
+            },
         }
     }
 

@@ -5,21 +5,21 @@ use std::{
 };
 
 use super::*;
-use crate::{
-    collect::RawThread,
-    profile::{store::Store, Slice},
-};
+use crate::profile::model::{store::Store, Slice};
+use crate::profile::model::{RawThread, ThreadCounters};
 
 fn thread(tid: u32, name: &str, ns: [u64; State::COUNT]) -> RawThread {
     RawThread {
         tid,
         pid: 7,
         comm: name.into(),
-        ns,
-        switches_voluntary: 0,
-        switches_involuntary: 0,
-        wakeups_sent: 0,
-        wakeups_received: 0,
+        counters: ThreadCounters {
+            ns,
+            switches_voluntary: 0,
+            switches_involuntary: 0,
+            wakeups_sent: 0,
+            wakeups_received: 0,
+        },
     }
 }
 

@@ -5,47 +5,16 @@ use std::{
     sync::Arc,
 };
 
-use super::{
-    kind::{pool_name, state_frame, thread_frame, Group, Kind},
-    rows::{self, Names, Row},
-    store::Snapshot,
-    window::Window,
+pub use super::filter::Filter;
+use super::rows::{self, Names, Row};
+use crate::{
+    bpf::abi::State,
+    profile::model::{
+        kind::{pool_name, state_frame, thread_frame, Group, Kind},
+        store::Snapshot,
+        window::Window,
+    },
 };
-use crate::bpf::abi::State;
-
-/// Which samples a query wants and how to fold them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Filter {
-    pub pid: Option<u32>,
-    pub tid: Option<u32>,
-    pub kind: Kind,
-    pub group: Group,
-    /// Which slices to read.
-    pub window: Window,
-    /// Other processes' stacks and names stay out: a user other than root
-    /// asked about their own process `pid`, and its wakeups name the
-    /// processes that woke it and that it woke (`[another process]`).
-    pub others_hidden: bool,
-}
-
-impl Filter {
-    /// A CPU profile grouped by process.
-    pub fn cpu(pid: Option<u32>, tid: Option<u32>, window: Window) -> Filter {
-        Filter {
-            pid,
-            tid,
-            kind: Kind::State(State::Cpu),
-            group: Group::Process,
-            window,
-            others_hidden: false,
-        }
-    }
-
-    /// Whether the filter selects thread `tid` of `pid`.
-    pub fn matches(&self, pid: u32, tid: u32) -> bool {
-        self.pid.is_none_or(|p| p == pid) && self.tid.is_none_or(|t| t == tid)
-    }
-}
 
 /// Stacks folded root-first, with nanoseconds per stack.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -127,9 +96,9 @@ pub fn busiest(store: &Snapshot, window: Window, n: usize) -> Vec<u32> {
         let e = time.entry(t.pid).or_default();
         e.0 += [State::Cpu, State::Runqueue, State::Throttled]
             .iter()
-            .map(|s| t.ns[*s as usize])
+            .map(|s| t.counters.ns_in(*s))
             .sum::<u64>();
-        e.1 += t.ns.iter().sum::<u64>();
+        e.1 += t.counters.wall();
     }
     let mut ranked: Vec<(u32, (u64, u64))> = time.into_iter().collect();
     ranked.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
@@ -164,8 +133,8 @@ pub(crate) mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::profile::store::Store;
-    use crate::profile::{Sample, Slice, Stack, Wakeup};
+    use crate::profile::model::{store::Store, Sample, Slice, Stack, Wakeup};
+    use crate::profile::model::{RawThread, ThreadCounters};
 
     fn sample(pid: u32, tid: u32, frames: &[&str], ns: u64) -> Sample {
         let stack: Stack = frames.iter().map(|f| Arc::<str>::from(*f)).collect();
@@ -216,7 +185,7 @@ pub(crate) mod tests {
 
     /// Pid 1234 is process `a` in one slice and, reused, `b` in the next.
     fn reused_pid() -> (Store, SystemTime) {
-        use crate::collect::RawThread;
+        use crate::profile::model::RawThread;
         let start = SystemTime::UNIX_EPOCH + Duration::from_secs(100);
         let mut store = Store::new(Duration::from_secs(600));
         for (i, (name, frame, sampled, total)) in
@@ -233,11 +202,13 @@ pub(crate) mod tests {
                     tid: 1234,
                     pid: 1234,
                     comm: name.into(),
-                    ns,
-                    switches_voluntary: 0,
-                    switches_involuntary: 0,
-                    wakeups_sent: 0,
-                    wakeups_received: 0,
+                    counters: ThreadCounters {
+                        ns,
+                        switches_voluntary: 0,
+                        switches_involuntary: 0,
+                        wakeups_sent: 0,
+                        wakeups_received: 0,
+                    },
                 }],
                 processes: [(1234, Arc::from(name))].into(),
                 ..Slice::empty(begin, begin + Duration::from_secs(1))
@@ -325,7 +296,7 @@ pub(crate) mod tests {
     /// Pid 10 (thread 11 throttled, then woken by thread 10 and by a
     /// softirq); pid 0 is the idle task, named like it.
     pub(crate) fn offcpu_store() -> (Store, SystemTime) {
-        use crate::{bpf::abi::INTERRUPT_TID, collect::RawThread, profile::Interrupt};
+        use crate::{bpf::abi::INTERRUPT_TID, profile::Interrupt};
         let (mut store, end) = store();
         let frames = |names: &[&str]| -> Stack { names.iter().map(|f| Arc::from(*f)).collect() };
         let wakeup = |pid, tid, interrupt, stack: &[&str]| Wakeup {
@@ -360,11 +331,13 @@ pub(crate) mod tests {
                 tid: 11,
                 pid: 10,
                 comm: "t".into(),
-                ns,
-                switches_voluntary: 0,
-                switches_involuntary: 0,
-                wakeups_sent: 0,
-                wakeups_received: 2,
+                counters: ThreadCounters {
+                    ns,
+                    switches_voluntary: 0,
+                    switches_involuntary: 0,
+                    wakeups_sent: 0,
+                    wakeups_received: 2,
+                },
             }],
             runq_hists: Vec::new(),
             threads: HashMap::from([(

@@ -13,8 +13,10 @@ use std::{
 
 use serde::Serialize;
 
-use super::{kind::pool_name, store::Snapshot, window::Window, Slice};
-use crate::bpf::abi::State;
+use crate::{
+    bpf::abi::State,
+    profile::model::{kind::pool_name, store::Snapshot, window::Window, Slice},
+};
 
 /// Most columns one answer has.
 pub const MAX_COLUMNS: usize = 120;
@@ -169,7 +171,7 @@ pub fn timeline(
                 ns: vec![[0; State::COUNT]; columns.len()],
             });
             acc.tids.insert(t.tid);
-            for (sum, ns) in acc.ns[column].iter_mut().zip(t.ns) {
+            for (sum, ns) in acc.ns[column].iter_mut().zip(t.counters.ns) {
                 *sum += ns;
             }
         }

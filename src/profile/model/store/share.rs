@@ -17,10 +17,9 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use super::{merge, size, Store};
 use crate::{
     bpf::abi::is_merged_tid,
-    collect::RawThread,
-    profile::{
+    profile::model::{
         kind::{pool_name, FOLDED_SUFFIX},
-        Slice, ThreadInfo,
+        RawThread, Slice, ThreadInfo,
     },
     untrusted::refusals::{self, Reason, What},
 };
@@ -114,7 +113,7 @@ impl Store {
                 None => t.tid,
             };
             match pools.entry(tid) {
-                Entry::Occupied(mut sum) => merge::add_thread(sum.get_mut(), &t),
+                Entry::Occupied(mut sum) => sum.get_mut().counters += &t.counters,
                 Entry::Vacant(slot) => {
                     let comm = match folded.threads.get(&tid) {
                         Some(p) if tid != t.tid => p.name.to_string(),
@@ -230,15 +229,16 @@ mod tests {
     };
 
     use super::*;
+    use crate::profile::model::ThreadCounters;
     use crate::{
         bpf::abi::{Stat, State},
-        profile::{Sample, Slice, ThreadInfo},
+        profile::model::{Sample, Slice, ThreadInfo},
     };
 
     /// A slice ending at `end_s` with `threads` sleeping threads of pid 2
     /// (each its own name) and one thread of pid 1.
     fn slice(end_s: u64, threads: u32) -> Slice {
-        let stack: crate::profile::Stack = ["main", "sleep"].map(Arc::<str>::from).into();
+        let stack: crate::profile::model::Stack = ["main", "sleep"].map(Arc::<str>::from).into();
         let row = |pid, tid| Sample {
             pid,
             tid,
@@ -319,7 +319,7 @@ mod tests {
         // Pid 2: one row a slice, but a stack of 50 new 2,000-byte names.
         let named = |end_s: u64| {
             let mut s = slice(end_s, 0);
-            let stack: crate::profile::Stack = (0..50)
+            let stack: crate::profile::model::Stack = (0..50)
                 .map(|i| Arc::<str>::from(format!("{end_s}-{i:0>2000}")))
                 .collect();
             s.samples.push(Sample {
@@ -347,12 +347,12 @@ mod tests {
     /// exact total (1 s asleep) and woken by a timer interrupt.
     fn pooled(end_s: u64, threads: u32) -> Slice {
         let mut s = slice(end_s, threads);
-        let timer: crate::profile::Stack = ["hrtimer_wakeup"].map(Arc::<str>::from).into();
+        let timer: crate::profile::model::Stack = ["hrtimer_wakeup"].map(Arc::<str>::from).into();
         s.wakeups = (s.samples.iter().filter(|r| r.pid == 2))
-            .map(|r| crate::profile::Wakeup {
+            .map(|r| crate::profile::model::Wakeup {
                 pid: 0,
                 tid: crate::bpf::abi::INTERRUPT_TID,
-                interrupt: Some(crate::profile::Interrupt::Hard),
+                interrupt: Some(crate::profile::model::Interrupt::Hard),
                 peer_pid: 2,
                 peer_tid: r.tid,
                 stack: timer.clone(),
@@ -371,15 +371,17 @@ mod tests {
             .map(|r| {
                 let mut ns = [0; State::COUNT];
                 ns[State::Sleep as usize] = 1_000_000_000;
-                crate::collect::RawThread {
+                crate::profile::model::RawThread {
                     tid: r.tid,
                     pid: r.pid,
                     comm: "worker".into(),
-                    ns,
-                    switches_voluntary: 4,
-                    switches_involuntary: 0,
-                    wakeups_sent: 0,
-                    wakeups_received: 4,
+                    counters: ThreadCounters {
+                        ns,
+                        switches_voluntary: 4,
+                        switches_involuntary: 0,
+                        wakeups_sent: 0,
+                        wakeups_received: 4,
+                    },
                 }
             })
             .collect();
@@ -388,7 +390,7 @@ mod tests {
 
     #[test]
     fn the_largest_process_is_folded_into_pools_before_anything_is_shed() {
-        use crate::profile::{threads, window::Window};
+        use crate::profile::{model::window::Window, report::threads};
         let (store, _) = fed(|t| pooled(t, 2000), 4, 60);
         let stats = store.stats();
         assert!(stats.folded_parts > 0, "{stats:?}");
@@ -400,7 +402,7 @@ mod tests {
             let totals = store.all().flat_map(|s| &s.thread_totals);
             totals
                 .filter(|t| t.pid == pid)
-                .map(|t| t.ns[State::Sleep as usize])
+                .map(|t| t.counters.ns[State::Sleep as usize])
                 .sum()
         };
         assert_eq!(asleep(1), 60 * 1_000_000_000);

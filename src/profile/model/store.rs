@@ -23,11 +23,10 @@ use super::{
     live::LiveView,
     size::{self, NameBytes},
     window::Window,
-    Slice, Stack,
+    HistOwner, Slice, Stack, StatDeltas, ThreadCounters,
 };
 use crate::{
     bpf::abi::{Stat, HIST_SLOTS},
-    collect::{HistOwner, StatDeltas},
     process::container::Container,
 };
 
@@ -36,11 +35,8 @@ use crate::{
 #[derive(Debug, Clone)]
 pub struct ProcessTotals {
     pub comm: Arc<str>,
-    /// Nanoseconds by state.
-    pub ns: [u64; crate::bpf::abi::State::COUNT],
-    pub switches_voluntary: u64,
-    pub switches_involuntary: u64,
-    pub wakeups_received: u64,
+    /// Time by state, switches and wakeups of all its threads.
+    pub counters: ThreadCounters,
     /// Runqueue latency histogram (log2 us slots).
     pub runq: [u64; HIST_SLOTS],
     /// End of the last slice that had anything of it.
@@ -426,12 +422,7 @@ impl Store {
     fn add_process_totals(&mut self, slice: &Slice) {
         for t in &slice.thread_totals {
             let e = process_entry(&mut self.processes, slice, t.pid);
-            for (a, b) in e.ns.iter_mut().zip(t.ns) {
-                *a += b;
-            }
-            e.switches_voluntary += t.switches_voluntary;
-            e.switches_involuntary += t.switches_involuntary;
-            e.wakeups_received += t.wakeups_received;
+            e.counters += &t.counters;
         }
         for (owner, hist) in &slice.runq_hists {
             if let HistOwner::Process(pid) = owner {
@@ -505,10 +496,7 @@ fn process_entry<'a>(
     });
     let e = processes.entry(pid).or_insert_with(|| ProcessTotals {
         comm: comm.clone().unwrap_or_else(|| Arc::from("[unknown]")),
-        ns: [0; crate::bpf::abi::State::COUNT],
-        switches_voluntary: 0,
-        switches_involuntary: 0,
-        wakeups_received: 0,
+        counters: ThreadCounters::default(),
         runq: [0; HIST_SLOTS],
         last_seen: slice.end,
         container: None,

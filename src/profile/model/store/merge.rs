@@ -13,18 +13,15 @@ use std::{collections::HashMap, hash::Hash, sync::Arc};
 
 use rustc_hash::{FxHashMap, FxHasher};
 
-use super::super::{kind::pool_name, Sample, Slice, ThreadInfo, Wakeup};
-use crate::{
-    bpf::abi::{Hist, State},
-    collect::{HistOwner, RawThread},
-};
+use super::super::{kind::pool_name, HistOwner, RawThread, Sample, Slice, ThreadInfo, Wakeup};
+use crate::bpf::abi::{Hist, State};
 
 /// Tids with these bits set stand for a pool of a process's threads, not a
 /// thread: Linux tids stay below 2^22 (`pid_max`), and the collector's
 /// merged rows ([`crate::bpf::abi::MERGED_TID`] | pid) set only the top bit.
 pub const POOL_TID: u32 = 0xC000_0000;
 
-pub use crate::profile::kind::FOLDED_SUFFIX;
+pub use crate::profile::model::kind::FOLDED_SUFFIX;
 
 /// Whether `tid` stands for a pool (rows folded by [`merge`]).
 pub fn is_pool_tid(tid: u32) -> bool {
@@ -118,17 +115,6 @@ impl<K: Hash + Eq, R> Summed<K, R> {
     }
 }
 
-/// `t`'s time, switches and wakeups added to `sum`.
-pub(super) fn add_thread(sum: &mut RawThread, t: &RawThread) {
-    for (a, b) in sum.ns.iter_mut().zip(t.ns) {
-        *a += b;
-    }
-    sum.switches_voluntary += t.switches_voluntary;
-    sum.switches_involuntary += t.switches_involuntary;
-    sum.wakeups_sent += t.wakeups_sent;
-    sum.wakeups_received += t.wakeups_received;
-}
-
 fn stack_key(stack: &super::super::Stack) -> usize {
     // The store interns stacks: equal stacks are one allocation.
     stack.as_ptr() as *const u8 as usize
@@ -186,7 +172,7 @@ pub fn merge(parts: &[&Slice], fold: bool) -> Slice {
         pool_names.extend(folder.names);
         for t in &part.thread_totals {
             totals.add((t.pid, t.tid), t.clone(), |a, b| {
-                add_thread(a, b);
+                a.counters += &b.counters;
                 a.comm.clone_from(&b.comm);
             });
         }

@@ -7,16 +7,15 @@ use std::{collections::HashMap, sync::Arc};
 
 use rustc_hash::FxHashMap;
 
-use super::{
-    kind::{thread_frame, Group, Kind},
-    query::Filter,
-    store::{merge, Snapshot},
-    Frame, Interrupt, Slice, Stack,
-};
+use super::filter::Filter;
 use crate::{
     bpf::abi::{is_merged_tid, State},
-    collect::MERGED_THREADS,
     process::container::Container,
+    profile::model::{
+        kind::{thread_frame, Group, Kind, MERGED_THREADS},
+        store::{merge, Snapshot},
+        Frame, Interrupt, Slice, Stack,
+    },
 };
 
 /// The frame that closes a wall row no stack explains.
@@ -215,7 +214,7 @@ pub fn select(store: &Snapshot, filter: &Filter, per_thread: bool) -> (Vec<Row>,
                     let entry = totals
                         .entry((tid, state, name_id))
                         .or_insert_with(|| (t.pid, 0, name.cloned()));
-                    entry.1 += t.ns[state as usize];
+                    entry.1 += t.counters.ns_in(state);
                 }
             }
         }

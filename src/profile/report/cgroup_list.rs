@@ -1,7 +1,7 @@
 //! Every cgroup's runqueue latency and throttled time (`/runqueue?cgroup=all`):
 //! which cgroups starve for CPU, and which are held back by their quota.
 
-use crate::profile::window::Window;
+use crate::profile::model::{store::Snapshot, window::Window};
 use std::{collections::HashMap, fmt::Write as _};
 
 use serde::Serialize;
@@ -10,9 +10,8 @@ use super::{
     hist::{self, Merged},
     query::ns_to_us,
     runqueue::Owner,
-    store::Snapshot,
 };
-use crate::collect::HistOwner;
+use crate::profile::model::HistOwner;
 
 /// The `cgroup` value that asks for the listing (no id or path looks so).
 pub const ALL: &str = "all";
@@ -130,7 +129,7 @@ mod tests {
 
     use super::*;
     use crate::bpf::abi::{Hist, HIST_SLOTS};
-    use crate::profile::{store::Store, Slice};
+    use crate::profile::model::{store::Store, Slice};
 
     fn hist(slot: usize, n: u64, ns: u64) -> Hist {
         let mut h = Hist {

@@ -6,14 +6,20 @@ use std::{collections::HashMap, sync::Arc};
 
 use serde::Serialize;
 
-use super::{query::ns_to_us, store::Snapshot, window::Window};
-use crate::{bpf::abi::State, process::container::Container};
+use super::query::ns_to_us;
+use crate::{
+    bpf::abi::State,
+    process::container::Container,
+    profile::model::{kind::STATES_CPU_FIRST, store::Snapshot, window::Window, ThreadCounters},
+};
 
 /// What `/processes` sorts by (`sort=`), most first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr)]
+#[strum(serialize_all = "lowercase")]
 pub enum SortBy {
     /// Sampled CPU time (the default).
     Cpu,
+    /// Named as the state; `cpu` is [`SortBy::Cpu`].
     State(State),
     /// Futex, I/O and sleep together: waiting on something else.
     Blocked,
@@ -22,26 +28,37 @@ pub enum SortBy {
 }
 
 impl SortBy {
-    /// Names accepted by the API.
-    pub const NAMES: [&'static str; 8] = [
-        "cpu",
-        "runqueue",
-        "throttled",
-        "futex",
-        "io",
-        "sleep",
-        "blocked",
-        "wall",
-    ];
+    /// Every order, as the API lists them: sampled CPU, the other states
+    /// ([`STATES_CPU_FIRST`]), then the unions.
+    pub const ALL: [SortBy; State::COUNT + 2] = {
+        let mut all = [SortBy::Wall; State::COUNT + 2];
+        // STATES_CPU_FIRST[0] is the CPU: sampled, it is `SortBy::Cpu`.
+        let mut i = 1;
+        while i < State::COUNT {
+            all[i] = SortBy::State(STATES_CPU_FIRST[i]);
+            i += 1;
+        }
+        all[0] = SortBy::Cpu;
+        all[i] = SortBy::Blocked;
+        all
+    };
+
+    /// The API's name of the order.
+    pub fn name(self) -> &'static str {
+        match self {
+            SortBy::State(s) => s.name(),
+            other => other.into(),
+        }
+    }
+
+    /// Names accepted by the API, in [`SortBy::ALL`] order.
+    pub fn names() -> [&'static str; State::COUNT + 2] {
+        SortBy::ALL.map(SortBy::name)
+    }
 
     /// Parses an API name.
     pub fn parse(name: &str) -> Option<SortBy> {
-        Some(match name {
-            "cpu" => SortBy::Cpu,
-            "blocked" => SortBy::Blocked,
-            "wall" => SortBy::Wall,
-            _ => SortBy::State(State::ALL.into_iter().find(|s| s.name() == name)?),
-        })
+        SortBy::ALL.into_iter().find(|s| s.name() == name)
     }
 
     fn key(self, row: &ProcessSummary) -> u64 {
@@ -121,7 +138,7 @@ pub fn processes(
     struct Acc {
         name: Option<Arc<str>>,
         cpu_ns: u64,
-        ns: [u64; State::COUNT],
+        counters: ThreadCounters,
         container: Option<Arc<Container>>,
     }
     let mut by_pid: HashMap<u32, Acc> = HashMap::new();
@@ -131,9 +148,7 @@ pub fn processes(
         }
         for t in &slice.thread_totals {
             let acc = by_pid.entry(t.pid).or_default();
-            for (sum, ns) in acc.ns.iter_mut().zip(t.ns) {
-                *sum += ns;
-            }
+            acc.counters += &t.counters;
         }
         // Slices come oldest first: the newest name wins (a program
         // exec'd under the same pid, or a pid reused).
@@ -154,7 +169,7 @@ pub fn processes(
             pid,
             comm: acc.name.as_deref().unwrap_or("[unknown]").to_string(),
             cpu_us: ns_to_us(acc.cpu_ns),
-            time: StateTimes::of(&acc.ns),
+            time: StateTimes::of(&acc.counters.ns),
             jvm: None,
             container: acc.container,
         })
@@ -169,13 +184,10 @@ mod tests {
     use std::time::{Duration, SystemTime};
 
     use super::*;
-    use crate::{
-        collect::RawThread,
-        profile::{
-            query::{pid_recorded, tests::store, tid_recorded},
-            store::Store,
-            Slice,
-        },
+    use crate::profile::model::{RawThread, ThreadCounters};
+    use crate::profile::{
+        model::{store::Store, Slice},
+        report::query::{pid_recorded, tests::store, tid_recorded},
     };
 
     #[test]
@@ -204,11 +216,13 @@ mod tests {
                 tid,
                 pid,
                 comm: String::new(),
-                ns,
-                switches_voluntary: 0,
-                switches_involuntary: 0,
-                wakeups_sent: 0,
-                wakeups_received: 0,
+                counters: ThreadCounters {
+                    ns,
+                    switches_voluntary: 0,
+                    switches_involuntary: 0,
+                    wakeups_sent: 0,
+                    wakeups_received: 0,
+                },
             }
         };
         slice.thread_totals = vec![
@@ -242,8 +256,20 @@ mod tests {
         assert_eq!(rows[0].time.futex_us, 2_000_000);
         assert_eq!(rows[0].time.blocked_us, 2_000_000);
         assert_eq!(rows[1].time.blocked_us, 800_000);
-        for name in SortBy::NAMES {
-            assert!(SortBy::parse(name).is_some(), "{name}");
+        let names = SortBy::names();
+        let want = [
+            "cpu",
+            "runqueue",
+            "throttled",
+            "futex",
+            "io",
+            "sleep",
+            "blocked",
+        ];
+        assert_eq!(names[..7], want);
+        assert_eq!(names[7], "wall");
+        for name in names {
+            assert_eq!(SortBy::parse(name).map(SortBy::name), Some(name));
         }
         assert!(SortBy::parse("park").is_none());
     }

@@ -2,9 +2,22 @@
 
 use crate::bpf::abi::State;
 
+/// States in the order the pages draw them and `/processes` offers them:
+/// on a CPU, wanting one, then waiting on something else.
+pub const STATES_CPU_FIRST: [State; State::COUNT] = [
+    State::Cpu,
+    State::Runqueue,
+    State::Throttled,
+    State::Futex,
+    State::Io,
+    State::Sleep,
+];
+
 /// The `kind` of a profile: one state, a union of states, or wakeups.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr)]
+#[strum(serialize_all = "lowercase")]
 pub enum Kind {
+    /// Named as the state.
     State(State),
     /// Every off-CPU state (runqueue and throttled waits included).
     Offcpu,
@@ -15,27 +28,36 @@ pub enum Kind {
 }
 
 impl Kind {
-    /// Names accepted by the API.
-    pub const NAMES: [&'static str; 9] = [
-        "cpu",
-        "runqueue",
-        "futex",
-        "io",
-        "sleep",
-        "throttled",
-        "offcpu",
-        "wall",
-        "wakeup",
-    ];
+    /// Every kind, in the order the API lists them: the states, then the
+    /// unions and wakeups.
+    pub const ALL: [Kind; State::COUNT + 3] = {
+        let mut all = [Kind::Wakeup; State::COUNT + 3];
+        let mut i = 0;
+        while i < State::COUNT {
+            all[i] = Kind::State(State::ALL[i]);
+            i += 1;
+        }
+        all[i] = Kind::Offcpu;
+        all[i + 1] = Kind::Wall;
+        all
+    };
+
+    /// The API's name of the kind.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::State(s) => s.name(),
+            other => other.into(),
+        }
+    }
+
+    /// Names accepted by the API, in [`Kind::ALL`] order.
+    pub fn names() -> [&'static str; State::COUNT + 3] {
+        Kind::ALL.map(Kind::name)
+    }
 
     /// Parses an API name.
     pub fn parse(name: &str) -> Option<Kind> {
-        Some(match name {
-            "offcpu" => Kind::Offcpu,
-            "wall" => Kind::Wall,
-            "wakeup" => Kind::Wakeup,
-            _ => Kind::State(State::ALL.into_iter().find(|s| s.name() == name)?),
-        })
+        Kind::ALL.into_iter().find(|k| k.name() == name)
     }
 
     /// Whether time in `state` belongs to this kind.
@@ -65,7 +87,10 @@ impl Kind {
 }
 
 /// What sits under the process frame.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, strum::EnumString, strum::IntoStaticStr, strum::VariantArray,
+)]
+#[strum(serialize_all = "lowercase")]
 pub enum Group {
     Process,
     Thread,
@@ -73,23 +98,32 @@ pub enum Group {
 }
 
 impl Group {
+    /// The API's name of the group.
+    pub fn name(self) -> &'static str {
+        self.into()
+    }
+
     /// Names accepted by the API.
-    pub const NAMES: [&'static str; 3] = ["process", "thread", "pool"];
+    pub fn names() -> Vec<&'static str> {
+        <Group as strum::VariantArray>::VARIANTS
+            .iter()
+            .map(|g| g.name())
+            .collect()
+    }
 
     /// Parses an API name.
     pub fn parse(name: &str) -> Option<Group> {
-        match name {
-            "process" => Some(Group::Process),
-            "thread" => Some(Group::Thread),
-            "pool" => Some(Group::Pool),
-            _ => None,
-        }
+        name.parse().ok()
     }
 }
 
+/// Thread name of a process's merged row (see
+/// [`is_merged_tid`](crate::bpf::abi::is_merged_tid)).
+pub const MERGED_THREADS: &str = "[merged threads]";
+
 /// What the store's thread name of a pool's folded rows ends with (rows of
 /// a pool's threads merged into one, past some age: see
-/// [`crate::profile::store::merge`]).
+/// [`crate::profile::model::store::merge`]).
 pub const FOLDED_SUFFIX: &str = " (folded)";
 
 /// The pool a thread belongs to: its name with the final number replaced by
@@ -111,7 +145,7 @@ pub fn pool_name(thread: &str) -> String {
 /// The frame that names a thread in `group=thread` graphs; a pool's
 /// folded rows are named by the pool alone (their tid is no thread's).
 pub fn thread_frame(name: &str, tid: u32) -> String {
-    if crate::profile::store::merge::is_pool_tid(tid) {
+    if crate::profile::model::store::merge::is_pool_tid(tid) {
         return name.to_string();
     }
     format!("{name} [tid {tid}]")
@@ -138,15 +172,29 @@ mod tests {
         assert_eq!(pool_name("1234"), "1234");
         assert_eq!(pool_name("kworker/0:1"), "kworker/0:*");
         assert_eq!(pool_name("worker-* (folded)"), "worker-*");
-        let pool = crate::profile::store::merge::POOL_TID | 7;
+        let pool = crate::profile::model::store::merge::POOL_TID | 7;
         assert_eq!(thread_frame("worker-* (folded)", pool), "worker-* (folded)");
         assert_eq!(thread_frame("worker-7", 7), "worker-7 [tid 7]");
     }
 
     #[test]
     fn kinds_parse_and_include_states() {
-        for name in Kind::NAMES {
-            assert!(Kind::parse(name).is_some(), "{name}");
+        // The API's names, in the order its errors list them.
+        let names = Kind::names();
+        let want = [
+            "cpu",
+            "runqueue",
+            "futex",
+            "io",
+            "sleep",
+            "throttled",
+            "offcpu",
+            "wall",
+        ];
+        assert_eq!(names[..8], want);
+        assert_eq!(names[8], "wakeup");
+        for name in names {
+            assert_eq!(Kind::parse(name).map(Kind::name), Some(name));
         }
         assert_eq!(Kind::parse("futex"), Some(Kind::State(State::Futex)));
         assert!(Kind::parse("park").is_none());
@@ -162,7 +210,15 @@ mod tests {
     fn every_state_is_a_kind() {
         for state in State::ALL {
             assert_eq!(Kind::parse(state.name()), Some(Kind::State(state)));
-            assert!(Kind::NAMES.contains(&state.name()), "{}", state.name());
+            assert!(Kind::names().contains(&state.name()), "{}", state.name());
+            assert!(STATES_CPU_FIRST.contains(&state), "{state:?}");
         }
+    }
+
+    #[test]
+    fn groups_are_named_for_the_api() {
+        assert_eq!(Group::names(), ["process", "thread", "pool"]);
+        assert_eq!(Group::parse("pool"), Some(Group::Pool));
+        assert_eq!(Group::parse("Pool"), None);
     }
 }

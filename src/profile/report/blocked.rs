@@ -9,7 +9,7 @@ use std::{
 
 use serde::Serialize;
 
-use super::live::{longest_first, LiveThread, LiveView, LiveWaker};
+use crate::profile::model::live::{longest_first, LiveThread, LiveView, LiveWaker};
 
 /// What `/blocked` selects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -220,7 +220,7 @@ mod tests {
     use super::*;
     use crate::{
         bpf::abi::State,
-        profile::live::{Syscall, MAX_LIVE_THREADS},
+        profile::model::live::{Syscall, MAX_LIVE_THREADS},
     };
 
     fn at(s: u64) -> SystemTime {

@@ -16,13 +16,9 @@ use rustc_hash::FxHashMap;
 
 use super::{
     live::{LiveThread, LiveView},
-    Frame, Sample, Slice, Stack, ThreadInfo, Wakeup,
+    Frame, HistOwner, RawThread, Sample, Slice, Stack, ThreadInfo, Wakeup,
 };
-use crate::{
-    bpf::abi::Hist,
-    collect::{HistOwner, RawThread},
-    process::container::Container,
-};
+use crate::{bpf::abi::Hist, process::container::Container};
 
 /// Two reference counts ahead of every `Arc` allocation.
 const ARC_HEADER: usize = 2 * size_of::<usize>();
@@ -186,7 +182,7 @@ mod tests {
 
     #[test]
     fn a_live_view_counts_each_shared_stack_once() {
-        use crate::{bpf::abi::State, profile::live::LiveThread};
+        use crate::{bpf::abi::State, profile::model::live::LiveThread};
         let stack: Stack = ["main", "park"].map(Frame::from).into_iter().collect();
         let thread = |tid| LiveThread {
             pid: 1,

@@ -3,7 +3,10 @@
 //! the BPF log2 histograms; and, apart from it, how long they were throttled (runnable, but their cgroup's CPU
 //! quota was spent), which the latency histogram does not count.
 
-use crate::profile::window::Window;
+use crate::{
+    process::cgroups,
+    profile::model::{store::Snapshot, window::Window},
+};
 use std::fmt::Write as _;
 
 use serde::Serialize;
@@ -11,10 +14,9 @@ use serde::Serialize;
 use super::{
     hist::{self, Bucket, Merged},
     query::ns_to_us,
-    store::Snapshot,
     threads::recorded_note,
 };
-use crate::{collect::HistOwner, process::cgroups};
+use crate::profile::model::HistOwner;
 
 /// Whose latency a report shows, as it appears in JSON: `{"pid": P}` or
 /// `{"cgroup": ID, "path": "/system.slice/..."}` (path only if resolved).
@@ -312,8 +314,7 @@ mod tests {
 
     use super::*;
     use crate::bpf::abi::{Hist, HIST_SLOTS};
-    use crate::profile::store::Store;
-    use crate::profile::Slice;
+    use crate::profile::model::{store::Store, Slice};
 
     /// 100 waits: 10 under 1 us, 40 in [4, 8), 40 in [8, 16), 10 in [64, 128).
     fn slots() -> hist::Slots {

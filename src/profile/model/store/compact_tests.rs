@@ -4,10 +4,10 @@
 use std::{collections::HashMap, sync::Arc};
 
 use super::{compact::step_for, merge::is_pool_tid, *};
+use crate::profile::model::{RawThread, ThreadCounters};
 use crate::{
     bpf::abi::{Hist, State},
-    collect::RawThread,
-    profile::{Sample, ThreadInfo, Wakeup},
+    profile::model::{Sample, ThreadInfo, Wakeup},
 };
 
 const PIDS: [u32; 4] = [1000, 2000, 3000, 4000];
@@ -63,11 +63,13 @@ fn busy(end_s: u64, stacks: &[Stack]) -> Slice {
                 tid,
                 pid,
                 comm: format!("worker-{n}"),
-                ns,
-                switches_voluntary: 2,
-                switches_involuntary: 1,
-                wakeups_sent: 1,
-                wakeups_received: 1,
+                counters: ThreadCounters {
+                    ns,
+                    switches_voluntary: 2,
+                    switches_involuntary: 1,
+                    wakeups_sent: 1,
+                    wakeups_received: 1,
+                },
             });
         }
         let mut hist = Hist {
@@ -97,11 +99,11 @@ type Totals = HashMap<(u32, u32), ([u64; State::COUNT], u64, u64)>;
 fn add_totals(into: &mut Totals, s: &Slice) {
     for t in &s.thread_totals {
         let e = into.entry((t.pid, t.tid)).or_default();
-        for (a, b) in e.0.iter_mut().zip(t.ns) {
+        for (a, b) in e.0.iter_mut().zip(t.counters.ns) {
             *a += b;
         }
-        e.1 += t.switches_voluntary + t.switches_involuntary;
-        e.2 += t.wakeups_received;
+        e.1 += t.counters.switches_voluntary + t.counters.switches_involuntary;
+        e.2 += t.counters.wakeups_received;
     }
 }
 
@@ -138,7 +140,7 @@ fn a_small_budget_keeps_the_whole_retention_with_exact_totals() {
     for t in start..start + 700 {
         let s = busy(t, &stacks);
         for r in &s.thread_totals {
-            *process_ns.entry(r.pid).or_default() += r.ns.iter().sum::<u64>();
+            *process_ns.entry(r.pid).or_default() += r.counters.ns.iter().sum::<u64>();
         }
         pushed.push(s.clone());
         store.push(s);
@@ -173,7 +175,10 @@ fn a_small_budget_keeps_the_whole_retention_with_exact_totals() {
     );
     // Per-process totals since first seen: every push counted.
     for (pid, ns) in process_ns {
-        assert_eq!(store.process_totals()[&pid].ns.iter().sum::<u64>(), ns);
+        assert_eq!(
+            store.process_totals()[&pid].counters.ns.iter().sum::<u64>(),
+            ns
+        );
     }
 
     // The resolution: the newest seconds at 1 s per thread, 60 s past a
@@ -251,8 +256,8 @@ fn without_pressure_the_age_rule_holds() {
 #[test]
 fn queries_over_folded_rows_show_pools_and_keep_thread_totals() {
     use crate::profile::{
-        kind::{Group, Kind},
-        query::{folded, Filter},
+        model::kind::{Group, Kind},
+        report::query::{folded, Filter},
     };
     let stacks = stacks();
     let parts: Vec<Slice> = (1..=3).map(|t| busy(30_000 + t, &stacks)).collect();
@@ -264,7 +269,7 @@ fn queries_over_folded_rows_show_pools_and_keep_thread_totals() {
     let total = |tid: Option<u32>| -> u64 {
         let rows = parts.iter().flat_map(|s| &s.thread_totals);
         let rows = rows.filter(|t| t.pid == pid && tid.is_none_or(|x| x == t.tid));
-        rows.map(|t| t.ns.iter().sum::<u64>()).sum()
+        rows.map(|t| t.counters.ns.iter().sum::<u64>()).sum()
     };
     let filter = |tid, group| Filter {
         kind: Kind::Wall,

@@ -25,7 +25,7 @@
 use std::{ops::Range, sync::Arc, time::SystemTime};
 
 use super::{merge, share, size, Held, NameBytes, Store};
-use crate::profile::Slice;
+use crate::profile::model::Slice;
 
 /// Merges by the age rule per push: a bucket of ten slices takes nine,
 /// so the steady state needs about one a push.

@@ -1,0 +1,16 @@
+//! Reports over the [`super::model`]: one module per answer the API, the
+//! exporters and the command line give.
+
+pub mod blocked;
+pub mod cgroup_list;
+pub mod fair;
+pub mod filter;
+pub mod hist;
+pub mod processes;
+pub mod query;
+pub mod render;
+pub mod rows;
+pub mod runqueue;
+pub mod threads;
+pub mod timeline;
+pub mod truncate;
