@@ -1,0 +1,316 @@
+//! The crate's structure, checked from its source: modules import only
+//! modules below them in one declared order, and every `/proc` path is
+//! in the host layer (`src/process/`) or the opener of other users' files
+//! (`src/untrusted/`). Test code (`#[cfg(test)] mod tests`, files named
+//! `*tests.rs`) may read anything for ground truth and is not checked.
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+};
+
+/// The layers, top first: a module may use its own layer and those after
+/// it. A layer is a module path; a file belongs to the longest layer its
+/// path starts with.
+const LAYERS: &[&str] = &[
+    "api",
+    "export",
+    "pipeline",
+    "state",
+    "export::push::stats",
+    "symbolize",
+    "profile::report",
+    "jvm",
+    "unwind",
+    "collect",
+    "profile::model",
+    "profile",
+    "caps",
+    "process",
+    "held",
+    "hostname",
+    "nice",
+    "token",
+    "untrusted",
+    "bpf",
+];
+
+/// Where `/proc` may be named.
+const PROC_HOMES: &[&str] = &["process", "untrusted"];
+
+/// A source file: its module path and its text without test code and
+/// comments, line numbers kept.
+struct Source {
+    path: PathBuf,
+    module: Vec<String>,
+    text: String,
+}
+
+fn sources() -> Vec<Source> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    walk(&src, &mut files);
+    files
+        .into_iter()
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_str().unwrap();
+            // The binary uses the library by its name, like any user.
+            !name.ends_with("tests.rs") && p != &src.join("main.rs") && p != &src.join("lib.rs")
+        })
+        .map(|path| {
+            let rel = path.strip_prefix(&src).unwrap().with_extension("");
+            let mut module: Vec<String> = rel
+                .components()
+                .map(|c| c.as_os_str().to_str().unwrap().to_string())
+                .collect();
+            if module.last().is_some_and(|m| m == "mod") {
+                module.pop();
+            }
+            let text = without_comments(&without_tests(&fs::read_to_string(&path).unwrap()));
+            Source { path, module, text }
+        })
+        .collect()
+}
+
+fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            walk(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The text before an inline `#[cfg(test)] mod tests`.
+fn without_tests(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let end = (0..lines.len())
+        .find(|&i| {
+            lines[i].trim() == "#[cfg(test)]"
+                && lines
+                    .get(i + 1)
+                    .is_some_and(|l| l.trim_start().starts_with("mod tests"))
+        })
+        .unwrap_or(lines.len());
+    lines[..end].join("\n")
+}
+
+/// Blanks `//` comments (doc comments too), keeping string literals and
+/// line numbers.
+fn without_comments(text: &str) -> String {
+    text.lines()
+        .map(|line| {
+            let mut in_str = false;
+            let bytes = line.as_bytes();
+            for i in 0..bytes.len() {
+                match bytes[i] {
+                    b'"' if i == 0 || bytes[i - 1] != b'\\' => in_str = !in_str,
+                    b'/' if !in_str && bytes.get(i + 1) == Some(&b'/') => return &line[..i],
+                    _ => {}
+                }
+            }
+            line
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The layer of a module path: the longest layer it starts with.
+fn layer_of(module: &[String]) -> Option<usize> {
+    LAYERS
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| {
+            let parts: Vec<&str> = l.split("::").collect();
+            parts.len() <= module.len() && parts.iter().zip(module).all(|(a, b)| a == b)
+        })
+        .max_by_key(|(_, l)| l.split("::").count())
+        .map(|(i, _)| i)
+}
+
+/// The crate paths a text names, each with its line: `crate::a::b` and
+/// every path of a `crate::{a::b, c::{d, e}}` group, and `super::` paths
+/// resolved against `module`.
+fn crate_paths(text: &str, module: &[String]) -> Vec<(usize, Vec<String>)> {
+    let mut found = Vec::new();
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let rest = &bytes[i..];
+        let start = if rest.starts_with(b"crate::") && !ident_before(bytes, i) {
+            Some((Vec::new(), "crate::".len()))
+        } else if rest.starts_with(b"super::") && !ident_before(bytes, i) {
+            // `super` is the module's parent (a `mod.rs` is its directory).
+            let mut base: Vec<String> = module.to_vec();
+            let mut len = 0;
+            while bytes[i + len..].starts_with(b"super::") {
+                len += "super::".len();
+                base.pop();
+            }
+            Some((base, len))
+        } else {
+            None
+        };
+        let Some((base, len)) = start else {
+            i += 1;
+            continue;
+        };
+        let line = text[..i].matches('\n').count() + 1;
+        let (paths, used) = parse_tree(&text[i + len..]);
+        for p in paths {
+            let mut full = base.clone();
+            full.extend(p);
+            found.push((line, full));
+        }
+        i += len + used.max(1);
+    }
+    found
+}
+
+fn ident_before(bytes: &[u8], i: usize) -> bool {
+    i > 0 && (bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_' || bytes[i - 1] == b':')
+}
+
+/// Parses `a::b::c` or `a::{b, c::d}` at the start of `s`: the paths and
+/// the bytes used.
+fn parse_tree(s: &str) -> (Vec<Vec<String>>, usize) {
+    let mut at = 0;
+    let paths = tree(s.as_bytes(), &mut at);
+    (paths, at)
+}
+
+fn skip_space(b: &[u8], at: &mut usize) {
+    while *at < b.len() && b[*at].is_ascii_whitespace() {
+        *at += 1;
+    }
+}
+
+fn tree(b: &[u8], at: &mut usize) -> Vec<Vec<String>> {
+    skip_space(b, at);
+    if b.get(*at) == Some(&b'{') {
+        *at += 1;
+        let mut paths = Vec::new();
+        loop {
+            skip_space(b, at);
+            match b.get(*at) {
+                None => return paths,
+                Some(b'}') => {
+                    *at += 1;
+                    return paths;
+                }
+                Some(b',') => *at += 1,
+                Some(c) if c.is_ascii_alphanumeric() || *c == b'_' || *c == b'{' => {
+                    paths.extend(tree(b, at));
+                    // `as name`, or anything else up to the next item.
+                    while *at < b.len() && b[*at] != b',' && b[*at] != b'}' {
+                        *at += 1;
+                    }
+                }
+                Some(_) => *at += 1,
+            }
+        }
+    }
+    let start = *at;
+    while *at < b.len() && (b[*at].is_ascii_alphanumeric() || b[*at] == b'_') {
+        *at += 1;
+    }
+    if *at == start {
+        return vec![Vec::new()];
+    }
+    let ident = String::from_utf8_lossy(&b[start..*at]).into_owned();
+    if ident == "self" {
+        return vec![Vec::new()];
+    }
+    if b[*at..].starts_with(b"::") {
+        *at += 2;
+        return tree(b, at)
+            .into_iter()
+            .map(|mut p| {
+                p.insert(0, ident.clone());
+                p
+            })
+            .collect();
+    }
+    vec![vec![ident]]
+}
+
+#[test]
+fn modules_use_only_layers_below_them() {
+    let mut wrong = Vec::new();
+    for s in sources() {
+        let Some(mine) = layer_of(&s.module) else {
+            wrong.push(format!(
+                "{}: module {} is in no layer: place it in LAYERS",
+                s.path.display(),
+                s.module.join("::")
+            ));
+            continue;
+        };
+        for (line, path) in crate_paths(&s.text, &s.module) {
+            let Some(theirs) = layer_of(&path) else {
+                continue;
+            };
+            if theirs < mine {
+                wrong.push(format!(
+                    "{}:{line}: {} ({}) uses {} ({}), a layer above it",
+                    s.path.display(),
+                    s.module.join("::"),
+                    LAYERS[mine],
+                    path.join("::"),
+                    LAYERS[theirs]
+                ));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "\n{}", wrong.join("\n"));
+}
+
+#[test]
+fn only_the_host_layer_names_proc() {
+    let mut wrong = Vec::new();
+    for s in sources() {
+        if PROC_HOMES.contains(&s.module[0].as_str()) {
+            continue;
+        }
+        for (n, line) in s.text.lines().enumerate() {
+            if line.contains("\"/proc/") || line.contains("\"/proc\"") {
+                wrong.push(format!("{}:{}: {}", s.path.display(), n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "/proc outside src/process and src/untrusted:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn the_checks_see_what_they_check() {
+    // A group, a nested group, `self` and `super` paths.
+    let module = vec![
+        "profile".to_string(),
+        "report".to_string(),
+        "threads".to_string(),
+    ];
+    let text = "use crate::{api::x, process::{self, tasks::Y}};\nuse super::super::model::Z;\n// crate::api::commented";
+    let paths: Vec<String> = crate_paths(&without_comments(text), &module)
+        .into_iter()
+        .map(|(_, p)| p.join("::"))
+        .collect();
+    assert_eq!(
+        paths,
+        [
+            "api::x",
+            "process",
+            "process::tasks::Y",
+            "profile::model::Z"
+        ]
+    );
+    assert_eq!(layer_of(&["api".into(), "queries".into()]), Some(0));
+    assert_eq!(layer_of(&["nowhere".into()]), None);
+    let with_tests = "a\n#[cfg(test)]\nmod tests {\n\"/proc\"\n}";
+    assert_eq!(without_tests(with_tests), "a");
+}
