@@ -1,15 +1,13 @@
 //! The HTTP API in-process over a synthetic store (no root, no BPF):
 //! status codes, messages and formats.
 
-mod support;
-
 use std::{
     collections::HashMap,
     sync::Arc,
     time::{Duration, SystemTime},
 };
 
-use support::api::{app, call, call_on, error_of, get_with, GONE_PID};
+use crate::support::api::{app, call, call_on, error_of, get_with, GONE_PID};
 use wallscope::{
     api,
     pipeline::Shared,
@@ -65,7 +63,7 @@ async fn unknown_pid_is_404_and_a_known_one_with_nothing_recorded_200_with_a_not
     let me = std::process::id();
     let note = format!("no CPU samples for pid {me} in the last 30 s");
     for uri in [format!("/folded?pid={me}"), format!("/flamegraph?pid={me}")] {
-        let (status, headers, body) = support::api::send(app(), get_with(&uri, &[])).await;
+        let (status, headers, body) = crate::support::api::send(app(), get_with(&uri, &[])).await;
         assert_eq!(status, 200, "{uri}: {body}");
         let header = headers.get("x-wallscope-note").unwrap().to_str().unwrap();
         assert_eq!(header, note, "{uri}");
@@ -90,7 +88,7 @@ async fn unknown_pid_is_404_and_a_known_one_with_nothing_recorded_200_with_a_not
     );
     assert!(listed.iter().all(|t| t["wall_us"] == 0), "{body}");
     let (status, headers, body) =
-        support::api::send(app(), get_with(&format!("/runqueue?pid={me}"), &[])).await;
+        crate::support::api::send(app(), get_with(&format!("/runqueue?pid={me}"), &[])).await;
     assert_eq!(status, 200, "{body}");
     let report: serde_json::Value = serde_json::from_str(&body).unwrap();
     let note = format!("no runqueue latency or throttling recorded for pid {me} in the last 30 s");

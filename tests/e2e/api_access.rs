@@ -1,11 +1,9 @@
 //! The API's access rules in-process (no root, no BPF): the Host check,
 //! the bearer token, the HTTP counters, and the server's connection rules.
 
-mod support;
-
 use std::{sync::Arc, time::Duration};
 
-use support::api::{app, call, error_of, get_with, send, shared, GONE_PID};
+use crate::support::api::{app, call, error_of, get_with, send, shared, GONE_PID};
 use wallscope::api;
 
 #[tokio::test]
@@ -15,7 +13,7 @@ async fn other_hosts_are_421_and_local_ones_are_served() {
         api::router_with(
             shared(),
             // In-process requests come through no socket: no client uid
-            // to check (tests/api_headers.rs and security_auth.rs do).
+            // to check (api_headers and security_auth do).
             api::Access::new(vec!["prof.example".into()], None).with_local_auth(false),
         )
     };

@@ -1,16 +1,14 @@
 //! `/blocked` in-process over a synthetic store and live view (no root, no
 //! BPF): the live view's threads, filters, formats and errors.
 
-mod support;
-
 use std::{
     collections::HashMap,
     sync::Arc,
     time::{Duration, SystemTime},
 };
 
+use crate::support::api::{call_on, error_of, shared, GONE_PID};
 use serde_json::{json, Value};
-use support::api::{call_on, error_of, shared, GONE_PID};
 use wallscope::{
     api,
     bpf::abi::State,

@@ -2,15 +2,16 @@
 //! `/healthz` and the symbolizer's writes go on while whole-host profiles
 //! are computed, and big answers are bounded.
 
-mod support;
-
 use std::{
     collections::HashMap,
     sync::{Arc, OnceLock},
     time::{Duration, Instant, SystemTime},
 };
 
-use support::api::{get_with, send};
+use crate::support::{
+    api::{get_with, send},
+    Fixture,
+};
 use tokio::task::JoinHandle;
 use wallscope::{
     api,
@@ -141,6 +142,7 @@ async fn until_running(router: &axum::Router, heavy: &[JoinHandle<impl Sized>]) 
 /// queries on the workers, `/healthz` would wait for them to end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn healthz_answers_while_heavy_queries_run() {
+    let _fx = Fixture::in_process();
     let router = api::router(shared());
     let started = Instant::now();
     let heavy = [
@@ -183,6 +185,7 @@ async fn healthz_answers_while_heavy_queries_run() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_symbolizer_pushes_while_a_query_runs() {
+    let _fx = Fixture::in_process();
     let shared = shared();
     let router = api::router(shared.clone());
     let heavy = [spawn_get(
@@ -215,6 +218,7 @@ async fn the_symbolizer_pushes_while_a_query_runs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn whole_window_answers_are_bounded_and_say_what_they_left_out() {
+    let _fx = Fixture::in_process();
     let router = api::router(shared());
     let (status, headers, body) = send(router, get_with("/folded?seconds=600", &[])).await;
     assert_eq!(status, 200);
@@ -253,7 +257,8 @@ async fn whole_window_answers_are_bounded_and_say_what_they_left_out() {
 /// (milliseconds on a busy host): `/healthz` reads published figures.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn healthz_does_not_wait_for_the_store_lock() {
-    let shared = support::api::shared();
+    let _fx = Fixture::in_process();
+    let shared = crate::support::api::shared();
     let router = api::router(shared.clone());
     let (locked, is_locked) = std::sync::mpsc::channel();
     let (release, released) = std::sync::mpsc::channel::<()>();

@@ -1,15 +1,13 @@
 //! The API's off-CPU answers in-process over a synthetic store (no root, no
 //! BPF): throttled time in every view, interrupt wakers, graph titles.
 
-mod support;
-
 use std::{
     collections::HashMap,
     sync::Arc,
     time::{Duration, SystemTime},
 };
 
-use support::api::{call_on, error_of};
+use crate::support::api::{call_on, error_of};
 use wallscope::{
     api,
     bpf::abi::{Hist, State, HIST_SLOTS, INTERRUPT_TID},

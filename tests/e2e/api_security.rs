@@ -3,16 +3,14 @@
 //! read (the uid as the accept loop would have found it), including
 //! nothing of an earlier process with the same pid.
 
-mod support;
-
 use std::{
     process::Command,
     sync::Arc,
     time::{Duration, SystemTime},
 };
 
+use crate::support::api::{error_of, get_with, send, shared, GONE_PID};
 use axum::http::HeaderMap;
-use support::api::{error_of, get_with, send, shared, GONE_PID};
 use wallscope::{
     api::{self, headers, peer::Client, Access},
     bpf::abi::State,

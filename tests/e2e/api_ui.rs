@@ -1,8 +1,6 @@
 //! The web UI's routes in-process: pages, their scripts, and bad paths.
 
-mod support;
-
-use support::api::{call, error_of};
+use crate::support::api::{call, error_of};
 
 #[tokio::test]
 async fn pages_and_their_files_are_served_from_the_binary() {
@@ -52,8 +50,8 @@ async fn raw(uri: &str, accept_encoding: Option<&str>) -> (Option<String>, Vec<u
         .map(|e| ("accept-encoding", e))
         .into_iter()
         .collect();
-    let res = support::api::app()
-        .oneshot(support::api::get_with(uri, &headers))
+    let res = crate::support::api::app()
+        .oneshot(crate::support::api::get_with(uri, &headers))
         .await
         .unwrap();
     assert_eq!(res.status(), 200, "{uri}");

@@ -1,19 +1,17 @@
 //! Absolute windows (`from`/`until`) and `/pprof`, in-process over a
 //! synthetic store (no root, no BPF).
 
-mod support;
-
 use std::{
     io::Read as _,
     sync::Arc,
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
+use crate::support::api::{call_on, error_of};
 use axum::body::Body;
 use flate2::read::GzDecoder;
 use http_body_util::BodyExt;
 use prost::Message as _;
-use support::api::{call_on, error_of};
 use tower::ServiceExt;
 use wallscope::{
     api,
@@ -97,7 +95,7 @@ fn rfc3339(unix: u64) -> String {
 }
 
 async fn bytes(router: axum::Router, uri: &str) -> (u16, Vec<u8>) {
-    let req = support::api::get_with(uri, &[]);
+    let req = crate::support::api::get_with(uri, &[]);
     let res = router.oneshot(req).await.unwrap();
     let status = res.status().as_u16();
     let body: Body = res.into_body();
@@ -133,7 +131,7 @@ async fn a_window_holds_the_slices_that_ended_in_it() {
     let empty = format!("pid={PID}&from={}&until={}", t0 + 11, t0 + 19);
     let (status, _, body) = call_on(app.clone(), &format!("/folded?{empty}")).await;
     assert_eq!((status, body.as_str()), (200, ""));
-    let req = support::api::get_with(&format!("/pprof?{empty}"), &[]);
+    let req = crate::support::api::get_with(&format!("/pprof?{empty}"), &[]);
     let res = app.clone().oneshot(req).await.unwrap();
     assert_eq!(res.status().as_u16(), 200);
     let note = res.headers()["x-wallscope-note"].to_str().unwrap();
@@ -305,7 +303,7 @@ async fn windows_reaching_before_the_records_say_how_much_was_recorded() {
         "/processes?seconds=600".to_string(),
     ] {
         let (status, headers, _) =
-            support::api::send(app.clone(), support::api::get_with(&uri, &[])).await;
+            crate::support::api::send(app.clone(), crate::support::api::get_with(&uri, &[])).await;
         assert_eq!(status, 200, "{uri}");
         let r = recorded(&headers);
         assert!((50..=52).contains(&r), "{uri}: {r}");
@@ -319,7 +317,7 @@ async fn windows_reaching_before_the_records_say_how_much_was_recorded() {
     }
     let uri = format!("/timeline?pid={STUCK}&seconds=600");
     let (status, headers, body) =
-        support::api::send(app.clone(), support::api::get_with(&uri, &[])).await;
+        crate::support::api::send(app.clone(), crate::support::api::get_with(&uri, &[])).await;
     assert_eq!(status, 200, "{body}");
     let resolution = headers["x-wallscope-resolution"].to_str().unwrap();
     assert!(resolution.starts_with("1s:"), "{resolution}");
@@ -349,9 +347,9 @@ async fn windows_reaching_before_the_records_say_how_much_was_recorded() {
         "{text}"
     );
     // A window inside the records: all of it.
-    let (_, headers, _) = support::api::send(
+    let (_, headers, _) = crate::support::api::send(
         app,
-        support::api::get_with(&format!("/folded?pid={PID}&seconds=30"), &[]),
+        crate::support::api::get_with(&format!("/folded?pid={PID}&seconds=30"), &[]),
     )
     .await;
     assert_eq!(recorded(&headers), 30);

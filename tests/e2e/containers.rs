@@ -4,8 +4,6 @@
 //! show their container in `/processes`, `/threads`, `/metrics`, pprof
 //! labels and `/runqueue?container=`.
 
-mod support;
-
 use std::{
     fs,
     io::Read as _,
@@ -13,10 +11,10 @@ use std::{
     time::{Duration, Instant},
 };
 
+use crate::support::{cgroup::*, *};
 use flate2::read::GzDecoder;
 use prost::Message as _;
 use serde_json::Value;
-use support::{cgroup::*, *};
 use wallscope::export::pprof::proto::Profile;
 
 const UID: &str = "6b1c2d3e-4f5a-4b6c-8d7e-9f0a1b2c3d4e";
@@ -66,9 +64,9 @@ fn pprof_labels(url: &str) -> Vec<String> {
 
 #[test]
 fn processes_in_containers_carry_their_container_and_pod() {
-    if !ebpf_available() {
+    let Some(_fx) = Fixture::ebpf_alone() else {
         return;
-    }
+    };
     let (v2, v1) = mounts();
     let pods = tempfile::tempdir().unwrap();
     let pod_logs = pods.path().join("pods");
@@ -203,12 +201,12 @@ fn thread_sleep(d: Duration) {
 
 #[test]
 fn runqueue_takes_a_cgroup_v1_path() {
-    if !ebpf_available() {
+    let Some(_fx) = Fixture::ebpf_alone() else {
         return;
-    }
+    };
     let (_, v1) = mounts();
     let Some(v1) = v1 else {
-        // A pure cgroup v2 host: v2 paths are tested in tests/api.rs.
+        // A pure cgroup v2 host: v2 paths are tested in tests/e2e/api.rs.
         assert!(
             std::env::var("CI").as_deref() != Ok("true")
                 || !Path::new("/sys/fs/cgroup/pids").exists(),

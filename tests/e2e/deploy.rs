@@ -4,16 +4,14 @@
 //! capabilities, and with any one of them removed it says what is off, or
 //! refuses naming it (root; under CI=true these fail rather than skip).
 
-mod support;
-
 use std::{
     path::{Path, PathBuf},
     process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
+use crate::support::{caps, *};
 use serde_json::Value;
-use support::{caps, *};
 
 fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
@@ -163,9 +161,9 @@ fn serve_with(caps_set: &[String]) -> (Option<Value>, String, Option<u64>) {
 
 #[test]
 fn the_daemon_runs_under_the_units_capabilities_and_names_any_missing() {
-    if !ebpf_available() {
+    let Some(_fx) = Fixture::ebpf() else {
         return;
-    }
+    };
     let (granted, withheld) = caps::grantable(&caps::unit_caps());
     println!("granted {granted:?}; this machine withholds {withheld:?}");
     let (health, stderr, effective) = serve_with(&granted);

@@ -4,20 +4,15 @@
 //! `record` loads its own programs and reads the whole host, which would
 //! make the shared daemon lag behind the others' workloads.
 
-mod support;
+use std::time::Duration;
 
-use std::{sync::Mutex, time::Duration};
-
-use support::*;
-
-static SERIAL: Mutex<()> = Mutex::new(());
+use crate::support::*;
 
 #[test]
 fn cpu_shares_match_the_workload_and_stacks_reach_main() {
-    if !ebpf_available() {
+    let Some(_fx) = Fixture::ebpf_serial() else {
         return;
-    }
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    };
     // Four seconds of CPU (400 samples), however long the host takes to
     // give them: the shares below are then within sampling error.
     let (pid, out) = run_with_output("cpu_shares", &["4", "1", "cpu"]);
@@ -57,10 +52,9 @@ fn cpu_shares_match_the_workload_and_stacks_reach_main() {
 
 #[test]
 fn syscall_heavy_workload_shows_kernel_frames_on_user_frames() {
-    if !ebpf_available() {
+    let Some(_fx) = Fixture::ebpf_serial() else {
         return;
-    }
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    };
     let pid = run("syscalls", &["4"]);
     let (rows, body) = folded_rows(&format!("pid={pid}&seconds=300"));
     let mixed: Vec<_> = rows
@@ -88,10 +82,9 @@ fn syscall_heavy_workload_shows_kernel_frames_on_user_frames() {
 
 #[test]
 fn exited_process_still_symbolizes() {
-    if !ebpf_available() {
+    let Some(_fx) = Fixture::ebpf_serial() else {
         return;
-    }
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    };
     let url = daemon();
     settle(url);
     // The daemon names frames from the maps it read while the process
@@ -132,10 +125,9 @@ fn exited_process_still_symbolizes() {
 
 #[test]
 fn healthz_reports_attached_programs_and_samples() {
-    if !ebpf_available() {
+    let Some(_fx) = Fixture::ebpf_serial() else {
         return;
-    }
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    };
     let url = daemon();
     // A drain a second; a busy host may delay the first one.
     let drained = |v: &serde_json::Value| v["pipeline"]["drains"].as_u64() >= Some(1);
@@ -153,10 +145,9 @@ fn healthz_reports_attached_programs_and_samples() {
 
 #[test]
 fn record_writes_svg_and_folded_files() {
-    if !ebpf_available() {
+    let Some(_fx) = Fixture::ebpf_serial() else {
         return;
-    }
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    };
     let dir = tempfile::tempdir().unwrap();
     // Runs until dropped: however slowly a busy host loads the programs
     // for each record, the workload is still there to be sampled.

@@ -3,18 +3,14 @@
 //! wakeups vs the thread a timer interrupted, and stacks sampled by length
 //! vs every stack.
 
-mod support;
+use std::{collections::HashMap, fs, path::PathBuf};
 
-use std::{collections::HashMap, fs, path::PathBuf, sync::Mutex};
-
-use serde_json::Value;
-use support::{
+use crate::support::{
     kernel::accounts,
     rows::{json_at, within},
     *,
 };
-
-static SERIAL: Mutex<()> = Mutex::new(());
+use serde_json::Value;
 
 fn crunchers(url: &str, pid: u32) -> Vec<Value> {
     let (status, body) = get(&format!("{url}/threads?pid={pid}&seconds=300"));
@@ -82,10 +78,9 @@ impl Drop for QuotaGroup {
 
 #[test]
 fn quota_throttling_is_told_apart_from_cpu_contention() {
-    if !ebpf_available() {
+    let Some(_fx) = Fixture::ebpf_serial() else {
         return;
-    }
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    };
     let url = daemon();
     settle(url);
 
@@ -165,10 +160,9 @@ fn quota_throttling_is_told_apart_from_cpu_contention() {
 
 #[test]
 fn a_timer_wakeup_is_not_charged_to_the_thread_it_interrupted() {
-    if !ebpf_available() {
+    let Some(_fx) = Fixture::ebpf_serial() else {
         return;
-    }
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    };
     let url = daemon();
     settle(url);
     let (pid, out) = run_with_output("timer_wake", &["4"]);
@@ -232,10 +226,9 @@ fn leaf_shares(rows: &[(Vec<String>, u64)]) -> HashMap<String, f64> {
 
 #[test]
 fn stacks_sampled_by_length_agree_with_every_stack() {
-    if !ebpf_available() {
+    let Some(_fx) = Fixture::ebpf_serial() else {
         return;
-    }
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    };
     let sampled = daemon();
     // Side by side on the same run: the default sampling and none.
     let every = Daemon::start(&["--offcpu-sample-us", "0"]);
@@ -281,10 +274,9 @@ fn collector_sched(daemon_pid: u32) -> Option<(i64, u64)> {
 
 #[test]
 fn the_drain_runs_ahead_and_keeps_its_pace_on_a_busy_host() {
-    if !ebpf_available() {
+    let Some(_fx) = Fixture::ebpf_serial() else {
         return;
-    }
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    };
     let url = daemon();
     let port = url.rsplit(':').next().unwrap();
     let pid = *processes_running("wallscope", &format!("127.0.0.1:{port}"))

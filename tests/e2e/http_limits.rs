@@ -3,8 +3,6 @@
 //! or profiling, must be closed after the idle timeout, and must not hold
 //! the daemon at SIGTERM.
 
-mod support;
-
 use std::{
     io::{ErrorKind, Read, Write},
     net::{SocketAddr, TcpStream},
@@ -16,7 +14,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use support::*;
+use crate::support::*;
 use wallscope::api::server::IDLE_TIMEOUT;
 
 /// Idle connections the test holds (never sending a byte).
@@ -230,9 +228,9 @@ fn healthz_http(url: &str) -> serde_json::Value {
 
 #[test]
 fn floods_of_idle_and_slowloris_connections_are_survived_and_closed() {
-    if !ebpf_available() {
+    let Some(_fx) = Fixture::ebpf_alone() else {
         return;
-    }
+    };
     raise_fd_limit();
     let mut daemon = Daemon::start(&[]);
     let addr: SocketAddr = daemon.url.trim_start_matches("http://").parse().unwrap();

@@ -2,8 +2,6 @@
 //! fail rather than skip): nothing has ended, yet every window holds every
 //! thread's time, by state, with the stacks that explain it.
 
-mod support;
-
 use std::{
     collections::HashMap,
     io::BufRead,
@@ -11,8 +9,8 @@ use std::{
     time::{Duration, Instant, SystemTime},
 };
 
+use crate::support::{kernel::threads_now, *};
 use serde_json::Value;
-use support::{kernel::threads_now, *};
 
 /// The states of `/threads`, as their JSON field prefixes.
 const STATES: [&str; 6] = ["cpu", "runqueue", "throttled", "futex", "io", "sleep"];
@@ -37,7 +35,7 @@ fn add_up_to_the_window(url: &str, rows: &HashMap<u64, Value>, seconds: u64) {
     // A thread's time is cut at each window edge where the drain's task
     // iterator visited it, not at the flip the window's edges are: up to
     // a drain's length apart at each end.
-    let max_drain_us = support::rows::json_at(url, "/healthz")["pipeline"]["max_drain_us"]
+    let max_drain_us = crate::support::rows::json_at(url, "/healthz")["pipeline"]["max_drain_us"]
         .as_f64()
         .unwrap_or(0.0);
     let window_us = rows.values().map(|t| us(t, "wall_us")).fold(0.0, f64::max);
@@ -83,9 +81,9 @@ fn start_hung(seconds: &str) -> (Workload, u64, Vec<u64>, Instant) {
 
 #[test]
 fn a_hung_lock_is_visible_while_it_hangs() {
-    if !ebpf_available() {
+    let Some(_fx) = Fixture::ebpf_serial() else {
         return;
-    }
+    };
     let url = daemon();
     settle(url);
     let (w, holder, waiters, placed) = start_hung("60");
@@ -184,9 +182,9 @@ fn blocked_lists_them(url: &str, pid: u32, holder: u64, waiters: &[u64], placed:
 
 #[test]
 fn threads_fill_every_window_they_lived_through() {
-    if !ebpf_available() {
+    let Some(_fx) = Fixture::ebpf_serial() else {
         return;
-    }
+    };
     let url = daemon();
     settle(url);
     let w = Workload::start(&workload("mixed"), &["14"]);

@@ -3,38 +3,28 @@
 //! get their perf maps written through the attach mechanism and report
 //! Java frames and full thread names. Needs root (eBPF) and a JDK.
 
-mod support;
-
 use std::{
     collections::BTreeMap,
-    sync::Mutex,
     thread,
     time::{Duration, Instant},
 };
 
-use support::{
-    daemon, ebpf_available, get,
+use crate::support::{
+    daemon, get,
     java::{self, JavaRun, Jvm},
     kernel::{self, Account},
     rows::{
         folded_at, is_java_frame, jit_marks, json_at, named_pool_stack, share_with_chain, show,
         within, Rows,
     },
+    Fixture,
 };
-
-/// JVMs are heavy on 2 CPUs: one scenario at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn ready() -> bool {
-    ebpf_available() && java::jdk_available()
-}
 
 #[test]
 fn jvm_in_its_own_pid_and_mount_namespace_is_symbolized() {
-    if !ready() {
+    let Some(_fx) = Fixture::ebpf_serial().filter(|_| java::jdk_available()) else {
         return;
-    }
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    };
     let url = daemon();
     let jvm = JavaRun {
         namespaced: true,
@@ -48,7 +38,7 @@ fn jvm_in_its_own_pid_and_mount_namespace_is_symbolized() {
     let mut last = Vec::new();
     // Named once the JIT compiled the pool's loop: on a busy host that
     // takes a while.
-    let found = within(support::CATCH_UP, || {
+    let found = within(crate::support::CATCH_UP, || {
         last = folded_at(url, &query);
         named_pool_stack(&last)
     });
@@ -108,16 +98,15 @@ fn pool_roots(rows: &Rows) -> BTreeMap<String, u64> {
 
 #[test]
 fn named_pools_have_one_root_each_with_their_full_names() {
-    if !ready() {
+    let Some(_fx) = Fixture::ebpf_serial().filter(|_| java::jdk_available()) else {
         return;
-    }
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    };
     let url = daemon();
     let jvm: Jvm = JavaRun::default().start("Pools", &["25", "2"]);
     let pid = jvm.pid;
     let query = format!("pid={pid}&kind=cpu&group=pool&seconds=30");
     let mut roots = BTreeMap::new();
-    within(support::CATCH_UP, || {
+    within(crate::support::CATCH_UP, || {
         thread::sleep(Duration::from_secs(2));
         roots = pool_roots(&folded_at(url, &query));
         (roots.contains_key("MutationStage-*") && roots.contains_key("Native-Transport-Requests-*"))
@@ -157,17 +146,16 @@ fn named_pools_have_one_root_each_with_their_full_names() {
 
 #[test]
 fn forkjoin_churn_parks_on_futex_with_complete_park_stacks() {
-    if !ready() {
+    let Some(_fx) = Fixture::ebpf_serial().filter(|_| java::jdk_available()) else {
         return;
-    }
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    };
     let url = daemon();
     let jvm = JavaRun::default().start("Churn", &["25", "4"]);
     let pid = jvm.pid;
     thread::sleep(Duration::from_secs(5));
     // Names are cut to 15 bytes in the kernel.
     let (kernel, thread_s) = kernel_during(pid, "ForkJoinPool-1-", Duration::from_secs(10));
-    support::settle(url);
+    crate::support::settle(url);
     let pool = pool_report(url, pid, 10, "ForkJoinPool-1-worker-*");
     assert!(
         share(&pool, "futex_us") > 0.5,
@@ -238,10 +226,9 @@ fn forkjoin_churn_parks_on_futex_with_complete_park_stacks() {
 
 #[test]
 fn starved_java_threads_wait_in_the_runqueue_in_their_java_code() {
-    if !ready() {
+    let Some(_fx) = Fixture::ebpf_serial().filter(|_| java::jdk_available()) else {
         return;
-    }
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    };
     let url = daemon();
     let jvm = JavaRun {
         cpus: Some("0"),
@@ -252,7 +239,7 @@ fn starved_java_threads_wait_in_the_runqueue_in_their_java_code() {
     thread::sleep(Duration::from_secs(4));
     let (kernel, thread_us) = kernel_during(pid, "cruncher-", Duration::from_secs(8));
     let thread_us = thread_us * 1e6;
-    support::settle(url);
+    crate::support::settle(url);
     let pool = pool_report(url, pid, 8, "cruncher-*");
     // Three CPU-bound threads on one CPU: each runs a third of the time at
     // most, however busy the host. How much they ran, the kernel tells:
@@ -295,15 +282,14 @@ fn starved_java_threads_wait_in_the_runqueue_in_their_java_code() {
 
 /// Number of `wallscope serve` processes on the host.
 fn running_daemons() -> usize {
-    support::processes_running("wallscope", "serve").len()
+    crate::support::processes_running("wallscope", "serve").len()
 }
 
 #[test]
 fn jvms_that_refuse_or_lack_frame_pointers_are_reported_once() {
-    if !ready() {
+    let Some(_fx) = Fixture::ebpf_serial().filter(|_| java::jdk_available()) else {
         return;
-    }
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    };
     let url = daemon();
     let refusing = JavaRun {
         jvm_opts: vec!["-XX:+DisableAttachMechanism".into()],

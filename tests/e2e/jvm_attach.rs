@@ -1,25 +1,23 @@
-//! The first contact with a JVM, alone in its test binary so that no other
-//! daemon attaches to the JVM first: a JVM of another user, started with
+//! The first contact with a JVM, alone ([`Fixture::ebpf_alone`]: no other
+//! test runs and no shared daemon) so that no other daemon attaches to the
+//! JVM first: a JVM of another user, started with
 //! only `-XX:+PreserveFramePointer`, gets its perf map written and its
 //! Java methods named within 30 s of wallscope being up (past its first
 //! drains). Needs root and a JDK.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
-use support::{
-    ebpf_available,
+use crate::support::{
     java::{self, JavaRun},
     rows::{folded_at, named_pool_stack, show, within},
-    settle, Daemon,
+    settle, Daemon, Fixture,
 };
 
 #[test]
 fn jvm_of_another_user_shows_named_java_stacks_within_30s() {
-    if !ebpf_available() || !java::jdk_available() {
+    let Some(_fx) = Fixture::ebpf_alone().filter(|_| java::jdk_available()) else {
         return;
-    }
+    };
     let jvm = JavaRun::default().start("Pools", &["60", "1"]);
     // The JVM runs before wallscope starts: nothing asked it for a map yet.
     assert!(!std::path::Path::new(&format!("/tmp/perf-{}.map", jvm.pid)).exists());

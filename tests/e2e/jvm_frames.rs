@@ -9,20 +9,15 @@
 //! The checks are shares of the workers' sampled CPU and frame names, never
 //! absolute CPU: a busy host runs the workers less, not differently.
 
-mod support;
+use std::{thread, time::Duration};
 
-use std::{sync::Mutex, thread, time::Duration};
-
-use support::{
-    daemon, ebpf_available,
+use crate::support::{
+    daemon,
     java::{self, JavaRun, Jdk, Jvm},
     java_frames::{by_innermost_java, has_frame, java_method, under, unstable_names},
     rows::{folded_at, show, within, Rows},
-    settle, share_of, CATCH_UP,
+    settle, share_of, Fixture, CATCH_UP,
 };
-
-/// JVMs are heavy on 2 CPUs: one scenario at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
 
 /// The pool frame of Inline's worker threads (`group=pool`).
 const WORKERS: &str = "inline-worker-*";
@@ -68,10 +63,9 @@ on_both_jdks!(
 /// `jdk` with `jvm_opts`, one scenario at a time; skips without root or
 /// the JDK (fails under `CI=true`). The JVM is killed when it returns.
 fn with_inline(jdk: Jdk, jvm_opts: &[&str], scenario: impl FnOnce(&str, &Jvm)) {
-    if !ebpf_available() || !jdk.available() {
+    let Some(_fx) = Fixture::ebpf_serial().filter(|_| jdk.available()) else {
         return;
-    }
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    };
     let url = daemon();
     let jvm = JavaRun {
         jdk,

@@ -5,15 +5,13 @@
 //! (`variant_a_*`, `variant_b_*`) and code layouts, so frames read with the
 //! other build's maps or name show.
 
-mod support;
-
 use std::{
     process::Command,
     time::{Duration, Instant},
 };
 
+use crate::support::*;
 use serde_json::Value;
-use support::*;
 
 fn build_a() -> std::path::PathBuf {
     workload_variant("lifecycle", "lifecycle_a", &[])
@@ -64,9 +62,9 @@ fn process_name(pid: u32, seconds: u64) -> Option<String> {
 
 #[test]
 fn a_program_execd_under_the_same_pid_shows_its_own_name_and_frames() {
-    if !ebpf_available() {
+    let Some(_fx) = Fixture::ebpf() else {
         return;
-    }
+    };
     daemon();
     let (a, b) = (build_a(), build_b());
     // The usual container entrypoint: a first program that execs the real one.
@@ -98,9 +96,9 @@ fn a_program_execd_under_the_same_pid_shows_its_own_name_and_frames() {
 
 #[test]
 fn processes_that_live_50_ms_are_symbolized() {
-    if !ebpf_available() {
+    let Some(_fx) = Fixture::ebpf() else {
         return;
-    }
+    };
     daemon();
     let brief = workload_variant("lifecycle", "lifecycle_brief", &[]);
     // Only what ended since the first one started: with pid_max at 32,768,
@@ -159,9 +157,9 @@ fn spawn_with_pid(pid: u32, make: impl Fn() -> Command) -> Workload {
 
 #[test]
 fn a_reused_pid_never_shows_the_previous_binary() {
-    if !ebpf_available() {
+    let Some(_fx) = Fixture::ebpf() else {
         return;
-    }
+    };
     daemon();
     let (a, b) = (build_a(), build_b());
     let first = Workload::start(&a, &["spin", "2"]);

@@ -5,8 +5,6 @@
 //! holders account for most of the RSS, and the peak stays under the
 //! promise. Needs root (skips without eBPF, fails under CI).
 
-mod support;
-
 use std::{
     fs,
     path::PathBuf,
@@ -14,10 +12,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use serde_json::Value;
-use support::{
-    ebpf_available, rows::json_at, rows::within, settle, users, Daemon, Workload, CATCH_UP,
+use crate::support::{
+    rows::json_at, rows::within, settle, users, Daemon, Fixture, Workload, CATCH_UP,
 };
+use serde_json::Value;
 
 /// The promise: resident memory at any moment (`VmHWM`).
 const PEAK: u64 = 150 << 20;
@@ -76,9 +74,9 @@ fn holder(memory: &Value, name: &str) -> u64 {
 
 #[test]
 fn a_perf_map_rewritten_with_unique_long_names_stays_within_every_bound() {
-    if !ebpf_available() {
+    let Some(_fx) = Fixture::ebpf_alone() else {
         return;
-    }
+    };
     let ws = Daemon::start(&[]);
     settle(&ws.url);
     let quiet = json_at(&ws.url, "/healthz")["memory"].clone();

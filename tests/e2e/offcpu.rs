@@ -4,17 +4,13 @@
 //! reports is compared with the kernel's own account of each thread
 //! (`support::kernel`).
 
-mod support;
+use std::{collections::HashMap, thread};
 
-use std::{collections::HashMap, sync::Mutex, thread};
-
-use serde_json::Value;
-use support::{
+use crate::support::{
     kernel::{accounts, assert_agrees, Account},
     *,
 };
-
-static SERIAL: Mutex<()> = Mutex::new(());
+use serde_json::Value;
 
 fn threads(pid: u32) -> Value {
     let (status, body) = get(&format!("{}/threads?pid={pid}&seconds=300", daemon()));
@@ -64,10 +60,9 @@ fn by_name(report: &Value, prefix: &str) -> Vec<Value> {
 
 #[test]
 fn mixed_threads_are_classified_and_add_up_to_their_lifetime() {
-    if !ebpf_available() {
+    let Some(_fx) = Fixture::ebpf_serial() else {
         return;
-    }
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    };
     daemon();
     let (pid, out) = run_with_output("mixed", &["6"]);
     // `life <tid> <us>`: how long each thread really lived.
@@ -127,10 +122,9 @@ fn mixed_threads_are_classified_and_add_up_to_their_lifetime() {
 
 #[test]
 fn wall_graph_widths_match_thread_wall_time() {
-    if !ebpf_available() {
+    let Some(_fx) = Fixture::ebpf_serial() else {
         return;
-    }
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    };
     let url = daemon();
     let pid = run("mixed", &["4"]);
     let report = threads(pid);
@@ -171,10 +165,9 @@ fn wall_graph_widths_match_thread_wall_time() {
 
 #[test]
 fn pinned_threads_starve_and_unpinned_ones_do_not() {
-    if !ebpf_available() {
+    let Some(_fx) = Fixture::ebpf_serial() else {
         return;
-    }
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    };
     daemon();
     let cpus = thread::available_parallelism().unwrap().get().to_string();
     for (args, pinned) in [
@@ -218,10 +211,9 @@ fn pinned_threads_starve_and_unpinned_ones_do_not() {
 
 #[test]
 fn park_unpark_churn_shows_futex_wakeup_rate_and_waker_stacks() {
-    if !ebpf_available() {
+    let Some(_fx) = Fixture::ebpf_serial() else {
         return;
-    }
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    };
     let url = daemon();
     let (pid, out) = run_with_output("churn", &["4", "4"]);
     let kernel = accounts(&out);

@@ -3,8 +3,6 @@
 //! a pinned window's pprof total is its folded total, and
 //! `-tagfocus=state=S` of the off-CPU profile is `kind=S`.
 
-mod support;
-
 use std::{
     io::Read as _,
     path::{Path, PathBuf},
@@ -12,7 +10,7 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
-use support::*;
+use crate::support::*;
 
 /// `go`, on the PATH or where Go's own installer puts it.
 fn go() -> PathBuf {
@@ -111,9 +109,9 @@ fn folded_total(url: &str, query: &str) -> Option<(i64, i64, bool)> {
 
 #[test]
 fn every_kind_parses_and_matches_folded_over_a_pinned_window() {
-    if !ebpf_available() {
+    let Some(_fx) = Fixture::ebpf() else {
         return;
-    }
+    };
     let url = daemon();
     let from = SystemTime::now() - Duration::from_secs(1);
     let pid = run("mixed", &["4"]);
@@ -206,9 +204,9 @@ fn every_kind_parses_and_matches_folded_over_a_pinned_window() {
 
 #[test]
 fn bad_windows_are_refused_with_the_parameter_named() {
-    if !ebpf_available() {
+    let Some(_fx) = Fixture::ebpf() else {
         return;
-    }
+    };
     let url = daemon();
     for (query, param) in [
         ("from=100&until=50", "until"),
@@ -224,9 +222,9 @@ fn bad_windows_are_refused_with_the_parameter_named() {
 
 #[test]
 fn record_writes_a_pprof_file() {
-    if !ebpf_available() {
+    let Some(_fx) = Fixture::ebpf() else {
         return;
-    }
+    };
     let w = Workload::start(&workload("cpu_shares"), &["8"]);
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("cpu.pb.gz");

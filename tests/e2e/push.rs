@@ -3,18 +3,16 @@
 //! rides out a server that refuses, fails, hangs or is down (root; under
 //! CI=true this fails rather than skips).
 
-mod support;
-
 use std::{
     io::Read as _,
     time::{Duration, Instant},
 };
 
-use prost::Message as _;
-use support::{
+use crate::support::{
     pyroscope::{wait_for, Mode, Pyroscope, Received},
     *,
 };
+use prost::Message as _;
 use wallscope::export::pprof::proto::Profile;
 
 /// Longest the first profiles may take: the daemon's first drains build
@@ -80,9 +78,9 @@ fn sample_types(r: &Received) -> Vec<String> {
 
 #[test]
 fn pushes_profiles_and_rides_out_a_failing_server() {
-    if !ebpf_available() {
+    let Some(_fx) = Fixture::ebpf_alone() else {
         return;
-    }
+    };
     let server = Pyroscope::start();
     let daemon = Daemon::start(&[
         "--push-url",

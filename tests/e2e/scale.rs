@@ -2,12 +2,10 @@
 //! test fails rather than skips): no row is dropped, every thread is
 //! reported, and the stacks explain the threads' sleep.
 
-mod support;
-
 use std::{thread, time::Duration};
 
+use crate::support::*;
 use serde_json::Value;
-use support::*;
 
 const THREADS: usize = 10_000;
 
@@ -76,15 +74,15 @@ fn threads_and_sleep_rows(url: &str, pid: u32) -> (Vec<Value>, Vec<(Vec<String>,
 
 #[test]
 fn ten_thousand_sleeping_threads_lose_no_rows() {
-    if !ebpf_available() {
+    let Some(_fx) = Fixture::ebpf_alone() else {
         return;
-    }
+    };
     // A store large enough to hold the whole run: past its bound the store
     // sheds this process's oldest rows (its fair share), and `/threads`
     // and the rows asked a moment later would then cover different
     // history (`recorded_seconds` counts from the oldest slice, not from
     // what one process still holds). Shedding is tested in
-    // tests/security_names.rs.
+    // tests/e2e/security_names.rs.
     let ws = Daemon::start(&["--max-memory-mb", "1024"]);
     let bin = workload("many_threads");
     let w = Workload::start(&bin, &[&THREADS.to_string(), "120"]);

@@ -5,8 +5,6 @@
 //! is refused and counted, costs no memory, leaks no descriptor, and the
 //! daemon keeps profiling and still stops on SIGTERM. Needs root.
 
-mod support;
-
 use std::{
     fs,
     os::unix::fs::{MetadataExt, PermissionsExt},
@@ -16,24 +14,16 @@ use std::{
     time::{Duration, Instant},
 };
 
-use support::{
-    ebpf_available, get,
+use crate::support::{
+    get,
     rows::json_at,
     rows::within,
     settle,
     users::{self, NOBODY},
-    Daemon, Workload, CATCH_UP,
+    Daemon, Fixture, Workload, CATCH_UP,
 };
 
-/// One test at a time: each runs its own daemon, and every daemon would
-/// symbolize the others' workloads (1,200 binaries), which is noise for the
-/// memory and descriptor measurements.
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// A directory every user can enter, for this test binary.
+/// A directory every user can enter, for this test process.
 fn scratch() -> PathBuf {
     users::shared_dir("security", 0o755)
 }
@@ -55,16 +45,16 @@ struct Scene {
     ws: Daemon,
     dir: PathBuf,
     cleanup: Cleanup,
-    _serial: std::sync::MutexGuard<'static, ()>,
+    /// Alone: every other daemon would symbolize this test's workloads
+    /// (1,200 binaries), which is noise for the memory and descriptor
+    /// measurements.
+    _fx: Fixture,
 }
 
 impl Scene {
     /// `None` when eBPF tests are skipped (never under CI=true).
     fn start(name: &str, daemon_args: &[&str]) -> Option<Scene> {
-        if !ebpf_available() {
-            return None;
-        }
-        let serial = one_at_a_time();
+        let fx = Fixture::ebpf_alone()?;
         let ws = Daemon::start(daemon_args);
         // Past its first drains, which read every process on the host.
         settle(&ws.url);
@@ -74,7 +64,7 @@ impl Scene {
             ws,
             cleanup: Cleanup(vec![dir.clone()]),
             dir,
-            _serial: serial,
+            _fx: fx,
         })
     }
 }

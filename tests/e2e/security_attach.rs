@@ -5,8 +5,6 @@
 //! wallscope had a JVM write are removed when it exits, but only those
 //! very files. Needs root, eBPF and a JDK.
 
-mod support;
-
 use std::{
     fs,
     os::unix::fs::{MetadataExt, PermissionsExt},
@@ -14,27 +12,16 @@ use std::{
     time::{Duration, Instant},
 };
 
-use support::{
-    ebpf_available, get,
+use crate::support::{
+    get,
     java::{self, jvm_report, JavaRun},
     rows::{json_at, within},
     settle,
     users::{self, NOBODY},
-    workload, Daemon, Workload, CATCH_UP,
+    workload, Daemon, Fixture, Workload, CATCH_UP,
 };
 
-/// One test at a time: each runs its own daemon, which would attach to
-/// the other tests' JVMs too.
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn ready() -> bool {
-    ebpf_available() && java::jdk_available()
-}
-
-/// A directory every user can enter, for this test binary, with the fake
+/// A directory every user can enter, for this test process, with the fake
 /// JVM and a `libjvm.so` look-alike (a copy of libm) for it to map.
 fn scratch() -> PathBuf {
     let dir = PathBuf::from(format!("/var/tmp/wallscope-attach-{}", std::process::id()));
@@ -81,10 +68,9 @@ fn metric(url: &str, series: &str) -> Option<f64> {
 
 #[test]
 fn a_real_jvm_is_attached_within_10s_beside_four_slow_fakes() {
-    if !ready() {
+    let Some(_fx) = Fixture::ebpf_alone().filter(|_| java::jdk_available()) else {
         return;
-    }
-    let _serial = one_at_a_time();
+    };
     let ws = Daemon::start(&[]);
     settle(&ws.url);
     let timeouts = refused(&ws.url, "jvm_attach", "timeout");
@@ -165,10 +151,9 @@ fn a_real_jvm_is_attached_within_10s_beside_four_slow_fakes() {
 
 #[test]
 fn another_clients_trigger_delays_the_attach_but_does_not_refuse_it() {
-    if !ready() {
+    let Some(_fx) = Fixture::ebpf_alone().filter(|_| java::jdk_available()) else {
         return;
-    }
-    let _serial = one_at_a_time();
+    };
     let jvm = JavaRun::default().start("Pools", &["60", "1"]);
     // Another client (`jcmd`, a second wallscope) is attaching: its
     // trigger file, the JVM's user's, is there before wallscope starts.
@@ -193,10 +178,9 @@ fn another_clients_trigger_delays_the_attach_but_does_not_refuse_it() {
 
 #[test]
 fn two_daemons_racing_for_one_jvm_both_attach() {
-    if !ready() {
+    let Some(_fx) = Fixture::ebpf_alone().filter(|_| java::jdk_available()) else {
         return;
-    }
-    let _serial = one_at_a_time();
+    };
     let jvm = JavaRun::default().start("Pools", &["90", "1"]);
     let (a, b) = std::thread::scope(|s| {
         let a = s.spawn(|| Daemon::start(&[]));
@@ -226,10 +210,9 @@ fn owner(path: &Path) -> Option<u32> {
 
 #[test]
 fn perf_maps_of_exited_jvms_are_removed_but_only_their_own() {
-    if !ready() {
+    let Some(_fx) = Fixture::ebpf_alone().filter(|_| java::jdk_available()) else {
         return;
-    }
-    let _serial = one_at_a_time();
+    };
     let ws = Daemon::start(&[]);
     settle(&ws.url);
     let jvms: Vec<java::Jvm> = (0..3)

@@ -4,17 +4,15 @@
 //! answers, and a `/processes` without root's processes; root reads
 //! everything as before. Needs root.
 
-mod support;
-
 use std::{fs, path::PathBuf, process::Command, time::Duration};
 
-use support::{
-    ebpf_available, get,
+use crate::support::{
+    get,
     rows::json_at,
     rows::within,
     settle,
     users::{self, NOBODY},
-    Daemon, Workload,
+    Daemon, Fixture, Workload,
 };
 
 /// `mixed` where `nobody` can run it.
@@ -50,9 +48,9 @@ fn pids_of(body: &str) -> Vec<u64> {
 
 #[test]
 fn a_local_user_reads_only_their_own_processes() {
-    if !ebpf_available() {
+    let Some(_fx) = Fixture::ebpf() else {
         return;
-    }
+    };
     let ws = Daemon::start(&[]);
     settle(&ws.url);
     let bin = shared_workload();
@@ -155,9 +153,9 @@ fn a_local_user_reads_only_their_own_processes() {
 
 #[test]
 fn local_auth_off_lets_every_local_user_read_everything() {
-    if !ebpf_available() {
+    let Some(_fx) = Fixture::ebpf() else {
         return;
-    }
+    };
     let ws = Daemon::start(&["--local-auth", "off"]);
     let (status, body) = curl(&format!("{}/metrics", ws.url), true);
     assert_eq!(status, 200, "{body}");

@@ -6,16 +6,14 @@
 //! `/runqueue?container=namespace/pod/container` still answers for it.
 //! Needs root.
 
-mod support;
-
 use std::{fs, path::PathBuf};
 
-use serde_json::Value;
-use support::{
+use crate::support::{
     cgroup::*,
     users::{self, NOBODY},
     *,
 };
+use serde_json::Value;
 
 const POD_UID: &str = "3c2b1a09-8f7e-4d6c-9b5a-4f3e2d1c0b9a";
 
@@ -38,9 +36,9 @@ fn shared_workload() -> PathBuf {
 
 #[test]
 fn a_delegated_cgroup_cannot_pose_as_another_pods_container() {
-    if !ebpf_available() {
+    let Some(_fx) = Fixture::ebpf() else {
         return;
-    }
+    };
     let (v2, _) = mounts();
     let pods = tempfile::tempdir().unwrap();
     let pod_logs = pods.path().join("pods");

@@ -8,8 +8,6 @@
 //! read budget (counted, `/healthz` degraded) while the other processes'
 //! batches stay fast. Needs root and the JDKs (`scripts/deps.sh`).
 
-mod support;
-
 use std::{
     fs,
     io::{BufRead, Write},
@@ -18,21 +16,15 @@ use std::{
     process::Stdio,
 };
 
-use support::{
-    ebpf_available, get,
+use crate::support::{
+    get,
     java::{classes, Jdk},
     rows::{folded_at, json_at, within},
-    settle, users, workload, Daemon, Workload, CATCH_UP,
+    settle, users, workload, Daemon, Fixture, Workload, CATCH_UP,
 };
 
 /// The victim JVM's user: neither root nor the attacker.
 const VICTIM: u32 = 1;
-
-/// One test at a time: each runs its own daemon and heavy processes.
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// A directory every user can enter, removed when dropped.
 struct Scratch(PathBuf);
@@ -101,10 +93,9 @@ fn refused(url: &str, what: &str, reason: &str) -> u64 {
 }
 
 fn poisoned_layout_writes_nothing_into_another_users_jvm(jdk: Jdk) {
-    if !ebpf_available() || !jdk.available() {
+    let Some(_fx) = Fixture::ebpf_alone().filter(|_| jdk.available()) else {
         return;
-    }
-    let _serial = one_at_a_time();
+    };
     let ws = Daemon::start(&[]);
     settle(&ws.url);
     let scratch = Scratch::new("poison");
@@ -180,14 +171,13 @@ fn poisoned_layout_writes_nothing_into_another_users_jvm_jdk25() {
 #[test]
 fn perf_map_frames_write_nothing() {
     let jdk = Jdk::Default;
-    if !ebpf_available() || !jdk.available() {
+    let Some(_fx) = Fixture::ebpf_alone().filter(|_| jdk.available()) else {
         return;
-    }
-    let _serial = one_at_a_time();
+    };
     let ws = Daemon::start(&["--jvm-frames", "perf-map"]);
     settle(&ws.url);
-    // Any other wallscope on the host (a daemon of an earlier test binary
-    // still shutting down) would turn the flag on: this test is about this
+    // Any other wallscope on the host (a daemon of an earlier test still
+    // shutting down) would turn the flag on: this test is about this
     // daemon alone. (Twice seen failing in the whole suite, never alone.)
     let others = || -> Vec<String> {
         let Ok(dir) = fs::read_dir("/proc") else {
@@ -260,10 +250,9 @@ fn symbolize_figures(url: &str) -> (u64, u64, u64, u64) {
 #[test]
 fn a_forged_code_heap_exhausts_only_its_own_read_budget() {
     let jdk = Jdk::Default;
-    if !ebpf_available() || !jdk.available() {
+    let Some(_fx) = Fixture::ebpf_alone().filter(|_| jdk.available()) else {
         return;
-    }
-    let _serial = one_at_a_time();
+    };
     let ws = Daemon::start(&[]);
     settle(&ws.url);
     let scratch = Scratch::new("stall");

@@ -8,22 +8,18 @@
 //! root; the tests share one daemon (with a small store, so that its bound
 //! is reached quickly) and take turns.
 
-mod support;
-
 use std::{
     fs,
     os::unix::fs::PermissionsExt,
     path::PathBuf,
-    sync::{Mutex, MutexGuard, OnceLock},
     thread,
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
-use serde_json::Value;
-use support::{
-    ebpf_available, get, parse_folded, rows::json_at, rows::within, settle, users, workload,
-    Daemon, Workload, CATCH_UP,
+use crate::support::{
+    get, parse_folded, rows::json_at, rows::within, users, workload, Fixture, Workload, CATCH_UP,
 };
+use serde_json::Value;
 
 /// The bound on the daemon's growth under each name attack.
 const RSS_GROWTH: u64 = 100 << 20;
@@ -32,23 +28,15 @@ const NAME_BOUND: u64 = 128 << 20;
 /// How long each attack runs once it has reached the daemon.
 const ATTACK: Duration = Duration::from_secs(30);
 
-/// The shared daemon and the turn to use it.
-fn turn() -> Option<(MutexGuard<'static, ()>, &'static Daemon)> {
-    if !ebpf_available() {
-        return None;
-    }
-    static TURN: Mutex<()> = Mutex::new(());
-    static DAEMON: OnceLock<Daemon> = OnceLock::new();
-    let guard = TURN.lock().unwrap_or_else(|e| e.into_inner());
-    let ws = DAEMON.get_or_init(|| {
-        let ws = Daemon::start(&["--max-memory-mb", "16"]);
-        settle(&ws.url);
-        ws
-    });
-    Some((guard, ws))
+/// An exclusive turn and the daemon the tests here share: one with a
+/// small store, so that its bound is reached quickly.
+fn turn() -> Option<(Fixture, &'static str)> {
+    let fx = Fixture::ebpf_serial()?;
+    let ws = fx.daemon_with(&["--max-memory-mb", "16"]);
+    Some((fx, ws))
 }
 
-/// A directory every user can enter, for this test binary.
+/// A directory every user can enter, for this test process.
 fn scratch() -> PathBuf {
     users::shared_dir("names", 0o777)
 }
@@ -77,8 +65,8 @@ fn perf_map_of(pid: u32) -> Leftovers {
     Leftovers(vec![map.with_extension("map.tmp"), map])
 }
 
-fn health(ws: &Daemon) -> Value {
-    json_at(&ws.url, "/healthz")
+fn health(ws: &str) -> Value {
+    json_at(ws, "/healthz")
 }
 
 fn rss(h: &Value) -> u64 {
@@ -111,7 +99,7 @@ struct Watch {
     symbolize_us: u64,
 }
 
-fn watch(ws: &Daemon) -> Watch {
+fn watch(ws: &str) -> Watch {
     let mut w = Watch {
         rss: 0,
         names: 0,
@@ -133,11 +121,8 @@ fn watch(ws: &Daemon) -> Watch {
 
 /// Wall time `/threads` reports for `pid`'s threads other than its main
 /// one between `from` and `until` (seconds since the epoch).
-fn worker_wall_s(ws: &Daemon, pid: u32, from: u64, until: u64) -> f64 {
-    let report = json_at(
-        &ws.url,
-        &format!("/threads?pid={pid}&from={from}&until={until}"),
-    );
+fn worker_wall_s(ws: &str, pid: u32, from: u64, until: u64) -> f64 {
+    let report = json_at(ws, &format!("/threads?pid={pid}&from={from}&until={until}"));
     let threads = report["threads"].as_array().cloned().unwrap_or_default();
     threads
         .iter()
@@ -148,7 +133,7 @@ fn worker_wall_s(ws: &Daemon, pid: u32, from: u64, until: u64) -> f64 {
 
 /// A normal process (two mostly sleeping workers, root's) whose history
 /// must be kept, and when it started being recorded.
-fn normal_process(ws: &Daemon) -> (Workload, u64) {
+fn normal_process(ws: &str) -> (Workload, u64) {
     let w = Workload::start(&workload("many_threads"), &["2", "600"]);
     let seen = within(CATCH_UP, || {
         (worker_wall_s(ws, w.pid, now_s() - 5, now_s()) > 1.0).then_some(())
@@ -159,7 +144,7 @@ fn normal_process(ws: &Daemon) -> (Workload, u64) {
 
 /// Asserts that the normal process's workers are recorded whole over
 /// `from..until`.
-fn assert_history_kept(ws: &Daemon, pid: u32, from: u64, until: u64) {
+fn assert_history_kept(ws: &str, pid: u32, from: u64, until: u64) {
     let wall = worker_wall_s(ws, pid, from, until);
     let expected = 2.0 * (until - from) as f64;
     println!("normal process: {wall:.1} s of {expected:.0} s recorded over {from}..{until}");
@@ -170,8 +155,8 @@ fn assert_history_kept(ws: &Daemon, pid: u32, from: u64, until: u64) {
     );
 }
 
-fn folded(ws: &Daemon, query: &str) -> Vec<(Vec<String>, u64)> {
-    let (status, body) = get(&format!("{}/folded?{query}", ws.url));
+fn folded(ws: &str, query: &str) -> Vec<(Vec<String>, u64)> {
+    let (status, body) = get(&format!("{}/folded?{query}", ws));
     assert_eq!(status, 200, "{body}");
     parse_folded(&body)
 }
@@ -257,7 +242,7 @@ fn a_64mb_perf_map_rewritten_every_second_does_not_hold_up_symbolization() {
         degraded.contains(&format!("perf_map budget for pid {}", a.pid)),
         "{degraded}"
     );
-    let (_, metrics) = get(&format!("{}/metrics", ws.url));
+    let (_, metrics) = get(&format!("{}/metrics", ws));
     let line = metrics
         .lines()
         .find(|l| {
@@ -291,7 +276,7 @@ fn java_thread_names_are_cut_cleaned_and_inject_no_frames() {
         PathBuf::from(format!("/tmp/.attach_pid{}", a.pid)),
         scratch().join(format!(".attach_pid{}", a.pid)),
     ]);
-    let threads = |ws: &Daemon| get(&format!("{}/threads?pid={}&seconds=60", ws.url, a.pid)).1;
+    let threads = |ws: &str| get(&format!("{}/threads?pid={}&seconds=60", ws, a.pid)).1;
     // Its names arrive: the huge one cut, the others cleaned.
     let named = within(CATCH_UP, || {
         let body = threads(ws);

@@ -2,12 +2,10 @@
 //! threads each, run by `nobody`, do not take all 20 slots from a busy
 //! process of another user. Needs root and eBPF.
 
-mod support;
-
 use std::path::PathBuf;
 
-use support::{
-    ebpf_available, get, rows::within, settle, users, workload, Daemon, Workload, CATCH_UP,
+use crate::support::{
+    get, rows::within, settle, users, workload, Daemon, Fixture, Workload, CATCH_UP,
 };
 
 /// `workload(name)` copied where `nobody` can run it.
@@ -29,9 +27,9 @@ fn pids_with_series(url: &str) -> Vec<u32> {
 
 #[test]
 fn idle_crowd_of_one_user_leaves_a_busy_process_its_metrics_slot() {
-    if !ebpf_available() {
+    let Some(_fx) = Fixture::ebpf_alone() else {
         return;
-    }
+    };
     let ws = Daemon::start(&[]);
     settle(&ws.url);
     let bin = for_nobody("many_threads");

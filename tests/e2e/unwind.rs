@@ -2,14 +2,12 @@
 //! watched at once by a daemon walking with unwind tables (the default) and
 //! one walking frame pointers only (`--unwind fp`). Needs root (eBPF).
 
-mod support;
-
 use std::{path::Path, time::Duration};
 
-use support::{
-    daemon, ebpf_available, get,
+use crate::support::{
+    daemon, get,
     rows::{folded_at as folded, json_at, share_with_chain, show, within, Rows},
-    rust_workload, settle, workload_without_frame_pointers, Daemon, Workload,
+    rust_workload, settle, workload_without_frame_pointers, Daemon, Fixture, Workload,
 };
 
 /// Waits until the daemon at `url` has caught up and built the tables of
@@ -51,9 +49,9 @@ const COMPLETE: f64 = 0.7;
 
 #[test]
 fn c_without_frame_pointers_has_complete_stacks_with_tables_only() {
-    if !ebpf_available() {
+    let Some(_fx) = Fixture::ebpf_serial() else {
         return;
-    }
+    };
     let bin = workload_without_frame_pointers("nofp");
     let views = watch(&bin, &["cpu", "sleep"]);
     let (cpu, cpu_fp) = &views[0];
@@ -83,9 +81,9 @@ fn c_without_frame_pointers_has_complete_stacks_with_tables_only() {
 
 #[test]
 fn rust_release_build_without_frame_pointers_has_complete_stacks() {
-    if !ebpf_available() {
+    let Some(_fx) = Fixture::ebpf_serial() else {
         return;
-    }
+    };
     let bin = rust_workload("nofp_rust");
     let views = watch(&bin, &["cpu", "sleep"]);
     let (cpu, cpu_fp) = &views[0];
@@ -121,9 +119,9 @@ fn rust_release_build_without_frame_pointers_has_complete_stacks() {
 
 #[test]
 fn tables_that_do_not_fit_are_counted_not_fatal() {
-    if !ebpf_available() {
+    let Some(_fx) = Fixture::ebpf_serial() else {
         return;
-    }
+    };
     // 2 MiB hold about 175k rows and no table may take over a quarter:
     // glibc's table (29k rows) fits, the daemon's own binary's (over 100k
     // rows) does not.
@@ -168,9 +166,9 @@ fn tables_that_do_not_fit_are_counted_not_fatal() {
 
 #[test]
 fn a_forked_child_walks_with_its_parents_tables_at_once() {
-    if !ebpf_available() {
+    let Some(_fx) = Fixture::ebpf_serial() else {
         return;
-    }
+    };
     let url = daemon();
     wait_warm(url);
     // User space registers the child at the first drain that sees it, up

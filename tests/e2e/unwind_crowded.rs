@@ -3,8 +3,6 @@
 //! fill the table array; a JVM started afterwards still walks glibc with
 //! its table at once. Needs root (eBPF) and a JDK.
 
-mod support;
-
 use std::{
     fmt::Write as _,
     path::{Path, PathBuf},
@@ -13,11 +11,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use support::{
-    ebpf_available,
+use crate::support::{
     java::{self, JavaRun},
     rows::{folded_at, json_at, show, within, Rows},
-    Daemon, Workload,
+    Daemon, Fixture, Workload,
 };
 
 /// Distinct binaries (distinct inodes, so distinct tables) started.
@@ -108,9 +105,9 @@ fn complete_park_share(workers: &Rows) -> f64 {
 
 #[test]
 fn a_jvm_started_on_a_full_table_array_walks_glibc_with_its_table_at_once() {
-    if !ebpf_available() || !java::jdk_available() {
+    let Some(_fx) = Fixture::ebpf_alone().filter(|_| java::jdk_available()) else {
         return;
-    }
+    };
     // 2 MiB hold about 175k rows: glibc's table (29k rows) fits, the
     // crowd's 300 tables (2k rows each) do not, nor libjvm's (190k rows,
     // more than a quarter of the array).

@@ -3,12 +3,10 @@
 //! the mixed and starvation workloads. Root and eBPF as for every
 //! end-to-end test; screenshots go to `target/ui-artifacts/`.
 
-mod support;
-
 use std::{path::PathBuf, thread, time::Duration};
 
+use crate::support::{browser::Browser, *};
 use serde_json::Value;
-use support::{browser::Browser, *};
 
 const LOAD: Duration = Duration::from_secs(60);
 
@@ -57,9 +55,9 @@ fn expected_state(name: &str) -> &'static [&'static str] {
 
 #[test]
 fn the_pages_show_threads_timeline_flame_graph_and_runqueue() {
-    if !ebpf_available() {
+    let Some(_fx) = Fixture::ebpf() else {
         return;
-    }
+    };
     let Some(mut b) = Browser::launch_or_skip() else {
         return;
     };
@@ -254,9 +252,9 @@ fn the_pages_show_threads_timeline_flame_graph_and_runqueue() {
 
 #[test]
 fn a_failing_panel_leaves_the_others_working() {
-    if !ebpf_available() {
+    let Some(_fx) = Fixture::ebpf() else {
         return;
-    }
+    };
     let Some(mut b) = Browser::launch_or_skip() else {
         return;
     };

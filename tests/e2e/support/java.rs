@@ -1,4 +1,4 @@
-//! Java workloads: compiled once per test binary with the JDK on the
+//! Java workloads: compiled once per test process with the JDK on the
 //! machine, run as an unprivileged user by that JDK or by HotSpot 25,
 //! optionally in their own pid and mount namespaces (like a container).
 

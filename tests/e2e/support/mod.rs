@@ -1,17 +1,20 @@
-//! Shared by the integration tests: building workloads, gating on root/eBPF,
-//! running the daemon, plain HTTP.
+//! Shared by the e2e tests: building workloads, the fixture that gates on
+//! root/eBPF and takes turns, running the daemon, plain HTTP.
 #![allow(dead_code)]
 
 pub mod api;
 pub mod browser;
 pub mod caps;
 pub mod cgroup;
+pub mod fixture;
 pub mod java;
 pub mod java_frames;
 pub mod kernel;
 pub mod pyroscope;
 pub mod rows;
 pub mod users;
+
+pub use fixture::Fixture;
 
 use std::{
     io::{BufRead, BufReader},
@@ -23,23 +26,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-/// True when eBPF tests can run. Without root they are skipped, except
-/// under `CI=true`, where that is a failure.
-pub fn ebpf_available() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    if root {
-        return true;
-    }
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("CI=true but not root: the eBPF tests must run, not skip");
-    }
-    eprintln!("skipping: eBPF tests need root");
-    false
-}
-
 /// Compiles `tests/workloads/NAME.c` with frame pointers, once per test
-/// binary (tests run in parallel and share the binary).
+/// process (tests run in parallel and share the binary).
 pub fn workload(name: &str) -> PathBuf {
     // Frame pointers everywhere, leaf functions included, and no tail
     // calls: the stacks the tests expect are then exact.
@@ -282,18 +270,12 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// Base URL of one daemon shared by all tests of this binary, started on
-/// first use and past its first drains (which build unwind tables for
-/// every binary on the host); it lives as long as the test process.
+/// Base URL of the daemon shared by all modules, started on first use
+/// and past its first drains (which build unwind tables for every binary
+/// on the host); it runs until the test process ends or a test takes
+/// [`Fixture::ebpf_alone`]. Call it only while holding a [`Fixture`].
 pub fn daemon() -> &'static str {
-    static DAEMON: OnceLock<Daemon> = OnceLock::new();
-    &DAEMON
-        .get_or_init(|| {
-            let d = Daemon::start(&[]);
-            settle(&d.url);
-            d
-        })
-        .url
+    fixture::pooled(&[])
 }
 
 /// A `wallscope serve` of one's own, stopped when dropped.

@@ -34,7 +34,7 @@ pub fn as_nobody(program: impl AsRef<std::ffi::OsStr>) -> Command {
 }
 
 /// A directory every user can enter (`mode`, e.g. 0o755 or 0o777), named
-/// for `what` and this test binary.
+/// for `what` and this test process.
 pub fn shared_dir(what: &str, mode: u32) -> PathBuf {
     let dir = PathBuf::from(format!("/var/tmp/wallscope-{what}-{}", std::process::id()));
     fs::create_dir_all(&dir).unwrap();
