@@ -20,6 +20,7 @@ mod containers;
 mod deploy;
 mod ebpf;
 mod engine;
+mod golden;
 mod http_limits;
 mod hung;
 mod jvm;
