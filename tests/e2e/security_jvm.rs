@@ -124,7 +124,10 @@ fn poisoned_layout_writes_nothing_into_another_users_jvm(jdk: Jdk) {
     assert!(refused(&ws.url, "jvm_write", "unverified") > before);
     let health = json_at(&ws.url, "/healthz");
     assert_eq!(health["status"], "degraded", "{health}");
-    assert!(health["degraded"].to_string().contains(&child.to_string()));
+    assert!(
+        health["degraded"].to_string().contains(&child.to_string()),
+        "poisoned child {child} not named: {health}"
+    );
 
     // Another user's JVM, started after the attack.
     let marker = format!("wallscope-security-jvm-{}", std::process::id());
