@@ -30,6 +30,8 @@ bench:
     cargo bench --bench soak
     cargo bench --bench web
 
-# Rewrite golden files after an intended output change.
+# Rewrite every golden file in tests/golden/ after an intended output
+# change: BLESS=1 on each golden test (all have `golden` in their path:
+# the renderer's and pprof's unit tests, the e2e binary's `golden` module).
 bless:
-    BLESS=1 cargo test --lib render
+    BLESS=1 cargo test golden

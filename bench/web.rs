@@ -10,7 +10,7 @@
 //! Writes `bench/results/web.md`. Needs root and chromium
 //! (`scripts/deps.sh bench`).
 
-#[path = "../tests/support/browser.rs"]
+#[path = "../tests/e2e/support/browser.rs"]
 mod browser;
 #[path = "common/mod.rs"]
 mod common;

