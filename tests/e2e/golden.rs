@@ -14,7 +14,7 @@ use crate::support::api::call_on;
 use wallscope::{
     api,
     bpf::abi::{Hist, State, HIST_SLOTS, INTERRUPT_TID},
-    collect::{HistOwner, RawThread},
+    collect::{HistOwner, RawThread, ThreadCounters},
     pipeline::Shared,
     profile::{store::Store, Interrupt, Sample, Slice, Stack, ThreadInfo, Wakeup},
 };
@@ -74,11 +74,13 @@ fn app() -> (axum::Router, SystemTime) {
             tid,
             pid: PID,
             comm: comm.into(),
-            ns,
-            switches_voluntary: 5,
-            switches_involuntary: 1,
-            wakeups_sent: 0,
-            wakeups_received: 6,
+            counters: ThreadCounters {
+                ns,
+                switches_voluntary: 5,
+                switches_involuntary: 1,
+                wakeups_sent: 0,
+                wakeups_received: 6,
+            },
         }
     };
     let name = |name: &str| ThreadInfo {

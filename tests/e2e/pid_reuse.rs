@@ -4,15 +4,13 @@
 //! names, pushed service names) may carry one program's state into the
 //! next (root; under CI=true this fails rather than skips).
 
-mod support;
-
 use std::{
     os::unix::process::CommandExt as _,
     process::Command,
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
-use support::{
+use crate::support::{
     pyroscope::{wait_for, Pyroscope},
     *,
 };
@@ -72,9 +70,11 @@ fn services_since(server: &Pyroscope, from: f64) -> Vec<String> {
 
 #[test]
 fn a_reused_pid_and_an_exec_get_nothing_of_the_previous_program() {
-    if !ebpf_available() {
+    // Its own daemon (pushing) beside the shared one; the steps must each
+    // finish within the 30 s a subscriber keeps an exited process.
+    let Some(_fx) = Fixture::ebpf_serial() else {
         return;
-    }
+    };
     let server = Pyroscope::start();
     let daemon = Daemon::start(&[
         "--push-url",
