@@ -84,10 +84,7 @@ const MIN_OVERLAP: usize = 9;
 const MAX_DIFF_PP: f64 = 3.0;
 
 fn main() {
-    if let Err(e) = run() {
-        eprintln!("jvm bench: {e:#}");
-        std::process::exit(1);
-    }
+    common::main("jvm", run);
 }
 
 /// Fixed inputs of a run.

@@ -65,10 +65,7 @@ pub const C2_SHARE: f64 = 0.99;
 pub const JVM_FLAGS: [&str; 1] = ["-XX:+PreserveFramePointer"];
 
 fn main() {
-    if let Err(e) = run() {
-        eprintln!("jvm_cost bench: {e:#}");
-        std::process::exit(1);
-    }
+    common::main("jvm_cost", run);
 }
 
 /// How the daemon names Java frames (`--jvm-frames`).

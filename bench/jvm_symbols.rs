@@ -302,10 +302,7 @@ fn round(cache: &CodeCache, batches: &[(RawBatch, Vec<Vec<Site>>); 2]) -> Result
 }
 
 fn main() {
-    if let Err(e) = run() {
-        eprintln!("jvm_symbols bench: {e:#}");
-        std::process::exit(1);
-    }
+    common::main("jvm_symbols", run);
 }
 
 fn run() -> Result<()> {

@@ -177,10 +177,7 @@ fn walk_costs(port: u16) -> Vec<(String, u64, u64, u64)> {
 }
 
 fn main() {
-    if let Err(e) = run() {
-        eprintln!("offcpu bench: {e:#}");
-        std::process::exit(1);
-    }
+    common::main("offcpu", run);
 }
 
 fn run() -> Result<()> {

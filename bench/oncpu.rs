@@ -79,10 +79,7 @@ impl Run {
 }
 
 fn main() {
-    if let Err(e) = run() {
-        eprintln!("oncpu bench: {e:#}");
-        std::process::exit(1);
-    }
+    common::main("oncpu", run);
 }
 
 fn run() -> Result<()> {

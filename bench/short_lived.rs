@@ -38,10 +38,7 @@ const SPIN_MS: &str = "50";
 const CHURN_PER_S: u64 = 100;
 
 fn main() {
-    if let Err(e) = run() {
-        eprintln!("short_lived bench: {e:#}");
-        std::process::exit(1);
-    }
+    common::main("short_lived", run);
 }
 
 fn run() -> Result<()> {

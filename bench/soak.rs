@@ -56,10 +56,7 @@ const HEAVY_EVERY_S: f64 = 300.0;
 pub const FULL_MINUTES: u64 = 30;
 
 fn main() {
-    if let Err(e) = run() {
-        eprintln!("soak bench: {e:#}");
-        std::process::exit(1);
-    }
+    common::main("soak", run);
 }
 
 /// One 10-s sample of the daemon.

@@ -163,10 +163,7 @@ struct Jvm {
 }
 
 fn main() {
-    if let Err(e) = run() {
-        eprintln!("unwind bench: {e:#}");
-        std::process::exit(1);
-    }
+    common::main("unwind", run);
 }
 
 fn run() -> Result<()> {

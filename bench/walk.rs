@@ -32,10 +32,7 @@ const BUILDS: [(&str, &str); 2] = [
 ];
 
 fn main() {
-    if let Err(e) = run() {
-        eprintln!("walk bench: {e:#}");
-        std::process::exit(1);
-    }
+    common::main("walk", run);
 }
 
 fn run() -> Result<()> {

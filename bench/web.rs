@@ -33,10 +33,7 @@ const RUNS: usize = 5;
 const BUDGET_MS: f64 = 2000.0;
 
 fn main() {
-    if let Err(e) = run() {
-        eprintln!("web bench: {e:#}");
-        std::process::exit(1);
-    }
+    common::main("web", run);
 }
 
 /// One page load: ms to the last panel drawn, bytes received.

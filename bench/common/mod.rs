@@ -282,3 +282,12 @@ pub fn write_report(name: &str, report: &str) -> Result<()> {
     eprintln!("wrote {}", out.display());
     Ok(())
 }
+
+/// Runs a benchmark's `run`: on error, prints it after the bench's name
+/// and exits 1.
+pub fn main(name: &str, run: fn() -> Result<()>) {
+    if let Err(e) = run() {
+        eprintln!("{name} bench: {e:#}");
+        std::process::exit(1);
+    }
+}

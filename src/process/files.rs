@@ -129,18 +129,20 @@ pub fn is_libjvm(path: &str) -> bool {
         .is_some_and(|n| n.to_string_lossy().trim_end_matches(" (deleted)") == "libjvm.so")
 }
 
+/// The key of the file at `path` (tests).
+#[cfg(test)]
+pub(crate) fn key_of(path: &Path) -> FileKey {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).unwrap();
+    FileKey {
+        dev: m.dev(),
+        inode: m.ino(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::MetadataExt;
-
-    fn key_of(path: &Path) -> FileKey {
-        let m = std::fs::metadata(path).unwrap();
-        FileKey {
-            dev: m.dev(),
-            inode: m.ino(),
-        }
-    }
 
     #[test]
     fn exec_mappings_reach_their_files_by_device_and_inode() {

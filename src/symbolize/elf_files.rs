@@ -255,15 +255,7 @@ fn sym_name(sym: Symbolized<'_>) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::MetadataExt;
-
-    fn key_of(path: &Path) -> FileKey {
-        let m = std::fs::metadata(path).unwrap();
-        FileKey {
-            dev: m.dev(),
-            inode: m.ino(),
-        }
-    }
+    use crate::process::files::key_of;
 
     fn open_fds() -> usize {
         std::fs::read_dir("/proc/self/fd").unwrap().count()

@@ -76,14 +76,7 @@ fn a_reused_pid_and_an_exec_get_nothing_of_the_previous_program() {
         return;
     };
     let server = Pyroscope::start();
-    let daemon = Daemon::start(&[
-        "--push-url",
-        &server.url(),
-        "--push-interval",
-        "2s",
-        "--push-top",
-        "256",
-    ]);
+    let daemon = server.daemon(&[]);
     let url = &daemon.url;
     let dir = tempfile::tempdir().unwrap();
     let libjvm = fake_libjvm(dir.path());

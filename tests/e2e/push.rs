@@ -82,21 +82,7 @@ fn pushes_profiles_and_rides_out_a_failing_server() {
         return;
     };
     let server = Pyroscope::start();
-    let daemon = Daemon::start(&[
-        "--push-url",
-        &server.url(),
-        "--push-interval",
-        "2s",
-        "--push-label",
-        "env=test",
-        "--push-label",
-        "team=perf",
-        // Ranking is by wall time, so processes with many idle threads
-        // (a browser, a JVM) can outrank the workload on a busy host: the
-        // test is about what is sent, not the ranking (unit-tested).
-        "--push-top",
-        "256",
-    ]);
+    let daemon = server.daemon(&["--push-label", "env=test", "--push-label", "team=perf"]);
     let url = &daemon.url;
     // Spinning, futex, sleeping and pipe-reading threads, for ten minutes
     // (killed when the test ends).

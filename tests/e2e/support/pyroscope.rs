@@ -118,6 +118,25 @@ impl Pyroscope {
         format!("http://{}", self.addr)
     }
 
+    /// A daemon of its own pushing here every 2 s, `extra` flags added.
+    /// Ranking is by wall time, so processes with many idle threads (a
+    /// browser, a JVM) can outrank a test's workload on a busy host: it
+    /// pushes the top 256, and tests are about what is sent, not the
+    /// ranking (unit-tested).
+    pub fn daemon(&self, extra: &[&str]) -> super::Daemon {
+        let url = self.url();
+        let mut args = vec![
+            "--push-url",
+            &url,
+            "--push-interval",
+            "2s",
+            "--push-top",
+            "256",
+        ];
+        args.extend_from_slice(extra);
+        super::Daemon::start(&args)
+    }
+
     pub fn set_mode(&self, mode: Mode) {
         self.lock().mode = Some(mode);
     }
