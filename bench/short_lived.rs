@@ -29,7 +29,7 @@ use std::{
 };
 
 use anyhow::{Context, Result};
-use common::{free_port, healthz, spawn_logged, table, wait_drains, wait_healthy, ROOT};
+use common::{healthz, table, wait_drains, ROOT};
 
 /// Processes measured per daemon, and how long each spins.
 const PROCESSES: usize = 100;
@@ -146,13 +146,7 @@ fn table_stats(port: u16) -> Result<serde_json::Value> {
 }
 
 fn measure(daemon: &Path, brief: &Path, tmp: &Path) -> Result<Measured> {
-    let port = free_port()?;
-    let mut cmd = Command::new(daemon);
-    cmd.args(["serve", "--frequency", "999", "--listen"])
-        .arg(format!("127.0.0.1:{port}"));
-    let mut d = spawn_logged(&mut cmd, &tmp.join("daemon.log"))?;
-    wait_healthy(&mut d, port)?;
-    wait_drains(port, 3)?;
+    let (mut d, port) = common::serve_999hz(daemon, &tmp.join("daemon.log"))?;
     let before = table_stats(port)?;
     let stop = Arc::new(AtomicBool::new(false));
     let churned = Arc::new(AtomicU64::new(0));

@@ -12,7 +12,7 @@
 mod common;
 
 use anyhow::{ensure, Context, Result};
-use common::{free_port, healthz, spawn_logged, table, wait_drains, wait_healthy, Guard, ROOT};
+use common::{healthz, table, Guard, ROOT};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::thread::sleep;
@@ -115,15 +115,9 @@ fn measure(daemon: &Path, bin: &Path, tmp: &Path, seconds: u64) -> Result<Vec<Ro
         cmd.arg(levels.to_string()).stdout(Stdio::null());
         spinners.push(Guard(cmd.spawn().context("starting the workload")?));
     }
-    let port = free_port()?;
-    let mut cmd = Command::new(daemon);
-    cmd.args(["serve", "--frequency", "999", "--listen"])
-        .arg(format!("127.0.0.1:{port}"));
-    let mut d = spawn_logged(&mut cmd, &tmp.join("daemon.log"))?;
-    wait_healthy(&mut d, port)?;
     // Tables are registered after the first drains: the walks counted
     // before are frame-pointer walks and show as such.
-    wait_drains(port, 3)?;
+    let (mut d, port) = common::serve_999hz(daemon, &tmp.join("daemon.log"))?;
     sleep(Duration::from_secs(seconds));
     let h = healthz(port).context("no /healthz")?;
     d.stop(libc::SIGINT)?;

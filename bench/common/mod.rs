@@ -291,3 +291,17 @@ pub fn main(name: &str, run: fn() -> Result<()>) {
         std::process::exit(1);
     }
 }
+
+/// Starts `daemon serve` at 999 Hz on a free port, logging to `log`, and
+/// waits until it answers and has drained 3 times (its first drains
+/// register unwind tables and symbolize the host's binaries once).
+pub fn serve_999hz(daemon: &Path, log: &Path) -> Result<(Guard, u16)> {
+    let port = free_port()?;
+    let mut cmd = Command::new(daemon);
+    cmd.args(["serve", "--frequency", "999", "--listen"])
+        .arg(format!("127.0.0.1:{port}"));
+    let mut d = spawn_logged(&mut cmd, log)?;
+    wait_healthy(&mut d, port)?;
+    wait_drains(port, 3)?;
+    Ok((d, port))
+}
