@@ -18,7 +18,6 @@
 //! and forgotten by the table's rule (see [`crate::process::Subscription`]).
 
 use std::{
-    cmp::Reverse,
     collections::{HashMap, HashSet, VecDeque},
     sync::Arc,
     time::{Duration, Instant},
@@ -26,25 +25,22 @@ use std::{
 
 pub use super::stats::UnwindStats;
 use super::{
-    batch::set_rows,
-    files::{delta_of, layout, FileEntry, TablePlace, TableState},
+    files::{delta_of, FileEntry, TableState},
     held,
     procs::{choose, unique_keys, Candidate, ProcState},
-    space::{cheapest_room, Placed, RowSpace},
-    stats::{top_missing, Lacking, Missing},
-    table::{load_bias_of, TableError, UnwindTable},
+    space::RowSpace,
+    stats::{top_missing, Lacking},
 };
 use crate::bpf::{
-    abi::{UnwindProc, UNWIND_MAX_MAPPINGS, UNWIND_MAX_TABLE_ROWS},
+    abi::{UnwindProc, UNWIND_MAX_MAPPINGS},
     UnwindMaps,
 };
-use crate::{
-    process::{
-        files::{exec_mappings_in, ExecMapping, FileKey},
-        ProcKey, ProcessTable, Subscription,
-    },
-    untrusted::OpenError,
+use crate::process::{
+    files::{exec_mappings_in, ExecMapping, FileKey},
+    ProcKey, ProcessTable, Subscription,
 };
+
+mod place;
 
 /// Where a JVM's interpreter code lies, from its executable mappings
 /// (`jvm::code::interpreter_range`, handed in so that the registry does
@@ -340,238 +336,6 @@ impl Registry {
         }
         p.written = entry;
         p.written_interpreter = p.interpreter;
-    }
-
-    /// The next table to build: the newest file (a process started now
-    /// does not wait behind the backlog), or the most shared one (libc
-    /// before a plugin), each then by the other and by how lately its
-    /// processes ran. Tables left out before come back only once room can
-    /// be made for them, and none is built while no room can be made.
-    fn next_build(&mut self, now: Instant, newest: bool) -> Option<FileKey> {
-        let due = |at: Option<Instant>| at.is_none_or(|t| now.duration_since(t) >= RETRY_AFTER);
-        let mut candidates: Vec<(FileKey, Option<u32>)> = self
-            .files
-            .iter()
-            .filter(|(_, f)| f.users > 0 && due(f.tried))
-            .filter_map(|(k, f)| match f.state {
-                TableState::Pending => Some((*k, None)),
-                TableState::Out { why, len, at } => {
-                    let wait = if why == Missing::Evicted {
-                        EVICTED_COOLDOWN
-                    } else {
-                        RETRY_AFTER
-                    };
-                    (now.duration_since(at) >= wait).then_some((*k, Some(len)))
-                }
-                _ => None,
-            })
-            .collect();
-        let files = &self.files;
-        if newest {
-            candidates
-                .sort_by_key(|(k, _)| Reverse((files[k].since, files[k].users, files[k].used)));
-        } else {
-            candidates
-                .sort_by_key(|(k, _)| Reverse((files[k].users, files[k].used, files[k].since)));
-        }
-        for (key, out) in candidates {
-            // A new file's size is unknown: without room for one row,
-            // building it would be in vain (it counts as left out, though
-            // it might have needed no table).
-            let len = out.unwrap_or(1);
-            if self.victims(key, len, now).is_some() {
-                return Some(key);
-            }
-            if out.is_none() {
-                self.stats.tables_no_room += 1;
-            }
-            if let Some(f) = self.files.get_mut(&key) {
-                let why = match f.state {
-                    TableState::Out { why, .. } => why,
-                    _ => Missing::NoRoom,
-                };
-                f.state = TableState::Out { why, len, at: now };
-            }
-        }
-        None
-    }
-
-    /// Builds and loads `key`'s table, opening the file through a process
-    /// that maps it, and gives it to the processes that map it.
-    fn build(&mut self, key: FileKey, now: Instant) {
-        let Some(f) = self.files.get_mut(&key) else {
-            return;
-        };
-        f.tried = Some(now);
-        let through: Vec<(u32, ExecMapping)> = self
-            .procs
-            .iter()
-            .filter_map(|(pid, p)| Some((*pid, p.mappings.iter().find(|m| m.key == key)?.clone())))
-            .take(4)
-            .collect();
-        let mut opened = None;
-        for (pid, m) in through {
-            match m.open(pid) {
-                Ok(file) => {
-                    opened = Some(Ok((file, m)));
-                    break;
-                }
-                // A process that exits while its mappings are read leaves
-                // nothing to open: that says nothing of the file.
-                Err(OpenError::Io(err)) => tracing::debug!(pid, file = %m.path, "unwind: {err}"),
-                Err(refused) => {
-                    tracing::debug!(pid, "unwind: {refused}");
-                    opened = Some(Err(()));
-                    break;
-                }
-            }
-        }
-        let Some(opened) = opened else {
-            return;
-        };
-        let state = match opened {
-            Ok((file, m)) => {
-                if let Ok(bias) = load_bias_of(&file, m.start, m.offset) {
-                    let delta = m.start.wrapping_sub(m.offset).wrapping_sub(bias) as i64;
-                    if let Some(f) = self.files.get_mut(&key) {
-                        f.deltas.retain(|(o, _)| *o != m.offset);
-                        f.deltas.push((m.offset, delta));
-                    }
-                }
-                let max_rows = (self.maps.capacity / MAX_TABLE_SHARE) as usize;
-                match UnwindTable::from_file_within(&file, max_rows) {
-                    Err(TableError::TooManyRows(_)) => TableState::TooBig,
-                    Ok(t) => {
-                        tracing::debug!(file = %m.path, rows = t.rows.len(),
-                            frame_pointer_share = t.frame_pointer_share, "unwind table");
-                        self.load(key, &t, now)
-                    }
-                    Err(err) => {
-                        tracing::debug!(file = %m.path, "no unwind table: {err}");
-                        TableState::Failed
-                    }
-                }
-            }
-            Err(()) => TableState::Failed,
-        };
-        match state {
-            TableState::Failed => self.stats.tables_failed += 1,
-            TableState::NotNeeded => self.stats.tables_not_needed += 1,
-            TableState::TooBig => self.stats.tables_too_big += 1,
-            TableState::Out { .. } => self.stats.tables_no_room += 1,
-            TableState::Loaded { .. } | TableState::Pending => {}
-        }
-        let loaded = matches!(state, TableState::Loaded { .. });
-        if let Some(f) = self.files.get_mut(&key) {
-            f.state = state;
-        }
-        if loaded {
-            for pid in self.users_of(key, false) {
-                self.write_entry(pid);
-            }
-        }
-    }
-
-    /// Puts a built table in the array, making room if it is worth it.
-    fn load(&mut self, key: FileKey, table: &UnwindTable, now: Instant) -> TableState {
-        if table.uses_frame_pointers() || table.rows.is_empty() {
-            return TableState::NotNeeded;
-        }
-        let (slots, page_base, page_count) = layout(table);
-        let len = match u32::try_from(slots.len()) {
-            // BPF's binary search reaches UNWIND_MAX_TABLE_ROWS rows.
-            Ok(len)
-                if len <= self.maps.capacity / MAX_TABLE_SHARE
-                    && table.rows.len() <= UNWIND_MAX_TABLE_ROWS as usize =>
-            {
-                len
-            }
-            _ => return TableState::TooBig,
-        };
-        let start = match self.space.allocate(len) {
-            Some(start) => start,
-            None => {
-                let Some(victims) = self.victims(key, len, now) else {
-                    return TableState::Out {
-                        why: Missing::NoRoom,
-                        len,
-                        at: now,
-                    };
-                };
-                for victim in victims {
-                    self.evict(victim, now);
-                }
-                let Some(start) = self.space.allocate(len) else {
-                    // Not expected: the victims made a contiguous room.
-                    return TableState::Out {
-                        why: Missing::NoRoom,
-                        len,
-                        at: now,
-                    };
-                };
-                start
-            }
-        };
-        if let Err(err) = set_rows(&mut self.maps.rows, start, &slots) {
-            tracing::warn!("writing unwind rows: {err}");
-            self.space.release(start, len);
-            return TableState::Failed;
-        }
-        self.stats.tables_loaded += 1;
-        self.stats.rows_in_use += u64::from(len);
-        TableState::Loaded {
-            start,
-            len,
-            place: TablePlace {
-                index_start: start,
-                row_count: table.rows.len() as u32,
-                page_base,
-                page_count,
-            },
-        }
-    }
-
-    /// The loaded tables to evict so that `key`'s table (`len` slots) fits,
-    /// among those worth less; `None` if that cannot make room.
-    fn victims(&self, key: FileKey, len: u32, now: Instant) -> Option<Vec<FileKey>> {
-        let me = self.files.get(&key)?;
-        let tables: Vec<Placed<FileKey>> = self
-            .files
-            .iter()
-            .filter_map(|(k, f)| match f.state {
-                TableState::Loaded { start, len, .. } if *k != key => Some(Placed {
-                    start,
-                    len,
-                    key: *k,
-                    cost: f.yields_to(me).then(|| f.cost(len, now)),
-                }),
-                _ => None,
-            })
-            .collect();
-        cheapest_room(&self.space.free, &tables, len)
-    }
-
-    /// Frees a table's rows; the processes using it are re-written without
-    /// it first, since their entries would point at rows that will hold
-    /// another table.
-    fn evict(&mut self, key: FileKey, now: Instant) {
-        let Some(f) = self.files.get_mut(&key) else {
-            return;
-        };
-        let TableState::Loaded { start, len, .. } = f.state else {
-            return;
-        };
-        f.state = TableState::Out {
-            why: Missing::Evicted,
-            len,
-            at: now,
-        };
-        for pid in self.users_of(key, true) {
-            self.write_entry(pid);
-        }
-        self.space.release(start, len);
-        self.stats.rows_in_use -= u64::from(len);
-        self.stats.tables_evicted += 1;
     }
 
     /// Processes mapping `key` (`in_entry`: whose entry holds its table).
