@@ -228,6 +228,26 @@ pub fn render(s: &Soak) -> Result<String> {
         ),
         None,
     );
+    // The process table's reads of `/proc/PID/maps` (issue 26): what fails
+    // is a process that exits as it is read; a process whose exit the
+    // table applied before its read was due is not read at all.
+    let table_delta = |k: &str| {
+        let path = format!("pipeline.processes.{k}");
+        at(&last.health, &path).unwrap_or(0.0) - at(&first.health, &path).unwrap_or(0.0)
+    };
+    let (reads, failed) = (table_delta("maps_reads"), table_delta("maps_read_failures"));
+    row(
+        "process table: maps reads, failed, not made (already exited)",
+        "reported".into(),
+        format!(
+            "{reads:.0} reads, {failed:.0} failed ({:.1} %), {:.0} not made; {:.0} execs, {:.0} exits",
+            100.0 * failed / reads.max(1.0),
+            table_delta("maps_reads_skipped"),
+            table_delta("execs"),
+            table_delta("exits"),
+        ),
+        None,
+    );
     writeln!(
         out,
         "\n## Acceptance\n\n{}",
