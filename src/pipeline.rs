@@ -24,7 +24,12 @@
 //! - `ws-procs` (`process::spawn_reader`, when the kernel has the
 //!   lifecycle ring buffer): applies fork/exec/exit events to the
 //!   [`ProcessTable`], reads new images' maps and prepares new JVMs
-//!   (`jvm::flags::prepare`).
+//!   (`jvm::flags::prepare`, on the table's `JvmFound`). The table
+//!   publishes its changes (`New`, `Exec`, `Exit`, `JvmFound`) on a bounded
+//!   queue per subscriber, never blocking: `ws-procs` itself, `ws-unwind`,
+//!   `ws-jvm`, `ws-symbolize` (JIT and Java caches) and `ws-push-build`
+//!   (service names) read theirs when they next run, and forget a process
+//!   by the one rule of `process::Subscription`.
 //! - `ws-unwind` (with unwind tables): builds tables for the pids it is
 //!   handed and writes them into the BPF unwind maps. **Back-flow 1**:
 //!   user space feeds what the kernel's next stack walks read.
