@@ -9,6 +9,11 @@
 //! while after it exits or execs again, so samples drained later still
 //! symbolize with the maps and name they were taken under. A reused pid
 //! gets a new entry and never the previous process's image.
+//!
+//! The host layer: every `/proc` path of the daemon is in this module (files
+//! other users control are opened through [`crate::untrusted`]). Stages that
+//! keep state per process subscribe to the table's [changes](Subscription)
+//! instead of reading `/proc` themselves.
 
 pub mod cgroups;
 mod changes;
