@@ -406,7 +406,7 @@ mod tests {
 
     fn sighting(pid: u32) -> Sighting {
         Sighting {
-            key: ProcKey { pid, start_ns: 0 },
+            key: ProcKey::of_pid(pid),
             ..Sighting::default()
         }
     }
@@ -418,10 +418,12 @@ mod tests {
         let old = ProcKey {
             pid: 42,
             start_ns: 1,
+            exec: 0,
         };
         let new = ProcKey {
             pid: 42,
             start_ns: 2,
+            exec: 0,
         };
         agent.on_sighting(Sighting {
             key: old,

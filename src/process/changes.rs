@@ -2,11 +2,11 @@
 //! (the unwind registry, the JVM agent, the symbolizer's JIT and Java
 //! caches, the pusher's service names): a process was born, exec'd,
 //! exited, or turned out to be a JVM. They subscribe instead of polling
-//! `/proc`, key their state by [`ProcKey`], and forget a process's state
-//! by the one rule here: when the program it was kept for ends — at once
-//! after an exec (the same key now runs another program), [`KEEP_ENDED`]
-//! after an exit (its last samples are still being drained and symbolized
-//! until then), and at once when the table no longer knows it.
+//! `/proc`, key their state by [`ProcKey`] (one program one process ran:
+//! an exec makes a new key), and forget a key's state by the one rule
+//! here: [`KEEP_ENDED`] after its program ended, by an exit or an exec
+//! (its last samples are still being drained and symbolized until then),
+//! and at once when the table no longer knows it.
 
 use std::{
     collections::VecDeque,
@@ -20,16 +20,27 @@ use std::{
 
 use super::{ProcessTable, KEEP_ENDED};
 
-/// One process for the life of the host: a reused pid starts later.
+/// One program one process ran, for the life of the host: a reused pid
+/// starts later, an exec counts up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct ProcKey {
     pub pid: u32,
     /// ns since boot (the kernel's `start_time`); 0 for a process found in
     /// `/proc` without an event (running before the daemon started).
     pub start_ns: u64,
+    /// Execs the table saw the process make before this program.
+    pub exec: u32,
 }
 
 impl ProcKey {
+    /// A process known only by its pid (not in the table).
+    pub fn of_pid(pid: u32) -> ProcKey {
+        ProcKey {
+            pid,
+            ..ProcKey::default()
+        }
+    }
+
     /// When the process started, on the wall clock; `None` when unknown.
     /// Exact (the kernel's boot-clock start), unlike `/proc/PID/stat`'s
     /// clock ticks after a boot time given in whole seconds.
@@ -56,9 +67,11 @@ impl ProcKey {
 pub enum ChangeKind {
     /// Forked, or found in `/proc`.
     New,
-    /// Runs another program (same pid and start).
+    /// Runs another program (same pid and start, the next `exec`); the
+    /// previous program's key ends with an [`ChangeKind::Exit`].
     Exec,
-    /// Exited (or its exit event was lost and it is gone from `/proc`).
+    /// The program ended: the process exited (or its exit event was lost
+    /// and it is gone from `/proc`), or exec'd another.
     Exit,
     /// Mapped HotSpot's libjvm.
     JvmFound,
@@ -128,8 +141,8 @@ pub struct Subscription {
 pub struct Due {
     /// Every change since the last poll, in order.
     pub changes: Vec<Change>,
-    /// Processes whose state is to be forgotten: they exec'd, or exited
-    /// [`KEEP_ENDED`] ago.
+    /// Keys whose state is to be forgotten: their program ended (exit or
+    /// exec) [`KEEP_ENDED`] ago.
     pub forget: Vec<ProcKey>,
     /// Changes were lost: forget every process the table no longer
     /// [knows](ProcessTable::knows).
@@ -163,8 +176,7 @@ impl Subscription {
                     }
                     self.exits.push_back((now, change.key));
                 }
-                ChangeKind::Exec => due.forget.push(change.key),
-                ChangeKind::New | ChangeKind::JvmFound => {}
+                ChangeKind::New | ChangeKind::Exec | ChangeKind::JvmFound => {}
             }
             due.changes.push(change);
         }
@@ -203,6 +215,7 @@ mod tests {
         let key = ProcKey {
             pid: 7,
             start_ns: 9,
+            exec: 0,
         };
         publisher.publish(key, ChangeKind::Exit);
         let t0 = Instant::now();
@@ -210,20 +223,10 @@ mod tests {
         assert_eq!(due.changes.len(), 1);
         assert!(due.forget.is_empty() && !due.check_all);
         assert!(sub.poll(t0 + KEEP_ENDED / 2).forget.is_empty());
-        publisher.publish(
-            ProcKey {
-                pid: 8,
-                start_ns: 1,
-            },
-            ChangeKind::Exec,
-        );
-        assert_eq!(
-            sub.poll(t0).forget,
-            vec![ProcKey {
-                pid: 8,
-                start_ns: 1
-            }],
-            "at once"
+        publisher.publish(ProcKey::of_pid(8), ChangeKind::Exec);
+        assert!(
+            sub.poll(t0).forget.is_empty(),
+            "an exec's new key has nothing to forget"
         );
         assert_eq!(
             sub.poll(t0 + KEEP_ENDED + Duration::from_millis(1)).forget,

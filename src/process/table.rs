@@ -60,6 +60,9 @@ pub struct Image {
     /// The process's start, ns since boot (0 when found without an event):
     /// with the pid, the process's identity.
     pub start_ns: u64,
+    /// Execs the table saw the process make before this program: with the
+    /// pid and start, the program's identity ([`ProcKey`]).
+    pub exec: u32,
     /// The process's name (its main thread's), following exec and prctl.
     pub name: String,
     /// Executable mappings; shared with the parent after a fork.
@@ -86,6 +89,7 @@ impl Image {
         Image {
             pid,
             start_ns,
+            exec: 0,
             name,
             maps: Arc::default(),
             jvm: false,
@@ -112,6 +116,7 @@ impl Image {
         ProcKey {
             pid: self.pid,
             start_ns: self.start_ns,
+            exec: self.exec,
         }
     }
 
@@ -183,7 +188,7 @@ impl ProcessTable {
         self.lock()
             .pids
             .get(&key.pid)
-            .is_some_and(|images| images.iter().any(|i| i.start_ns == key.start_ns))
+            .is_some_and(|images| images.iter().any(|i| i.key() == key))
     }
 
     /// The newest process with pid `pid` the table holds (alive, or ended
@@ -218,14 +223,8 @@ impl ProcessTable {
                     }
                     _ => inner.due.push(Reverse((now + SETTLE, pid, start))),
                 }
-                inner.push(child, now);
-                inner.publisher.publish(
-                    ProcKey {
-                        pid,
-                        start_ns: start,
-                    },
-                    ChangeKind::New,
-                );
+                let child = inner.push(child, now);
+                inner.publisher.publish(child.key(), ChangeKind::New);
             }
             proc_event::EXEC => {
                 inner.stats.execs += 1;
@@ -238,14 +237,16 @@ impl ProcessTable {
                         });
                     }
                 }
-                inner.push(Image::new(pid, start, name, now), now);
-                inner.publisher.publish(
-                    ProcKey {
-                        pid,
-                        start_ns: start,
-                    },
-                    ChangeKind::Exec,
-                );
+                let exec = inner
+                    .live(pid)
+                    .filter(|i| i.start_ns == start)
+                    .map_or(1, |i| i.exec + 1);
+                let image = Image {
+                    exec,
+                    ..Image::new(pid, start, name, now)
+                };
+                let image = inner.push(image, now);
+                inner.publisher.publish(image.key(), ChangeKind::Exec);
                 // Once the loader has mapped the libraries, and again once
                 // the program has loaded its own (a JVM's libjvm is
                 // dlopen'd by the `java` launcher after a few ms).
@@ -254,7 +255,7 @@ impl ProcessTable {
             }
             proc_event::EXIT => {
                 inner.stats.exits += 1;
-                inner.end(pid, now, true);
+                inner.end(pid, now);
             }
             proc_event::RENAME => {
                 inner.stats.renames += 1;
@@ -408,7 +409,7 @@ impl ProcessTable {
             .collect();
         let mut inner = self.lock();
         for pid in gone {
-            inner.end(pid, now, true);
+            inner.end(pid, now);
         }
     }
 
@@ -484,9 +485,9 @@ impl Inner {
             .collect()
     }
 
-    /// Ends `pid`'s live images; a process (not an exec) ends with them
-    /// when `exited`.
-    fn end(&mut self, pid: u32, now: Instant, exited: bool) {
+    /// Ends `pid`'s live images (the process exited or exec'd, or its pid
+    /// now names another), telling the subscribers.
+    fn end(&mut self, pid: u32, now: Instant) {
         let Some(images) = self.pids.get_mut(&pid) else {
             return;
         };
@@ -495,20 +496,14 @@ impl Inner {
                 ended: Some(now),
                 ..(**slot).clone()
             });
-            if exited {
-                self.publisher.publish(slot.key(), ChangeKind::Exit);
-            }
+            self.publisher.publish(slot.key(), ChangeKind::Exit);
         }
     }
 
     /// Adds a new image for its pid, ending the previous one (the pid
     /// exec'd, or was reused after an exit whose event was lost).
     fn push(&mut self, image: Image, now: Instant) -> Arc<Image> {
-        // Another process with this pid (its exit event was lost) ended.
-        let reused = self
-            .live(image.pid)
-            .is_some_and(|old| old.start_ns != image.start_ns);
-        self.end(image.pid, now, reused);
+        self.end(image.pid, now);
         if self.images >= MAX_IMAGES {
             self.evict();
         }

@@ -148,7 +148,7 @@ impl PerfMap {
     #[cfg(test)]
     pub fn read(pid: u32, ns_pid: u32) -> Result<PerfMap, OpenError> {
         let mut map = PerfMap::default();
-        map.update(ProcKey { pid, start_ns: 0 }, ns_pid, MAX_BYTES, true)?;
+        map.update(ProcKey::of_pid(pid), ns_pid, MAX_BYTES, true)?;
         Ok(map)
     }
 

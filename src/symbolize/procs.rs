@@ -95,7 +95,7 @@ impl Procs {
     /// time: what per-process caches are keyed by).
     pub fn key(&mut self, pid: u32, comm: &str) -> ProcKey {
         self.choose(pid, comm)
-            .map_or(ProcKey { pid, start_ns: 0 }, |c| c.image.key())
+            .map_or(ProcKey::of_pid(pid), |c| c.image.key())
     }
 
     /// Whether `pid` (as seen by thread `comm`) is a HotSpot JVM.

@@ -87,9 +87,7 @@ impl ServiceNames {
     /// some time since `since`; `None` for a kernel thread.
     pub fn get(&mut self, pid: u32, comm: &str, since: Instant) -> Option<String> {
         let image = self.changes.table().lookup(pid, comm, since);
-        let key = image
-            .as_ref()
-            .map_or(ProcKey { pid, start_ns: 0 }, |i| i.key());
+        let key = image.as_ref().map_or(ProcKey::of_pid(pid), |i| i.key());
         if let Some(name) = self.known.get(&key) {
             return name.clone();
         }

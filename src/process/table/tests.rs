@@ -1,6 +1,7 @@
 //! The process table's unit tests.
 
 use super::*;
+use crate::process::ChangeKind;
 
 fn event(kind: u32, pid: u32, parent: u32, start_ns: u64, name: &str) -> ProcEvent {
     let mut comm = [0u8; COMM_LEN];
@@ -111,4 +112,35 @@ fn a_process_gone_before_its_maps_were_due_is_not_read() {
     }
     let stats = table.stats();
     assert_eq!((stats.maps_reads, stats.maps_reads_skipped), (0, 2));
+}
+
+#[test]
+fn an_exec_is_a_new_program_and_ends_the_old_ones_key() {
+    let table = Arc::new(ProcessTable::default());
+    let mut changes = table.subscribe();
+    let t0 = Instant::now();
+    table.apply(&event(proc_event::FORK, PID, 1, 5, "sh"), t0);
+    table.apply(&event(proc_event::EXEC, PID, 0, 5, "server"), t0);
+    let kinds: Vec<(ChangeKind, u32)> = changes
+        .poll(t0)
+        .changes
+        .iter()
+        .map(|c| (c.kind, c.key.exec))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            (ChangeKind::New, 0),
+            (ChangeKind::Exit, 0),
+            (ChangeKind::Exec, 1)
+        ]
+    );
+    let sh = ProcKey {
+        pid: PID,
+        start_ns: 5,
+        exec: 0,
+    };
+    assert!(table.knows(sh), "kept for its last samples");
+    assert_eq!(table.newest(PID).map(|k| k.exec), Some(1));
+    assert_eq!(changes.poll(t0 + KEEP_ENDED).forget, [sh]);
 }

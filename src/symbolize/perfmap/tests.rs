@@ -51,15 +51,7 @@ fn our_own_perf_map_is_read_checked_and_refused_when_unsafe() {
 
     // Appended: only the new lines are read, and later lines win.
     let read = |map: &mut PerfMap| match map
-        .update(
-            ProcKey {
-                pid: me,
-                start_ns: 0,
-            },
-            me,
-            MAX_BYTES,
-            true,
-        )
+        .update(ProcKey::of_pid(me), me, MAX_BYTES, true)
         .unwrap()
     {
         Progress::Read { bytes, done } => {
@@ -87,30 +79,11 @@ fn our_own_perf_map_is_read_checked_and_refused_when_unsafe() {
     // when asked to.
     std::fs::write(&path, "1000 10 x\n2000 10 y\n3000 10 z\n5000 10 w\n").unwrap();
     assert_eq!(
-        map.update(
-            ProcKey {
-                pid: me,
-                start_ns: 0
-            },
-            me,
-            8,
-            false
-        )
-        .unwrap(),
+        map.update(ProcKey::of_pid(me), me, 8, false).unwrap(),
         Progress::Rewritten
     );
     let mut next = PerfMap::default();
-    let step = next
-        .update(
-            ProcKey {
-                pid: me,
-                start_ns: 0,
-            },
-            me,
-            15,
-            true,
-        )
-        .unwrap();
+    let step = next.update(ProcKey::of_pid(me), me, 15, true).unwrap();
     assert_eq!(
         step,
         Progress::Read {
@@ -120,17 +93,7 @@ fn our_own_perf_map_is_read_checked_and_refused_when_unsafe() {
     );
     assert_eq!((next.find(0x2001), next.find(0x3001)), (Some("y"), None));
     assert_eq!(next.read_stamp(), None, "not up to date yet");
-    let step = next
-        .update(
-            ProcKey {
-                pid: me,
-                start_ns: 0,
-            },
-            me,
-            15,
-            true,
-        )
-        .unwrap();
+    let step = next.update(ProcKey::of_pid(me), me, 15, true).unwrap();
     assert_eq!(
         step,
         Progress::Read {
