@@ -16,7 +16,7 @@ use super::{
     AttachStatus, Jvms,
 };
 use crate::{
-    process::{status, ProcKey, ProcessTable, Subscription},
+    process::{status, ChangeKind, ProcKey, ProcessTable, Subscription},
     untrusted::{refusals, Reason, What},
 };
 
@@ -125,6 +125,8 @@ struct Agent {
     tracked: HashMap<u32, Tracked>,
     /// JVMs that ended, forgotten once no job runs on them.
     ended: HashSet<ProcKey>,
+    /// JVMs that exited, their perf maps removed once no job runs on them.
+    exited: HashSet<ProcKey>,
     changes: Subscription,
     turns: Turns,
     done_tx: mpsc::Sender<Finished>,
@@ -139,6 +141,7 @@ impl Agent {
             mode,
             tracked: HashMap::new(),
             ended: HashSet::new(),
+            exited: HashSet::new(),
             changes,
             turns: Turns::default(),
             done_tx,
@@ -170,6 +173,20 @@ impl Agent {
     /// wrote for us; one a job runs on waits for the job.
     fn sweep(&mut self) {
         let due = self.changes.poll(Instant::now());
+        // A perf map we had a JVM write goes as soon as its program ends
+        // (once no job runs on it): /tmp is not kept waiting for the
+        // names, which are kept for the last samples.
+        let exits = due.changes.iter().filter(|c| c.kind == ChangeKind::Exit);
+        self.exited.extend(exits.map(|c| c.key));
+        let tracked = &mut self.tracked;
+        self.exited.retain(|key| match tracked.get_mut(&key.pid) {
+            Some(t) if t.key == *key && t.running => true,
+            Some(t) if t.key == *key => {
+                remove_map(key.pid, t.map.take());
+                false
+            }
+            _ => false,
+        });
         self.ended.extend(due.forget);
         if due.check_all {
             let table = self.changes.table();
@@ -200,9 +217,7 @@ impl Agent {
         let Some(t) = self.tracked.remove(&pid) else {
             return;
         };
-        if t.map.is_some_and(|map| map.remove()) {
-            tracing::debug!(pid, "removed the perf map of an exited JVM");
-        }
+        remove_map(pid, t.map);
         self.jvms.forget(t.key);
     }
 
@@ -393,6 +408,13 @@ impl Agent {
         } else {
             t.timeouts = 0;
         }
+    }
+}
+
+/// Removes the perf map JVM `pid` wrote for us, if it is still that file.
+fn remove_map(pid: u32, map: Option<WrittenMap>) {
+    if map.is_some_and(|map| map.remove()) {
+        tracing::debug!(pid, "removed the perf map of an exited JVM");
     }
 }
 
