@@ -31,7 +31,6 @@ use rustc_hash::FxHashMap;
 use blazesym::symbolize::Symbolizer as Blaze;
 
 use crate::process::files::FileKey;
-pub use crate::untrusted::text::clean_to as clean_name;
 use crate::{
     bpf::abi::is_merged_tid,
     collect::{RawBatch, RecordKind},
