@@ -187,16 +187,8 @@ impl Agent {
             }
             _ => false,
         });
-        self.ended.extend(due.forget);
-        if due.check_all {
-            let table = self.changes.table();
-            let gone = self
-                .tracked
-                .values()
-                .map(|t| t.key)
-                .filter(|k| !table.knows(*k));
-            self.ended.extend(gone.collect::<Vec<_>>());
-        }
+        let gone = self.changes.gone(due, self.tracked.values().map(|t| t.key));
+        self.ended.extend(gone);
         let ended = std::mem::take(&mut self.ended);
         for key in ended {
             match self.tracked.get(&key.pid) {

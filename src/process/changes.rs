@@ -197,6 +197,17 @@ impl Subscription {
     pub fn table(&self) -> &Arc<ProcessTable> {
         &self.table
     }
+
+    /// Of the processes a subscriber `holds`, those to forget now: the
+    /// ones `due` names, and when changes were lost, every one the table
+    /// no longer knows.
+    pub fn gone(&self, due: Due, holds: impl IntoIterator<Item = ProcKey>) -> Vec<ProcKey> {
+        let mut gone = due.forget;
+        if due.check_all {
+            gone.extend(holds.into_iter().filter(|k| !self.table.knows(*k)));
+        }
+        gone
+    }
 }
 
 #[cfg(test)]

@@ -37,7 +37,7 @@ use crate::bpf::{
 };
 use crate::process::{
     files::{exec_mappings_in, ExecMapping, FileKey},
-    ProcKey, ProcessTable, Subscription,
+    ProcessTable, Subscription,
 };
 
 mod place;
@@ -78,7 +78,6 @@ pub struct Registry {
     stats: UnwindStats,
     /// Registrations so far (each process entry carries its own).
     epoch: u32,
-    table: Arc<ProcessTable>,
     changes: Subscription,
     /// Registers JVMs' interpreter ranges, so that the walk records
     /// interpreted frames' methods (`--jvm-frames`).
@@ -91,7 +90,6 @@ impl Registry {
         let capacity = maps.capacity;
         Registry {
             changes: table.subscribe(),
-            table,
             maps,
             files: HashMap::new(),
             procs: HashMap::new(),
@@ -151,7 +149,7 @@ impl Registry {
             if pid == 0 || !fresh.insert(pid) {
                 continue;
             }
-            let Some(image) = self.table.live(pid) else {
+            let Some(image) = self.changes.table().live(pid) else {
                 continue;
             };
             let replaced = match self.procs.get_mut(&pid) {
@@ -176,16 +174,7 @@ impl Registry {
     /// [`crate::process::Subscription`]), and files nobody maps.
     fn forget(&mut self, now: Instant) {
         let due = self.changes.poll(now);
-        let mut gone: Vec<ProcKey> = due.forget;
-        if due.check_all {
-            let table = &self.table;
-            gone.extend(
-                self.procs
-                    .values()
-                    .map(|p| p.key)
-                    .filter(|k| !table.knows(*k)),
-            );
-        }
+        let gone = self.changes.gone(due, self.procs.values().map(|p| p.key));
         for key in gone {
             if self.procs.get(&key.pid).is_none_or(|p| p.key != key) {
                 continue;
@@ -241,7 +230,7 @@ impl Registry {
     /// entry with the tables already loaded; files without one yet are
     /// left to [`Registry::build`].
     fn register(&mut self, pid: u32, now: Instant) {
-        let Some(image) = self.table.live(pid) else {
+        let Some(image) = self.changes.table().live(pid) else {
             return;
         };
         let mappings = exec_mappings_in(&image.maps);
