@@ -2,7 +2,7 @@
 /*
  * What depends on the CPU architecture. The programs are x86-64's: besides
  * the syscall numbers below, they read x86-64 registers (pt_regs ip, sp,
- * bp, orig_ax in offcpu.bpf.h, memo.bpf.h, unwind.bpf.h), the unwinder
+ * bp, orig_ax in task.bpf.h, memo.bpf.h, unwind.bpf.h), the unwinder
  * follows x86-64's frame layout and HotSpot's x86-64 interpreter frames.
  * build.rs sets __TARGET_ARCH_* from the Rust target.
  */

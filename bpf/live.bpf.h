@@ -23,7 +23,8 @@
 #include <bpf/bpf_helpers.h>
 #include "core_fixes.bpf.h"
 #include "maps.bpf.h"
-#include "offcpu.bpf.h"
+#include "task.bpf.h"
+#include "unseen.bpf.h"
 #include "stacks.bpf.h"
 #include "unwind.bpf.h"
 #include "wallscope.h"
@@ -198,9 +199,11 @@ static __always_inline void ws_adopt(struct task_struct *task, struct ws_task *s
 	__u32 st = ws_task_state(task);
 
 	if (task->on_cpu) {
+		ws_mark_in(task, s, now);
 		__sync_val_compare_and_swap(&s->on_cpu_since, 0, now);
 		return;
 	}
+	ws_mark_out(task, s);
 	s->syscall = ws_is_kthread(task) ? 0 : ws_syscall(task);
 	s->state = ws_classify(st == TASK_RUNNING, task, st, s->syscall);
 	s->off_since = now;
@@ -255,6 +258,15 @@ static __always_inline void ws_live_thread(struct seq_file *seq, struct task_str
 		if (!s)
 			return;
 		ws_adopt(task, s, now);
+	}
+	if (s->on_cpu_since && !fresh && !task->on_cpu &&
+	    now > s->on_cpu_since + WS_UNSEEN_AFTER_NS) {
+		__u32 st = ws_task_state(task);
+
+		ws_switch_out_unseen(task, s,
+				     ws_classify(st == TASK_RUNNING, task, st,
+						 ws_is_kthread(task) ? 0 : ws_syscall(task)),
+				     now);
 	}
 	if (s->on_cpu_since) {
 		if (!fresh)

@@ -7,7 +7,7 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include "maps.bpf.h"
-#include "offcpu.bpf.h"
+#include "task.bpf.h"
 #include "stacks.bpf.h"
 #include "wallscope.h"
 

@@ -244,7 +244,9 @@ struct ws_hist {
 	X(SAMPLED_OUT, "intervals_sampled_out", EVENT)              /* intervals over the threshold not drawn: no stack row */ \
 	X(DEFERRED_LOST, "deferred_stack_lost", LOSS)               /* drawn interval whose switch-in hook did not run: row without stack */ \
 	X(LIVE_WALKS_PUT_OFF, "blocked_stack_walks_put_off", EVENT) /* drain-time walk put off: memory map locked or walk budget spent */ \
-	X(WALKS_REUSED, "stack_walks_reused", EVENT)                /* user stack not walked: same registers and stack top as a walk kept */
+	X(WALKS_REUSED, "stack_walks_reused", EVENT)                /* user stack not walked: same registers and stack top as a walk kept */ \
+	X(SWITCH_IN_UNSEEN, "switches_in_unseen", LOSS)             /* a thread ran without its switch-in seen: time split by the kernel's account */ \
+	X(SWITCH_OUT_UNSEEN, "switches_out_unseen", LOSS)           /* a thread went off-CPU without its switch-out seen: likewise */
 
 /* Indexes of the per-CPU `stats` array. */
 enum ws_stat {

@@ -196,5 +196,46 @@ fn threads_fill_every_window_they_lived_through() {
     for seconds in [2, 5, 8] {
         add_up_to_the_window(url, &thread_rows(url, pid, seconds), seconds);
     }
+    every_second_is_whole(url, pid, 8);
     w.wait();
+}
+
+/// Panics unless, in each of the last `seconds` one-second columns of
+/// `/timeline`, every thread's states add up to the same time (all lived
+/// through them) within 0.5 % and the drain's edges. A single event
+/// the programs missed (a switch-in or wakeup some contexts never show
+/// them) would drop a whole sleep from one column: 20 ms of the sleeper's,
+/// 50 ms of a lock holder's.
+fn every_second_is_whole(url: &str, pid: u32, seconds: u64) {
+    let max_drain_ms = crate::support::rows::json_at(url, "/healthz")["pipeline"]["max_drain_us"]
+        .as_f64()
+        .unwrap_or(0.0)
+        / 1e3;
+    let timeline =
+        crate::support::rows::json_at(url, &format!("/timeline?pid={pid}&seconds={seconds}"));
+    let columns = timeline["columns"].as_array().unwrap();
+    let rows = timeline["rows"].as_array().unwrap();
+    assert!(columns.len() as u64 >= seconds - 1, "{timeline}");
+    // Cells are whole milliseconds, each state rounded down. A column holds
+    // the drains that ended in it, so its time is the longest thread's
+    // (all lived through it), not its width.
+    let rounding = STATES.len() as f64;
+    let sum_at = |row: &Value, i: usize| -> f64 {
+        row["cells"][i]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .sum()
+    };
+    for (i, column) in columns.iter().enumerate() {
+        let width = rows.iter().map(|r| sum_at(r, i)).fold(0.0, f64::max);
+        for row in rows {
+            let sum = sum_at(row, i);
+            assert!(
+                (sum - width).abs() <= 0.005 * width + rounding + 2.0 * max_drain_ms,
+                "{sum} ms of a {width} ms column {i} ({column}): {row}"
+            );
+        }
+    }
 }
