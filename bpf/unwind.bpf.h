@@ -16,7 +16,9 @@
 
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
+#include "java.bpf.h"
 #include "maps.bpf.h"
+#include "walk.bpf.h"
 #include "wallscope.h"
 
 /* Set by user space before load: false keeps the frame-pointer walk. */
@@ -37,36 +39,6 @@ struct {
 	__type(value, struct ws_unwind_proc);
 } unwind_procs SEC(".maps");
 
-/* Bytes of stack a walk copies at once. Each read of
- * user memory costs far more than the bytes it copies (measured here: 430
- * ns for the first 8 bytes of a walk, 135 ns for the next), and the frames
- * of a walk are close together: a walk copies windows of the stack and
- * reads its frames from the copy. */
-#define WS_STACK_WINDOW 1024
-
-/* One walk, per CPU: registers, progress, a copy of the process's
- * mappings so that a step reads them without a hash lookup, and the window
- * of stack memory last copied. */
-struct ws_unwind_walk {
-	__u64 pc;
-	__u64 sp;
-	__u64 bp;
-	__u32 len;
-	__u32 stop; /* 0 while walking, else the ws_stat of an early end, or ~0 */
-	__u32 pid;
-	__u32 win_len; /* bytes of win holding the stack from win_start */
-	__u64 win_start;
-	struct ws_unwind_proc proc;
-	__u8 win[WS_STACK_WINDOW];
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct ws_unwind_walk);
-} unwind_walk SEC(".maps");
-
 /*
  * The rule found for a pc, per CPU, direct-mapped: the same return
  * addresses come back walk after walk, and a hit skips the mapping scan
@@ -74,7 +46,6 @@ struct {
  * re-registration (new mappings, tables evicted) never reuses a rule.
  */
 #define WS_UNWIND_CACHE 1016 /* as many as fit the 32 KiB a per-CPU value may have */
-#define WS_UNWIND_FP_STEP 0xff /* cached: not in a table, take a frame-pointer step */
 
 struct ws_unwind_cached {
 	__u64 pc;
@@ -171,65 +142,6 @@ ws_unwind_mapping(const struct ws_unwind_proc *proc, __u64 pc)
 	return NULL;
 }
 
-/* Reads user memory of the current task, or, from the sleepable drain-time
- * iterator, of `task` (a constant NULL folds the other branch away, so
- * non-sleepable programs never reference the sleepable helper). */
-static __always_inline long ws_read_user(void *dst, __u32 size, __u64 addr,
-					 struct task_struct *task)
-{
-	if (task)
-		return bpf_copy_from_user_task(dst, size, (void *)addr, task, 0);
-	return bpf_probe_read_user(dst, size, (void *)addr);
-}
-
-/* Bytes a window reaches below the word asked for: a frame's saved rbp
- * (CFA-16) is read after its return address (CFA-8), an interpreted Java
- * frame's Method* below its frame pointer. */
-#define WS_WINDOW_BELOW 64
-
-/* Copies a window of stack memory holding the word at `addr`: from
- * WS_WINDOW_BELOW under it, WS_STACK_WINDOW bytes; else from `addr` to the
- * end of its page (the top of a stack, with nothing mapped above). */
-static __always_inline long ws_walk_window(struct ws_unwind_walk *w, __u64 addr,
-					   struct task_struct *task)
-{
-	__u64 start = addr - WS_WINDOW_BELOW;
-	__u32 len = WS_STACK_WINDOW;
-
-	w->win_len = 0;
-	if (ws_read_user(w->win, WS_STACK_WINDOW, start, task)) {
-		start = addr;
-		len = 4096 - (addr & 4095);
-		if (len > WS_STACK_WINDOW)
-			len = WS_STACK_WINDOW;
-		asm volatile("" : "+r"(len));
-		if (len < 8 || len > WS_STACK_WINDOW || ws_read_user(w->win, len, addr, task))
-			return -1;
-	}
-	w->win_start = start;
-	w->win_len = len;
-	return 0;
-}
-
-/* Reads the word of the walked stack at `addr`, from the window copied
- * last or from a new one. */
-static __always_inline long ws_walk_read(struct ws_unwind_walk *w, __u64 addr, __u64 *out,
-					 struct task_struct *task)
-{
-	__u64 off = addr - w->win_start;
-
-	if (addr < w->win_start || off + 8 > w->win_len) {
-		if (ws_walk_window(w, addr, task))
-			return -1;
-		off = addr - w->win_start;
-	}
-	asm volatile("" : "+r"(off));
-	if (off > WS_STACK_WINDOW - 8)
-		return -1;
-	*out = *(__u64 *)(w->win + off);
-	return 0;
-}
-
 /* The unwind rule for `at`: through the per-CPU cache for the current task;
  * without it for another task's walk, which may sleep mid-way and let
  * programs on this CPU rewrite a cache entry under it. */
@@ -283,6 +195,7 @@ static __always_inline long ws_unwind_step_in(struct ws_unwind_walk *w, struct w
 	const struct ws_unwind_proc *proc = &w->proc;
 	struct ws_unwind_row row = {};
 	__u64 ra = 0, bp, at;
+	bool interpreted;
 	__u32 len;
 
 	len = w->len;
@@ -293,7 +206,8 @@ static __always_inline long ws_unwind_step_in(struct ws_unwind_walk *w, struct w
 	s->ips[len] = w->pc;
 	w->len = len + 1;
 	bp = w->bp;
-	if (w->pc >= proc->interp_start && w->pc < proc->interp_end) {
+	interpreted = w->pc >= proc->java.interp_start && w->pc < proc->java.interp_end;
+	if (interpreted) {
 		/* An interpreted Java frame: which method it runs is in the
 		 * frame, not in the pc (all methods share the interpreter). */
 		__u64 method = 0;
@@ -304,17 +218,38 @@ static __always_inline long ws_unwind_step_in(struct ws_unwind_walk *w, struct w
 	}
 	/* A caller's pc is a return address, maybe just past its function. */
 	at = len ? w->pc - 1 : w->pc;
-	if (!ws_unwind_rule(w, at, &row, cache))
+	if (interpreted) {
+		row.cfa_reg = WS_UNWIND_FP_STEP;
+	} else if (proc->java.heap_count) {
+		switch (ws_java_rule(w, at, len == 0, &row, task)) {
+		case WS_JAVA_RULE:
+			break;
+		case WS_JAVA_REFUSED:
+			w->stop = WS_STAT_JAVA_REFUSED;
+			return 1;
+		default:
+			if (!ws_unwind_rule(w, at, &row, cache))
+				return 1;
+		}
+	} else if (!ws_unwind_rule(w, at, &row, cache)) {
 		return 1;
+	}
 	if (row.cfa_reg == WS_UNWIND_FP_STEP) {
 		/* Callers' frames sit higher on the stack: a chain that does
-		 * not climb is not a frame chain (garbage in rbp); 0 ends it. */
+		 * not climb is not a frame chain (garbage in rbp); 0 ends it.
+		 * An interpreted frame's caller may be compiled code, whose rbp
+		 * is any value: there the sp it saved must climb instead. */
+		__u64 sender = 0;
+
 		if (!bp || ws_walk_read(w, bp + 8, &ra, task) || ws_walk_read(w, bp, &bp, task) ||
-		    (bp && bp <= w->bp)) {
+		    (!interpreted && bp && bp <= w->bp)) {
 			w->stop = WS_UNWIND_DONE; /* the chain ends */
 			return 1;
 		}
 		w->sp = w->bp + 16;
+		if (interpreted && !ws_walk_read(w, w->bp - WS_JAVA_SENDER_SP_SLOT, &sender, task) &&
+		    sender >= w->sp && sender - w->sp < (1 << 20))
+			w->sp = sender;
 	} else {
 		__u64 cfa;
 
@@ -384,8 +319,9 @@ static __always_inline bool ws_unwind_start(struct ws_unwind_walk *w, __u32 pid,
 	} else {
 		w->proc.count = 0;
 		w->proc.epoch = 0;
-		w->proc.interp_start = 0;
-		w->proc.interp_end = 0;
+		w->proc.java.interp_start = 0;
+		w->proc.java.interp_end = 0;
+		w->proc.java.heap_count = 0;
 	}
 	w->pc = regs->ip;
 	w->sp = regs->sp;

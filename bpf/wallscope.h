@@ -188,14 +188,48 @@ struct ws_unwind_mapping {
 	__u32 page_count;
 };
 
+/*
+ * A HotSpot JVM's code, as the walk steps through it without frame
+ * pointers (java.bpf.h): user space reads it from the JVM's vmStructs when
+ * it registers the process. A pc in a code heap belongs to the code blob
+ * whose block the heap's segment map leads back to (a byte per segment:
+ * 0 starts a block, 0xff is free, else how many segments back to go);
+ * the blob's frame size says where its caller's frame starts.
+ */
+#define WS_JAVA_MAX_HEAPS 4
+/* Bytes of a code blob's header the walk reads: every field below lies
+ * within them (user space registers no layout where one does not). */
+#define WS_JAVA_BLOB_HEADER 64
+
+struct ws_java_heap {
+	__u64 low; /* [low, high): the heap's reserved code */
+	__u64 high;
+	__u64 segmap; /* its segment map */
+	__u32 log2_segment;
+	__u32 _pad;
+};
+
+struct ws_java_code {
+	/* The interpreter's code, [start, end), or 0, 0: a frame there is
+	 * recorded as WS_JAVA_METHOD_TAG | its Method*. */
+	__u64 interp_start;
+	__u64 interp_end;
+	struct ws_java_heap heaps[WS_JAVA_MAX_HEAPS];
+	__u32 heap_count;     /* 0: compiled frames are not stepped through */
+	__u16 block_header;   /* sizeof(HeapBlock): a blob starts this far into its block */
+	__u16 frame_size;     /* offsetof(CodeBlob, _frame_size): an int, in words */
+	__u16 frame_complete; /* offsetof(CodeBlob, _frame_complete_offset) */
+	__u16 code;	      /* offsetof(CodeBlob, _code_begin or _code_offset) */
+	__u8 frame_complete_width; /* 2 or 4 bytes */
+	__u8 code_is_offset;	   /* code is an int from the blob (JDK 23+), else a pointer */
+	__u16 _pad;
+};
+
 struct ws_unwind_proc {
 	__u32 count; /* mappings used */
 	__u32 epoch; /* changes at every registration: cached lookups expire */
 	struct ws_unwind_mapping mappings[WS_UNWIND_MAX_MAPPINGS];
-	/* A HotSpot JVM's interpreter code, [start, end), or 0, 0: a frame
-	 * there is recorded as WS_JAVA_METHOD_TAG | its Method*. */
-	__u64 interp_start;
-	__u64 interp_end;
+	struct ws_java_code java;
 };
 
 /* A user stack entry that is an interpreted Java frame's Method* (read at
@@ -246,7 +280,9 @@ struct ws_hist {
 	X(LIVE_WALKS_PUT_OFF, "blocked_stack_walks_put_off", EVENT) /* drain-time walk put off: memory map locked or walk budget spent */ \
 	X(WALKS_REUSED, "stack_walks_reused", EVENT)                /* user stack not walked: same registers and stack top as a walk kept */ \
 	X(SWITCH_IN_UNSEEN, "switches_in_unseen", LOSS)             /* a thread ran without its switch-in seen: time split by the kernel's account */ \
-	X(SWITCH_OUT_UNSEEN, "switches_out_unseen", LOSS)           /* a thread went off-CPU without its switch-out seen: likewise */
+	X(SWITCH_OUT_UNSEEN, "switches_out_unseen", LOSS)           /* a thread went off-CPU without its switch-out seen: likewise */ \
+	X(JAVA_FRAMES, "java_frames_stepped", EVENT)                /* compiled Java frames stepped through by their code blob's frame size */ \
+	X(JAVA_REFUSED, "java_frames_refused", LOSS)                /* walk ended in a JVM's code: free or implausible segment map, blob or frame */
 
 /* Indexes of the per-CPU `stats` array. */
 enum ws_stat {
@@ -328,7 +364,9 @@ _Static_assert(sizeof(struct ws_stack_value) == 16, "ws_stack_value size");
 _Static_assert(sizeof(struct ws_stack) == 16 + 8 * WS_MAX_STACK_DEPTH, "ws_stack size");
 _Static_assert(sizeof(struct ws_unwind_row) == 12, "ws_unwind_row size");
 _Static_assert(sizeof(struct ws_unwind_mapping) == 40, "ws_unwind_mapping size");
-_Static_assert(sizeof(struct ws_unwind_proc) == 24 + 40 * WS_UNWIND_MAX_MAPPINGS, "ws_unwind_proc size");
+_Static_assert(sizeof(struct ws_java_code) == 160, "ws_java_code size");
+_Static_assert(sizeof(struct ws_unwind_proc) == 8 + 40 * WS_UNWIND_MAX_MAPPINGS + 160,
+	       "ws_unwind_proc size");
 _Static_assert(sizeof(struct ws_thread_totals) == 104, "ws_thread_totals size");
 _Static_assert(sizeof(struct ws_hist_key) == 16, "ws_hist_key size");
 _Static_assert(sizeof(struct ws_hist) == 8 * WS_HIST_SLOTS + 8, "ws_hist size");

@@ -173,7 +173,7 @@ impl Pipeline {
             .map(|unwind| {
                 let mut r = Registry::new(unwind, table.clone());
                 if jvm_frames == JvmFrames::Full {
-                    r.interpreter = Some(Box::new(crate::jvm::code::interpreter_range));
+                    r.java = Some(Box::new(crate::jvm::code::code_for_walks));
                 }
                 r
             });

@@ -27,6 +27,10 @@ pub const UNWIND_MAX_MAPPINGS: usize = c::WS_UNWIND_MAX_MAPPINGS as usize;
 pub const UNWIND_PROCS: usize = c::WS_UNWIND_PROCS as usize;
 /// Rows of the largest table BPF's binary search reaches.
 pub const UNWIND_MAX_TABLE_ROWS: u32 = c::WS_UNWIND_MAX_TABLE_ROWS;
+/// Code heaps of a JVM the walk steps through.
+pub const UNWIND_JAVA_HEAPS: usize = c::WS_JAVA_MAX_HEAPS as usize;
+/// Bytes of a code blob's header the walk reads.
+pub const JAVA_BLOB_HEADER: u64 = c::WS_JAVA_BLOB_HEADER as u64;
 /// log2 microsecond buckets of the runqueue histograms.
 pub const HIST_SLOTS: usize = c::WS_HIST_SLOTS as usize;
 /// `state` of a key that records a wakeup sent, not a thread state.
@@ -60,6 +64,10 @@ pub type UnwindRow = c::ws_unwind_row;
 pub type UnwindMapping = c::ws_unwind_mapping;
 /// A process's mappings with tables (`struct ws_unwind_proc`).
 pub type UnwindProc = c::ws_unwind_proc;
+/// A JVM's code as the walk steps through it (`struct ws_java_code`).
+pub type UnwindJava = c::ws_java_code;
+/// A code heap of it (`struct ws_java_heap`).
+pub type UnwindJavaHeap = c::ws_java_heap;
 /// One CPU's walk-cost histogram (`struct ws_walk_cost`): walks by kind,
 /// frames / 8 and time slot, counters that wrap.
 pub type WalkCost = c::ws_walk_cost;

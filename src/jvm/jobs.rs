@@ -11,7 +11,7 @@ use std::{
 use super::{
     attach::{AttachError, Target},
     leftover::WrittenMap,
-    output, AttachStatus, JvmReport, Jvms, NO_FRAME_POINTER_WARNING,
+    output, AttachStatus, JvmReport, Jvms,
 };
 
 /// Time the JVM gets to open its attach socket after SIGQUIT.
@@ -165,7 +165,7 @@ fn attach(jvms: &Jvms, target: Target, tries: u32, deadline: Instant) -> Done {
             attach: AttachStatus::Attached,
             version,
             preserve_frame_pointer: pfp,
-            warning: (pfp == Some(false)).then(|| NO_FRAME_POINTER_WARNING.to_string()),
+            warning: super::frame_pointer_warning(pfp, e.report.frames.as_deref()),
             // Learned without attaching: kept.
             frames: e.report.frames.take(),
             debug_non_safepoints: e.report.debug_non_safepoints,

@@ -124,8 +124,20 @@ impl JvmReport {
     }
 }
 
-/// The warning for JVMs without frame pointers in JIT code.
-pub const NO_FRAME_POINTER_WARNING: &str = "running without -XX:+PreserveFramePointer: stacks stop at the first JIT-compiled frame; restart the JVM with that flag for complete Java stacks";
+/// The warning for JVMs without frame pointers in JIT code whose code
+/// wallscope cannot read (its frames from the perf map alone): only there
+/// do stacks stop at the first compiled frame.
+pub const NO_FRAME_POINTER_WARNING: &str = "running without -XX:+PreserveFramePointer and its code tables unreadable: stacks stop at the first JIT-compiled frame; restart the JVM with that flag for complete Java stacks";
+
+/// The warning a JVM's report carries, from what is known of it.
+fn frame_pointer_warning(
+    preserve_frame_pointer: Option<bool>,
+    frames: Option<&str>,
+) -> Option<String> {
+    let code_read = frames.is_some_and(|f| f.starts_with("vm_structures"));
+    (preserve_frame_pointer == Some(false) && !code_read)
+        .then(|| NO_FRAME_POINTER_WARNING.to_string())
+}
 
 #[derive(Debug, Default)]
 struct JvmEntry {
@@ -205,6 +217,8 @@ impl Jvms {
     pub fn set_frames(&self, pid: u32, frames: String) {
         self.update(pid, |e| {
             if e.report.frames.as_ref() != Some(&frames) {
+                e.report.warning =
+                    frame_pointer_warning(e.report.preserve_frame_pointer, Some(&frames));
                 e.report.frames = Some(frames);
             }
         });

@@ -133,6 +133,10 @@ pub struct Layout {
     pub heap_block_size: u64,
     pub blob_name: Field,
     pub blob_code: CodeStart,
+    /// `CodeBlob::_frame_size` (words) and `_frame_complete_offset`
+    /// (bytes from the code's start), for the BPF walk; none where the
+    /// VM does not describe them.
+    pub blob_frame: Option<(Field, Field)>,
     pub nm_compile_id: Field,
     pub nm_comp_level: Option<Field>,
     pub nm_method: Field,
@@ -238,6 +242,9 @@ impl Layout {
             heap_block_size: t.size("HeapBlock")?,
             blob_name: t.field(&blob, "_name")?,
             blob_code,
+            blob_frame: t
+                .opt_field(&blob, "_frame_size")
+                .zip(t.opt_field(&blob, "_frame_complete_offset")),
             nm_compile_id: t.field(&nm, "_compile_id")?,
             nm_comp_level: t.opt_field(&nm, "_comp_level"),
             nm_method: t.field(&nm, "_method")?,
@@ -406,6 +413,7 @@ pub(crate) mod tests {
             heap_block_size: 16,
             blob_name: f(0),
             blob_code: CodeStart::Offset(f(8)),
+            blob_frame: Some((f(16), f(20))),
             nm_compile_id: f(16),
             nm_comp_level: None,
             nm_method: f(24),

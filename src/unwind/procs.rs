@@ -7,7 +7,7 @@ use super::{
     files::{FileEntry, TablePlace, TableState},
     stats::{Lacking, Missing},
 };
-use crate::bpf::abi::{UnwindMapping, UNWIND_MAX_MAPPINGS};
+use crate::bpf::abi::{UnwindJava, UnwindMapping, UNWIND_MAX_MAPPINGS};
 use crate::process::{
     files::{ExecMapping, FileKey},
     maps::ProcMaps,
@@ -28,15 +28,15 @@ pub(super) struct ProcState {
     pub written: Vec<(FileKey, UnwindMapping)>,
     /// Loaded tables left out of the entry (too many mappings).
     pub left_out: Vec<FileKey>,
-    /// A JVM's interpreter code, as last read and as written.
-    pub interpreter: Option<(u64, u64)>,
-    pub written_interpreter: Option<(u64, u64)>,
+    /// A JVM's code (interpreter, code heaps), as last read and as written.
+    pub java: Option<UnwindJava>,
+    pub written_java: Option<UnwindJava>,
 }
 
 impl ProcState {
     /// Whether the process has a BPF entry.
     pub fn has_entry(&self) -> bool {
-        !self.written.is_empty() || self.written_interpreter.is_some()
+        !self.written.is_empty() || self.written_java.is_some()
     }
 }
 

@@ -32,7 +32,7 @@ use super::{
     stats::{top_missing, Lacking},
 };
 use crate::bpf::{
-    abi::{UnwindProc, UNWIND_MAX_MAPPINGS},
+    abi::{UnwindJava, UnwindProc, UNWIND_MAX_MAPPINGS},
     UnwindMaps,
 };
 use crate::process::{
@@ -42,10 +42,10 @@ use crate::process::{
 
 mod place;
 
-/// Where a JVM's interpreter code lies, from its executable mappings
-/// (`jvm::code::interpreter_range`, handed in so that the registry does
-/// not depend on the JVM readers).
-pub type InterpreterRange = Box<dyn Fn(u32, &[ExecMapping]) -> Option<(u64, u64)> + Send>;
+/// What the walk needs of a JVM's code, from its executable mappings
+/// (`jvm::code::code_for_walks`, handed in so that the registry does not
+/// depend on the JVM readers).
+pub type JavaCodeOf = Box<dyn Fn(u32, &[ExecMapping]) -> Option<UnwindJava> + Send>;
 
 /// A table left out for lack of room, or that no process could open, is
 /// tried again after this long, if room may be made for it by then.
@@ -79,9 +79,9 @@ pub struct Registry {
     /// Registrations so far (each process entry carries its own).
     epoch: u32,
     changes: Subscription,
-    /// Registers JVMs' interpreter ranges, so that the walk records
-    /// interpreted frames' methods (`--jvm-frames`).
-    pub interpreter: Option<InterpreterRange>,
+    /// Registers JVMs' code, so that the walk names interpreted frames
+    /// and steps through compiled ones (`--jvm-frames`).
+    pub java: Option<JavaCodeOf>,
 }
 
 impl Registry {
@@ -97,7 +97,7 @@ impl Registry {
             queued: HashSet::new(),
             space: RowSpace::new(capacity),
             epoch: 0,
-            interpreter: None,
+            java: None,
             stats: UnwindStats {
                 rows_capacity: u64::from(capacity),
                 ..UnwindStats::default()
@@ -241,7 +241,7 @@ impl Registry {
         }
         let mut seen = now;
         let mut written = Vec::new();
-        let mut written_interpreter = None;
+        let mut written_java = None;
         if let Some(old) = old {
             self.detach(&old.mappings);
             seen = old.seen;
@@ -249,13 +249,10 @@ impl Registry {
             // (a new epoch would empty BPF's cache of its rules).
             if self.maps.procs.get(&pid, 0).is_ok() {
                 written = old.written;
-                written_interpreter = old.written_interpreter;
+                written_java = old.written_java;
             }
         }
-        let interpreter = self
-            .interpreter
-            .as_ref()
-            .and_then(|range| range(pid, &mappings));
+        let java = self.java.as_ref().and_then(|of| of(pid, &mappings));
         self.attach(&mappings, now);
         self.procs.insert(
             pid,
@@ -267,8 +264,8 @@ impl Registry {
                 mappings,
                 written,
                 left_out: Vec::new(),
-                interpreter,
-                written_interpreter,
+                java,
+                written_java,
             },
         );
         self.write_entry(pid);
@@ -302,7 +299,7 @@ impl Registry {
             return;
         };
         p.left_out = left_out;
-        if p.written == entry && p.written_interpreter == p.interpreter {
+        if p.written == entry && p.written_java == p.java {
             return;
         }
         self.stats.mappings_dropped += dropped as u64;
@@ -315,8 +312,8 @@ impl Registry {
         for (slot, (_, m)) in proc.mappings.iter_mut().zip(&entry) {
             *slot = *m;
         }
-        (proc.interp_start, proc.interp_end) = p.interpreter.unwrap_or_default();
-        if entry.is_empty() && p.interpreter.is_none() {
+        proc.java = p.java.unwrap_or_default();
+        if entry.is_empty() && p.java.is_none() {
             let _ = self.maps.procs.remove(&pid);
         } else if let Err(err) = self.maps.procs.insert(pid, proc, 0) {
             tracing::debug!(pid, "registering unwind tables: {err}");
@@ -324,7 +321,7 @@ impl Registry {
             return;
         }
         p.written = entry;
-        p.written_interpreter = p.interpreter;
+        p.written_java = p.java;
     }
 
     /// Processes mapping `key` (`in_entry`: whose entry holds its table).

@@ -162,7 +162,7 @@ fn app() -> (axum::Router, SystemTime) {
             ],
             processes: HashMap::from([(PID, Arc::from("java")), (0, Arc::from("swapper/0"))]),
             containers: HashMap::new(),
-            stats: Default::default(),
+            stats: [0; wallscope::bpf::abi::Stat::COUNT],
         });
     }
     let shared = Shared::new(store, vec![("on_cpu_sample".into(), 2)]);

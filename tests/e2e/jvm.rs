@@ -320,10 +320,17 @@ fn jvms_that_refuse_or_lack_frame_pointers_are_reported_once() {
         .expect("the JVM without frame pointers in /processes");
     assert_eq!(report["attach"], "attached", "{report}");
     assert_eq!(report["preserve_frame_pointer"], false, "{report}");
-    assert!(
+    // Compiled frames are stepped through by the JVM's own code tables
+    // (issue #27): the flag is worth a warning only where those cannot be
+    // read, with frames from the perf map alone.
+    let code_read = report["frames"]
+        .as_str()
+        .is_some_and(|f| f.starts_with("vm_structures"));
+    assert_eq!(
         report["warning"]
             .as_str()
             .is_some_and(|w| w.contains("PreserveFramePointer")),
+        !code_read,
         "{report}"
     );
     let (status, text) = get(&format!("{url}/threads?pid={}&format=text", no_fp.pid));

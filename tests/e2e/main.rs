@@ -27,6 +27,7 @@ mod hung;
 mod jvm;
 mod jvm_attach;
 mod jvm_frames;
+mod jvm_noflags;
 mod lifecycle;
 mod memory_bounds;
 mod offcpu;

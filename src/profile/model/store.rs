@@ -123,12 +123,23 @@ pub struct StoreStats {
 /// What [`Store::push`] publishes after each push, for readers that must
 /// not wait for the store's lock (`/healthz`): a push holds it while it
 /// interns a slice's stacks, milliseconds on a busy host.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub struct Published {
     pub stats: StoreStats,
     /// BPF loss counters summed since start.
     pub totals: StatDeltas,
     pub retention: Duration,
+}
+
+// By hand: `Default` stops at arrays of 32, and there are more counters.
+impl Default for Published {
+    fn default() -> Published {
+        Published {
+            stats: StoreStats::default(),
+            totals: [0; Stat::COUNT],
+            retention: Duration::default(),
+        }
+    }
 }
 
 /// Slices of recent history, oldest first, and the newest live view.

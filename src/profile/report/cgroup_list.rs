@@ -163,7 +163,7 @@ mod tests {
             ],
             processes: HashMap::new(),
             containers: Default::default(),
-            stats: Default::default(),
+            stats: [0; crate::bpf::abi::Stat::COUNT],
         });
         let list = list(&store.snapshot(), Window::last(30, end));
         let ids: Vec<u64> = list.cgroups.iter().map(id).collect();

@@ -367,7 +367,7 @@ mod tests {
                 ],
                 processes: HashMap::new(),
                 containers: Default::default(),
-                stats: Default::default(),
+                stats: [0; crate::bpf::abi::Stat::COUNT],
             });
         }
         store

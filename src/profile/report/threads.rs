@@ -331,7 +331,7 @@ mod tests {
                 runq_hists: vec![],
                 processes: Map::from([(7, Arc::from("app"))]),
                 containers: Default::default(),
-                stats: Default::default(),
+                stats: [0; crate::bpf::abi::Stat::COUNT],
             });
         }
         let r = report(&store.snapshot(), 7, Window::last(30, end)).unwrap();

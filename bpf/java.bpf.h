@@ -1,0 +1,198 @@
+/* SPDX-License-Identifier: GPL-2.0 OR Apache-2.0 */
+/*
+ * Compiled Java frames without frame pointers. A JVM started without
+ * -XX:+PreserveFramePointer uses rbp as a general register in compiled
+ * code, so a frame-pointer chain breaks at the first compiled frame. But
+ * every HotSpot code blob knows its frame size, and on x86-64 a compiled
+ * frame (C1, C2, native wrapper, runtime stub) ends with its return
+ * address and, under it, the caller's rbp: at a pc past the frame's
+ * set-up, the caller's frame starts at sp + frame_size * 8. The blob of a
+ * pc is found as HotSpot finds it, through its code heap's segment map.
+ * Interpreted frames keep rbp as their frame pointer and save the sp of
+ * their caller at rbp - 8 (unwind.bpf.h steps them).
+ *
+ * Everything read here belongs to the walked process, so everything is
+ * bounded: segment-map hops and reads, the frame size. Anything
+ * implausible ends the walk, counted in java_frames_refused.
+ */
+#ifndef WALLSCOPE_JAVA_BPF_H
+#define WALLSCOPE_JAVA_BPF_H
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include "maps.bpf.h"
+#include "walk.bpf.h"
+#include "wallscope.h"
+
+/* Where an interpreted frame keeps its caller's sp: rbp - 8
+ * (frame::interpreter_frame_sender_sp_offset, -1 word). */
+#define WS_JAVA_SENDER_SP_SLOT 8
+/* Segment-map hops and reads per pc: a legitimate map reaches a block
+ * start in one hop per 254 segments (a few more after free blocks were
+ * joined); a forged one costs this much, once. */
+#define WS_JAVA_MAX_HOPS 64
+#define WS_JAVA_MAX_READS 4
+/* A larger frame (64 KiB) is no compiled frame. */
+#define WS_JAVA_MAX_FRAME_WORDS 8192
+
+enum ws_java_found {
+	WS_JAVA_NOT_CODE = 0, /* the pc is in none of the JVM's code heaps */
+	WS_JAVA_RULE = 1,     /* the rule is in *row */
+	WS_JAVA_REFUSED = 2,  /* in a code heap, but nothing plausible there */
+};
+
+/* What a segment-map hop needs (the walk's state is in `w`). */
+struct ws_segmap_ctx {
+	struct ws_unwind_walk *w;
+	struct task_struct *task;
+};
+
+/* One hop back; reads the window of the map up to the segment reached
+ * when the last read does not hold it. `task` as in ws_read_user. */
+static __always_inline long ws_segmap_hop_in(struct ws_unwind_walk *w, struct task_struct *task)
+{
+	__u64 at, first, off;
+	__u8 back;
+
+	if (!w)
+		return 1;
+	at = w->seg_at;
+	if (at < w->seg_first || at - w->seg_first >= w->seg_len) {
+		__u32 len;
+
+		first = at >= WS_SEGMAP_WINDOW - 1 ? at - (WS_SEGMAP_WINDOW - 1) : 0;
+		len = at - first + 1;
+		if (w->seg_reads >= WS_JAVA_MAX_READS || len == 0 || len > WS_SEGMAP_WINDOW)
+			goto refuse;
+		asm volatile("" : "+r"(len));
+		if (len > WS_SEGMAP_WINDOW || ws_read_user(w->segmap, len, w->seg_map + first, task))
+			goto refuse;
+		w->seg_reads++;
+		w->seg_first = first;
+		w->seg_len = len;
+	}
+	off = at - w->seg_first;
+	asm volatile("" : "+r"(off));
+	if (off >= WS_SEGMAP_WINDOW)
+		goto refuse;
+	back = w->segmap[off];
+	if (back == 0) {
+		w->seg_found = 1;
+		return 1;
+	}
+	if (back == 0xff || back > at) /* free, or before the heap */
+		goto refuse;
+	w->seg_at = at - back;
+	return 0;
+refuse:
+	w->seg_found = 2;
+	return 1;
+}
+
+static long ws_segmap_hop(__u32 index, void *data)
+{
+	struct ws_segmap_ctx *c = data;
+
+	return ws_segmap_hop_in(c->w, NULL);
+}
+
+static long ws_segmap_hop_task(__u32 index, void *data)
+{
+	struct ws_segmap_ctx *c = data;
+
+	return ws_segmap_hop_in(c->w, c->task);
+}
+
+/* The int of `width` bytes at `off` in the blob header read last (false:
+ * outside it). */
+static __always_inline bool ws_blob_int(struct ws_unwind_walk *w, __u32 off, __u32 width,
+					__s64 *out)
+{
+	asm volatile("" : "+r"(off));
+	if (off > WS_JAVA_BLOB_HEADER - 8)
+		return false;
+	*out = width == 2 ? *(__s16 *)(w->blob + off) : *(__s32 *)(w->blob + off);
+	return true;
+}
+
+/* The rule that steps out of the frame at `pc` (`leaf`: the innermost
+ * frame, which may be stopped anywhere, even before its frame is set up)
+ * if `pc` is in one of the walked JVM's code heaps. */
+static __always_inline enum ws_java_found ws_java_rule(struct ws_unwind_walk *w, __u64 pc,
+						       bool leaf, struct ws_unwind_row *row,
+						       struct task_struct *task)
+{
+	const struct ws_java_code *j = &w->proc.java;
+	const struct ws_java_heap *h = NULL;
+	struct ws_segmap_ctx q = { .w = w, .task = task };
+	__u64 blob, code_begin;
+	__s64 frame_size = 0, complete = 0, code = 0;
+	__u32 log2;
+
+	for (int i = 0; i < WS_JAVA_MAX_HEAPS; i++) {
+		if (i >= j->heap_count)
+			break;
+		if (pc >= j->heaps[i].low && pc < j->heaps[i].high) {
+			h = &j->heaps[i];
+			break;
+		}
+	}
+	if (!h)
+		return WS_JAVA_NOT_CODE;
+	log2 = h->log2_segment;
+	if (log2 < 4 || log2 > 16)
+		return WS_JAVA_REFUSED;
+	w->seg_map = h->segmap;
+	w->seg_at = (pc - h->low) >> log2;
+	w->seg_first = 0;
+	w->seg_len = 0;
+	w->seg_reads = 0;
+	w->seg_found = 0;
+	bpf_loop(WS_JAVA_MAX_HOPS, task ? ws_segmap_hop_task : ws_segmap_hop, &q, 0);
+	if (w->seg_found != 1)
+		return WS_JAVA_REFUSED;
+	blob = h->low + (w->seg_at << log2) + j->block_header;
+	if (ws_read_user(w->blob, WS_JAVA_BLOB_HEADER, blob, task) ||
+	    !ws_blob_int(w, j->frame_size, 4, &frame_size) ||
+	    !ws_blob_int(w, j->frame_complete, j->frame_complete_width, &complete) ||
+	    frame_size < 0 || frame_size > WS_JAVA_MAX_FRAME_WORDS)
+		return WS_JAVA_REFUSED;
+	if (j->code_is_offset) {
+		if (!ws_blob_int(w, j->code, 4, &code))
+			return WS_JAVA_REFUSED;
+		code_begin = blob + code;
+	} else {
+		__u32 off = j->code;
+
+		asm volatile("" : "+r"(off));
+		if (off > WS_JAVA_BLOB_HEADER - 8)
+			return WS_JAVA_REFUSED;
+		code_begin = *(__u64 *)(w->blob + off);
+	}
+	row->cfa_reg = WS_CFA_RSP;
+	row->rbp_rule = WS_RBP_SAME;
+	row->rbp_off = 0;
+	if (frame_size == 0) {
+		/* No frame of its own (stubs): the innermost one returns from
+		 * the top of the stack; a caller's keeps rbp frames. */
+		if (leaf)
+			row->cfa_off = 8;
+		else
+			row->cfa_reg = WS_UNWIND_FP_STEP;
+		return WS_JAVA_RULE;
+	}
+	if (leaf && complete > 0 && pc < code_begin + complete) {
+		/* Stopped in the frame's set-up: its return address is on top
+		 * (the one instruction between pushing rbp and growing the
+		 * frame aside). */
+		row->cfa_off = 8;
+		return WS_JAVA_RULE;
+	}
+	row->cfa_off = frame_size * 8;
+	row->rbp_rule = WS_RBP_AT_CFA;
+	row->rbp_off = -16;
+	ws_stat_inc(WS_STAT_JAVA_FRAMES);
+	return WS_JAVA_RULE;
+}
+
+#endif /* WALLSCOPE_JAVA_BPF_H */

@@ -1,0 +1,222 @@
+//! Complete Java stacks on JVMs started without any flag (issue #27): the
+//! BPF walk steps through compiled frames by their code blob's frame size
+//! (`bpf/java.bpf.h`), so stacks reach the thread's entry on JDK 17 and
+//! HotSpot 25 without `-XX:+PreserveFramePointer`, on CPU and off CPU.
+//! Needs root (eBPF) and both JDKs (`scripts/deps.sh` installs them).
+//!
+//! Shares of the pool threads' samples, never absolute CPU: a busy host
+//! runs the pools less, not differently.
+
+use std::{collections::BTreeMap, thread, time::Duration};
+
+use serde_json::Value;
+
+use crate::support::{
+    daemon,
+    java::{JavaRun, Jdk, Jvm},
+    java_frames::{by_innermost_java, is_java},
+    rows::{folded_at, json_at, show, within, Rows},
+    settle, Fixture, CATCH_UP,
+};
+
+/// The thread's entry frame every complete Java stack runs through.
+const ENTRY: &str = "java.lang.Thread.run_[0]";
+/// Pools' pools (`group=pool`).
+const POOLS: [&str; 2] = ["MutationStage-*", "Native-Transport-Requests-*"];
+/// Parked's threads.
+const PARKERS: [&str; 1] = ["parker-*"];
+/// Seconds of profile the checks read, all of it after the warm-up.
+const WINDOW: u64 = 10;
+
+macro_rules! on_both_jdks {
+    ($($scenario:ident),* $(,)?) => {$(
+        mod $scenario {
+            #[test]
+            fn jdk17() {
+                super::$scenario(super::Jdk::Default)
+            }
+
+            #[test]
+            fn jdk25() {
+                super::$scenario(super::Jdk::V25)
+            }
+        }
+    )*};
+}
+
+on_both_jdks!(pool_stacks_reach_the_thread_entry_without_flags);
+
+/// The rows of `pid`'s `pools` over the last [`WINDOW`].
+fn rows_of(url: &str, pid: u32, kind: &str, pools: &[&str]) -> Rows {
+    folded_at(
+        url,
+        &format!("pid={pid}&kind={kind}&group=pool&seconds={WINDOW}"),
+    )
+    .into_iter()
+    .filter(|(stack, _)| stack.get(1).is_some_and(|p| pools.contains(&p.as_str())))
+    .collect()
+}
+
+/// The rows of Pools' pools.
+fn pool_rows(url: &str, pid: u32, kind: &str) -> Rows {
+    rows_of(url, pid, kind, &POOLS)
+}
+
+/// Share of `rows`' weight whose stack holds `frame`.
+fn share_through(rows: &Rows, frame: &str) -> f64 {
+    let total: u64 = rows.iter().map(|r| r.1).sum();
+    let through: u64 = rows
+        .iter()
+        .filter(|(stack, _)| stack.iter().any(|f| f == frame))
+        .map(|r| r.1)
+        .sum();
+    through as f64 / total.max(1) as f64
+}
+
+/// Each innermost Java method's share of `rows`, marks left out (C1 or
+/// C2, inlined or not, differs from run to run).
+fn leaf_shares(rows: &Rows) -> BTreeMap<String, f64> {
+    let by_leaf = by_innermost_java(rows);
+    let total: u64 = by_leaf.values().sum();
+    let mut shares = BTreeMap::new();
+    for (frame, weight) in by_leaf {
+        let method = frame.rsplit_once("_[").map_or(frame, |(m, _)| m);
+        *shares.entry(method.to_string()).or_default() += weight as f64 / total.max(1) as f64;
+    }
+    shares
+}
+
+/// Waits until `jvm`'s pools have compiled frames on CPU, then a whole
+/// window more.
+fn warm_up(url: &str, jvm: &Jvm) {
+    let compiled = |rows: &Rows| {
+        rows.iter()
+            .any(|(stack, _)| stack.iter().any(|f| f.ends_with("_[j]")))
+    };
+    within(CATCH_UP, || {
+        compiled(&pool_rows(url, jvm.pid, "cpu")).then_some(())
+    })
+    .unwrap_or_else(|| panic!("no compiled frames in the pools of {}", jvm.pid));
+}
+
+fn pool_stacks_reach_the_thread_entry_without_flags(jdk: Jdk) {
+    let Some(_fx) = Fixture::ebpf_serial().filter(|_| jdk.available()) else {
+        return;
+    };
+    let url = daemon();
+    let plain = JavaRun {
+        jdk,
+        no_frame_pointer: true,
+        ..JavaRun::default()
+    }
+    .start("Pools", &["3600", "2"]);
+    let with_fp = JavaRun {
+        jdk,
+        ..JavaRun::default()
+    }
+    .start("Pools", &["3600", "2"]);
+    warm_up(url, &plain);
+    warm_up(url, &with_fp);
+    thread::sleep(Duration::from_secs(WINDOW + 2));
+    settle(url);
+
+    // On CPU: from the thread's entry down to the method running.
+    let cpu = pool_rows(url, plain.pid, "cpu");
+    let reached = share_through(&cpu, ENTRY);
+    eprintln!("{jdk:?}: {reached:.3} of the pools' CPU samples reach {ENTRY}");
+    assert!(
+        reached >= 0.95,
+        "{reached:.3} of the pools' CPU samples reach {ENTRY}:\n{}",
+        show(&cpu)
+    );
+    // The same methods as with frame pointers, in the same shares.
+    let (ours, theirs) = (
+        leaf_shares(&cpu),
+        leaf_shares(&pool_rows(url, with_fp.pid, "cpu")),
+    );
+    for method in ours.keys().chain(theirs.keys()) {
+        let (a, b) = (
+            ours.get(method).copied().unwrap_or(0.0),
+            theirs.get(method).copied().unwrap_or(0.0),
+        );
+        assert!(
+            (a - b).abs() <= 0.05,
+            "{method}: {a:.3} of the leaves without flags, {b:.3} with frame pointers\n\
+             without: {ours:?}\nwith: {theirs:?}"
+        );
+    }
+
+    drop(with_fp);
+    drop(plain);
+
+    // Off CPU: threads parked from compiled code, on a futex.
+    let parked = JavaRun {
+        jdk,
+        no_frame_pointer: true,
+        ..JavaRun::default()
+    }
+    .start("Parked", &["3600", "2"]);
+    let compiled_parks = |rows: &Rows| {
+        rows.iter().any(|(stack, _)| {
+            stack
+                .iter()
+                .any(|f| f.starts_with("Parked.round_[") && !f.ends_with("_[0]"))
+        })
+    };
+    within(CATCH_UP, || {
+        compiled_parks(&rows_of(url, parked.pid, "futex", &PARKERS)).then_some(())
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "Parked.round never compiled in the parkers' futex stacks:\n{}",
+            show(&rows_of(url, parked.pid, "futex", &PARKERS))
+        )
+    });
+    thread::sleep(Duration::from_secs(WINDOW + 2));
+    settle(url);
+    let futex = rows_of(url, parked.pid, "futex", &PARKERS);
+    let complete = share_through(&futex, ENTRY);
+    eprintln!("{jdk:?}: {complete:.3} of the parkers' futex time reaches {ENTRY}");
+    assert!(
+        complete >= 0.9,
+        "{complete:.3} of the parkers' futex time reaches {ENTRY}:\n{}",
+        show(&futex)
+    );
+    blocked_stacks_are_complete(url, parked.pid);
+}
+
+/// `/blocked` lists a parker of `pid` parked with the whole path: the
+/// entry and compiled Java frames down to the futex wait.
+fn blocked_stacks_are_complete(url: &str, pid: u32) {
+    let complete = |t: &Value| {
+        let frames: Vec<String> = t["stack"]
+            .as_array()
+            .map(|s| {
+                s.iter()
+                    .filter_map(|f| f.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        frames.iter().any(|f| f == ENTRY)
+            && frames
+                .iter()
+                .any(|f| is_java(f) && (f.ends_with("_[j]") || f.ends_with("_[1]")))
+    };
+    let found = within(CATCH_UP, || {
+        let view = json_at(url, &format!("/blocked?pid={pid}&min_seconds=0"));
+        view["threads"]
+            .as_array()?
+            .iter()
+            .find(|t| {
+                t["state"] == "futex"
+                    && t["name"].as_str().is_some_and(|n| n.starts_with("parker-"))
+                    && complete(t)
+            })
+            .cloned()
+    });
+    assert!(
+        found.is_some(),
+        "no parked thread with a complete stack in {}",
+        json_at(url, &format!("/blocked?pid={pid}&min_seconds=0"))
+    );
+}
