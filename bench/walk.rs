@@ -5,8 +5,13 @@
 //! histogram (`/healthz` `walk_cost`), read here by kind and depth: walks,
 //! p50 and p99 (upper bounds of 19 %-wide slots).
 //!
-//! Prints the table and writes `bench/results/walk.md`. Needs root and a C
-//! compiler. Env: `WS_BENCH_SECONDS` (default 10) per build.
+//! Then a JVM started without any flag (`bench/workloads/DeepJava.java`, a
+//! thread spinning under a deep chain of Java calls): its walks step
+//! through compiled frames by their code blob's frame size (issue #27); the
+//! rows of its depth buckets are reported as they come.
+//!
+//! Prints the table and writes `bench/results/walk.md`. Needs root, a C
+//! compiler and a JDK. Env: `WS_BENCH_SECONDS` (default 10) per build.
 
 #[path = "common/mod.rs"]
 mod common;
@@ -68,6 +73,25 @@ fn run() -> Result<()> {
             }
         }
     }
+    let java_rows = measure_java(&daemon, tmp.path(), seconds)?;
+    for r in &java_rows {
+        rows.push(vec![
+            "JVM, no flags (DeepJava)".to_string(),
+            format!("{}-{}", r.frames_from, r.frames_from + 7),
+            r.kind.clone(),
+            r.walks.to_string(),
+            r.p50_ns.to_string(),
+            r.p99_ns.to_string(),
+        ]);
+    }
+    if let Some(r) = java_rows.iter().max_by_key(|r| r.frames_from) {
+        verdicts.push(format!(
+            "JVM without flags, {}-{} frames (mixed Java and native): p50 {} ns",
+            r.frames_from,
+            r.frames_from + 7,
+            r.p50_ns
+        ));
+    }
     let report = format!(
         "# Stack walk cost\n\n- date: {date}\n- kernel: {kernel}\n- {seconds} s per build at 999 Hz; \
          rows with at least 100 walks\n\n{}\np50/p99: upper bounds of the histogram slots that hold \
@@ -81,6 +105,38 @@ fn run() -> Result<()> {
         verdicts.join("; ")
     );
     common::write_report("walk", &report)
+}
+
+/// Java calls the JVM's thread makes down to its spin (C2 inlines some).
+const JAVA_DEPTH: u32 = 160;
+
+/// Runs DeepJava without any flag under a fresh daemon for `seconds` (after
+/// a warm-up, so that its code is compiled) and returns the walk costs of
+/// its depth buckets (deeper than any of the daemon's own walks).
+fn measure_java(daemon: &Path, tmp: &Path, seconds: u64) -> Result<Vec<Row>> {
+    let java = common::find_tool("java", "openjdk-17-jdk-headless")?;
+    let javac = common::find_tool("javac", "openjdk-17-jdk-headless")?;
+    let classes = tmp.join("classes");
+    common::check(
+        Command::new(javac)
+            .arg("-d")
+            .arg(&classes)
+            .arg(Path::new(ROOT).join("bench/workloads/DeepJava.java")),
+    )?;
+    let mut cmd = Command::new(java);
+    cmd.arg("-cp")
+        .arg(&classes)
+        .args([
+            "DeepJava",
+            &JAVA_DEPTH.to_string(),
+            &(seconds + 60).to_string(),
+        ])
+        .stdout(Stdio::null());
+    let jvm = Guard(cmd.spawn().context("starting the JVM")?);
+    sleep(Duration::from_secs(5));
+    let rows = measure_running(daemon, tmp, seconds)?;
+    drop(jvm);
+    Ok(rows.into_iter().filter(|r| r.frames_from >= 16).collect())
 }
 
 /// Builds `deep.c` with `flag` into `dir`.
@@ -115,13 +171,20 @@ fn measure(daemon: &Path, bin: &Path, tmp: &Path, seconds: u64) -> Result<Vec<Ro
         cmd.arg(levels.to_string()).stdout(Stdio::null());
         spinners.push(Guard(cmd.spawn().context("starting the workload")?));
     }
+    let rows = measure_running(daemon, tmp, seconds);
+    drop(spinners);
+    rows
+}
+
+/// The walk costs of what runs on the host, under a fresh daemon, over
+/// `seconds` (rows with at least 100 walks).
+fn measure_running(daemon: &Path, tmp: &Path, seconds: u64) -> Result<Vec<Row>> {
     // Tables are registered after the first drains: the walks counted
     // before are frame-pointer walks and show as such.
     let (mut d, port) = common::serve_999hz(daemon, &tmp.join("daemon.log"))?;
     sleep(Duration::from_secs(seconds));
     let h = healthz(port).context("no /healthz")?;
     d.stop(libc::SIGINT)?;
-    drop(spinners);
     let rows: Vec<Row> = h["pipeline"]["walk_cost"]
         .as_array()
         .context("no walk_cost in /healthz")?

@@ -51,7 +51,13 @@ pub struct Profile {
     pub unnamed: Vec<(f64, String)>,
     /// Rows with a kernel frame.
     pub kernel_rows: usize,
+    /// Weight of the rows with a Java frame that reach the thread's entry
+    /// (`java.lang.Thread.run`): complete stacks.
+    pub entry: f64,
 }
+
+/// The entry frame of every Java thread the workload starts.
+pub const ENTRY_METHOD: &str = "java.lang.Thread.run";
 
 /// A frame's Java method, normalized (`pkg.Class.method`), and its kind
 /// (a [`JAVA_SUFFIXES`] entry), or `None` if the frame is not Java code;
@@ -124,6 +130,12 @@ pub fn parse(text: &str, tool: Tool) -> Profile {
         match frames.iter().rev().find_map(|f| java_frame(f, tool)) {
             Some((method, kind)) => {
                 p.java += value;
+                if frames
+                    .iter()
+                    .any(|f| java_frame(f, tool).is_some_and(|(m, _)| m == ENTRY_METHOD))
+                {
+                    p.entry += value;
+                }
                 if kind == UNNAMED {
                     p.unnamed.push((value, line.to_string()));
                 }
@@ -155,6 +167,11 @@ impl Profile {
         v.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         v.truncate(n);
         v
+    }
+
+    /// Share (%) of the Java samples whose stack reaches the entry frame.
+    pub fn entry_pct(&self) -> f64 {
+        self.entry / self.java * 100.0 + 0.0
     }
 
     pub fn weight_pct(&self, rows: &[(f64, String)]) -> f64 {

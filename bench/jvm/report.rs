@@ -7,8 +7,10 @@
 
 use crate::async_profiler::AP_VERSION;
 use crate::common::{self, ROOT};
-use crate::profile::{Profile, JAVA_SUFFIXES, UNNAMED};
-use crate::{Run, Setup, AP_INTERVAL, DESIGN, MAX_DIFF_PP, MIN_OVERLAP, TAIL_S, TOP};
+use crate::profile::{Profile, ENTRY_METHOD, JAVA_SUFFIXES, UNNAMED};
+use crate::{
+    Run, Setup, AP_INTERVAL, DESIGN, MAX_DIFF_PP, MAX_ENTRY_DIFF_PP, MIN_OVERLAP, TAIL_S, TOP,
+};
 use crate::{WARMUP_S, WARM_DRAINS};
 use anyhow::{bail, Result};
 use std::collections::BTreeSet;
@@ -49,7 +51,10 @@ pub fn render(setup: &Setup, run: &Run, failed: &[String]) -> Result<String> {
         .filter_map(|m| Some((*m, ws.share(m)? - ap.share(m)?)))
         .collect();
     let max_diff = diffs.iter().map(|d| d.1.abs()).fold(0.0, f64::max);
-    let pass = both.len() >= MIN_OVERLAP && max_diff <= MAX_DIFF_PP;
+    let entry_diff = ws.entry_pct() - ap.entry_pct();
+    let pass = both.len() >= MIN_OVERLAP
+        && max_diff <= MAX_DIFF_PP
+        && entry_diff.abs() <= MAX_ENTRY_DIFF_PP;
 
     let (date, kernel, load) = common::system()?;
     let java_version = common::java::java_version(&setup.java)?;
@@ -77,8 +82,18 @@ pub fn render(setup: &Setup, run: &Run, failed: &[String]) -> Result<String> {
     let _ = write!(
         s,
         "Verdict: **{verdict}** — top-{TOP} overlap {overlap} (need ≥ {MIN_OVERLAP}), \
-         largest share difference {max_diff:.2} pp (need ≤ {MAX_DIFF_PP} pp each).\n\n",
+         largest share difference {max_diff:.2} pp (need ≤ {MAX_DIFF_PP} pp each), \
+         samples reaching the thread's entry (`{ENTRY_METHOD}`): wallscope {we:.1} %, \
+         async-profiler {ae:.1} % ({entry_diff:+.1} pp, need within ±{MAX_ENTRY_DIFF_PP}).\n\n\
+         JVM flags: {flags}.\n\n",
         overlap = both.len(),
+        we = ws.entry_pct(),
+        ae = ap.entry_pct(),
+        flags = if setup.jvm_flags.is_empty() {
+            "none (the JIT's defaults, no frame pointers)".to_string()
+        } else {
+            format!("`{}`", setup.jvm_flags.join(" "))
+        },
     );
 
     s += "## Top 10 Java methods by self time\n\n";
@@ -260,8 +275,8 @@ pub fn render(setup: &Setup, run: &Run, failed: &[String]) -> Result<String> {
          JVM, so that info covers every instruction, for wallscope too. wallscope with \
          `--jvm-frames full` reads the same info from outside (issue #12); from the \
          perf map alone it names only the outer compiled method of a blob. \
-         `-XX:+PreserveFramePointer` keeps a frame pointer in JIT code, which \
-         wallscope's frame-pointer stack walk needs to get past the first Java frame.\n",
+         The JVM runs without `-XX:+PreserveFramePointer`: wallscope's BPF walk \
+         steps through compiled frames by their code blob's frame size (issue #27).\n",
         query = run.query,
         command = shorten(&run.command, setup),
         n = setup.steady_s / WARMUP_S,

@@ -4,7 +4,7 @@
 // (22, 17, 13, 11, 9, 7, 6, 5, 4, 3, 2, 1 %). Two threads run them round after
 // round for DURATION seconds.
 //
-// Usage: java [-XX:+PreserveFramePointer] Burn DURATION
+// Usage: java Burn DURATION
 // Prints `ready <pid>` once the threads run, then `done <checksum>`.
 //
 // The bench runs it with the JIT's defaults: C2 inlines the twelve methods
@@ -12,9 +12,8 @@
 // is spent in inlined code, one compiled blob that the JVM's perf map names
 // by its outer method only. A profiler must read HotSpot's debug info to
 // name the inlined methods, as async-profiler does (`_[i]` frames) and
-// wallscope does since issue #12. `-XX:+PreserveFramePointer` keeps rbp a
-// frame pointer in JIT-ed code, so a frame-pointer walk (wallscope's) gets
-// through Java frames.
+// wallscope does since issue #12. No flag is needed for complete stacks:
+// wallscope steps through compiled frames by their frame size (issue #27).
 public final class Burn {
     /// Percent of a round spent in each method, in declaration order.
     static final int[] WEIGHTS = {22, 17, 13, 11, 9, 7, 6, 5, 4, 3, 2, 1};

@@ -283,6 +283,22 @@ fn a_forged_code_heap_exhausts_only_its_own_read_budget() {
             && !l.ends_with(" 0")
     });
     assert!(counted, "no jvm_memory budget in /metrics");
+    // Registered for the BPF walk too: every walk into the forged heap
+    // runs out of segment-map hops and ends there, counted.
+    let walks_refused = within(CATCH_UP, || {
+        let (_, metrics) = get(&format!("{}/metrics", ws.url));
+        metrics
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("wallscope_bpf_events_total{counter=\"java_frames_refused\"} ")
+            })
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .filter(|n| *n > 0)
+    });
+    assert!(
+        walks_refused.is_some(),
+        "no BPF walk refused in the forged code heap"
+    );
 
     // Ten batches with the attacker running: each symbolized within 1 s
     // of the symbolizer's CPU time, by the daemon's own figures (its wall

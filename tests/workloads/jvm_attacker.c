@@ -20,7 +20,10 @@
 //     own anonymous executable memory, whose segment map is all 0x01 (every
 //     segment "one back"): two threads run a nop sled in its first half,
 //     THREADS more sleep 0.1 s at a time called from distinct stubs in its
-//     second half (far from the heap's start, so walks are long). Prints
+//     second half (far from the heap's start, so walks are long). It also
+//     points AbstractInterpreter::_code at a fake interpreter, so that the
+//     daemon registers the fake heap for the BPF walk too (issue #27): the
+//     walk's segment-map hops then run out on every pc in it. Prints
 //     "ready PID" and runs until killed.
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -301,6 +304,11 @@ static int stall(const char *lib, int threads) {
 	*(int *)(array + len) = 1;
 	*(void ***)(array + offset_of("GrowableArray<int>", "_data")) = data;
 	*(void **)static_at("CodeCache", "_heaps") = array;
+	// A fake interpreter: a StubQueue whose buffer is a page of its own.
+	char *queue = calloc(1, 4096), *interp = calloc(1, 4096);
+	*(void **)(queue + offset_of("StubQueue", "_stub_buffer")) = interp;
+	*(int *)(queue + offset_of("StubQueue", "_buffer_limit")) = 4096;
+	*(void **)static_at("AbstractInterpreter", "_code") = queue;
 	pthread_t t;
 	for (long k = 0; k < threads; k++)
 		pthread_create(&t, NULL, sleep_thread, (void *)k);
