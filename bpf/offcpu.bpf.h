@@ -78,8 +78,6 @@ static __always_inline void ws_switch_out(void *ctx, bool preempt, struct task_s
 
 	if (!s)
 		return;
-	if (!s->on_cpu_since && s->phase_start)
-		ws_switch_in_unseen(prev, s, now);
 	ws_count_ns(&s->c, WS_STATE_CPU, ws_take(&s->on_cpu_since, now, 0));
 	if (s->pending_ns[0] || s->pending_ns[1]) {
 		/* Its switch-in hook never ran: keep the time, without a stack. */
@@ -96,8 +94,6 @@ static __always_inline void ws_switch_out(void *ctx, bool preempt, struct task_s
 	s->acct_from = now;
 	s->row_from = now;
 	ws_mark_out(prev, s);
-	if (!stacks_at_switch_in)
-		ws_own_stacks(ctx, prev, s, now, s->state == WS_STATE_IO || kthread);
 
 	if (s->state == WS_STATE_RUNQUEUE || s->state == WS_STATE_THROTTLED)
 		__sync_fetch_and_add(&s->c.switches_involuntary, 1);
@@ -124,8 +120,6 @@ static __always_inline void ws_switch_in(struct task_struct *next, __u64 now)
 
 	if (!s)
 		return;
-	if (!s->phase_start && s->on_cpu_since)
-		ws_switch_out_unseen(next, s, ws_classify(true, next, TASK_RUNNING, 0), now);
 	if (s->phase_start) {
 		__u32 state = s->state;
 		__u64 d = now - s->phase_start, w;
@@ -164,6 +158,19 @@ static __always_inline void ws_on_switch(void *ctx, bool preempt, struct task_st
 		ws_switch_out(ctx, preempt, prev, now);
 	if (next->pid)
 		ws_switch_in(next, now);
+}
+
+/* Kernels without sched_exit_tp: the thread just switched out walks its
+ * stacks for the phase that starts (a program of its own on sched_switch,
+ * attached after on_switch only then: with the walk, on_switch would not
+ * fit the verifier's budget). */
+static __always_inline void ws_on_switched_out(void *ctx, struct task_struct *prev)
+{
+	struct ws_task *s;
+
+	if (!prev->pid || !(s = ws_task(prev, false)) || !s->phase_start)
+		return;
+	ws_own_stacks(ctx, prev, s, s->off_since, s->state == WS_STATE_IO || ws_is_kthread(prev));
 }
 
 /* sched_exit_tp, in the task that just got the CPU: walks its stack for

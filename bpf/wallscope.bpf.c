@@ -41,6 +41,22 @@ int BPF_PROG(on_waking, struct task_struct *p)
 	return 0;
 }
 
+/* Attached after on_switch where stacks are walked at switch-out. */
+SEC("tp_btf/sched_switch")
+int BPF_PROG(on_switched_out, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	ws_on_switched_out(ctx, prev);
+	return 0;
+}
+
+/* Attached before on_switch (see unseen.bpf.h). */
+SEC("tp_btf/sched_switch")
+int BPF_PROG(on_switch_unseen, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	ws_switch_unseen(prev, next);
+	return 0;
+}
+
 SEC("tp_btf/sched_wakeup")
 int BPF_PROG(on_wakeup, struct task_struct *p)
 {

@@ -268,8 +268,11 @@ pub mod names {
     pub const STATS: &str = "stats";
     pub const WALK_COST: &str = "walk_cost";
     pub const ON_CPU_PROGRAM: &str = "on_cpu_sample";
-    /// tp_btf programs and the tracepoint each attaches to.
-    pub const SCHED_PROGRAMS: [(&str, &str); 8] = [
+    /// tp_btf programs and the tracepoint each attaches to, in the order
+    /// they run there (attach order): `on_switch_unseen` mends what
+    /// `on_switch` then goes on from (`bpf/unseen.bpf.h`).
+    pub const SCHED_PROGRAMS: [(&str, &str); 9] = [
+        ("on_switch_unseen", "sched_switch"),
         ("on_switch", "sched_switch"),
         ("on_waking", "sched_waking"),
         ("on_wakeup", "sched_wakeup"),
@@ -290,6 +293,9 @@ pub mod names {
     pub const LIVE_MIN_NS: &str = "live_min_ns";
     /// The switch-in hook, loaded where the kernel has the tracepoint.
     pub const SWITCH_IN_PROGRAM: (&str, &str) = ("on_switched_in", "sched_exit_tp");
+    /// Where it has not (or `--offcpu-stacks switch-out`): stacks walked
+    /// at switch-out, after `on_switch`.
+    pub const SWITCH_OUT_PROGRAM: (&str, &str) = ("on_switched_out", "sched_switch");
     /// The drain-time task iterator.
     pub const LIVE_PROGRAM: &str = "live_threads";
     pub const UNWIND_TABLES: &str = "unwind_tables";

@@ -229,7 +229,8 @@ pub fn load(opts: &ProbeOptions) -> Result<(Probes, ProbeMaps), LoadError> {
 
     let hooks = names::SCHED_PROGRAMS
         .iter()
-        .chain(switch_in_hook.then_some(&names::SWITCH_IN_PROGRAM));
+        .chain(switch_in_hook.then_some(&names::SWITCH_IN_PROGRAM))
+        .chain((!switch_in_hook).then_some(&names::SWITCH_OUT_PROGRAM));
     for &(name, tracepoint) in hooks {
         let err = |source| LoadError::Program { name, source };
         let program: &mut BtfTracePoint = ebpf
