@@ -78,6 +78,8 @@ static __always_inline void ws_switch_out(void *ctx, bool preempt, struct task_s
 
 	if (!s)
 		return;
+	if (!s->on_cpu_since && s->phase_start)
+		ws_switch_in_unseen(prev, s, now);
 	ws_count_ns(&s->c, WS_STATE_CPU, ws_take(&s->on_cpu_since, now, 0));
 	if (s->pending_ns[0] || s->pending_ns[1]) {
 		/* Its switch-in hook never ran: keep the time, without a stack. */
@@ -120,6 +122,8 @@ static __always_inline void ws_switch_in(struct task_struct *next, __u64 now)
 
 	if (!s)
 		return;
+	if (!s->phase_start && s->on_cpu_since)
+		ws_switch_out_unseen(next, s, ws_classify(true, next, TASK_RUNNING, 0), now);
 	if (s->phase_start) {
 		__u32 state = s->state;
 		__u64 d = now - s->phase_start, w;

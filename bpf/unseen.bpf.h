@@ -104,18 +104,4 @@ static __always_inline void ws_switch_out_unseen(struct task_struct *t, struct w
 	s->phase_start = off_at;
 }
 
-/* A switch, before on_switch sees it (a program of its own, attached
- * first, so that on_switch's verification does not carry these paths):
- * `prev` held off-CPU, or `next` held running, missed an event. */
-static __always_inline void ws_switch_unseen(struct task_struct *prev, struct task_struct *next)
-{
-	__u64 now = bpf_ktime_get_ns();
-	struct ws_task *s;
-
-	if (prev->pid && (s = ws_task(prev, false)) && !s->on_cpu_since && s->phase_start)
-		ws_switch_in_unseen(prev, s, now);
-	if (next->pid && (s = ws_task(next, false)) && !s->phase_start && s->on_cpu_since)
-		ws_switch_out_unseen(next, s, ws_classify(true, next, TASK_RUNNING, 0), now);
-}
-
 #endif /* WALLSCOPE_UNSEEN_BPF_H */

@@ -49,14 +49,6 @@ int BPF_PROG(on_switched_out, bool preempt, struct task_struct *prev, struct tas
 	return 0;
 }
 
-/* Attached before on_switch (see unseen.bpf.h). */
-SEC("tp_btf/sched_switch")
-int BPF_PROG(on_switch_unseen, bool preempt, struct task_struct *prev, struct task_struct *next)
-{
-	ws_switch_unseen(prev, next);
-	return 0;
-}
-
 SEC("tp_btf/sched_wakeup")
 int BPF_PROG(on_wakeup, struct task_struct *p)
 {

@@ -268,11 +268,8 @@ pub mod names {
     pub const STATS: &str = "stats";
     pub const WALK_COST: &str = "walk_cost";
     pub const ON_CPU_PROGRAM: &str = "on_cpu_sample";
-    /// tp_btf programs and the tracepoint each attaches to, in the order
-    /// they run there (attach order): `on_switch_unseen` mends what
-    /// `on_switch` then goes on from (`bpf/unseen.bpf.h`).
-    pub const SCHED_PROGRAMS: [(&str, &str); 9] = [
-        ("on_switch_unseen", "sched_switch"),
+    /// tp_btf programs and the tracepoint each attaches to.
+    pub const SCHED_PROGRAMS: [(&str, &str); 8] = [
         ("on_switch", "sched_switch"),
         ("on_waking", "sched_waking"),
         ("on_wakeup", "sched_wakeup"),
