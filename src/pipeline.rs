@@ -173,7 +173,7 @@ impl Pipeline {
             .map(|unwind| {
                 let mut r = Registry::new(unwind, table.clone());
                 if jvm_frames == JvmFrames::Full {
-                    r.java = Some(Box::new(crate::jvm::code::code_for_walks));
+                    r.java = Some(Box::new(crate::jvm::walk_code::code_for_walks));
                 }
                 r
             });

@@ -19,6 +19,7 @@ pub mod remote;
 pub mod turns;
 pub mod vmstructs;
 mod vmtables;
+pub mod walk_code;
 
 use crate::process::ProcKey;
 use std::{

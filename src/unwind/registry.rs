@@ -43,7 +43,7 @@ use crate::process::{
 mod place;
 
 /// What the walk needs of a JVM's code, from its executable mappings
-/// (`jvm::code::code_for_walks`, handed in so that the registry does not
+/// (`jvm::walk_code::code_for_walks`, handed in so that the registry does not
 /// depend on the JVM readers).
 pub type JavaCodeOf = Box<dyn Fn(u32, &[ExecMapping]) -> Option<UnwindJava> + Send>;
 
