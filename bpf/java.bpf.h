@@ -173,12 +173,21 @@ static __always_inline enum ws_java_found ws_java_rule(struct ws_unwind_walk *w,
 	row->rbp_rule = WS_RBP_SAME;
 	row->rbp_off = 0;
 	if (frame_size == 0) {
-		/* No frame of its own (stubs): the innermost one returns from
-		 * the top of the stack; a caller's keeps rbp frames. */
-		if (leaf)
+		/* No frame size (stubs): those that call or run long (array
+		 * copies, the call stub) set up an rbp frame, which then points
+		 * just above sp; else the innermost one returns from the top of
+		 * the stack. Stepped by rbp without the frame-pointer chain's
+		 * climbing check: the caller's rbp is compiled code's, any value. */
+		if (w->bp >= w->sp && w->bp - w->sp < (1 << 16)) {
+			row->cfa_reg = WS_CFA_RBP;
+			row->cfa_off = 16;
+			row->rbp_rule = WS_RBP_AT_CFA;
+			row->rbp_off = -16;
+		} else if (leaf) {
 			row->cfa_off = 8;
-		else
-			row->cfa_reg = WS_UNWIND_FP_STEP;
+		} else {
+			return WS_JAVA_REFUSED;
+		}
 		return WS_JAVA_RULE;
 	}
 	if (leaf && complete > 0 && pc < code_begin + complete) {
