@@ -33,26 +33,7 @@ const HOT: [(&str, f64); 3] = [
 /// Seconds of profile the checks read, all of it after the warm-up.
 const WINDOW: u64 = 10;
 
-/// One test per JDK for each scenario: `SCENARIO::jdk17` runs it on the
-/// JDK found on the machine (17 on Debian 12), `SCENARIO::jdk25` on
-/// HotSpot 25.
-macro_rules! on_both_jdks {
-    ($($scenario:ident),* $(,)?) => {$(
-        mod $scenario {
-            #[test]
-            fn jdk17() {
-                super::$scenario(super::Jdk::Default)
-            }
-
-            #[test]
-            fn jdk25() {
-                super::$scenario(super::Jdk::V25)
-            }
-        }
-    )*};
-}
-
-on_both_jdks!(
+crate::on_both_jdks!(
     inline_runs_and_is_attached,
     inlined_hot_methods_keep_their_names,
     interpreted_frames_are_named,

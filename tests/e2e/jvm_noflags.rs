@@ -28,23 +28,7 @@ const PARKERS: [&str; 1] = ["parker-*"];
 /// Seconds of profile the checks read, all of it after the warm-up.
 const WINDOW: u64 = 10;
 
-macro_rules! on_both_jdks {
-    ($($scenario:ident),* $(,)?) => {$(
-        mod $scenario {
-            #[test]
-            fn jdk17() {
-                super::$scenario(super::Jdk::Default)
-            }
-
-            #[test]
-            fn jdk25() {
-                super::$scenario(super::Jdk::V25)
-            }
-        }
-    )*};
-}
-
-on_both_jdks!(pool_stacks_reach_the_thread_entry_without_flags);
+crate::on_both_jdks!(pool_stacks_reach_the_thread_entry_without_flags);
 
 /// The rows of `pid`'s `pools` over the last [`WINDOW`].
 fn rows_of(url: &str, pid: u32, kind: &str, pools: &[&str]) -> Rows {

@@ -274,3 +274,23 @@ pub fn complete_park_share(workers: &super::rows::Rows, park: &str, chain: &[&st
         * with_java_caller.iter().map(|r| r.1).sum::<u64>() as f64
         / total.max(1) as f64
 }
+
+/// One test per JDK for each scenario: `SCENARIO::jdk17` runs it on the
+/// JDK found on the machine (17 on Debian 12), `SCENARIO::jdk25` on
+/// HotSpot 25. The calling module must have `Jdk` in scope.
+#[macro_export]
+macro_rules! on_both_jdks {
+    ($($scenario:ident),* $(,)?) => {$(
+        mod $scenario {
+            #[test]
+            fn jdk17() {
+                super::$scenario(super::Jdk::Default)
+            }
+
+            #[test]
+            fn jdk25() {
+                super::$scenario(super::Jdk::V25)
+            }
+        }
+    )*};
+}
