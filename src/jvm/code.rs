@@ -8,6 +8,8 @@
 
 use std::io;
 
+use crate::untrusted::refusals::{self, Reason, What};
+
 use super::{
     remote::{uint_at, Remote},
     vmstructs::{CodeStart, Layout, MetadataPlace, NmethodData, Vm},
@@ -60,6 +62,22 @@ pub struct Heap {
     pub(super) high: u64,
     pub(super) segmap: u64,
     pub(super) log2_segment: u32,
+}
+
+/// HotSpot's code cache is at most 2 GiB (`ReservedCodeCacheSize`).
+const MAX_HEAP_BYTES: u64 = 2 << 30;
+
+impl Heap {
+    /// Whether it can be a HotSpot code heap: a range of at most
+    /// [`MAX_HEAP_BYTES`] with a segment map, in segments of 16 B to
+    /// 64 KiB (`CodeCacheSegmentSize`; a stride of 0 or 1 byte would make
+    /// every walk hop through the whole map).
+    fn is_plausible(&self) -> bool {
+        self.low < self.high
+            && self.high - self.low <= MAX_HEAP_BYTES
+            && self.segmap != 0
+            && (4..=16).contains(&self.log2_segment)
+    }
 }
 
 /// What one nmethod's frames need, copied out of the JVM.
@@ -120,10 +138,14 @@ impl<'a> JavaCode<'a> {
                     log2_segment: l.heap_log2_segment.read(&self.mem, heap)? as u32,
                 })
             })
-            .filter(|h: &io::Result<Heap>| {
-                h.as_ref().map_or(true, |h| {
-                    h.low < h.high && (4..=16).contains(&h.log2_segment)
-                })
+            .filter(|h: &io::Result<Heap>| match h {
+                Ok(h) if !h.is_plausible() => {
+                    // Forged (or torn while read): neither the symbolizer
+                    // nor the BPF walk looks into it, and it is counted.
+                    refusals::count_for(What::JvmMemory, Reason::Implausible, self.mem.pid());
+                    false
+                }
+                _ => true,
             })
             .collect()
     }
@@ -395,6 +417,35 @@ impl Unsigned5<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_heaps_hotspot_can_have_are_plausible() {
+        let ok = Heap {
+            low: 0x7f00_0000_0000,
+            high: 0x7f00_0000_0000 + (240 << 20),
+            segmap: 0x5500_0000,
+            log2_segment: 6,
+        };
+        assert!(ok.is_plausible());
+        for bad in [
+            Heap {
+                log2_segment: 0,
+                ..ok
+            },
+            Heap {
+                log2_segment: 17,
+                ..ok
+            },
+            Heap { segmap: 0, ..ok },
+            Heap { high: ok.low, ..ok },
+            Heap {
+                high: ok.low + (3 << 30),
+                ..ok
+            },
+        ] {
+            assert!(!bad.is_plausible(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn unsigned5_reads_both_encodings() {

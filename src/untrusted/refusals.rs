@@ -111,11 +111,14 @@ pub enum Reason {
     Unverified,
     /// The client may not see what it asked for.
     Forbidden,
+    /// Not what the program it claims to be can hold (a JVM code heap
+    /// with no segment map or a segment size HotSpot never uses).
+    Implausible,
 }
 
 impl Reason {
     /// Every reason, in report order.
-    pub const ALL: [Reason; 15] = [
+    pub const ALL: [Reason; 16] = [
         Reason::Symlink,
         Reason::BadDirectory,
         Reason::WrongType,
@@ -131,6 +134,7 @@ impl Reason {
         Reason::Budget,
         Reason::Unverified,
         Reason::Forbidden,
+        Reason::Implausible,
     ];
 
     /// Name in reports.
@@ -151,6 +155,7 @@ impl Reason {
             Reason::Budget => "budget",
             Reason::Unverified => "unverified",
             Reason::Forbidden => "forbidden",
+            Reason::Implausible => "implausible",
         }
     }
 }

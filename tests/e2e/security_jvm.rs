@@ -92,6 +92,18 @@ fn refused(url: &str, what: &str, reason: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// Java frames the BPF walk refused to step, from `/metrics`.
+fn java_frames_refused(url: &str) -> u64 {
+    let (_, metrics) = get(&format!("{url}/metrics"));
+    metrics
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("wallscope_bpf_events_total{counter=\"java_frames_refused\"} ")
+        })
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
 fn poisoned_layout_writes_nothing_into_another_users_jvm(jdk: Jdk) {
     let Some(_fx) = Fixture::ebpf_alone().filter(|_| jdk.available()) else {
         return;
@@ -286,14 +298,7 @@ fn a_forged_code_heap_exhausts_only_its_own_read_budget() {
     // Registered for the BPF walk too: every walk into the forged heap
     // runs out of segment-map hops and ends there, counted.
     let walks_refused = within(CATCH_UP, || {
-        let (_, metrics) = get(&format!("{}/metrics", ws.url));
-        metrics
-            .lines()
-            .find_map(|l| {
-                l.strip_prefix("wallscope_bpf_events_total{counter=\"java_frames_refused\"} ")
-            })
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .filter(|n| *n > 0)
+        (java_frames_refused(&ws.url) > 0).then_some(())
     });
     assert!(
         walks_refused.is_some(),
@@ -325,4 +330,47 @@ fn a_forged_code_heap_exhausts_only_its_own_read_budget() {
     assert!(named, "mixed's frames missing: {rows:?}");
     attack.stop();
     normal.stop();
+}
+
+#[test]
+fn forged_code_heaps_are_refused_before_a_walk_follows_them() {
+    let jdk = Jdk::Default;
+    let Some(_fx) = Fixture::ebpf_alone().filter(|_| jdk.available()) else {
+        return;
+    };
+    let ws = Daemon::start(&[]);
+    settle(&ws.url);
+    let scratch = Scratch::new("shapes");
+    let lib = libjvm(jdk);
+    let lib = lib.to_str().unwrap();
+
+    // Segments of one byte: refused when the heaps are read, so neither
+    // the symbolizer nor the BPF walk ever looks into it.
+    let before = refused(&ws.url, "jvm_memory", "implausible");
+    let stride0 = attacker(&scratch.0, &["stall", lib, "8", "stride0"]);
+    let seen = within(CATCH_UP, || {
+        (refused(&ws.url, "jvm_memory", "implausible") > before).then_some(())
+    });
+    assert!(seen.is_some(), "a heap of 1-byte segments was not refused");
+    stride0.stop();
+
+    // A blob claiming an 8 MiB frame: the walk stops at it, counted, and
+    // keeps the frames it walked before it (the sleepers' own function).
+    let before = java_frames_refused(&ws.url);
+    let frame = attacker(&scratch.0, &["stall", lib, "8", "frame"]);
+    let seen = within(CATCH_UP, || {
+        (java_frames_refused(&ws.url) > before).then_some(())
+    });
+    assert!(seen.is_some(), "no walk refused the 8 MiB frame");
+    let kept = within(CATCH_UP, || {
+        folded_at(&ws.url, &format!("pid={}&kind=wall&seconds=5", frame.pid))
+            .iter()
+            .any(|(stack, _)| stack.iter().any(|f| f == "sleeper"))
+            .then_some(())
+    });
+    assert!(
+        kept.is_some(),
+        "the sleepers' frames under the refused one are lost"
+    );
+    frame.stop();
 }

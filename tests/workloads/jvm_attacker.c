@@ -15,16 +15,22 @@
 //     that inherits the poisoned copy shows itself. Prints "ready PID",
 //     then "neighbour NAME" and "child PID", and sleeps.
 //
-//   jvm_attacker stall LIBJVM THREADS
+//   jvm_attacker stall LIBJVM THREADS [hops|stride0|frame]
 //     Points CodeCache::_heaps at a fake code heap covering 4 MiB of its
-//     own anonymous executable memory, whose segment map is all 0x01 (every
-//     segment "one back"): two threads run a nop sled in its first half,
-//     THREADS more sleep 0.1 s at a time called from distinct stubs in its
-//     second half (far from the heap's start, so walks are long). It also
-//     points AbstractInterpreter::_code at a fake interpreter, so that the
-//     daemon registers the fake heap for the BPF walk too (issue #27): the
-//     walk's segment-map hops then run out on every pc in it. Prints
-//     "ready PID" and runs until killed.
+//     own anonymous executable memory: two threads run a nop sled in it,
+//     THREADS more sleep 0.1 s at a time called from distinct stubs in it.
+//     It also points AbstractInterpreter::_code at a fake interpreter, so
+//     that the daemon registers the fake heap for the BPF walk too (issue
+//     #27). The heap is forged three ways:
+//       hops (the default): a segment map all 0x01 (every segment "one
+//         back"), the stubs far from the heap's start: walks are long, and
+//         the BPF walk's segment-map hops run out on every pc in it;
+//       stride0: a segment size of 1 byte (log2 0): the daemon must refuse
+//         the heap before any walk;
+//       frame: a proper segment map and one blob from the heap's start
+//         whose frame size is 2^20 words (8 MiB), every thread's code
+//         within its first 64 KiB: the BPF walk must refuse the frame.
+//     Prints "ready PID" and runs until killed.
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
@@ -254,19 +260,32 @@ static unsigned char *code;
 #define CODE (4u << 20)
 #define STUB_SPACE 256
 
-static void *sleep_thread(void *arg) {
-	long k = (long)arg;
-	((void (*)(void (*)(void)))(code + CODE / 2 + k * STUB_SPACE))(sleeper);
-	return NULL;
-}
+enum shape { HOPS, STRIDE0, FRAME };
+
+// Where the sled (from `sled` to `stubs`) and the stubs go.
+static size_t sled, stubs;
 
 static void *sled_thread(void *arg) {
 	(void)arg;
-	((void (*)(void))code)();
+	((void (*)(void))(code + sled))();
 	return NULL;
 }
 
-static int stall(const char *lib, int threads) {
+static void *sleep_thread(void *arg) {
+	long k = (long)arg;
+	((void (*)(void (*)(void)))(code + stubs + k * STUB_SPACE))(sleeper);
+	return NULL;
+}
+
+// A segment map as HotSpot keeps it for one block from segment 0: each
+// entry says how far back to hop, at most 254 at a time.
+static void one_block_map(unsigned char *segmap, size_t segments) {
+	segmap[0] = 0;
+	for (size_t k = 1; k < segments; k++)
+		segmap[k] = (unsigned char)((k - 1) % 254 + 1);
+}
+
+static int stall(const char *lib, int threads, enum shape shape) {
 	open_jvm(lib);
 	code = mmap(NULL, CODE, PROT_READ | PROT_WRITE | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (code == MAP_FAILED) {
@@ -274,20 +293,31 @@ static int stall(const char *lib, int threads) {
 		return 2;
 	}
 	memset(code, 0x90, CODE);
-	if (threads * STUB_SPACE > CODE / 2)
-		threads = CODE / 2 / STUB_SPACE;
+	// frame: all within the first 64 KiB (one segment-map read, a few
+	// hops), past the blob's header; else the sled fills the first half.
+	sled = shape == FRAME ? 4096 : 0;
+	stubs = shape == FRAME ? 32768 : CODE / 2;
+	size_t room = shape == FRAME ? 65536 - stubs : CODE - stubs;
+	if ((size_t)threads * STUB_SPACE > room)
+		threads = room / STUB_SPACE;
 	for (int k = 0; k < threads; k++)
-		memcpy(code + CODE / 2 + k * STUB_SPACE, STUB, sizeof STUB);
+		memcpy(code + stubs + k * STUB_SPACE, STUB, sizeof STUB);
 	// The sled's end jumps back to its start: jmp rel32.
-	unsigned char *end = code + CODE / 2 - 5;
-	int32_t rel = (int32_t)(code - (end + 5));
+	unsigned char *end = code + stubs - 5;
+	int32_t rel = (int32_t)((code + sled) - (end + 5));
 	end[0] = 0xe9;
 	memcpy(end + 1, &rel, 4);
-	// The fake heap: a GrowableArray of one CodeHeap covering `code`,
-	// its segment map all 0x01.
+	// The fake heap: a GrowableArray of one CodeHeap covering `code`.
 	size_t segments = CODE >> 6;
 	unsigned char *segmap = malloc(segments);
-	memset(segmap, 1, segments);
+	if (shape == FRAME) {
+		one_block_map(segmap, segments);
+		char *blob = (char *)code + size_of("HeapBlock");
+		memset(code, 0, sled);
+		*(int *)(blob + offset_of("CodeBlob", "_frame_size")) = 1 << 20;
+	} else {
+		memset(segmap, 1, segments);
+	}
 	char *heap = calloc(1, 4096), *array = calloc(1, 4096);
 	void **data = calloc(1, 64);
 	data[0] = heap;
@@ -298,7 +328,7 @@ static int stall(const char *lib, int threads) {
 	*(void **)(heap + memory + high) = code + CODE;
 	*(void **)(heap + map + low) = segmap;
 	*(void **)(heap + map + high) = segmap + segments;
-	*(int *)(heap + offset_of("CodeHeap", "_log2_segment_size")) = 6;
+	*(int *)(heap + offset_of("CodeHeap", "_log2_segment_size")) = shape == STRIDE0 ? 0 : 6;
 	uint64_t len = field_entry("GrowableArrayBase", "_len") ? offset_of("GrowableArrayBase", "_len")
 								: offset_of("GenericGrowableArray", "_len");
 	*(int *)(array + len) = 1;
@@ -320,12 +350,23 @@ static int stall(const char *lib, int threads) {
 		pause();
 }
 
+static enum shape shape_of(const char *name) {
+	if (!strcmp(name, "hops"))
+		return HOPS;
+	if (!strcmp(name, "stride0"))
+		return STRIDE0;
+	if (!strcmp(name, "frame"))
+		return FRAME;
+	fprintf(stderr, "no shape %s\n", name);
+	exit(2);
+}
+
 int main(int argc, char **argv) {
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (argc == 4 && !strcmp(argv[1], "poison"))
 		return poison(argv[2], argv[3]);
-	if (argc == 4 && !strcmp(argv[1], "stall"))
-		return stall(argv[2], atoi(argv[3]));
-	fprintf(stderr, "usage: jvm_attacker poison LIBJVM DIR | stall LIBJVM THREADS\n");
+	if ((argc == 4 || argc == 5) && !strcmp(argv[1], "stall"))
+		return stall(argv[2], atoi(argv[3]), argc == 5 ? shape_of(argv[4]) : HOPS);
+	fprintf(stderr, "usage: jvm_attacker poison LIBJVM DIR | stall LIBJVM THREADS [SHAPE]\n");
 	return 2;
 }
