@@ -24,9 +24,8 @@ use crate::support::{
 /// A directory every user can enter, for this test process, with the fake
 /// JVM and a `libjvm.so` look-alike (a copy of libm) for it to map.
 fn scratch() -> PathBuf {
-    let dir = PathBuf::from(format!("/var/tmp/wallscope-attach-{}", std::process::id()));
-    if !dir.exists() {
-        fs::create_dir_all(&dir).unwrap();
+    let dir = users::shared_dir("attach", 0o755);
+    if !dir.join("slowjvm").exists() {
         fs::copy(workload("slowjvm"), dir.join("slowjvm")).unwrap();
         fs::set_permissions(dir.join("slowjvm"), fs::Permissions::from_mode(0o755)).unwrap();
         fs::copy("/lib/x86_64-linux-gnu/libm.so.6", dir.join("libjvm.so")).unwrap();

@@ -117,8 +117,7 @@ pub fn classes() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/java");
-        let dir = PathBuf::from(format!("/var/tmp/wallscope-java-{}", std::process::id()));
-        fs::create_dir_all(&dir).unwrap();
+        let dir = super::users::shared_dir("java", 0o755);
         let sources: Vec<PathBuf> = fs::read_dir(&src)
             .unwrap()
             .map(|e| e.unwrap().path())

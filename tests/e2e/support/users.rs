@@ -36,10 +36,30 @@ pub fn as_nobody(program: impl AsRef<std::ffi::OsStr>) -> Command {
 /// A directory every user can enter (`mode`, e.g. 0o755 or 0o777), named
 /// for `what` and this test process.
 pub fn shared_dir(what: &str, mode: u32) -> PathBuf {
+    static SWEPT: std::sync::Once = std::sync::Once::new();
+    SWEPT.call_once(sweep_stale_dirs);
     let dir = PathBuf::from(format!("/var/tmp/wallscope-{what}-{}", std::process::id()));
     fs::create_dir_all(&dir).unwrap();
     fs::set_permissions(&dir, fs::Permissions::from_mode(mode)).unwrap();
     dir
+}
+
+/// Removes the shared directories of test processes that are gone: they
+/// live for the whole test process (statics are never dropped), so each
+/// run clears those of runs before it.
+fn sweep_stale_dirs() {
+    let Ok(entries) = fs::read_dir("/var/tmp") else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let pid = name
+            .strip_prefix("wallscope-")
+            .and_then(|rest| rest.rsplit('-').find_map(|part| part.parse::<u32>().ok()));
+        if pid.is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists()) {
+            let _ = fs::remove_dir_all(entry.path());
+        }
+    }
 }
 
 /// A copy of workload `name` in `dir` that every user can run (the
