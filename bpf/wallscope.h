@@ -198,8 +198,9 @@ struct ws_unwind_mapping {
  */
 #define WS_JAVA_MAX_HEAPS 4
 /* Bytes of a code blob's header the walk reads: every field below lies
- * within them (user space registers no layout where one does not). */
-#define WS_JAVA_BLOB_HEADER 64
+ * within them (user space registers no layout where one does not). JDK 21
+ * keeps _frame_size at 88, 17 at 40, 25 at 36. */
+#define WS_JAVA_BLOB_HEADER 128
 
 struct ws_java_heap {
 	__u64 low; /* [low, high): the heap's reserved code */

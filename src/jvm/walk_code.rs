@@ -112,6 +112,10 @@ mod tests {
             (java.frame_size, java.code, java.code_is_offset),
             (40, 48, 0)
         );
+        // JDK 21: its fields after a dozen pointers.
+        l.blob_frame = Some((field(88, 4), field(80, 4)));
+        l.blob_code = CodeStart::Pointer(field(8, 8));
+        assert!(BlobFields::of(&l).is_some_and(|f| f.frame_size == 88));
         // JDK 25: a code offset, a 16-bit frame-complete offset.
         l.blob_frame = Some((field(36, 4), field(20, 2)));
         l.blob_code = CodeStart::Offset(field(16, 4));
@@ -119,7 +123,7 @@ mod tests {
         // A forged layout: fields past the bytes read, odd widths, a huge
         // block header.
         for (frame, complete, header) in [
-            (field(60, 4), field(20, 2), 16),
+            (field(124, 4), field(20, 2), 16),
             (field(36, 8), field(20, 2), 16),
             (field(36, 4), field(20, 3), 16),
             (field(36, 4), field(20, 2), 1 << 20),

@@ -27,8 +27,9 @@
 //! refused, counted as `elf`/`budget`). Their resident pages count in the
 //! daemon's RSS (15 MB of `libLLVM` while a `cargo build` ran): files
 //! larger than [`KEEP_MAPPED_BYTES`] drop their symbolizer, so unmap, at
-//! the end of every batch, even one that used them. The frame caches make
-//! a re-parse rare: a file is seldom needed two batches in a row.
+//! the end of every batch, even one that used them; smaller ones once
+//! unused for [`KEEP_IDLE_BATCHES`] (mapping a file is not free for the
+//! daemon: see there).
 
 use std::path::Path;
 
@@ -49,6 +50,14 @@ pub const IDLE_BATCHES: u64 = 60;
 pub const MAX_MAPPED_BYTES: u64 = 256 << 20;
 /// Files larger than this are unmapped at the end of every batch.
 pub const KEEP_MAPPED_BYTES: u64 = 16 << 20;
+/// Batches a smaller file stays mapped unused. Mapping a file takes the
+/// daemon's own mmap lock for writing and, under it, the file's rmap lock,
+/// which every process mapping or unmapping the file (libc: every exec and
+/// exit on the host) takes too: on a saturated host one of them, preempted
+/// with it held, kept the daemon's threads from faulting in a page for
+/// 60 s (`/healthz` timed out, the collector stalled). Remapping libc each
+/// batch it was needed in made that wait likely; once a minute, rare.
+pub const KEEP_IDLE_BATCHES: u64 = 60;
 
 struct OpenFile {
     file: Checked,
@@ -137,7 +146,8 @@ impl ElfFiles {
     }
 
     /// Ends a batch: closes idle files and deleted ones not used in it,
-    /// and lets go of the parsed contents of every file it did not use.
+    /// and lets go of the parsed contents of large files and of those
+    /// unused for [`KEEP_IDLE_BATCHES`].
     pub fn end_batch(&mut self) {
         let batch = self.batch;
         self.open.retain(|_, f| {
@@ -145,7 +155,7 @@ impl ElfFiles {
             idle < IDLE_BATCHES && (idle == 0 || !deleted(&f.file))
         });
         for f in self.open.values_mut() {
-            if f.used != batch || f.size > KEEP_MAPPED_BYTES {
+            if batch - f.used >= KEEP_IDLE_BATCHES || f.size > KEEP_MAPPED_BYTES {
                 f.blaze = None;
             }
         }
@@ -326,5 +336,20 @@ mod tests {
             0,
             "large files are unmapped each batch"
         );
+        // A small file stays mapped while it is used now and then.
+        let path = dir.path().join("small");
+        std::fs::File::create(&path).unwrap().set_len(4096).unwrap();
+        let at = Locator {
+            pid: std::process::id(),
+            start: 1,
+            end: 2,
+            path: path.clone(),
+        };
+        files.symbolize(key_of(&path), &at, &[0x10]);
+        for _ in 0..=KEEP_IDLE_BATCHES {
+            assert_eq!(files.mapped_bytes(), 4096, "remapped while idle");
+            files.end_batch();
+        }
+        assert_eq!(files.mapped_bytes(), 0, "unmapped once idle");
     }
 }

