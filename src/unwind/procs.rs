@@ -31,6 +31,9 @@ pub(super) struct ProcState {
     /// A JVM's code (interpreter, code heaps), as last read and as written.
     pub java: Option<UnwindJava>,
     pub written_java: Option<UnwindJava>,
+    /// For a JVM whose code could not be read yet: when to read it again,
+    /// and until when to keep trying.
+    pub java_retry: Option<(Instant, Instant)>,
 }
 
 impl ProcState {

@@ -59,6 +59,11 @@ const MAX_TABLE_SHARE: u32 = 4;
 /// Work per update: once spent, the rest waits for the next update (one
 /// table build may overrun it, since a build is not split).
 const UPDATE_BUDGET: Duration = Duration::from_millis(100);
+/// A JVM registered before its interpreter and code heaps could be read
+/// (a JVM seen in its first moments; on a busy host, seconds) is looked
+/// at again this often, for this long after it was first registered.
+const JAVA_RETRY_EVERY: Duration = Duration::from_secs(1);
+const JAVA_RETRY_FOR: Duration = Duration::from_secs(120);
 /// Processes registered at most: the capacity of `unwind_procs`.
 const MAX_PROCS: usize = crate::bpf::abi::UNWIND_PROCS;
 /// Files no registered process maps whose verdict (no table needed,
@@ -160,7 +165,9 @@ impl Registry {
                             f.used = now;
                         }
                     }
-                    p.key != image.key() || !Arc::ptr_eq(&p.maps, &image.maps)
+                    p.key != image.key()
+                        || !Arc::ptr_eq(&p.maps, &image.maps)
+                        || p.java_retry.is_some_and(|(next, _)| now >= next)
                 }
                 None => true,
             };
@@ -242,6 +249,11 @@ impl Registry {
         let mut seen = now;
         let mut written = Vec::new();
         let mut written_java = None;
+        let java_until = old
+            .as_ref()
+            .filter(|o| o.key == image.key())
+            .and_then(|o| o.java_retry)
+            .map_or(now + JAVA_RETRY_FOR, |(_, until)| until);
         if let Some(old) = old {
             self.detach(&old.mappings);
             seen = old.seen;
@@ -253,6 +265,13 @@ impl Registry {
             }
         }
         let java = self.java.as_ref().and_then(|of| of(pid, &mappings));
+        // A JVM whose code could not be read yet (no interpreter, no code
+        // heaps) is read again; one that has none by then walks without.
+        let incomplete = self.java.is_some()
+            && image.maps.is_hotspot()
+            && java.is_none_or(|j| j.heap_count == 0);
+        let java_retry =
+            (incomplete && now < java_until).then_some((now + JAVA_RETRY_EVERY, java_until));
         self.attach(&mappings, now);
         self.procs.insert(
             pid,
@@ -266,6 +285,7 @@ impl Registry {
                 left_out: Vec::new(),
                 java,
                 written_java,
+                java_retry,
             },
         );
         self.write_entry(pid);

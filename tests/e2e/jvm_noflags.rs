@@ -27,6 +27,8 @@ const POOLS: [&str; 2] = ["MutationStage-*", "Native-Transport-Requests-*"];
 const PARKERS: [&str; 1] = ["parker-*"];
 /// Seconds of profile the checks read, all of it after the warm-up.
 const WINDOW: u64 = 10;
+/// How long the two JVMs' leaf shares may take to agree.
+const SETTLE_SHARES: Duration = Duration::from_secs(90);
 
 crate::on_jdks!(pool_stacks_reach_the_thread_entry_without_flags:
     jdk17 Default, jdk21 V21, jdk25 V25);
@@ -131,22 +133,29 @@ fn pool_stacks_reach_the_thread_entry_without_flags(jdk: Jdk) {
         "{reached:.3} of the pools' CPU samples reach {ENTRY}:\n{}",
         show(&cpu)
     );
-    // The same methods as with frame pointers, in the same shares.
-    let (ours, theirs) = (
-        leaf_shares(&cpu),
-        leaf_shares(&pool_rows(url, with_fp.pid, "cpu")),
-    );
-    for method in ours.keys().chain(theirs.keys()) {
-        let (a, b) = (
-            ours.get(method).copied().unwrap_or(0.0),
-            theirs.get(method).copied().unwrap_or(0.0),
+    // The same methods as with frame pointers, in the same shares, once
+    // both JVMs' JITs have settled: two JVMs compile (and inline) the same
+    // methods seconds apart, more so on a busy host, which moves shares
+    // between a caller and its callee for a while. A walk that lost the
+    // callers of some frames would keep the shares apart for good.
+    let mut last = String::new();
+    let settled = within(SETTLE_SHARES, || {
+        let (ours, theirs) = (
+            leaf_shares(&pool_rows(url, plain.pid, "cpu")),
+            leaf_shares(&pool_rows(url, with_fp.pid, "cpu")),
         );
-        assert!(
-            (a - b).abs() <= 0.05,
-            "{method:?}: {a:.3} of the pool's samples without flags, {b:.3} with frame pointers\n\
-             without: {ours:?}\nwith: {theirs:?}"
-        );
-    }
+        let apart = ours.keys().chain(theirs.keys()).find(|method| {
+            let (a, b) = (
+                ours.get(*method).copied().unwrap_or(0.0),
+                theirs.get(*method).copied().unwrap_or(0.0),
+            );
+            (a - b).abs() > 0.05
+        });
+        last =
+            format!("{apart:?} apart by more than 5 points\nwithout: {ours:?}\nwith: {theirs:?}");
+        apart.is_none().then_some(())
+    });
+    assert!(settled.is_some(), "{last}");
 
     drop(with_fp);
     drop(plain);

@@ -356,12 +356,18 @@ fn forged_code_heaps_are_refused_before_a_walk_follows_them() {
 
     // A blob claiming an 8 MiB frame: the walk stops at it, counted, and
     // keeps the frames it walked before it (the sleepers' own function).
+    // Its heap and interpreter appear 3 s after the process, which the
+    // daemon registers for walks at once: it must look again (a JVM seen
+    // before its code cache exists).
     let before = java_frames_refused(&ws.url);
-    let frame = attacker(&scratch.0, &["stall", lib, "8", "frame"]);
+    let frame = attacker(&scratch.0, &["stall", lib, "8", "frame", "3"]);
     let seen = within(CATCH_UP, || {
         (java_frames_refused(&ws.url) > before).then_some(())
     });
-    assert!(seen.is_some(), "no walk refused the 8 MiB frame");
+    assert!(
+        seen.is_some(),
+        "no walk refused the 8 MiB frame (or its late code heap was never registered)"
+    );
     let kept = within(CATCH_UP, || {
         folded_at(&ws.url, &format!("pid={}&kind=wall&seconds=5", frame.pid))
             .iter()

@@ -15,7 +15,7 @@
 //     that inherits the poisoned copy shows itself. Prints "ready PID",
 //     then "neighbour NAME" and "child PID", and sleeps.
 //
-//   jvm_attacker stall LIBJVM THREADS [hops|stride0|frame]
+//   jvm_attacker stall LIBJVM THREADS [hops|stride0|frame [DELAY]]
 //     Points CodeCache::_heaps at a fake code heap covering 4 MiB of its
 //     own anonymous executable memory: two threads run a nop sled in it,
 //     THREADS more sleep 0.1 s at a time called from distinct stubs in it.
@@ -30,7 +30,9 @@
 //       frame: a proper segment map and one blob from the heap's start
 //         whose frame size is 2^20 words (8 MiB), every thread's code
 //         within its first 64 KiB: the BPF walk must refuse the frame.
-//     Prints "ready PID" and runs until killed.
+//     With DELAY (seconds), the threads run that long before the heap and
+//     the interpreter are set up, as in a JVM seen before its code cache
+//     exists. Prints "ready PID" and runs until killed.
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
@@ -285,7 +287,7 @@ static void one_block_map(unsigned char *segmap, size_t segments) {
 		segmap[k] = (unsigned char)((k - 1) % 254 + 1);
 }
 
-static int stall(const char *lib, int threads, enum shape shape) {
+static int stall(const char *lib, int threads, enum shape shape, int delay) {
 	open_jvm(lib);
 	code = mmap(NULL, CODE, PROT_READ | PROT_WRITE | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (code == MAP_FAILED) {
@@ -318,6 +320,16 @@ static int stall(const char *lib, int threads, enum shape shape) {
 	} else {
 		memset(segmap, 1, segments);
 	}
+	pthread_t t;
+	for (long k = 0; k < threads; k++)
+		pthread_create(&t, NULL, sleep_thread, (void *)k);
+	pthread_create(&t, NULL, sled_thread, NULL);
+	pthread_create(&t, NULL, sled_thread, NULL);
+	if (delay > 0) {
+		printf("ready %d\n", getpid());
+		fflush(stdout);
+		sleep(delay);
+	}
 	char *heap = calloc(1, 4096), *array = calloc(1, 4096);
 	void **data = calloc(1, 64);
 	data[0] = heap;
@@ -339,13 +351,10 @@ static int stall(const char *lib, int threads, enum shape shape) {
 	*(void **)(queue + offset_of("StubQueue", "_stub_buffer")) = interp;
 	*(int *)(queue + offset_of("StubQueue", "_buffer_limit")) = 4096;
 	*(void **)static_at("AbstractInterpreter", "_code") = queue;
-	pthread_t t;
-	for (long k = 0; k < threads; k++)
-		pthread_create(&t, NULL, sleep_thread, (void *)k);
-	pthread_create(&t, NULL, sled_thread, NULL);
-	pthread_create(&t, NULL, sled_thread, NULL);
-	printf("ready %d\n", getpid());
-	fflush(stdout);
+	if (delay <= 0) {
+		printf("ready %d\n", getpid());
+		fflush(stdout);
+	}
 	for (;;)
 		pause();
 }
@@ -365,8 +374,9 @@ int main(int argc, char **argv) {
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (argc == 4 && !strcmp(argv[1], "poison"))
 		return poison(argv[2], argv[3]);
-	if ((argc == 4 || argc == 5) && !strcmp(argv[1], "stall"))
-		return stall(argv[2], atoi(argv[3]), argc == 5 ? shape_of(argv[4]) : HOPS);
-	fprintf(stderr, "usage: jvm_attacker poison LIBJVM DIR | stall LIBJVM THREADS [SHAPE]\n");
+	if (argc >= 4 && argc <= 6 && !strcmp(argv[1], "stall"))
+		return stall(argv[2], atoi(argv[3]), argc >= 5 ? shape_of(argv[4]) : HOPS,
+			     argc == 6 ? atoi(argv[5]) : 0);
+	fprintf(stderr, "usage: jvm_attacker poison LIBJVM DIR | stall LIBJVM THREADS [SHAPE [DELAY]]\n");
 	return 2;
 }
