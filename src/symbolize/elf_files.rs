@@ -306,23 +306,28 @@ mod tests {
         assert!(open_fds() <= fds + 1, "{} fds, were {fds}", open_fds());
     }
 
+    /// Symbolizes one offset of a sparse file `name` of `size` bytes in
+    /// `dir` (the size is what counts, not what the disk holds); the
+    /// mapped bytes after.
+    fn symbolize_sized(files: &mut ElfFiles, dir: &Path, name: &str, size: u64) -> u64 {
+        let path = dir.join(name);
+        std::fs::File::create(&path).unwrap().set_len(size).unwrap();
+        let at = Locator {
+            pid: std::process::id(),
+            start: 1,
+            end: 2,
+            path: path.clone(),
+        };
+        files.symbolize(key_of(&path), &at, &[0x10]);
+        files.mapped_bytes()
+    }
+
     #[test]
     fn mapped_bytes_are_bounded_before_a_file_is_parsed() {
         let dir = tempfile::tempdir().unwrap();
         let mut files = ElfFiles::default();
-        let mut symbolize = |name: &str, size: u64| {
-            // Sparse: the size is what counts, not what the disk holds.
-            let path = dir.path().join(name);
-            std::fs::File::create(&path).unwrap().set_len(size).unwrap();
-            let at = Locator {
-                pid: std::process::id(),
-                start: 1,
-                end: 2,
-                path: path.clone(),
-            };
-            files.symbolize(key_of(&path), &at, &[0x10]);
-            files.mapped_bytes()
-        };
+        let mut symbolize =
+            |name: &str, size: u64| symbolize_sized(&mut files, dir.path(), name, size);
         let third = MAX_MAPPED_BYTES / 3 + 1;
         assert_eq!(symbolize("a", third), third);
         assert_eq!(symbolize("b", third), 2 * third);
@@ -337,15 +342,7 @@ mod tests {
             "large files are unmapped each batch"
         );
         // A small file stays mapped while it is used now and then.
-        let path = dir.path().join("small");
-        std::fs::File::create(&path).unwrap().set_len(4096).unwrap();
-        let at = Locator {
-            pid: std::process::id(),
-            start: 1,
-            end: 2,
-            path: path.clone(),
-        };
-        files.symbolize(key_of(&path), &at, &[0x10]);
+        symbolize_sized(&mut files, dir.path(), "small", 4096);
         for _ in 0..=KEEP_IDLE_BATCHES {
             assert_eq!(files.mapped_bytes(), 4096, "remapped while idle");
             files.end_batch();

@@ -262,15 +262,21 @@ fn symbolize_figures(url: &str) -> (u64, u64, u64, u64) {
     )
 }
 
+/// The host to itself with `jdk`, a settled daemon of its own and a
+/// scratch directory `name`; `None` where the test skips.
+fn alone_with_daemon(jdk: Jdk, name: &str) -> Option<(Fixture, Daemon, Scratch)> {
+    let fx = Fixture::ebpf_alone().filter(|_| jdk.available())?;
+    let ws = Daemon::start(&[]);
+    settle(&ws.url);
+    Some((fx, ws, Scratch::new(name)))
+}
+
 #[test]
 fn a_forged_code_heap_exhausts_only_its_own_read_budget() {
     let jdk = Jdk::Default;
-    let Some(_fx) = Fixture::ebpf_alone().filter(|_| jdk.available()) else {
+    let Some((_fx, ws, scratch)) = alone_with_daemon(jdk, "stall") else {
         return;
     };
-    let ws = Daemon::start(&[]);
-    settle(&ws.url);
-    let scratch = Scratch::new("stall");
     let normal = Workload::start(&workload("mixed"), &["120"]);
     let before = refused(&ws.url, "jvm_memory", "budget");
     let lib = libjvm(jdk);
@@ -335,12 +341,9 @@ fn a_forged_code_heap_exhausts_only_its_own_read_budget() {
 #[test]
 fn forged_code_heaps_are_refused_before_a_walk_follows_them() {
     let jdk = Jdk::Default;
-    let Some(_fx) = Fixture::ebpf_alone().filter(|_| jdk.available()) else {
+    let Some((_fx, ws, scratch)) = alone_with_daemon(jdk, "shapes") else {
         return;
     };
-    let ws = Daemon::start(&[]);
-    settle(&ws.url);
-    let scratch = Scratch::new("shapes");
     let lib = libjvm(jdk);
     let lib = lib.to_str().unwrap();
 
