@@ -247,6 +247,33 @@ static __noinline void ws_live_row(struct task_struct *task, struct ws_task *s, 
 	ws_add(&key, ns);
 }
 
+/* Where a thread's marks and its CPU disagree, a switch went unseen
+ * (unseen.bpf.h): settles it and returns the weight of the row of the phase
+ * it ended (0: none). Only the kernel's CPU time, which moves only while
+ * the thread runs, tells a missed switch from one in progress: a vCPU can
+ * stall between the tracepoint and task->on_cpu far longer than
+ * WS_UNSEEN_AFTER_NS. Out of line: inlined, its locals would grow the
+ * iterator's frame past the verifier's combined stack bound. */
+static __noinline __u64 ws_live_settle(struct task_struct *task, struct ws_task *s, __u64 now)
+{
+	__u32 st;
+
+	if (!task || !s)
+		return 0;
+	if (!s->on_cpu_since && s->phase_start && task->on_cpu &&
+	    ws_kernel_cpu_ns(task) != s->exec_out)
+		return ws_unseen_in_split(task, s, now);
+	if (s->on_cpu_since && !task->on_cpu && now > s->on_cpu_since + WS_UNSEEN_AFTER_NS &&
+	    ws_kernel_cpu_ns(task) != s->exec_in) {
+		st = ws_task_state(task);
+		ws_switch_out_unseen(task, s,
+				     ws_classify(st == TASK_RUNNING, task, st,
+						 ws_is_kthread(task) ? 0 : ws_syscall(task)),
+				     now);
+	}
+	return 0;
+}
+
 static __always_inline void ws_live_thread(struct seq_file *seq, struct task_struct *task)
 {
 	struct ws_task *s = bpf_task_storage_get(&tasks, task, 0, 0);
@@ -259,14 +286,11 @@ static __always_inline void ws_live_thread(struct seq_file *seq, struct task_str
 			return;
 		ws_adopt(task, s, now);
 	}
-	if (s->on_cpu_since && !fresh && !task->on_cpu &&
-	    now > s->on_cpu_since + WS_UNSEEN_AFTER_NS) {
-		__u32 st = ws_task_state(task);
+	if (!fresh) {
+		__u64 w = ws_live_settle(task, s, now);
 
-		ws_switch_out_unseen(task, s,
-				     ws_classify(st == TASK_RUNNING, task, st,
-						 ws_is_kthread(task) ? 0 : ws_syscall(task)),
-				     now);
+		if (w)
+			ws_live_row(task, s, w);
 	}
 	if (s->on_cpu_since) {
 		if (!fresh)

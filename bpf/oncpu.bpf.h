@@ -8,6 +8,7 @@
 #include <bpf/bpf_helpers.h>
 #include "maps.bpf.h"
 #include "task.bpf.h"
+#include "unseen.bpf.h"
 #include "stacks.bpf.h"
 #include "wallscope.h"
 
@@ -39,9 +40,15 @@ static __always_inline void ws_on_cpu_sample(struct bpf_perf_event_data *ctx)
 	/* cpu-clock counts nanoseconds, so the period is the CPU time sampled. */
 	ws_add(&key, ctx->sample_period);
 
-	/* A thread that never switches out still shows its CPU time. */
-	if (key.tid && (s = ws_task(task, false)))
-		ws_flush_cpu(s, bpf_ktime_get_ns());
+	/* A thread that never switches out still shows its CPU time; one
+	 * whose marks say off-CPU runs here, so its switch-in went unseen. */
+	if (key.tid && (s = ws_task(task, false))) {
+		__u64 now = bpf_ktime_get_ns();
+
+		if (!s->on_cpu_since && s->phase_start)
+			ws_switch_in_unseen(task, s, now);
+		ws_flush_cpu(s, now);
+	}
 }
 
 #endif /* WALLSCOPE_ONCPU_BPF_H */

@@ -34,13 +34,15 @@ static __always_inline __u64 ws_min(__u64 a, __u64 b)
 	return a < b ? a : b;
 }
 
-/* `t` runs (it is being switched out) while its marks hold it off-CPU
- * since acct_from: its switch-in went unseen, and maybe its wakeup. Of the
- * time since, the CPU time the kernel counted since its last switch-out
- * was the end of it; the runqueue wait the kernel counted came just before
- * (when the phase was still a sleep: the wakeup went unseen too); the rest
- * is the phase's. Leaves `t` running since its CPU time began. */
-static __always_inline void ws_switch_in_unseen(struct task_struct *t, struct ws_task *s,
+/* `t` runs (it is being switched out, or is found running) while its
+ * marks hold it off-CPU since acct_from: its switch-in went unseen, and
+ * maybe its wakeup. Of the time since, the CPU time the kernel counted
+ * since its last switch-out was the end of it; the runqueue wait the kernel
+ * counted came just before (when the phase was still a sleep: the wakeup
+ * went unseen too); the rest is the phase's. Leaves `t` running since its
+ * CPU time began and returns the weight of the phase's row (0: none), for
+ * the caller to add with the stacks left in `s`. */
+static __always_inline __u64 ws_unseen_in_split(struct task_struct *t, struct ws_task *s,
 						__u64 now)
 {
 	__u32 state = s->state;
@@ -48,7 +50,6 @@ static __always_inline void ws_switch_in_unseen(struct task_struct *t, struct ws
 	__u64 span = from && now > from ? now - from : 0;
 	__u64 cpu = ws_min(span, ws_kernel_cpu_ns(t) - s->exec_out);
 	__u64 wait = 0, ran_from = now - cpu, w;
-	struct ws_stack_key key = {};
 
 	ws_stat_inc(WS_STAT_SWITCH_IN_UNSEEN);
 	if (ws_sleeping(state))
@@ -60,13 +61,9 @@ static __always_inline void ws_switch_in_unseen(struct task_struct *t, struct ws
 	w = ran_from > s->phase_start ? ws_draw(ran_from - s->phase_start,
 						ws_take(&s->row_from, ran_from, 0))
 				      : 0;
-	if (w) {
-		if (s->stack_episode != s->off_since) {
-			s->user_stack_id = WS_NO_STACK;
-			s->kernel_stack_id = WS_NO_STACK;
-		}
-		ws_phase_key(&key, t, s, state);
-		ws_add(&key, w);
+	if (w && s->stack_episode != s->off_since) {
+		s->user_stack_id = WS_NO_STACK;
+		s->kernel_stack_id = WS_NO_STACK;
 	}
 	s->row_from = 0;
 	s->phase_start = 0;
@@ -74,6 +71,21 @@ static __always_inline void ws_switch_in_unseen(struct task_struct *t, struct ws
 	s->in_at = ran_from;
 	s->exec_in = ws_kernel_cpu_ns(t) - cpu;
 	s->on_cpu_since = ran_from;
+	return w;
+}
+
+/* ws_unseen_in_split, with the phase's row added. */
+static __always_inline void ws_switch_in_unseen(struct task_struct *t, struct ws_task *s,
+						__u64 now)
+{
+	__u32 state = s->state;
+	__u64 w = ws_unseen_in_split(t, s, now);
+	struct ws_stack_key key = {};
+
+	if (w) {
+		ws_phase_key(&key, t, s, state);
+		ws_add(&key, w);
+	}
 }
 
 /* `t` is off-CPU (woken, switched in, or found so by the iterator) while

@@ -141,6 +141,32 @@ fn healthz_reports_attached_programs_and_samples() {
     assert_eq!(v["programs"][0]["links"].as_u64(), Some(cpus), "{body}");
     assert!(v["pipeline"]["drains"].as_u64().unwrap() >= 1, "{body}");
     assert!(v["lost"]["counts_map_full"].is_u64(), "{body}");
+    // The kernels the tests run on take every program: one the verifier
+    // refuses (a frame grown past its stack bound) is only a warning at
+    // run time, and would otherwise go unnoticed.
+    let attached: Vec<&str> = v["programs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["name"].as_str())
+        .collect();
+    for program in [
+        "on_switch",
+        "on_waking",
+        "on_wakeup",
+        "on_wakeup_new",
+        "on_fork",
+        "on_exec",
+        "on_exit",
+        "on_rename",
+        "on_switched_in",
+        "live_threads",
+    ] {
+        assert!(
+            attached.contains(&program),
+            "{program} not attached: {body}"
+        );
+    }
 }
 
 #[test]
