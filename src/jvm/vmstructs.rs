@@ -310,20 +310,23 @@ struct Known {
     failures: u32,
 }
 
-/// A failed parse is tried again after this, doubling with each failure
-/// in a row up to [`RETRY_AT_MOST`]: a JVM seen the moment it maps libjvm
-/// has not filled its tables yet (`gHotSpotVMStructs` is set as the VM
-/// starts), and a process whose tables never read costs one parse a
+/// A failed parse is tried again after this, [`RETRY_STEADY`] times in a
+/// row, then doubling with each failure up to [`RETRY_AT_MOST`]: a JVM seen
+/// the moment it maps libjvm has not filled its tables yet (the loader
+/// relocates them before the VM starts, and a busy host stretches that to
+/// seconds), and a process whose tables never read costs one parse a
 /// minute.
 const RETRY_AFTER: Duration = Duration::from_millis(500);
+const RETRY_STEADY: u32 = 10;
 const RETRY_AT_MOST: Duration = Duration::from_secs(60);
 
 impl Known {
     fn usable(&self) -> bool {
+        let doublings = self.failures.saturating_sub(RETRY_STEADY).min(8);
         self.result.is_ok()
             || self.at.elapsed()
                 < RETRY_AFTER
-                    .saturating_mul(1 << self.failures.min(8))
+                    .saturating_mul(1 << doublings)
                     .min(RETRY_AT_MOST)
     }
 }
@@ -439,6 +442,24 @@ pub(crate) mod tests {
             queue_limit: f(8),
             flags: None,
         }
+    }
+
+    #[test]
+    fn failed_reads_are_tried_again_steadily_then_less_and_less_often() {
+        let failed = |failures, ago_ms| Known {
+            result: Err(LayoutError::NoLibjvm),
+            at: Instant::now() - Duration::from_millis(ago_ms),
+            failures,
+        };
+        // While a JVM starts, every half second.
+        assert!(failed(1, 100).usable());
+        assert!(!failed(1, 600).usable());
+        assert!(!failed(RETRY_STEADY, 600).usable());
+        // Then doubling, to once a minute.
+        assert!(failed(RETRY_STEADY + 2, 1_900).usable());
+        assert!(!failed(RETRY_STEADY + 2, 2_100).usable());
+        assert!(failed(RETRY_STEADY + 20, 59_000).usable());
+        assert!(!failed(RETRY_STEADY + 20, 61_000).usable());
     }
 
     #[test]

@@ -28,6 +28,7 @@ mod jvm;
 mod jvm_attach;
 mod jvm_frames;
 mod jvm_noflags;
+mod jvm_start;
 mod lifecycle;
 mod memory_bounds;
 mod offcpu;

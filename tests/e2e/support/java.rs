@@ -166,6 +166,8 @@ pub struct JavaRun {
     pub no_frame_pointer: bool,
     /// The JVM that runs it.
     pub jdk: Jdk,
+    /// Extra environment variables.
+    pub env: Vec<(String, String)>,
 }
 
 /// A running JVM: the workload and its pid as seen from the host.
@@ -221,6 +223,7 @@ impl JavaRun {
             .arg(class)
             .args(args)
             .arg(&marker)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .current_dir("/");
         let workload = Workload::spawn(cmd);
         let pid = find_by_marker(&marker);

@@ -289,6 +289,13 @@ impl Daemon {
     /// waits until it answers. It gets PR_SET_PDEATHSIG, so it dies with
     /// the tests even if they are killed.
     pub fn start(args: &[&str]) -> Daemon {
+        let daemon = Daemon::spawn(args);
+        daemon.wait_ready();
+        daemon
+    }
+
+    /// [`Daemon::start`] without the wait: it may still be loading.
+    pub fn spawn(args: &[&str]) -> Daemon {
         let port = free_port();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_wallscope"));
         cmd.args(["serve", "--listen", &format!("127.0.0.1:{port}")])
@@ -311,17 +318,21 @@ impl Daemon {
         spawner().send((cmd, tx)).unwrap();
         let child = rx.recv().unwrap().expect("starting wallscope serve");
         let url = format!("http://127.0.0.1:{port}");
+        Daemon { url, child }
+    }
+
+    /// Waits until it answers `/healthz`.
+    pub fn wait_ready(&self) {
         // Loading and verifying the BPF programs takes seconds on a quiet
         // host and far longer on a saturated one.
         let deadline = Instant::now() + Duration::from_secs(90);
-        while get(&format!("{url}/healthz")).0 != 200 {
+        while get(&format!("{}/healthz", self.url)).0 != 200 {
             assert!(
                 Instant::now() < deadline,
                 "wallscope serve did not answer /healthz within 90 s"
             );
-            thread::sleep(Duration::from_millis(200));
+            thread::sleep(Duration::from_millis(100));
         }
-        Daemon { url, child }
     }
 
     /// Sends SIGTERM and waits up to `limit` for the daemon to exit: how
