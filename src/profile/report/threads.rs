@@ -221,7 +221,7 @@ pub fn render_text(r: &ThreadReport) -> String {
         let _ = writeln!(out, "{}", jvm.describe());
     }
     let header = format!(
-        "{:>8}  {:<28} {:>10} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>9} {:>9}",
+        "{:>8}  {:<28} {:>10} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>9} {:>16}",
         "TID",
         "NAME",
         "WALL ms",
@@ -232,7 +232,7 @@ pub fn render_text(r: &ThreadReport) -> String {
         "sleep%",
         "thrtl%",
         "switches",
-        "wakeups"
+        "wakeups_received"
     );
     let row = |id: &str, name: &str, t: &Breakdown| {
         let pct = |v: u64| {
@@ -243,7 +243,7 @@ pub fn render_text(r: &ThreadReport) -> String {
             }
         };
         format!(
-            "{:>8}  {:<28} {:>10.1} {:>6.1} {:>6.1} {:>6.1} {:>6.1} {:>6.1} {:>6.1} {:>9} {:>9}",
+            "{:>8}  {:<28} {:>10.1} {:>6.1} {:>6.1} {:>6.1} {:>6.1} {:>6.1} {:>6.1} {:>9} {:>16}",
             id,
             truncate(name, 28),
             t.wall_us as f64 / 1000.0,
