@@ -26,6 +26,7 @@ use crate::{
     profile::{
         blocked::{self, BlockedFilter},
         cgroup_list,
+        groups::{self, GroupBy},
         kind::{Group, Kind},
         processes::{self, SortBy},
         query::{self, Filter, Folded},
@@ -328,13 +329,24 @@ pub(super) async fn processes(
     RawQuery(q): RawQuery,
 ) -> Result<Response, ApiError> {
     let authority = authority.map_or(Authority::Open, |a| a.0);
-    let p = Params::parse(q.as_deref(), &with_window(&["sort", "comm"]))?;
+    let p = Params::parse(q.as_deref(), &with_window(&["sort", "comm", "group"]))?;
     let window = window(&p, &state.shared)?;
     let sort = p
         .choice("sort", &SortBy::names())?
         .and_then(SortBy::parse)
         .unwrap_or(SortBy::Cpu);
     let comm = p.text("comm").map(str::to_string);
+    if let Some(by) = p.choice("group", &GroupBy::NAMES)? {
+        let by: GroupBy = by.parse().expect("a listed name");
+        let (rows, recorded) = over_snapshot(&state, move |store| {
+            // A user other than root sums their own processes only.
+            let sees = |pid| authority::sees(authority, pid);
+            let rows = groups::groups(store, window, by, sort, comm.as_deref(), sees);
+            (rows, store.recorded(window, SystemTime::now()))
+        })
+        .await?;
+        return Ok(with_recorded(Json(rows).into_response(), &recorded));
+    }
     let (mut rows, recorded) = over_snapshot(&state, move |store| {
         let mut rows = processes::processes(store, window, sort, comm.as_deref());
         rows.retain(|row| authority::sees(authority, row.pid));

@@ -17,6 +17,22 @@ const MAX_DIRS: usize = 10_000;
 /// An unknown id triggers a new walk at most this often.
 const REWALK_AFTER: Duration = Duration::from_secs(10);
 
+/// Longest cgroup path kept (`PATH_MAX`).
+pub const MAX_PATH: usize = 4096;
+
+/// `pid`'s cgroup v2 path (`/system.slice/x.service`), read now; `None` if
+/// it is gone, has none, or the path is longer than [`MAX_PATH`]. The
+/// kernel writes the file, not the process.
+pub fn v2_path_of_pid(pid: u32) -> Option<String> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    v2_path_in(&text)
+}
+
+fn v2_path_in(text: &str) -> Option<String> {
+    let path = text.lines().find_map(|l| l.strip_prefix("0::"))?;
+    (path.starts_with('/') && path.len() <= MAX_PATH).then(|| path.to_string())
+}
+
 /// Resolves ids under one cgroup2 mount, caching the last walk.
 pub struct Cgroups {
     root: PathBuf,
@@ -152,6 +168,19 @@ mod tests {
 
     fn ino(p: &Path) -> u64 {
         std::fs::symlink_metadata(p).unwrap().ino()
+    }
+
+    #[test]
+    fn v2_paths_come_from_the_unified_line_only() {
+        let v1_and_v2 = "12:pids:/docker/x\n0::/system.slice/a.service\n";
+        assert_eq!(
+            v2_path_in(v1_and_v2).as_deref(),
+            Some("/system.slice/a.service")
+        );
+        assert_eq!(v2_path_in("12:pids:/docker/x\n"), None);
+        let long = format!("0::/{}\n", "a".repeat(MAX_PATH));
+        assert_eq!(v2_path_in(&long), None);
+        assert!(v2_path_of_pid(std::process::id()).is_some_and(|p| p.starts_with('/')));
     }
 
     #[test]

@@ -101,6 +101,12 @@ pub fn is_kernel_thread(pid: u32) -> bool {
     pid == 0 || stat_field(pid, 6).is_some_and(|f| f & PF_KTHREAD != 0)
 }
 
+/// `pid`'s parent's pid (0 for the kernel's own first processes).
+pub fn parent_pid(pid: u32) -> Option<u32> {
+    // ppid is field 4, the 1st after the state.
+    stat_field(pid, 1).and_then(|p| u32::try_from(p).ok())
+}
+
 /// When `pid` started, in clock ticks after boot: with the pid, it names
 /// one process for the life of the host (a reused pid starts later).
 pub fn start_ticks(pid: u32) -> Option<u64> {

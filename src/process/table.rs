@@ -72,6 +72,10 @@ pub struct Image {
     /// Its container, read with the maps (runtimes place a process in its
     /// container's cgroup before it execs).
     pub container: Option<Arc<Container>>,
+    /// Its parent's pid (0: not known), from its fork event or `/proc`.
+    pub parent: u32,
+    /// Its cgroup (v2 path), inherited at fork and read with the maps.
+    pub cgroup: Option<Arc<str>>,
     /// When the maps were read from `/proc` (`None`: not yet, or inherited
     /// from the parent at fork and not re-read).
     pub maps_read: Option<Instant>,
@@ -94,6 +98,8 @@ impl Image {
             maps: Arc::default(),
             jvm: false,
             container: None,
+            parent: 0,
+            cgroup: None,
             maps_read: None,
             began: now,
             ended: None,
@@ -105,6 +111,13 @@ impl Image {
         Image {
             jvm: maps.is_hotspot(),
             container: container::of_pid(self.pid).map(Arc::new),
+            cgroup: crate::process::cgroups::v2_path_of_pid(self.pid)
+                .map(Arc::from)
+                .or_else(|| self.cgroup.clone()),
+            parent: match self.parent {
+                0 => crate::process::status::parent_pid(self.pid).unwrap_or(0),
+                known => known,
+            },
             maps: Arc::new(maps),
             maps_read: Some(now),
             ..self.clone()
@@ -214,6 +227,8 @@ impl ProcessTable {
                 inner.stats.forks += 1;
                 let parent = inner.live(event.parent).cloned();
                 let mut child = Image::new(pid, start, name, now);
+                child.parent = event.parent;
+                child.cgroup = parent.as_ref().and_then(|p| p.cgroup.clone());
                 match parent {
                     // The child starts with its parent's address space.
                     Some(p) if p.maps_read.is_some() => {
@@ -237,12 +252,14 @@ impl ProcessTable {
                         });
                     }
                 }
-                let exec = inner
-                    .live(pid)
-                    .filter(|i| i.start_ns == start)
-                    .map_or(1, |i| i.exec + 1);
+                let before = inner.live(pid).filter(|i| i.start_ns == start);
+                let exec = before.map_or(1, |i| i.exec + 1);
+                // An exec keeps the process's parent and cgroup.
+                let (parent, cgroup) = before.map_or((0, None), |i| (i.parent, i.cgroup.clone()));
                 let image = Image {
                     exec,
+                    parent,
+                    cgroup,
                     ..Image::new(pid, start, name, now)
                 };
                 let image = inner.push(image, now);

@@ -196,6 +196,10 @@ impl Symbolizer {
             .keys()
             .filter_map(|pid| Some((*pid, self.procs.container(*pid)?)))
             .collect();
+        let origins = processes
+            .keys()
+            .filter_map(|pid| Some((*pid, self.procs.origin(*pid)?)))
+            .collect();
         let mut samples = Vec::with_capacity(records.len());
         let mut wakeups = Vec::new();
         for (record, stack) in records.iter().zip(stacks) {
@@ -247,6 +251,7 @@ impl Symbolizer {
             runq_hists,
             processes,
             containers,
+            origins,
             stats,
         };
         Named { slice, live }

@@ -91,6 +91,16 @@ impl Procs {
         self.choose(pid, NO_THREAD)?.image.container.clone()
     }
 
+    /// The parent and cgroup of `pid`'s newest image in the batch.
+    pub fn origin(&mut self, pid: u32) -> Option<crate::profile::model::Origin> {
+        const NO_THREAD: &str = "\0";
+        let image = &self.choose(pid, NO_THREAD)?.image;
+        Some(crate::profile::model::Origin {
+            parent: image.parent,
+            cgroup: image.cgroup.clone(),
+        })
+    }
+
     /// The process `pid` was when thread `comm` was seen (pid and start
     /// time: what per-process caches are keyed by).
     pub fn key(&mut self, pid: u32, comm: &str) -> ProcKey {

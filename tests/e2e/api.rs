@@ -264,6 +264,7 @@ fn metrics_app() -> axum::Router {
             runq_hists,
             processes: HashMap::from([(BUSY_PID, Arc::from("app")), (600, Arc::from("we\"ird"))]),
             containers: HashMap::new(),
+            origins: HashMap::new(),
             stats,
         });
     }

@@ -107,6 +107,7 @@ fn slice(i: u64, end: SystemTime, stacks: &[Stack]) -> Slice {
             .map(|pid| (pid, Arc::from(format!("app{pid}"))))
             .collect::<HashMap<_, _>>(),
         containers: HashMap::new(),
+        origins: HashMap::new(),
         stats: [0; wallscope::bpf::abi::Stat::COUNT],
     }
 }

@@ -22,6 +22,7 @@ mod deploy;
 mod ebpf;
 mod engine;
 mod golden;
+mod groups;
 mod http_limits;
 mod hung;
 mod jvm;

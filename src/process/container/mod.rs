@@ -65,6 +65,15 @@ impl Container {
         labels
     }
 
+    /// `namespace/pod/container` where known, else the runtime and the id's
+    /// first 12 digits (`docker:0123456789ab`).
+    pub fn describe(&self) -> String {
+        match (&self.namespace, &self.pod, &self.container) {
+            (Some(ns), Some(pod), Some(c)) => format!("{ns}/{pod}/{c}"),
+            _ => format!("{}:{}", self.runtime, &self.id[..self.id.len().min(12)]),
+        }
+    }
+
     /// Whether `query` names this container: its id, an id prefix of at
     /// least 12 digits (Docker's short ids), or `namespace/pod/container`.
     pub fn is_named(&self, query: &str) -> bool {

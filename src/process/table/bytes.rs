@@ -7,7 +7,10 @@ use super::{Image, Inner, ProcMaps, MAX_IMAGES};
 
 /// Bytes of an image, its mappings aside.
 fn image_bytes(image: &Image) -> usize {
-    std::mem::size_of::<Image>() + 16 + image.name.len()
+    std::mem::size_of::<Image>()
+        + 16
+        + image.name.len()
+        + image.cgroup.as_ref().map_or(0, |c| c.len())
 }
 
 /// Bytes of a mapping list.
@@ -19,11 +22,12 @@ fn maps_bytes(maps: &ProcMaps) -> usize {
 
 /// The table's bound: [`MAX_IMAGES`] images of at most
 /// [`super::super::maps::MAX_MAPPINGS`] mappings (names cut to 16 bytes, paths
-/// to `PATH_MAX`).
+/// to `PATH_MAX`), each with a cgroup path of at most `PATH_MAX`.
 pub(super) fn max_bytes() -> usize {
     MAX_IMAGES
         * (std::mem::size_of::<Image>()
             + 32
+            + crate::process::cgroups::MAX_PATH
             + super::super::maps::MAX_MAPPINGS
                 * (std::mem::size_of::<super::super::maps::Mapping>() + 4096))
 }

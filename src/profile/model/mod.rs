@@ -96,6 +96,15 @@ pub struct ThreadInfo {
     pub name: Arc<str>,
 }
 
+/// A process's parent and cgroup, for grouping processes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Origin {
+    /// The parent's pid (0: not known).
+    pub parent: u32,
+    /// The cgroup v2 path, when known.
+    pub cgroup: Option<Arc<str>>,
+}
+
 /// Everything recorded during one drain interval.
 #[derive(Debug, Clone)]
 pub struct Slice {
@@ -111,6 +120,8 @@ pub struct Slice {
     pub processes: HashMap<u32, Arc<str>>,
     /// The containers of the processes that run in one, by pid.
     pub containers: HashMap<u32, Arc<Container>>,
+    /// Where each process came from (parent, cgroup), by pid.
+    pub origins: HashMap<u32, Origin>,
     /// BPF loss counters for this interval.
     pub stats: StatDeltas,
 }
@@ -128,6 +139,7 @@ impl Slice {
             runq_hists: Vec::new(),
             processes: HashMap::new(),
             containers: HashMap::new(),
+            origins: HashMap::new(),
             stats: [0; crate::bpf::abi::Stat::COUNT],
         }
     }

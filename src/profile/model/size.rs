@@ -52,6 +52,11 @@ pub fn slice_bytes(s: &Slice) -> usize {
             .values()
             .map(|c| ARC_HEADER + container_bytes(c))
             .sum::<usize>()
+        + map(&s.origins)
+        + s.origins
+            .values()
+            .filter_map(|o| Some(ARC_HEADER + o.cgroup.as_ref()?.len()))
+            .sum::<usize>()
 }
 
 /// Heap bytes of a container's names (the `Arc` is shared with the

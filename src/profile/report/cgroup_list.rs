@@ -163,6 +163,7 @@ mod tests {
             ],
             processes: HashMap::new(),
             containers: Default::default(),
+            origins: Default::default(),
             stats: [0; crate::bpf::abi::Stat::COUNT],
         });
         let list = list(&store.snapshot(), Window::last(30, end));

@@ -5,6 +5,7 @@ pub mod blocked;
 pub mod cgroup_list;
 pub mod fair;
 pub mod filter;
+pub mod groups;
 pub mod hist;
 pub mod processes;
 pub mod query;

@@ -10,7 +10,9 @@ use super::query::ns_to_us;
 use crate::{
     bpf::abi::State,
     process::container::Container,
-    profile::model::{kind::STATES_CPU_FIRST, store::Snapshot, window::Window, ThreadCounters},
+    profile::model::{
+        kind::STATES_CPU_FIRST, store::Snapshot, window::Window, Origin, ThreadCounters,
+    },
 };
 
 /// What `/processes` sorts by (`sort=`), most first.
@@ -62,16 +64,21 @@ impl SortBy {
     }
 
     fn key(self, row: &ProcessSummary) -> u64 {
+        self.key_of(row.cpu_us, &row.time)
+    }
+
+    /// The value sorted on, of a row with sampled CPU `cpu_us` and `time`.
+    pub(super) fn key_of(self, cpu_us: u64, time: &StateTimes) -> u64 {
         match self {
-            SortBy::Cpu => row.cpu_us,
-            SortBy::State(State::Cpu) => row.time.cpu_us,
-            SortBy::State(State::Runqueue) => row.time.runqueue_us,
-            SortBy::State(State::Throttled) => row.time.throttled_us,
-            SortBy::State(State::Futex) => row.time.futex_us,
-            SortBy::State(State::Io) => row.time.io_us,
-            SortBy::State(State::Sleep) => row.time.sleep_us,
-            SortBy::Blocked => row.time.blocked_us,
-            SortBy::Wall => row.time.wall_us,
+            SortBy::Cpu => cpu_us,
+            SortBy::State(State::Cpu) => time.cpu_us,
+            SortBy::State(State::Runqueue) => time.runqueue_us,
+            SortBy::State(State::Throttled) => time.throttled_us,
+            SortBy::State(State::Futex) => time.futex_us,
+            SortBy::State(State::Io) => time.io_us,
+            SortBy::State(State::Sleep) => time.sleep_us,
+            SortBy::Blocked => time.blocked_us,
+            SortBy::Wall => time.wall_us,
         }
     }
 }
@@ -92,7 +99,7 @@ pub struct StateTimes {
 }
 
 impl StateTimes {
-    fn of(ns: &[u64; State::COUNT]) -> StateTimes {
+    pub(super) fn of(ns: &[u64; State::COUNT]) -> StateTimes {
         let us = |s: State| ns_to_us(ns[s as usize]);
         StateTimes {
             cpu_us: us(State::Cpu),
@@ -126,21 +133,24 @@ pub struct ProcessSummary {
     pub container: Option<Arc<Container>>,
 }
 
-/// Every process with samples or thread totals within `window` whose name
-/// contains `comm` (all without), by `sort` (most first, then by pid).
-pub fn processes(
-    store: &Snapshot,
-    window: Window,
-    sort: SortBy,
-    comm: Option<&str>,
-) -> Vec<ProcessSummary> {
-    #[derive(Default)]
-    struct Acc {
-        name: Option<Arc<str>>,
-        cpu_ns: u64,
-        counters: ThreadCounters,
-        container: Option<Arc<Container>>,
+/// What the window holds of one process.
+#[derive(Default)]
+pub(super) struct Acc {
+    pub name: Option<Arc<str>>,
+    pub cpu_ns: u64,
+    pub counters: ThreadCounters,
+    pub container: Option<Arc<Container>>,
+    pub origin: Option<Origin>,
+}
+
+impl Acc {
+    pub(super) fn comm(&self) -> String {
+        self.name.as_deref().unwrap_or("[unknown]").to_string()
     }
+}
+
+/// Every process with samples or thread totals within `window`, by pid.
+pub(super) fn accumulate(store: &Snapshot, window: Window) -> HashMap<u32, Acc> {
     let mut by_pid: HashMap<u32, Acc> = HashMap::new();
     for slice in store.within(window) {
         for s in slice.samples.iter().filter(|s| s.state == State::Cpu) {
@@ -162,12 +172,28 @@ pub fn processes(
                 acc.container = Some(c.clone());
             }
         }
+        for (pid, o) in &slice.origins {
+            if let Some(acc) = by_pid.get_mut(pid) {
+                acc.origin = Some(o.clone());
+            }
+        }
     }
-    let mut rows: Vec<ProcessSummary> = by_pid
+    by_pid
+}
+
+/// Every process with samples or thread totals within `window` whose name
+/// contains `comm` (all without), by `sort` (most first, then by pid).
+pub fn processes(
+    store: &Snapshot,
+    window: Window,
+    sort: SortBy,
+    comm: Option<&str>,
+) -> Vec<ProcessSummary> {
+    let mut rows: Vec<ProcessSummary> = accumulate(store, window)
         .into_iter()
         .map(|(pid, acc)| ProcessSummary {
             pid,
-            comm: acc.name.as_deref().unwrap_or("[unknown]").to_string(),
+            comm: acc.comm(),
             cpu_us: ns_to_us(acc.cpu_ns),
             time: StateTimes::of(&acc.counters.ns),
             jvm: None,

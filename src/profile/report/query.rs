@@ -178,6 +178,7 @@ pub(crate) mod tests {
                 .into(),
             processes: [(10, Arc::from("ten")), (20, Arc::from("twenty"))].into(),
             containers: Default::default(),
+            origins: Default::default(),
             stats: [0; crate::bpf::abi::Stat::COUNT],
         });
         (store, end)
@@ -349,6 +350,7 @@ pub(crate) mod tests {
             )]),
             processes: [(0, Arc::from("swapper/0")), (10, Arc::from("ten"))].into(),
             containers: Default::default(),
+            origins: Default::default(),
             stats: [0; crate::bpf::abi::Stat::COUNT],
         });
         (store, end + Duration::from_secs(1))
@@ -396,6 +398,7 @@ pub(crate) mod tests {
             threads: HashMap::new(),
             processes: [(10, Arc::from("ten"))].into(),
             containers: Default::default(),
+            origins: Default::default(),
             stats: [0; crate::bpf::abi::Stat::COUNT],
         });
         let store = store.snapshot();
@@ -475,6 +478,7 @@ pub(crate) mod tests {
             ]),
             processes: [(10, Arc::from("ten")), (20, Arc::from("secretd"))].into(),
             containers: Default::default(),
+            origins: Default::default(),
             stats: [0; crate::bpf::abi::Stat::COUNT],
         });
         let store = store.snapshot();

@@ -367,6 +367,7 @@ mod tests {
                 ],
                 processes: HashMap::new(),
                 containers: Default::default(),
+                origins: Default::default(),
                 stats: [0; crate::bpf::abi::Stat::COUNT],
             });
         }

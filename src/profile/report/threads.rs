@@ -331,6 +331,7 @@ mod tests {
                 runq_hists: vec![],
                 processes: Map::from([(7, Arc::from("app"))]),
                 containers: Default::default(),
+                origins: Default::default(),
                 stats: [0; crate::bpf::abi::Stat::COUNT],
             });
         }

@@ -190,6 +190,8 @@ pub fn merge(parts: &[&Slice], fold: bool) -> Slice {
             .extend(part.processes.iter().map(|(k, v)| (*k, v.clone())));
         out.containers
             .extend(part.containers.iter().map(|(k, v)| (*k, v.clone())));
+        out.origins
+            .extend(part.origins.iter().map(|(k, v)| (*k, v.clone())));
         for (a, b) in out.stats.iter_mut().zip(part.stats) {
             *a += b;
         }
@@ -202,5 +204,6 @@ pub fn merge(parts: &[&Slice], fold: bool) -> Slice {
     out.threads.shrink_to_fit();
     out.processes.shrink_to_fit();
     out.containers.shrink_to_fit();
+    out.origins.shrink_to_fit();
     out
 }

@@ -266,6 +266,7 @@ mod tests {
             runq_hists: Vec::new(),
             processes: HashMap::new(),
             containers: Default::default(),
+            origins: Default::default(),
             stats: [0; Stat::COUNT],
         }
     }

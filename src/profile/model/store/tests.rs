@@ -24,6 +24,7 @@ fn slice(end_s: u64, frames: &[&str]) -> Slice {
         runq_hists: Vec::new(),
         processes: HashMap::new(),
         containers: Default::default(),
+        origins: Default::default(),
         stats: [1; Stat::COUNT],
     }
 }
