@@ -19,6 +19,7 @@ pub mod cgroups;
 mod changes;
 pub mod container;
 pub mod files;
+pub mod locks;
 pub mod maps;
 pub mod own;
 mod reader;

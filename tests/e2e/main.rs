@@ -44,6 +44,7 @@ mod security_containers;
 mod security_jvm;
 mod security_names;
 mod security_slots;
+mod stuck;
 mod unwind;
 mod unwind_crowded;
 mod web_ui;

@@ -9,6 +9,7 @@ use std::{
 
 use serde::Serialize;
 
+use super::stuck::{Finding, PoolSummary, WaitFacts};
 use crate::profile::model::live::{longest_first, LiveThread, LiveView, LiveWaker};
 
 /// What `/blocked` selects.
@@ -39,6 +40,11 @@ pub struct BlockedReport {
     /// waits); none of them waited longer than `left_out_longest_s`.
     pub left_out: usize,
     pub left_out_longest_s: f64,
+    /// Pools with blocked threads, most blocked first (over every matched
+    /// thread, not only the `limit` shown).
+    pub pools: Vec<PoolSummary>,
+    /// Deadlocks and stuck pools found among them.
+    pub findings: Vec<Finding>,
     pub threads: Vec<BlockedThread>,
 }
 
@@ -65,6 +71,9 @@ pub struct BlockedThread {
     /// Who woke it last before this state began; `None` if no wakeup was
     /// seen.
     pub woken_by: Option<WokenBy>,
+    /// The thread holding the mutex it waits for, where read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waits_for_tid: Option<u32>,
 }
 
 /// Who woke a thread last.
@@ -81,15 +90,30 @@ pub enum WokenBy {
     Interrupt,
 }
 
-/// The threads of `view` that `filter` selects, longest first.
-pub fn report(view: &LiveView, filter: &BlockedFilter, now: SystemTime) -> BlockedReport {
-    let mut matched: Vec<&LiveThread> = view
-        .threads
+/// The threads of `view` that `filter` selects.
+pub fn matched<'a>(view: &'a LiveView, filter: &BlockedFilter) -> Vec<&'a LiveThread> {
+    view.threads
         .iter()
         .filter(|t| t.in_state >= filter.min && filter.pid.is_none_or(|pid| t.pid == pid))
-        .collect();
+        .collect()
+}
+
+/// The threads of `view` that `filter` selects, longest first, with what
+/// `facts` tells of them.
+pub fn report(
+    view: &LiveView,
+    filter: &BlockedFilter,
+    facts: &WaitFacts,
+    now: SystemTime,
+) -> BlockedReport {
+    let mut matched = matched(view, filter);
     matched.sort_by(|a, b| longest_first(a.order_key(), b.order_key()));
     let as_of = view.as_of.unwrap_or(now);
+    let all: Vec<BlockedThread> = matched
+        .iter()
+        .map(|t| thread(view, t, as_of, facts))
+        .collect();
+    let (pools, findings) = super::stuck::summarize(&all, facts);
     BlockedReport {
         as_of: view.as_of.map(rfc3339),
         age_s: view
@@ -101,15 +125,13 @@ pub fn report(view: &LiveView, filter: &BlockedFilter, now: SystemTime) -> Block
         matched: matched.len(),
         left_out: view.left_out,
         left_out_longest_s: seconds(view.left_out_longest),
-        threads: matched
-            .into_iter()
-            .take(filter.limit)
-            .map(|t| thread(view, t, as_of))
-            .collect(),
+        pools,
+        findings,
+        threads: all.into_iter().take(filter.limit).collect(),
     }
 }
 
-fn thread(view: &LiveView, t: &LiveThread, as_of: SystemTime) -> BlockedThread {
+fn thread(view: &LiveView, t: &LiveThread, as_of: SystemTime, facts: &WaitFacts) -> BlockedThread {
     let process = view.processes.get(&t.pid).map(|n| n.to_string());
     BlockedThread {
         pid: t.pid,
@@ -130,6 +152,7 @@ fn thread(view: &LiveView, t: &LiveThread, as_of: SystemTime) -> BlockedThread {
             },
             LiveWaker::Interrupt => WokenBy::Interrupt,
         }),
+        waits_for_tid: facts.owners.get(&t.tid).copied(),
     }
 }
 
@@ -169,6 +192,18 @@ pub fn render_text(r: &BlockedReport) -> String {
             "(the view left out {} shorter waits host-wide, none over {} s)",
             r.left_out, r.left_out_longest_s
         );
+    }
+    if !r.findings.is_empty() {
+        out.push_str("\nFound:\n");
+        for f in &r.findings {
+            let _ = writeln!(out, "  [{} {}] {}", f.kind, f.certainty, f.summary);
+        }
+    }
+    if !r.pools.is_empty() {
+        out.push_str("\nPools:\n");
+        for p in &r.pools {
+            let _ = writeln!(out, "  {}", p.summary);
+        }
     }
     for t in &r.threads {
         out.push('\n');
@@ -211,6 +246,9 @@ fn thread_block(out: &mut String, t: &BlockedThread) {
         Some(WokenBy::Interrupt) => writeln!(out, "    woken last by an interrupt"),
         None => writeln!(out, "    woken last by: no wakeup seen"),
     };
+    if let Some(owner) = t.waits_for_tid {
+        let _ = writeln!(out, "    waits for a mutex held by tid={owner}");
+    }
 }
 
 #[cfg(test)]
@@ -288,22 +326,52 @@ mod tests {
     #[test]
     fn filters_by_pid_and_time_longest_first() {
         let now = at(1001) + Duration::from_millis(250);
-        let r = report(&view(), &filter(None, 1000, 100), now);
+        let r = report(
+            &view(),
+            &filter(None, 1000, 100),
+            &WaitFacts::default(),
+            now,
+        );
         assert_eq!(tids(&r), [11, 13, 20], "ties by pid, then tid");
         assert_eq!((r.matched, r.age_s), (3, Some(1.25)));
-        let r = report(&view(), &filter(Some(1), 0, 100), now);
+        let r = report(
+            &view(),
+            &filter(Some(1), 0, 100),
+            &WaitFacts::default(),
+            now,
+        );
         assert_eq!(tids(&r), [11, 13, 12]);
-        let r = report(&view(), &filter(Some(1), 500, 1), now);
+        let r = report(
+            &view(),
+            &filter(Some(1), 500, 1),
+            &WaitFacts::default(),
+            now,
+        );
         assert_eq!((tids(&r), r.matched), (vec![11], 2), "limit");
-        let r = report(&view(), &filter(Some(3), 0, 100), now);
+        let r = report(
+            &view(),
+            &filter(Some(3), 0, 100),
+            &WaitFacts::default(),
+            now,
+        );
         assert!(r.threads.is_empty() && r.matched == 0);
-        let r = report(&view(), &filter(None, 12_346, 100), now);
+        let r = report(
+            &view(),
+            &filter(None, 12_346, 100),
+            &WaitFacts::default(),
+            now,
+        );
         assert!(r.threads.is_empty(), "12.345 s < 12.346 s");
     }
 
     #[test]
     fn a_thread_carries_its_names_times_stack_and_waker() {
-        let r = report(&view(), &filter(Some(1), 10_000, 100), at(1001));
+        let r = report(
+            &view(),
+            &filter(Some(1), 10_000, 100),
+            &WaitFacts::default(),
+            at(1001),
+        );
         let t = &r.threads[0];
         assert_eq!(r.as_of.as_deref(), Some("1970-01-01T00:16:40.000Z"));
         assert_eq!(
@@ -319,7 +387,12 @@ mod tests {
             json["woken_by"],
             serde_json::json!({"kind": "thread", "pid": 1, "tid": 10, "name": "main"})
         );
-        let r = report(&view(), &filter(Some(2), 0, 100), at(1001));
+        let r = report(
+            &view(),
+            &filter(Some(2), 0, 100),
+            &WaitFacts::default(),
+            at(1001),
+        );
         let json = serde_json::to_value(&r.threads[0]).unwrap();
         assert_eq!(json["woken_by"], serde_json::json!({"kind": "interrupt"}));
         assert_eq!(
@@ -330,7 +403,12 @@ mod tests {
 
     #[test]
     fn text_is_one_jstack_like_block_per_thread() {
-        let r = report(&view(), &filter(None, 1000, 2), at(1001));
+        let r = report(
+            &view(),
+            &filter(None, 1000, 2),
+            &WaitFacts::default(),
+            at(1001),
+        );
         let text = render_text(&r);
         let expected = "\
 Threads off-CPU for at least 1 s, as of 1970-01-01T00:16:40.000Z (1 s ago): 2 shown of 3
@@ -347,7 +425,12 @@ Threads off-CPU for at least 1 s, as of 1970-01-01T00:16:40.000Z (1 s ago): 2 sh
     woken last by: no wakeup seen
 ";
         assert_eq!(text, expected);
-        let r = report(&view(), &filter(Some(2), 100, 5), at(1001));
+        let r = report(
+            &view(),
+            &filter(Some(2), 100, 5),
+            &WaitFacts::default(),
+            at(1001),
+        );
         let text = render_text(&r);
         assert!(
             text.starts_with("Threads of pid 2 off-CPU for at least 0.1 s"),
@@ -369,6 +452,7 @@ Threads off-CPU for at least 1 s, as of 1970-01-01T00:16:40.000Z (1 s ago): 2 sh
         let r = report(
             &LiveView::default(),
             &filter(None, 0, MAX_LIVE_THREADS),
+            &WaitFacts::default(),
             at(5),
         );
         assert_eq!((r.as_of.as_deref(), r.age_s, r.matched), (None, None, 0));

@@ -12,6 +12,7 @@ pub mod query;
 pub mod render;
 pub mod rows;
 pub mod runqueue;
+pub mod stuck;
 pub mod threads;
 pub mod timeline;
 pub mod truncate;

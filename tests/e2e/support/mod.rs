@@ -21,7 +21,10 @@ use std::{
     net::TcpListener,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
-    sync::{mpsc, Mutex, OnceLock},
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        mpsc, Arc, Mutex, OnceLock,
+    },
     thread,
     time::{Duration, Instant},
 };
@@ -115,6 +118,10 @@ fn workloads_dir() -> PathBuf {
     dir
 }
 
+/// Longest a workload may take to print `ready` (a JVM on a saturated
+/// host takes seconds).
+const READY_WITHIN: Duration = Duration::from_secs(180);
+
 /// A started workload that printed `ready <pid>`.
 pub struct Workload {
     pub child: Child,
@@ -139,19 +146,36 @@ impl Workload {
             .spawn()
             .unwrap_or_else(|e| panic!("starting {cmd:?}: {e}"));
         let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        // A workload that never gets ready must fail its test, not hang the
+        // run: killed, its output ends.
+        let ready = Arc::new(AtomicBool::new(false));
+        let (watched, child_pid) = (ready.clone(), child.id() as libc::pid_t);
+        thread::spawn(move || {
+            let deadline = Instant::now() + READY_WITHIN;
+            while Instant::now() < deadline && !watched.load(Ordering::Relaxed) {
+                thread::sleep(Duration::from_millis(100));
+            }
+            if !watched.load(Ordering::Relaxed) {
+                // SAFETY: kill has no memory preconditions; the child is
+                // not reaped before `ready` is set or spawn panics.
+                unsafe { libc::kill(child_pid, libc::SIGKILL) };
+            }
+        });
         // A JVM may print a thread dump first (SIGQUIT from an attach with
         // the attach mechanism disabled): keep it, read on to `ready`.
         let mut preamble = String::new();
         let pid = loop {
             let mut line = String::new();
-            if stdout.read_line(&mut line).unwrap() == 0 {
-                panic!("no `ready <pid>` line; printed:\n{preamble}");
+            if stdout.read_line(&mut line).unwrap_or(0) == 0 {
+                ready.store(true, Ordering::Relaxed);
+                panic!("no `ready <pid>` line within {READY_WITHIN:?}; printed:\n{preamble}");
             }
             if let Some(pid) = line
                 .trim()
                 .strip_prefix("ready ")
                 .and_then(|p| p.parse().ok())
             {
+                ready.store(true, Ordering::Relaxed);
                 break pid;
             }
             preamble.push_str(&line);
