@@ -606,6 +606,7 @@ pub(super) async fn blocked(
 /// read, at most: each costs a few reads of `/proc`.
 const MAX_POOL_PROCESSES: usize = 64;
 const MAX_OWNER_READS: usize = 256;
+const MAX_OWNER_READS_PER_PROCESS: usize = 32;
 
 /// What `/blocked` reads of the host for `matched`: each process's live
 /// threads by pool (named as the store last saw them: full Java names),
@@ -641,8 +642,16 @@ fn wait_facts(store: &Snapshot, matched: &[&LiveThread]) -> stuck::WaitFacts {
                 .or_default() += 1;
         }
     }
+    // Per process as well as in all: one process's thousands of waiting
+    // threads cannot use up the reads of the others.
+    let mut reads: HashMap<u32, usize> = HashMap::new();
     let futex_waits = matched.iter().filter(|t| t.state == abi::State::Futex);
     for t in futex_waits.take(MAX_OWNER_READS) {
+        let done = reads.entry(t.pid).or_default();
+        if *done >= MAX_OWNER_READS_PER_PROCESS {
+            continue;
+        }
+        *done += 1;
         if let Some(owner) = crate::process::locks::mutex_owner(t.pid, t.tid) {
             facts.owners.insert(t.tid, owner);
         }
