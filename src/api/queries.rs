@@ -645,13 +645,17 @@ fn wait_facts(store: &Snapshot, matched: &[&LiveThread]) -> stuck::WaitFacts {
     // Per process as well as in all: one process's thousands of waiting
     // threads cannot use up the reads of the others.
     let mut reads: HashMap<u32, usize> = HashMap::new();
-    let futex_waits = matched.iter().filter(|t| t.state == abi::State::Futex);
-    for t in futex_waits.take(MAX_OWNER_READS) {
+    let mut total = 0;
+    for t in matched.iter().filter(|t| t.state == abi::State::Futex) {
         let done = reads.entry(t.pid).or_default();
         if *done >= MAX_OWNER_READS_PER_PROCESS {
             continue;
         }
+        if total >= MAX_OWNER_READS {
+            break;
+        }
         *done += 1;
+        total += 1;
         if let Some(owner) = crate::process::locks::mutex_owner(t.pid, t.tid) {
             facts.owners.insert(t.tid, owner);
         }
