@@ -97,6 +97,24 @@ fn the_pages_show_threads_timeline_flame_graph_and_runqueue() {
         !shown.as_array().unwrap().contains(&mixed.pid.into()),
         "{shown}"
     );
+    // Grouped by name, as `/processes?group=comm` sums them.
+    set(&mut b, "search", "", "input");
+    set(&mut b, "group", "comm", "change");
+    let groups = b.wait_for(
+        "the host page grouped by name",
+        "(() => { const r = [...document.querySelectorAll('#processes-table tr[data-group]')]; return r.length > 0 && r.map(r => [r.dataset.group, Number(r.dataset.processes)]); })()",
+        LOAD,
+    );
+    assert!(
+        groups
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|g| g[0] == "starve" && g[1].as_u64() >= Some(1)),
+        "{groups}"
+    );
+    b.screenshot(&artifact("host-grouped"));
+    set(&mut b, "group", "", "change");
 
     // The mixed workload's page: every thread, with its dominant state.
     b.goto(&format!("{}/process/{}?seconds=60", ws.url, mixed.pid));

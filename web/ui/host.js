@@ -14,6 +14,11 @@ WS.ready.then(() => {
   const sortSel = el("select", { id: "sort" });
   for (const v of sorts) sortSel.append(el("option", { value: v, textContent: SORT_LABELS[v] || v }));
   sortSel.value = WS.view().get("sort") || "wall";
+  /** `/processes?group=` choices; "" lists processes one by one. */
+  const GROUPS = { "": "nothing", comm: "name", parent: "parent", cgroup: "cgroup", container: "container" };
+  const groupSel = el("select", { id: "group" });
+  for (const [v, label] of Object.entries(GROUPS)) groupSel.append(el("option", { value: v, textContent: label }));
+  groupSel.value = WS.view().get("group") || "";
   const search = el("input", {
     type: "search", id: "search", placeholder: "name, pid or container", value: WS.view().get("q") || "",
   });
@@ -21,8 +26,38 @@ WS.ready.then(() => {
   const containerText = (c) => (c ? [c.namespace, c.pod, c.container, c.id && c.id.slice(0, 12)].filter(Boolean).join("/") : "");
   const figure = (p, sort) => (sort === "cpu" ? p.time.cpu_us : p.time[`${sort}_us`]) || 0;
 
+  /** Groups of processes: each row sums its members (`processes` of them). */
+  function drawGroups(q, sort) {
+    const shown = rows.filter((g) => !q || g.group.toLowerCase().includes(q));
+    const table = document.getElementById("processes-table");
+    table.replaceChildren();
+    const head = el("tr", {},
+      el("th", { textContent: GROUPS[groupSel.value] }), el("th", { className: "num", textContent: "processes" }),
+      el("th", { className: "num", textContent: `${sortSel.selectedOptions[0].text} ms` }),
+      el("th", { className: "num", textContent: "wall ms" }), el("th", { className: "num", textContent: "CPU ms" }),
+      el("th", { textContent: "time by state" }), el("th", { textContent: "mostly" }));
+    table.append(el("thead", {}, head));
+    const body = el("tbody");
+    for (const g of shown.slice(0, MAX_ROWS)) {
+      const dom = WS.dominant(g.time);
+      body.append(el("tr", { "data-group": g.group, "data-processes": g.processes, "data-dominant": dom },
+        el("td", { textContent: g.group }), el("td", { className: "num", textContent: g.processes }),
+        el("td", { className: "num", textContent: WS.ms(figure(g, sort)) }),
+        el("td", { className: "num", textContent: WS.ms(g.time.wall_us) }),
+        el("td", { className: "num", textContent: WS.ms(g.time.cpu_us) }),
+        el("td", {}, WS.stateBar(g.time)), el("td", { textContent: dom })));
+    }
+    table.append(body);
+    document.getElementById("processes-status").textContent =
+      `${shown.length} of ${rows.length} groups by ${GROUPS[groupSel.value]}, ${WS.describeWindow()}, by ${sortSel.selectedOptions[0].text} · ${new Date().toLocaleTimeString()}`;
+  }
+
   function draw() {
     const q = search.value.trim().toLowerCase();
+    if (groupSel.value) {
+      drawGroups(q, sortSel.value);
+      return;
+    }
     const sort = sortSel.value;
     const shown = rows.filter((p) => !q || String(p.pid) === q || p.comm.toLowerCase().includes(q)
       || JSON.stringify(p.container || {}).toLowerCase().includes(q));
@@ -56,7 +91,8 @@ WS.ready.then(() => {
     await WS.panel("processes", async () => {
       const w = WS.windowQuery();
       document.getElementById("host-graph").href = `/flamegraph?${WS.query(w)}`;
-      rows = await WS.getJSON(`/processes?${WS.query({ ...w, sort: sortSel.value })}`);
+      const group = groupSel.value ? { group: groupSel.value } : {};
+      rows = await WS.getJSON(`/processes?${WS.query({ ...w, ...group, sort: sortSel.value })}`);
       draw();
     });
     // For tests and the benchmark: how long after navigation it was drawn.
@@ -65,9 +101,11 @@ WS.ready.then(() => {
   }
 
   sortSel.addEventListener("change", () => { WS.setView({ sort: sortSel.value }); load(); });
+  groupSel.addEventListener("change", () => { WS.setView({ group: groupSel.value }); load(); });
   search.addEventListener("input", () => { WS.setView({ q: search.value }); draw(); });
   document.getElementById("controls").append(
-    WS.windowPicker(load), el("label", {}, "Sort by: ", sortSel), search, WS.autoRefresh(load));
+    WS.windowPicker(load), el("label", {}, "Sort by: ", sortSel), el("label", {}, "Group by: ", groupSel),
+    search, WS.autoRefresh(load));
   document.getElementById("processes-legend").append(WS.legend());
   load();
 });
