@@ -211,6 +211,7 @@ fn batch(cache: &CodeCache, rng: &mut Rng, stacks: &[Vec<Site>]) -> RawBatch {
         records,
         threads: Vec::new(),
         runq_hists: Vec::new(),
+        kept_off: Vec::new(),
         live: Vec::new(),
         stats: [0; Stat::COUNT],
         missing_stacks: 0,

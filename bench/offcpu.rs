@@ -1,5 +1,6 @@
 //! Off-CPU tracing overhead: run time of two scheduler-heavy `perf bench sched`
-//! workloads with nothing attached, with wallscope (all programs), with
+//! workloads with nothing attached, with wallscope (all programs), without
+//! its runqueue culprit attribution (`--culprits off`), with
 //! wallscope walking a stack at every switch-out as before issue 11 (its
 //! fallback on kernels without `sched_exit_tp`), with libbpf-tools
 //! `offcputime` and `runqlat`, and with `perf sched record`, measured
@@ -84,11 +85,17 @@ impl Config {
 }
 
 /// The configurations, in the order they run each round (rotated).
-const CONFIGS: [Config; 6] = [
+const CONFIGS: [Config; 7] = [
     Config::new("baseline", "", "", Ready::Nothing),
     Config::new(
         "wallscope",
         "{daemon} serve --listen 127.0.0.1:{port}",
+        "",
+        Ready::Healthz,
+    ),
+    Config::new(
+        "wallscope, no culprit attribution",
+        "{daemon} serve --listen 127.0.0.1:{port} --culprits off",
         "",
         Ready::Healthz,
     ),
@@ -478,10 +485,11 @@ fn verdict(runs: &[Vec<Vec<Run>>], costs: &[(&str, Vec<Cost>)]) -> String {
             .position(|c| c.name.starts_with(name))
             .unwrap_or(0)
     };
-    let (ws, before, oc) = (
+    let (ws, before, oc, no_culprits) = (
         find("wallscope"),
         find("wallscope, stacks at switch-out"),
         find("offcputime"),
+        find("wallscope, no culprit attribution"),
     );
     let bpf = |tool: &str, w: usize| {
         let cost = costs.iter().find(|(t, _)| *t == tool);
@@ -495,12 +503,16 @@ fn verdict(runs: &[Vec<Vec<Run>>], costs: &[(&str, Vec<Cost>)]) -> String {
         let ns = bpf(CONFIGS[ws].name, w);
         let ok = ns <= max_ns && max_slowdown.is_none_or(|m| slowdown(ws) <= m);
         met &= ok;
+        let without = bpf(CONFIGS[no_culprits].name, w);
         parts.push(format!(
             "{name}: x{:.3} and {ns:.0} BPF ns/switch (target{} {max_ns:.0} ns: {}); \
+             culprit attribution {:.0} ns/switch of it (x{:.3} and {without:.0} ns without); \
              before x{:.3}, {:.0} ns; offcputime x{:.3}, {:.0} ns",
             slowdown(ws),
             max_slowdown.map_or(String::new(), |m| format!(" x{m}")),
             if ok { "met" } else { "MISSED" },
+            ns - without,
+            slowdown(no_culprits),
             slowdown(before),
             bpf(CONFIGS[before].name, w),
             slowdown(oc),

@@ -3,7 +3,7 @@
  * The aggregation maps shared by every program, and the helpers that add
  * to them.
  *
- * Sums live in two buffers (counts_N, threads_N, runq_hist_N): user space
+ * Sums live in two buffers (counts_N, threads_N, runq_hist_N, culprits_N): user space
  * flips control[WS_CONTROL_BUFFER] before draining the idle one, so events
  * that arrive during a drain land in the other buffer. Every way an event
  * can be degraded is counted in `stats` (enum ws_stat).
@@ -20,6 +20,7 @@
 #define WS_COUNTS_ENTRIES 32768
 #define WS_THREADS_ENTRIES 32768
 #define WS_HIST_ENTRIES 4096
+#define WS_CULPRITS_ENTRIES 16384
 
 #define WS_HASH(name, entries, k, v)                                           \
 	struct {                                                               \
@@ -35,7 +36,9 @@
 	WS_HASH(threads_##n, WS_THREADS_ENTRIES, __u32,                       \
 		struct ws_thread_totals);                                      \
 	WS_HASH(runq_hist_##n, WS_HIST_ENTRIES, struct ws_hist_key,           \
-		struct ws_hist)
+		struct ws_hist);                                               \
+	WS_HASH(culprits_##n, WS_CULPRITS_ENTRIES, struct ws_culprit_key,     \
+		__u64)
 
 WS_BUFFER(0);
 WS_BUFFER(1);

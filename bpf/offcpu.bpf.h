@@ -25,6 +25,7 @@
 #include "vmlinux.h"
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_helpers.h>
+#include "culprits.bpf.h"
 #include "task.bpf.h"
 #include "unseen.bpf.h"
 #include "wallscope.h"
@@ -116,7 +117,8 @@ static __always_inline void ws_waited(struct task_struct *t, struct ws_task *s, 
 	ws_hist_add(ws_cpu_cgroup(t), WS_HIST_CGROUP_THROTTLED, ns);
 }
 
-static __always_inline void ws_switch_in(struct task_struct *next, __u64 now)
+static __always_inline void ws_switch_in(struct task_struct *next, __u64 now,
+					 struct ws_cpu_runs *runs)
 {
 	struct ws_task *s = ws_task(next, true);
 
@@ -131,6 +133,8 @@ static __always_inline void ws_switch_in(struct task_struct *next, __u64 now)
 		ws_count_ns(&s->c, state, ws_take(&s->acct_from, now, 0));
 		if (state == WS_STATE_RUNQUEUE || state == WS_STATE_THROTTLED)
 			ws_waited(next, s, state, d);
+		if (state == WS_STATE_RUNQUEUE)
+			ws_blame(runs, next->tgid, next->pid, s->phase_start, now);
 		w = ws_draw(d, ws_take(&s->row_from, now, 0));
 		if (w) {
 			s->pending_ns[1] = w;
@@ -157,11 +161,14 @@ static __always_inline void ws_on_switch(void *ctx, bool preempt, struct task_st
 {
 	__u64 now = bpf_ktime_get_ns();
 
+	struct ws_cpu_runs *runs;
+
 	ws_stat_inc(WS_STAT_SWITCHES);
+	runs = ws_note_run(prev, now);
 	if (prev->pid)
 		ws_switch_out(ctx, preempt, prev, now);
 	if (next->pid)
-		ws_switch_in(next, now);
+		ws_switch_in(next, now, runs);
 }
 
 /* Kernels without sched_exit_tp: the thread just switched out walks its

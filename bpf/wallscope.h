@@ -113,6 +113,43 @@ struct ws_hist_key {
 	__u32 _pad;
 };
 
+/*
+ * Who kept a thread off the CPU while it waited in a runqueue: the time
+ * each process ran on the CPU that thread was switched in on, within its
+ * wait (culprits_0 / culprits_1, values in ns). `culprit` is a tgid, 0 the
+ * idle task, WS_CULPRIT_UNSEEN the part of the wait the CPU's recent runs
+ * do not cover (the thread waited on another CPU's queue, or more than
+ * WS_CPU_RUNS runs went by).
+ */
+struct ws_culprit_key {
+	__u32 pid;     /* the waiting thread's process */
+	__u32 tid;     /* the waiting thread */
+	__u32 culprit; /* the process that ran meanwhile */
+	__u32 _pad;
+};
+
+#define WS_CULPRIT_UNSEEN 0xffffffffu
+/* Runs of each CPU kept for the attribution: a power of two. A wait
+ * longer than this many runs of others is attributed in part only (the
+ * rest is WS_CULPRIT_UNSEEN): 16 left a fifth of a starved thread's wait
+ * unattributed beside a forking script on a saturated host. */
+#define WS_CPU_RUNS 64
+
+/* One run of a task on a CPU, and the ring of each CPU's latest. */
+struct ws_cpu_run {
+	__u64 start;
+	__u64 end;
+	__u32 tgid;
+	__u32 _pad;
+};
+
+struct ws_cpu_runs {
+	__u64 last_switch; /* when the task running now was switched in */
+	__u32 head;        /* runs[head % WS_CPU_RUNS] is written next */
+	__u32 _pad;
+	struct ws_cpu_run runs[WS_CPU_RUNS];
+};
+
 enum ws_hist_kind {
 	WS_HIST_PROCESS = 0,
 	WS_HIST_CGROUP = 1,
@@ -283,7 +320,8 @@ struct ws_hist {
 	X(SWITCH_IN_UNSEEN, "switches_in_unseen", LOSS)             /* a thread ran without its switch-in seen: time split by the kernel's account */ \
 	X(SWITCH_OUT_UNSEEN, "switches_out_unseen", LOSS)           /* a thread went off-CPU without its switch-out seen: likewise */ \
 	X(JAVA_FRAMES, "java_frames_stepped", EVENT)                /* compiled Java frames stepped through by their code blob's frame size */ \
-	X(JAVA_REFUSED, "java_frames_refused", LOSS)                /* walk ended in a JVM's code: free or implausible segment map, blob or frame */
+	X(JAVA_REFUSED, "java_frames_refused", LOSS)                /* walk ended in a JVM's code: free or implausible segment map, blob or frame */ \
+	X(CULPRITS_FULL, "culprits_map_full", LOSS)                 /* runqueue wait not attributed to who ran meanwhile: map full */
 
 /* Indexes of the per-CPU `stats` array. */
 enum ws_stat {
@@ -370,6 +408,9 @@ _Static_assert(sizeof(struct ws_unwind_proc) == 8 + 40 * WS_UNWIND_MAX_MAPPINGS 
 	       "ws_unwind_proc size");
 _Static_assert(sizeof(struct ws_thread_totals) == 104, "ws_thread_totals size");
 _Static_assert(sizeof(struct ws_hist_key) == 16, "ws_hist_key size");
+_Static_assert(sizeof(struct ws_culprit_key) == 16, "ws_culprit_key size");
+_Static_assert(sizeof(struct ws_cpu_runs) == 16 + 24 * WS_CPU_RUNS, "ws_cpu_runs size");
+_Static_assert((WS_CPU_RUNS & (WS_CPU_RUNS - 1)) == 0, "WS_CPU_RUNS is a power of two");
 _Static_assert(sizeof(struct ws_hist) == 8 * WS_HIST_SLOTS + 8, "ws_hist size");
 _Static_assert(sizeof(struct ws_live_thread) == 72, "ws_live_thread size");
 _Static_assert(sizeof(struct ws_proc_event) == 48, "ws_proc_event size");

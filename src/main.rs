@@ -67,6 +67,11 @@ struct Sampling {
     /// need; for comparison).
     #[arg(long, value_enum, default_value_t = OffcpuStacks::SwitchIn)]
     offcpu_stacks: OffcpuStacks,
+    /// `on`: note every run of every CPU, so that each runqueue wait is
+    /// split among the processes that ran meanwhile (`/runqueue?pid=`
+    /// `kept_off_cpu_by`); `off`: not (for comparison of its cost).
+    #[arg(long, value_enum, default_value_t = Toggle::On)]
+    culprits: Toggle,
     /// `auto`: have HotSpot JVMs (JDK 17+) write their perf map and report
     /// thread names, through the attach mechanism (as `jcmd` does); `off`:
     /// never signal or connect to a JVM, nor read or write its memory
@@ -176,6 +181,13 @@ impl Push {
 enum OffcpuStacks {
     SwitchIn,
     SwitchOut,
+}
+
+/// A feature on or off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Toggle {
+    On,
+    Off,
 }
 
 /// How user stacks are walked (`--unwind`).
@@ -308,6 +320,7 @@ fn pipeline_options(sampling: &Sampling, history: History) -> PipelineOptions {
             offcpu_min_ns: sampling.offcpu_min_us * 1000,
             offcpu_sample_ns: sampling.offcpu_sample_us * 1000,
             stacks_at_switch_in: sampling.offcpu_stacks == OffcpuStacks::SwitchIn,
+            culprits: sampling.culprits == Toggle::On,
             live_min_ns: 100_000_000,
             unwind_tables: sampling.unwind == Unwind::Tables,
             unwind_rows: (sampling.unwind_table_mb * 1024 * 1024

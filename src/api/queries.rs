@@ -29,7 +29,7 @@ use crate::{
     process::{cgroups, tasks},
     profile::{
         blocked::{self, BlockedFilter},
-        cgroup_list,
+        cgroup_list, culprits,
         groups::{self, GroupBy},
         kind::{self, Group, Kind},
         live::LiveThread,
@@ -518,6 +518,9 @@ pub(super) async fn runqueue(
         let recorded = store.recorded(window, SystemTime::now());
         report.recorded_seconds = recorded.seconds;
         report.resolution = recorded.resolution;
+        if let Some(pid) = pid {
+            report.kept_off_cpu_by = culprits::kept_off(store, window, pid, None);
+        }
         Ok::<_, ApiError>(report)
     })
     .await??;

@@ -53,6 +53,7 @@ pub type StackValue = c::ws_stack_value;
 pub type ThreadTotals = c::ws_thread_totals;
 /// Key of the runqueue histograms (`struct ws_hist_key`).
 pub type HistKey = c::ws_hist_key;
+pub type CulpritKey = c::ws_culprit_key;
 /// A runqueue histogram (`struct ws_hist`): slot 0 under 1 us, slot i
 /// (i > 0) [2^(i-1), 2^i) us; `ns` the total time of the intervals counted.
 pub type Hist = c::ws_hist;
@@ -96,6 +97,8 @@ unsafe impl aya::Pod for StackValue {}
 unsafe impl aya::Pod for ThreadTotals {}
 // SAFETY: as above.
 unsafe impl aya::Pod for HistKey {}
+// SAFETY: a plain C struct of integers, as the others.
+unsafe impl aya::Pod for CulpritKey {}
 // SAFETY: as above.
 unsafe impl aya::Pod for Hist {}
 
@@ -263,6 +266,7 @@ pub mod names {
     pub const COUNTS: [&str; 2] = ["counts_0", "counts_1"];
     pub const THREADS: [&str; 2] = ["threads_0", "threads_1"];
     pub const RUNQ_HIST: [&str; 2] = ["runq_hist_0", "runq_hist_1"];
+    pub const CULPRITS: [&str; 2] = ["culprits_0", "culprits_1"];
     pub const STACKS: [&str; 3] = ["stacks_0", "stacks_1", "stacks_2"];
     pub const CONTROL: &str = "control";
     pub const STATS: &str = "stats";
@@ -288,6 +292,7 @@ pub mod names {
     pub const OFFCPU_SAMPLE_NS: &str = "offcpu_sample_ns";
     pub const STACKS_AT_SWITCH_IN: &str = "stacks_at_switch_in";
     pub const LIVE_MIN_NS: &str = "live_min_ns";
+    pub const ATTRIBUTE_CULPRITS: &str = "attribute_culprits";
     /// The switch-in hook, loaded where the kernel has the tracepoint.
     pub const SWITCH_IN_PROGRAM: (&str, &str) = ("on_switched_in", "sched_exit_tp");
     /// Where it has not (or `--offcpu-stacks switch-out`): stacks walked

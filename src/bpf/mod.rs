@@ -77,6 +77,8 @@ pub struct ProbeOptions {
     pub stacks_at_switch_in: bool,
     /// Walk user stacks with unwind tables where processes have them.
     pub unwind_tables: bool,
+    /// Note every CPU's runs and split runqueue waits among them.
+    pub culprits: bool,
     /// Capacity of the unwind row array (12 bytes a row).
     pub unwind_rows: u32,
     /// Threads on the host at start: the counts maps are sized for them.
@@ -88,6 +90,8 @@ pub struct Buffer {
     pub counts: HashMap<MapData, StackKey, StackValue>,
     pub threads: HashMap<MapData, u32, ThreadTotals>,
     pub runq_hist: HashMap<MapData, HistKey, Hist>,
+    /// Who ran while each thread waited in a runqueue (ns).
+    pub culprits: HashMap<MapData, abi::CulpritKey, u64>,
 }
 
 /// Stacks of one generation by id.
@@ -166,6 +170,7 @@ pub fn load(opts: &ProbeOptions) -> Result<(Probes, ProbeMaps), LoadError> {
     let merge_at = u64::from(counts_entries - counts_entries / 8);
     let strip_at = u64::from(counts_entries - counts_entries / 16);
     let unwind_tables = u8::from(opts.unwind_tables);
+    let attribute_culprits = u8::from(opts.culprits);
     let unwind_rows = opts.unwind_rows.max(1);
     let btf = Btf::from_sys_fs().map_err(LoadError::Btf)?;
     // A bare tracepoint (no tracefs event) of recent kernels: at the end of
@@ -186,6 +191,7 @@ pub fn load(opts: &ProbeOptions) -> Result<(Probes, ProbeMaps), LoadError> {
         .override_global(names::STACKS_AT_SWITCH_IN, &stacks_at_switch_in, true)
         .override_global(names::LIVE_MIN_NS, &opts.live_min_ns, true)
         .override_global(names::UNWIND_TABLES, &unwind_tables, true)
+        .override_global(names::ATTRIBUTE_CULPRITS, &attribute_culprits, true)
         .map_max_entries(names::UNWIND_ROWS, unwind_rows)
         .map_max_entries(names::COUNTS[0], counts_entries)
         .map_max_entries(names::COUNTS[1], counts_entries)
@@ -310,6 +316,7 @@ fn take_maps(ebpf: &mut Ebpf, unwind_rows: u32) -> Result<ProbeMaps, LoadError> 
             counts: take(ebpf, names::COUNTS[i])?,
             threads: take(ebpf, names::THREADS[i])?,
             runq_hist: take(ebpf, names::RUNQ_HIST[i])?,
+            culprits: take(ebpf, names::CULPRITS[i])?,
         })
     };
     Ok(ProbeMaps {

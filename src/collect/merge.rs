@@ -95,6 +95,7 @@ impl RawBatch {
                 None => self.runq_hists.push((owner, hist)),
             }
         }
+        self.kept_off.extend(later.kept_off);
         for (sum, n) in self.stats.iter_mut().zip(later.stats) {
             *sum += n;
         }
@@ -122,7 +123,7 @@ impl RawBatch {
 mod tests {
     use std::time::{Duration, SystemTime};
 
-    use super::super::{HistOwner, RawThread};
+    use super::super::{HistOwner, KeptOff, RawThread};
     use super::*;
     use crate::bpf::abi::{Hist, Stat};
     use crate::profile::model::ThreadCounters;
@@ -154,6 +155,12 @@ mod tests {
                     ns: 0,
                 },
             )],
+            kept_off: vec![KeptOff {
+                pid: 1,
+                tid,
+                by: 2,
+                ns,
+            }],
             stats,
             missing_stacks: 0,
             drain_time: Duration::ZERO,
@@ -211,6 +218,8 @@ mod tests {
         assert_eq!(first.threads[0].counters.switches_voluntary, 2);
         assert_eq!(first.runq_hists.len(), 1);
         assert_eq!(first.runq_hists[0].1.slots[0], 3);
+        // Who kept threads off the CPU: every drain's, kept.
+        assert_eq!(first.kept_off.len(), 3);
         assert_eq!(first.stats[0], 3);
     }
 }

@@ -32,7 +32,7 @@ use crate::bpf::{
 pub use crate::profile::model::{
     counters::{RawThread, ThreadCounters},
     kind::MERGED_THREADS,
-    HistOwner, StatDeltas,
+    HistOwner, KeptOff, StatDeltas,
 };
 use stacks::StackCache;
 
@@ -118,6 +118,7 @@ pub struct RawBatch {
     pub records: Vec<RawRecord>,
     pub threads: Vec<RawThread>,
     pub runq_hists: Vec<(HistOwner, Hist)>,
+    pub kept_off: Vec<KeptOff>,
     /// Threads off-CPU when the drain looked, longest first.
     pub live: Vec<RawLive>,
     pub stats: StatDeltas,
@@ -156,7 +157,8 @@ impl RawBatch {
         (records
             + live
             + self.threads.capacity() * std::mem::size_of::<RawThread>()
-            + self.runq_hists.capacity() * std::mem::size_of::<(HistOwner, Hist)>()) as u64
+            + self.runq_hists.capacity() * std::mem::size_of::<(HistOwner, Hist)>()
+            + self.kept_off.capacity() * std::mem::size_of::<KeptOff>()) as u64
     }
 }
 
@@ -232,6 +234,7 @@ impl Drainer {
             .map_err(CollectError::Control)?;
         let threads = take_all(&mut buf.threads, "threads map")?;
         let hists = take_all(&mut buf.runq_hist, "runqueue histograms")?;
+        let culprits = take_all(&mut buf.culprits, "runqueue culprits")?;
 
         let mut missing_stacks = 0;
         let mut records = Vec::with_capacity(rows.len());
@@ -304,6 +307,15 @@ impl Drainer {
             runq_hists: hists
                 .into_iter()
                 .filter_map(|(k, h)| Some((hist_owner(&k)?, h)))
+                .collect(),
+            kept_off: culprits
+                .into_iter()
+                .map(|(k, ns)| KeptOff {
+                    pid: k.pid,
+                    tid: k.tid,
+                    by: k.culprit,
+                    ns,
+                })
                 .collect(),
             live,
             stats,

@@ -168,6 +168,7 @@ impl Symbolizer {
             records,
             threads: totals,
             runq_hists,
+            kept_off,
             mut live,
             stats,
             ..
@@ -252,6 +253,7 @@ impl Symbolizer {
             processes,
             containers,
             origins,
+            kept_off,
             stats,
         };
         Named { slice, live }

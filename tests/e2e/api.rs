@@ -265,6 +265,7 @@ fn metrics_app() -> axum::Router {
             processes: HashMap::from([(BUSY_PID, Arc::from("app")), (600, Arc::from("we\"ird"))]),
             containers: HashMap::new(),
             origins: HashMap::new(),
+            kept_off: Vec::new(),
             stats,
         });
     }

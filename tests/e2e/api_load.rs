@@ -108,6 +108,7 @@ fn slice(i: u64, end: SystemTime, stacks: &[Stack]) -> Slice {
             .collect::<HashMap<_, _>>(),
         containers: HashMap::new(),
         origins: HashMap::new(),
+        kept_off: Vec::new(),
         stats: [0; wallscope::bpf::abi::Stat::COUNT],
     }
 }

@@ -118,6 +118,7 @@ fn app() -> axum::Router {
         processes: HashMap::from([(PID, Arc::from("java")), (0, Arc::from("swapper/0"))]),
         containers: HashMap::new(),
         origins: HashMap::new(),
+        kept_off: Vec::new(),
         stats: [0; wallscope::bpf::abi::Stat::COUNT],
     });
     api::router(Shared::new(store, Vec::new()))

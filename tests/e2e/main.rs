@@ -18,6 +18,7 @@ mod api_windows;
 mod architecture;
 mod cli;
 mod containers;
+mod culprits;
 mod deploy;
 mod ebpf;
 mod engine;

@@ -1,8 +1,11 @@
 // A script-like parent that forks short-lived CPU-bound children: each
 // execs this program again as `spawner child MS`, burns MS ms of CPU and
-// exits. Usage: spawner PER_SECOND SECONDS MS. Prints "ready <pid>", then,
+// exits. Usage: spawner PER_SECOND SECONDS MS [CPU] (CPU: the parent and
+// so its children run on that CPU only). Prints "ready <pid>", then,
 // once every child is reaped, the kernel's account of their CPU time:
 // "children_cpu_us <n> children <count>".
+#define _GNU_SOURCE
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,19 +46,32 @@ int main(int argc, char **argv)
 		burn(atoi(argv[2]) / 1000.0);
 		return 0;
 	}
-	if (argc != 4) {
-		fprintf(stderr, "usage: spawner PER_SECOND SECONDS MS\n");
+	if (argc != 4 && argc != 5) {
+		fprintf(stderr, "usage: spawner PER_SECOND SECONDS MS [CPU]\n");
 		return 2;
+	}
+	if (argc == 5) {
+		cpu_set_t set;
+		CPU_ZERO(&set);
+		CPU_SET(atoi(argv[4]), &set);
+		sched_setaffinity(0, sizeof(set), &set);
 	}
 	int per_second = atoi(argv[1]);
 	double end = now() + atof(argv[2]), gap = 1.0 / per_second;
 	long children = 0;
+	// The program's own path: exec'd as /proc/self/exe, a child would be
+	// named "exe".
+	char self[4096];
+	ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (len <= 0)
+		return 1;
+	self[len] = 0;
 	printf("ready %d\n", getpid());
 	fflush(stdout);
 	for (double next = now(); now() < end; next += gap) {
 		pid_t pid = fork();
 		if (pid == 0) {
-			execl("/proc/self/exe", "spawner", "child", argv[3], (char *)NULL);
+			execl(self, "spawner", "child", argv[3], (char *)NULL);
 			_exit(127);
 		}
 		if (pid > 0)

@@ -96,6 +96,22 @@ pub struct ThreadInfo {
     pub name: Arc<str>,
 }
 
+/// Time process `by` ran on the CPU thread `tid` (of `pid`) got, while
+/// that thread waited in its runqueue: what kept it off the CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeptOff {
+    pub pid: u32,
+    pub tid: u32,
+    /// A pid; 0 the idle task; [`KeptOff::UNSEEN`] the part of the wait
+    /// no run of that CPU covered (the thread waited on another CPU).
+    pub by: u32,
+    pub ns: u64,
+}
+
+impl KeptOff {
+    pub const UNSEEN: u32 = u32::MAX;
+}
+
 /// A process's parent and cgroup, for grouping processes.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Origin {
@@ -122,6 +138,8 @@ pub struct Slice {
     pub containers: HashMap<u32, Arc<Container>>,
     /// Where each process came from (parent, cgroup), by pid.
     pub origins: HashMap<u32, Origin>,
+    /// Who kept each thread that waited in a runqueue off the CPU.
+    pub kept_off: Vec<KeptOff>,
     /// BPF loss counters for this interval.
     pub stats: StatDeltas,
 }
@@ -140,6 +158,7 @@ impl Slice {
             processes: HashMap::new(),
             containers: HashMap::new(),
             origins: HashMap::new(),
+            kept_off: Vec::new(),
             stats: [0; crate::bpf::abi::Stat::COUNT],
         }
     }

@@ -52,6 +52,7 @@ pub fn slice_bytes(s: &Slice) -> usize {
             .values()
             .map(|c| ARC_HEADER + container_bytes(c))
             .sum::<usize>()
+        + s.kept_off.capacity() * size_of::<crate::profile::model::KeptOff>()
         + map(&s.origins)
         + s.origins
             .values()

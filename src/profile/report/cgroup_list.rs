@@ -164,6 +164,7 @@ mod tests {
             processes: HashMap::new(),
             containers: Default::default(),
             origins: Default::default(),
+            kept_off: Default::default(),
             stats: [0; crate::bpf::abi::Stat::COUNT],
         });
         let list = list(&store.snapshot(), Window::last(30, end));

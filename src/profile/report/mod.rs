@@ -3,6 +3,7 @@
 
 pub mod blocked;
 pub mod cgroup_list;
+pub mod culprits;
 pub mod fair;
 pub mod filter;
 pub mod groups;

@@ -179,6 +179,7 @@ pub(crate) mod tests {
             processes: [(10, Arc::from("ten")), (20, Arc::from("twenty"))].into(),
             containers: Default::default(),
             origins: Default::default(),
+            kept_off: Default::default(),
             stats: [0; crate::bpf::abi::Stat::COUNT],
         });
         (store, end)
@@ -351,6 +352,7 @@ pub(crate) mod tests {
             processes: [(0, Arc::from("swapper/0")), (10, Arc::from("ten"))].into(),
             containers: Default::default(),
             origins: Default::default(),
+            kept_off: Default::default(),
             stats: [0; crate::bpf::abi::Stat::COUNT],
         });
         (store, end + Duration::from_secs(1))
@@ -399,6 +401,7 @@ pub(crate) mod tests {
             processes: [(10, Arc::from("ten"))].into(),
             containers: Default::default(),
             origins: Default::default(),
+            kept_off: Default::default(),
             stats: [0; crate::bpf::abi::Stat::COUNT],
         });
         let store = store.snapshot();
@@ -479,6 +482,7 @@ pub(crate) mod tests {
             processes: [(10, Arc::from("ten")), (20, Arc::from("secretd"))].into(),
             containers: Default::default(),
             origins: Default::default(),
+            kept_off: Default::default(),
             stats: [0; crate::bpf::abi::Stat::COUNT],
         });
         let store = store.snapshot();

@@ -114,6 +114,10 @@ pub struct RunqueueReport {
     pub buckets: Vec<Bucket>,
     /// Time throttled, not counted in the waits above.
     pub throttled: Throttled,
+    /// For a process: who ran on the CPU while its threads waited for it,
+    /// most first (see [`super::culprits`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub kept_off_cpu_by: Vec<super::culprits::Culprit>,
     /// Why the report is empty, when it is (a known process that neither
     /// waited nor was throttled in the window).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -247,6 +251,7 @@ fn summary(waits: &Merged, throttled: &Merged, owner: Owner, seconds: u64) -> Ru
             max_bucket: throttled.max_bucket(),
             buckets: throttled.buckets(),
         },
+        kept_off_cpu_by: Vec::new(),
         note: None,
     }
 }
@@ -302,6 +307,37 @@ pub fn render_text(r: &RunqueueReport) -> String {
             t.total_us as f64 / 1000.0
         );
         hist::render_bars(&mut out, &t.buckets);
+    }
+    if !r.kept_off_cpu_by.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nkept off the CPU by (what ran on it while {who} waited):"
+        );
+        for c in &r.kept_off_cpu_by {
+            let many = if c.processes > 1 {
+                format!(" x {}", c.processes)
+            } else {
+                String::new()
+            };
+            let cgroup = c
+                .cgroup
+                .as_deref()
+                .map(|g| format!(" [{g}]"))
+                .unwrap_or_default();
+            let pids = if c.pids.is_empty() {
+                String::new()
+            } else {
+                let list: Vec<String> = c.pids.iter().map(u32::to_string).collect();
+                format!(" pid {}", list.join(","))
+            };
+            let _ = writeln!(
+                out,
+                "  {:>5.1}%  {:>10.1} ms  {}{many}{pids}{cgroup}",
+                c.share * 100.0,
+                c.us as f64 / 1000.0,
+                c.name
+            );
+        }
     }
     out
 }
@@ -368,6 +404,7 @@ mod tests {
                 processes: HashMap::new(),
                 containers: Default::default(),
                 origins: Default::default(),
+                kept_off: Default::default(),
                 stats: [0; crate::bpf::abi::Stat::COUNT],
             });
         }

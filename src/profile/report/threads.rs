@@ -332,6 +332,7 @@ mod tests {
                 processes: Map::from([(7, Arc::from("app"))]),
                 containers: Default::default(),
                 origins: Default::default(),
+                kept_off: Default::default(),
                 stats: [0; crate::bpf::abi::Stat::COUNT],
             });
         }

@@ -72,6 +72,7 @@ pub fn shared() -> Arc<Shared> {
         processes: HashMap::from([(GONE_PID, Arc::from("app"))]),
         containers: HashMap::new(),
         origins: HashMap::new(),
+        kept_off: Vec::new(),
         stats: [0; wallscope::bpf::abi::Stat::COUNT],
     });
     Shared::new(store, vec![("on_cpu_sample".into(), 2)])

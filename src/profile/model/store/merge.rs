@@ -13,7 +13,9 @@ use std::{collections::HashMap, hash::Hash, sync::Arc};
 
 use rustc_hash::{FxHashMap, FxHasher};
 
-use super::super::{kind::pool_name, HistOwner, RawThread, Sample, Slice, ThreadInfo, Wakeup};
+use super::super::{
+    kind::pool_name, HistOwner, KeptOff, RawThread, Sample, Slice, ThreadInfo, Wakeup,
+};
 use crate::bpf::abi::{Hist, State};
 
 /// Tids with these bits set stand for a pool of a process's threads, not a
@@ -136,6 +138,7 @@ pub fn merge(parts: &[&Slice], fold: bool) -> Slice {
     let mut totals: Summed<(u32, u32), RawThread> = Summed::new();
     let mut hists: Summed<HistOwner, (HistOwner, Hist)> = Summed::new();
     let mut pool_names = HashMap::new();
+    let mut kept_off: HashMap<(u32, u32, u32), u64> = HashMap::new();
     for part in parts {
         let mut folder = Folder {
             threads: &part.threads,
@@ -192,6 +195,9 @@ pub fn merge(parts: &[&Slice], fold: bool) -> Slice {
             .extend(part.containers.iter().map(|(k, v)| (*k, v.clone())));
         out.origins
             .extend(part.origins.iter().map(|(k, v)| (*k, v.clone())));
+        for k in &part.kept_off {
+            *kept_off.entry((k.pid, k.tid, k.by)).or_default() += k.ns;
+        }
         for (a, b) in out.stats.iter_mut().zip(part.stats) {
             *a += b;
         }
@@ -201,6 +207,10 @@ pub fn merge(parts: &[&Slice], fold: bool) -> Slice {
     out.wakeups = wakeups.done();
     out.thread_totals = totals.done();
     out.runq_hists = hists.done();
+    out.kept_off = kept_off
+        .into_iter()
+        .map(|((pid, tid, by), ns)| KeptOff { pid, tid, by, ns })
+        .collect();
     out.threads.shrink_to_fit();
     out.processes.shrink_to_fit();
     out.containers.shrink_to_fit();

@@ -267,6 +267,7 @@ mod tests {
             processes: HashMap::new(),
             containers: Default::default(),
             origins: Default::default(),
+            kept_off: Default::default(),
             stats: [0; Stat::COUNT],
         }
     }

@@ -25,6 +25,7 @@ fn slice(end_s: u64, frames: &[&str]) -> Slice {
         processes: HashMap::new(),
         containers: Default::default(),
         origins: Default::default(),
+        kept_off: Default::default(),
         stats: [1; Stat::COUNT],
     }
 }
