@@ -12,6 +12,7 @@
 
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
+#include "culprits.bpf.h"
 #include "threads.bpf.h"
 #include "wallscope.h"
 
@@ -24,6 +25,7 @@ struct ws_counts {
 	__u64 runq_waits; /* runqueue waits ended since the export; 0: slots untouched */
 	__u64 runq_ns;
 	__u64 runq_slots[WS_HIST_SLOTS]; /* as struct ws_hist */
+	struct ws_culprit_slots culprits; /* who kept it off the CPU meanwhile */
 };
 
 static __always_inline void ws_count_ns(struct ws_counts *c, __u32 state, __u64 ns)
@@ -39,6 +41,33 @@ static __always_inline void ws_count_runq_wait(struct ws_counts *c, __u64 ns)
 	__sync_fetch_and_add(&c->runq_slots[slot], 1);
 	__sync_fetch_and_add(&c->runq_ns, ns);
 	__sync_fetch_and_add(&c->runq_waits, 1);
+}
+
+/* Moves `c`'s culprits into the active buffer's culprits_N rows. A slot is
+ * freed once its time is taken: a switch-in on another CPU adding to it in
+ * between has its time go to the slot's next process (rare: the export
+ * runs once a drain). */
+static __always_inline void ws_export_culprits(struct task_struct *t, struct ws_counts *c)
+{
+	__u64 v;
+
+	struct ws_culprit_slots *k = &c->culprits;
+
+	for (int i = 0; i < WS_CULPRIT_SLOTS; i++) {
+		__u32 slot = k->slot[i];
+
+		if (!slot)
+			continue;
+		v = __sync_lock_test_and_set(&k->ns[i], 0);
+		k->comm_hash[i] = 0;
+		k->slot[i] = 0;
+		if (v)
+			ws_culprit_add(t->tgid, t->pid, slot - 1, v);
+	}
+	if (k->others_ns && (v = __sync_lock_test_and_set(&k->others_ns, 0)))
+		ws_culprit_add(t->tgid, t->pid, WS_CULPRIT_OTHERS, v);
+	if (k->unseen_ns && (v = __sync_lock_test_and_set(&k->unseen_ns, 0)))
+		ws_culprit_add(t->tgid, t->pid, WS_CULPRIT_UNSEEN, v);
 }
 
 /* Moves `c` into `t`'s totals row and its process's and cgroup's runqueue
@@ -67,6 +96,7 @@ static __always_inline void ws_export_counts(struct task_struct *t, struct ws_co
 	WS_EXPORT(wakeups_sent)
 	WS_EXPORT(wakeups_received)
 #undef WS_EXPORT
+	ws_export_culprits(t, c);
 	if (!c->runq_waits)
 		return;
 	__u64 waits = __sync_lock_test_and_set(&c->runq_waits, 0);

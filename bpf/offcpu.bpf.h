@@ -134,7 +134,8 @@ static __always_inline void ws_switch_in(struct task_struct *next, __u64 now,
 		if (state == WS_STATE_RUNQUEUE || state == WS_STATE_THROTTLED)
 			ws_waited(next, s, state, d);
 		if (state == WS_STATE_RUNQUEUE)
-			ws_blame(runs, next->tgid, next->pid, s->phase_start, now);
+			ws_blame(runs, &s->c.culprits, s->phase_start, now,
+				 (__u64)next->tgid << 32 | next->pid);
 		w = ws_draw(d, ws_take(&s->row_from, now, 0));
 		if (w) {
 			s->pending_ns[1] = w;

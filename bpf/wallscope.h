@@ -119,7 +119,10 @@ struct ws_hist_key {
  * wait (culprits_0 / culprits_1, values in ns). `culprit` is a tgid, 0 the
  * idle task, WS_CULPRIT_UNSEEN the part of the wait the CPU's recent runs
  * do not cover (the thread waited on another CPU's queue, or more than
- * WS_CPU_RUNS runs went by).
+ * WS_CPU_RUNS runs went by), WS_CULPRIT_OTHERS the processes past a
+ * thread's first WS_CULPRIT_SLOTS in a drain. Kept per thread in its task
+ * storage as waits end and moved to the map at each drain (counts.bpf.h),
+ * so a switch updates no map.
  */
 struct ws_culprit_key {
 	__u32 pid;     /* the waiting thread's process */
@@ -129,6 +132,9 @@ struct ws_culprit_key {
 };
 
 #define WS_CULPRIT_UNSEEN 0xffffffffu
+/* The processes past each thread's first WS_CULPRIT_SLOTS in one drain. */
+#define WS_CULPRIT_OTHERS 0xfffffffeu
+#define WS_CULPRIT_SLOTS 8
 /* Runs of each CPU kept for the attribution: a power of two. A wait
  * longer than this many runs of others is attributed in part only (the
  * rest is WS_CULPRIT_UNSEEN): 16 left a fifth of a starved thread's wait
@@ -140,7 +146,7 @@ struct ws_cpu_run {
 	__u64 start;
 	__u64 end;
 	__u32 tgid;
-	__u32 _pad;
+	__u32 comm_hash; /* of the process's name: a script's children share it */
 };
 
 struct ws_cpu_runs {

@@ -326,6 +326,9 @@ where
     state.queries.run(move || query(&snapshot(&shared))).await
 }
 
+/// Culprits listed per thread in `/threads` (and a `[rest]`).
+const THREAD_CULPRITS: usize = 3;
+
 /// `/processes`: every process recorded in the window, or for a local user
 /// other than root, their own ([`authority::sees`]).
 pub(super) async fn processes(
@@ -377,6 +380,10 @@ pub(super) async fn threads(
     let report = over_snapshot(&state, move |store| {
         let recorded = store.recorded(window, SystemTime::now());
         if let Some(mut report) = threads::report(store, pid, window) {
+            let mut culprits = culprits::by_thread(store, window, pid, THREAD_CULPRITS);
+            for t in &mut report.threads {
+                t.kept_off_cpu_by = culprits.remove(&t.tid).unwrap_or_default();
+            }
             report.recorded_seconds = recorded.seconds;
             report.resolution = recorded.resolution;
             return Ok(report);

@@ -103,13 +103,17 @@ pub struct KeptOff {
     pub pid: u32,
     pub tid: u32,
     /// A pid; 0 the idle task; [`KeptOff::UNSEEN`] the part of the wait
-    /// no run of that CPU covered (the thread waited on another CPU).
+    /// no run of that CPU covered (the thread waited on another CPU);
+    /// [`KeptOff::OTHERS`] processes not told apart.
     pub by: u32,
     pub ns: u64,
 }
 
 impl KeptOff {
     pub const UNSEEN: u32 = u32::MAX;
+    /// The processes past the thread's first few in one drain (the BPF
+    /// side keeps eight per thread between drains, and a few more per wait).
+    pub const OTHERS: u32 = u32::MAX - 1;
 }
 
 /// A process's parent and cgroup, for grouping processes.

@@ -8,7 +8,10 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use super::query::ns_to_us;
-use crate::profile::model::{store::Snapshot, window::Window, KeptOff};
+use crate::{
+    bpf::abi::State,
+    profile::model::{store::Snapshot, window::Window, KeptOff},
+};
 
 /// Culprits listed, at most; the rest are summed into one row.
 pub const LISTED: usize = 10;
@@ -21,12 +24,16 @@ pub struct Culprit {
     /// The process name; `[idle]` when the CPU was idle (the wait was the
     /// wakeup's own latency), `[other CPU]` for the part of the waits no
     /// run of the CPU covered (the thread waited on another CPU's queue),
-    /// `[rest]` for the culprits past the first [`LISTED`].
+    /// `[others]` for processes past a thread's first eight in one drain
+    /// (not told apart), `[rest]` for the culprits past the first
+    /// [`LISTED`].
     pub name: String,
     /// Its cgroup (v2 path), when known.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cgroup: Option<String>,
-    /// How many processes of that name and cgroup.
+    /// How many processes of that name and cgroup ran in the window (the
+    /// BPF side tells a script's short-lived children apart only while a
+    /// thread's slots last: their time is theirs, not their pids).
     pub processes: u64,
     /// The first of them by time kept.
     pub pids: Vec<u32>,
@@ -42,72 +49,135 @@ struct Sum {
     by_pid: HashMap<u32, u64>,
 }
 
-/// The culprits of `pid`'s runqueue waits (only thread `tid`'s, if
-/// given) within `window`, most first, at most [`LISTED`] and a `[rest]`.
-pub fn kept_off(store: &Snapshot, window: Window, pid: u32, tid: Option<u32>) -> Vec<Culprit> {
-    let mut names: HashMap<u32, (String, Option<String>)> = HashMap::new();
-    let mut sums: HashMap<(String, Option<String>), Sum> = HashMap::new();
+/// Names and cgroups of the processes of `window`, and the rows of
+/// `pid`'s waits.
+fn collect(store: &Snapshot, window: Window, pid: u32) -> (Names, Vec<KeptOff>) {
+    let mut names: Names = Names::default();
     let mut rows: Vec<KeptOff> = Vec::new();
     for slice in store.within(window) {
+        for t in slice
+            .thread_totals
+            .iter()
+            .filter(|t| t.counters.ns[State::Cpu as usize] > 0)
+        {
+            names.ran.insert(t.pid);
+        }
         for (p, name) in &slice.processes {
             let cgroup = slice
                 .origins
                 .get(p)
                 .and_then(|o| o.cgroup.as_deref().map(str::to_string));
-            names.insert(*p, (name.to_string(), cgroup));
+            names.of.insert(*p, (name.to_string(), cgroup));
         }
-        rows.extend(
-            slice
-                .kept_off
-                .iter()
-                .filter(|k| k.pid == pid && tid.is_none_or(|t| k.tid == t)),
-        );
+        rows.extend(slice.kept_off.iter().filter(|k| k.pid == pid));
     }
+    (names, rows)
+}
+
+/// Process names and cgroups by pid, and the processes that ran.
+#[derive(Default)]
+struct Names {
+    of: HashMap<u32, (String, Option<String>)>,
+    ran: std::collections::HashSet<u32>,
+}
+
+impl Names {
+    /// How many processes of each name and cgroup ran.
+    fn counts(&self) -> HashMap<&(String, Option<String>), u64> {
+        let mut counts = HashMap::new();
+        for pid in &self.ran {
+            if let Some(who) = self.of.get(pid) {
+                *counts.entry(who).or_default() += 1;
+            }
+        }
+        counts
+    }
+}
+
+/// The culprits of `pid`'s runqueue waits (only thread `tid`'s, if
+/// given) within `window`, most first, at most [`LISTED`] and a `[rest]`.
+pub fn kept_off(store: &Snapshot, window: Window, pid: u32, tid: Option<u32>) -> Vec<Culprit> {
+    let (names, mut rows) = collect(store, window, pid);
+    rows.retain(|k| tid.is_none_or(|t| k.tid == t));
+    summarize(&rows, &names, LISTED)
+}
+
+/// The culprits of each thread of `pid` within `window`, at most `top`
+/// and a `[rest]` each, by tid.
+pub fn by_thread(
+    store: &Snapshot,
+    window: Window,
+    pid: u32,
+    top: usize,
+) -> HashMap<u32, Vec<Culprit>> {
+    let (names, rows) = collect(store, window, pid);
+    let mut by_tid: HashMap<u32, Vec<KeptOff>> = HashMap::new();
+    for k in rows {
+        by_tid.entry(k.tid).or_default().push(k);
+    }
+    by_tid
+        .into_iter()
+        .map(|(tid, rows)| (tid, summarize(&rows, &names, top)))
+        .collect()
+}
+
+/// `rows` summed by culprit name and cgroup, most first, at most `limit`
+/// and a `[rest]`.
+fn summarize(rows: &[KeptOff], names: &Names, limit: usize) -> Vec<Culprit> {
+    let mut sums: HashMap<(String, Option<String>), Sum> = HashMap::new();
     let total: u64 = rows.iter().map(|k| k.ns).sum();
-    for k in &rows {
+    for k in rows {
         let who = match k.by {
             0 => ("[idle]".to_string(), None),
             KeptOff::UNSEEN => ("[other CPU]".to_string(), None),
+            KeptOff::OTHERS => ("[others]".to_string(), None),
             by => names
+                .of
                 .get(&by)
                 .cloned()
                 .unwrap_or_else(|| (format!("[pid {by}]"), None)),
         };
         let sum = sums.entry(who).or_default();
         sum.ns += k.ns;
-        if k.by != 0 && k.by != KeptOff::UNSEEN {
+        if ![0, KeptOff::UNSEEN, KeptOff::OTHERS].contains(&k.by) {
             *sum.by_pid.entry(k.by).or_default() += k.ns;
         }
     }
-    let mut culprits: Vec<Culprit> = sums
+    let counts = names.counts();
+    let mut culprits: Vec<(u64, Culprit)> = sums
         .into_iter()
         .map(|((name, cgroup), sum)| {
             let mut pids: Vec<(u32, u64)> = sum.by_pid.into_iter().collect();
             pids.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-            Culprit {
+            let ran = counts.get(&(name.clone(), cgroup.clone())).copied();
+            let culprit = Culprit {
+                processes: ran.unwrap_or(0).max(pids.len() as u64),
                 name,
                 cgroup,
-                processes: pids.len() as u64,
                 pids: pids.iter().take(LISTED_PIDS).map(|p| p.0).collect(),
                 us: ns_to_us(sum.ns),
                 share: share(sum.ns, total),
-            }
+            };
+            (sum.ns, culprit)
         })
         .collect();
-    culprits.sort_by(|a, b| b.us.cmp(&a.us).then_with(|| a.name.cmp(&b.name)));
-    if culprits.len() > LISTED {
-        let rest = culprits.split_off(LISTED);
-        let us: u64 = rest.iter().map(|c| c.us).sum();
-        culprits.push(Culprit {
-            name: "[rest]".into(),
-            cgroup: None,
-            processes: rest.iter().map(|c| c.processes).sum(),
-            pids: Vec::new(),
-            us,
-            share: share(us * 1000, total),
-        });
+    culprits.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.name.cmp(&b.1.name)));
+    if culprits.len() > limit {
+        let rest = culprits.split_off(limit);
+        let ns: u64 = rest.iter().map(|c| c.0).sum();
+        culprits.push((
+            ns,
+            Culprit {
+                name: "[rest]".into(),
+                cgroup: None,
+                processes: rest.iter().map(|c| c.1.processes).sum(),
+                pids: Vec::new(),
+                us: ns_to_us(ns),
+                share: share(ns, total),
+            },
+        ));
     }
-    culprits
+    culprits.into_iter().map(|c| c.1).collect()
 }
 
 /// `part` of `total`, to three decimals.
@@ -183,5 +253,11 @@ mod tests {
         assert_eq!(c.iter().map(|c| c.us).sum::<u64>(), 1_000_000);
         let one = kept_off(&store.snapshot(), window, 7, Some(8));
         assert_eq!((one.len(), one[0].share), (1, 1.0));
+        let threads = by_thread(&store.snapshot(), window, 7, 2);
+        assert_eq!(threads[&8][0].name, "hasher");
+        // Thread 9: the hog, [other CPU], and the idle task as the rest.
+        let nine: Vec<&str> = threads[&9].iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(nine, ["hog", "[other CPU]", "[rest]"]);
+        assert_eq!(threads[&9][2].share, 0.125);
     }
 }

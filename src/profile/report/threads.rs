@@ -27,13 +27,17 @@ pub struct Breakdown {
 }
 
 /// One thread's row.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct ThreadRow {
     pub tid: u32,
     pub name: String,
     pub pool: String,
     #[serde(flatten)]
     pub time: Breakdown,
+    /// Who ran on its CPU while it waited in a runqueue, most first (see
+    /// [`super::culprits`]; filled in by the API).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub kept_off_cpu_by: Vec<super::culprits::Culprit>,
 }
 
 /// One pool's row.
@@ -46,7 +50,7 @@ pub struct PoolRow {
 }
 
 /// The `/threads` answer for one process.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct ThreadReport {
     pub pid: u32,
     pub comm: String,
@@ -132,6 +136,7 @@ pub fn report(store: &Snapshot, pid: u32, window: Window) -> Option<ThreadReport
             name,
             pool,
             time: sum.breakdown(),
+            kept_off_cpu_by: Vec::new(),
         });
     }
     threads.sort_by(|a, b| b.time.wall_us.cmp(&a.time.wall_us).then(a.tid.cmp(&b.tid)));
@@ -184,6 +189,7 @@ pub fn empty_report(pid: u32, now: LiveProcess, window: Window, note: String) ->
             pool: pool_name(&name),
             name,
             time: Breakdown::default(),
+            kept_off_cpu_by: Vec::new(),
         })
         .collect();
     threads.sort_by_key(|t| t.tid);
