@@ -17,6 +17,7 @@ mod timeline;
 /// The bearer token, from its own module below `api` (the pusher uses it too).
 pub use crate::token;
 mod ui;
+mod wait_facts;
 pub mod window;
 
 use std::{
