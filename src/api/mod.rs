@@ -11,6 +11,7 @@ mod metrics;
 pub mod params;
 pub mod peer;
 mod pprof;
+mod processes;
 mod queries;
 pub mod server;
 mod timeline;
@@ -92,7 +93,7 @@ fn routes(shared: Arc<Shared>) -> Router {
         .route("/folded", get(queries::folded))
         .route("/flamegraph", get(queries::flamegraph))
         .route("/pprof", get(pprof::pprof))
-        .route("/processes", get(queries::processes))
+        .route("/processes", get(processes::processes))
         .route("/threads", get(queries::threads))
         .route("/healthz", get(healthz))
         .route("/runqueue", get(queries::runqueue))

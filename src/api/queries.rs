@@ -10,25 +10,17 @@ use axum::{
     extract::{RawQuery, State},
     http::{header, HeaderValue},
     response::{IntoResponse, Response},
-    Extension, Json,
+    Json,
 };
 
-use super::{
-    authority::{self, Authority},
-    error::ApiError,
-    params::Params,
-    window::WINDOW_PARAMS,
-    ApiState,
-};
+use super::{authority, error::ApiError, params::Params, window::WINDOW_PARAMS, ApiState};
 use crate::{
     bpf::abi,
     process::{cgroups, tasks},
     profile::{
         blocked::{self, BlockedFilter},
         cgroup_list, culprits,
-        groups::{self, GroupBy},
         kind::{Group, Kind},
-        processes::{self, SortBy},
         query::{self, Filter, Folded},
         render::{self, GraphLabels},
         runqueue::{self, OwnerError},
@@ -168,7 +160,7 @@ pub(super) fn with_note(mut response: Response, note: Option<&str>) -> Response 
 
 /// The JVM report of `pid`'s newest process, if it is a JVM the agent
 /// knows (never the report of an earlier process with that pid).
-fn jvm_report(shared: &Shared, pid: u32) -> Option<crate::jvm::JvmReport> {
+pub(super) fn jvm_report(shared: &Shared, pid: u32) -> Option<crate::jvm::JvmReport> {
     shared.jvms.report_of(shared.processes.newest(pid)?)
 }
 
@@ -323,44 +315,6 @@ where
 
 /// Culprits listed per thread in `/threads` (and a `[rest]`).
 const THREAD_CULPRITS: usize = 3;
-
-/// `/processes`: every process recorded in the window, or for a local user
-/// other than root, their own ([`authority::sees`]).
-pub(super) async fn processes(
-    State(state): State<ApiState>,
-    authority: Option<Extension<Authority>>,
-    RawQuery(q): RawQuery,
-) -> Result<Response, ApiError> {
-    let authority = authority.map_or(Authority::Open, |a| a.0);
-    let p = Params::parse(q.as_deref(), &with_window(&["sort", "comm", "group"]))?;
-    let window = window(&p, &state.shared)?;
-    let sort = p
-        .choice("sort", &SortBy::names())?
-        .and_then(SortBy::parse)
-        .unwrap_or(SortBy::Cpu);
-    let comm = p.text("comm").map(str::to_string);
-    if let Some(by) = p.choice("group", &GroupBy::NAMES)? {
-        let by: GroupBy = by.parse().expect("a listed name");
-        let (rows, recorded) = over_snapshot(&state, move |store| {
-            // A user other than root sums their own processes only.
-            let sees = |pid| authority::sees(authority, pid);
-            let rows = groups::groups(store, window, by, sort, comm.as_deref(), sees);
-            (rows, store.recorded(window, SystemTime::now()))
-        })
-        .await?;
-        return Ok(with_recorded(Json(rows).into_response(), &recorded));
-    }
-    let (mut rows, recorded) = over_snapshot(&state, move |store| {
-        let mut rows = processes::processes(store, window, sort, comm.as_deref());
-        rows.retain(|row| authority::sees(authority, row.pid));
-        (rows, store.recorded(window, SystemTime::now()))
-    })
-    .await?;
-    for row in &mut rows {
-        row.jvm = jvm_report(&state.shared, row.pid);
-    }
-    Ok(with_recorded(Json(rows).into_response(), &recorded))
-}
 
 pub(super) async fn threads(
     State(state): State<ApiState>,

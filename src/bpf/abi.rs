@@ -17,6 +17,9 @@ pub const COMM_LEN: usize = c::WS_COMM_LEN as usize;
 pub const MAX_STACK_DEPTH: usize = c::WS_MAX_STACK_DEPTH as usize;
 /// Stack id stored when a stack could not be captured.
 pub const NO_STACK: i32 = c::WS_NO_STACK;
+/// Culprits of a runqueue wait that are no process (see `ws_culprit_key`).
+pub const CULPRIT_UNSEEN: u32 = c::WS_CULPRIT_UNSEEN;
+pub const CULPRIT_OTHERS: u32 = c::WS_CULPRIT_OTHERS;
 /// Stack maps rotate through this many generations.
 pub const STACK_GENERATIONS: u32 = c::WS_STACK_GENERATIONS;
 /// Entries of each stack map (`WS_STACKS_ENTRIES`).

@@ -20,15 +20,10 @@ const REWALK_AFTER: Duration = Duration::from_secs(10);
 /// Longest cgroup path kept (`PATH_MAX`).
 pub const MAX_PATH: usize = 4096;
 
-/// `pid`'s cgroup v2 path (`/system.slice/x.service`), read now; `None` if
-/// it is gone, has none, or the path is longer than [`MAX_PATH`]. The
-/// kernel writes the file, not the process.
-pub fn v2_path_of_pid(pid: u32) -> Option<String> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
-    v2_path_in(&text)
-}
-
-fn v2_path_in(text: &str) -> Option<String> {
+/// The cgroup v2 path (`/system.slice/x.service`) in a `/proc/PID/cgroup`
+/// file's `text`; `None` without one or past [`MAX_PATH`]. The kernel
+/// writes the file, not the process.
+pub fn v2_path_in(text: &str) -> Option<String> {
     let path = text.lines().find_map(|l| l.strip_prefix("0::"))?;
     (path.starts_with('/') && path.len() <= MAX_PATH).then(|| path.to_string())
 }
@@ -180,7 +175,8 @@ mod tests {
         assert_eq!(v2_path_in("12:pids:/docker/x\n"), None);
         let long = format!("0::/{}\n", "a".repeat(MAX_PATH));
         assert_eq!(v2_path_in(&long), None);
-        assert!(v2_path_of_pid(std::process::id()).is_some_and(|p| p.starts_with('/')));
+        let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+        assert!(v2_path_in(&own).is_some_and(|p| p.starts_with('/')));
     }
 
     #[test]

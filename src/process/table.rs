@@ -108,10 +108,16 @@ impl Image {
     }
 
     fn with_maps(&self, maps: ProcMaps, now: Instant) -> Image {
+        // One read for the container and the cgroup.
+        let cgroup_file = std::fs::read_to_string(format!("/proc/{}/cgroup", self.pid)).ok();
+        let cgroup_file = cgroup_file.as_deref();
         Image {
             jvm: maps.is_hotspot(),
-            container: container::of_pid(self.pid).map(Arc::new),
-            cgroup: crate::process::cgroups::v2_path_of_pid(self.pid)
+            container: cgroup_file
+                .and_then(container::of_cgroup_file)
+                .map(Arc::new),
+            cgroup: cgroup_file
+                .and_then(crate::process::cgroups::v2_path_in)
                 .map(Arc::from)
                 .or_else(|| self.cgroup.clone()),
             parent: match self.parent {

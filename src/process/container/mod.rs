@@ -15,7 +15,7 @@
 //! A cgroup directory can be delegated to a user (systemd's `user@UID`
 //! service, rootless runtimes), who may then create children named like
 //! any runtime's: a container is believed only if every directory above
-//! its own is root's (see [`of_pid`]).
+//! its own is root's (see [`of_cgroup_file`]).
 
 use std::{
     collections::HashMap,
@@ -295,14 +295,12 @@ pub fn set_pod_logs_dir(dir: &Path) {
     let _ = POD_LOGS.set(PodLogs::new(dir));
 }
 
-/// The container of `pid`, read now; `None` outside one (or one whose
-/// parent cgroups are not all root's) or if it is gone.
-pub fn of_pid(pid: u32) -> Option<Container> {
-    // Written by the kernel, not by the process: no need for the checks
-    // files of other users get.
-    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+/// The container of a process whose `/proc/PID/cgroup` (written by the
+/// kernel, not the process: no checks needed) reads `text`; `None` outside
+/// one, or one whose parent cgroups are not all root's.
+pub fn of_cgroup_file(text: &str) -> Option<Container> {
     let pods = POD_LOGS.get_or_init(|| PodLogs::new("/var/log/pods"));
-    parse_owned(&text, Some(pods), &cgroup_dir_is_roots)
+    parse_owned(text, Some(pods), &cgroup_dir_is_roots)
 }
 
 /// Whether the cgroup directory `path` of the hierarchy of `controllers`

@@ -110,10 +110,10 @@ pub struct KeptOff {
 }
 
 impl KeptOff {
-    pub const UNSEEN: u32 = u32::MAX;
+    pub const UNSEEN: u32 = crate::bpf::abi::CULPRIT_UNSEEN;
     /// The processes past the thread's first few in one drain (the BPF
     /// side keeps eight per thread between drains, and a few more per wait).
-    pub const OTHERS: u32 = u32::MAX - 1;
+    pub const OTHERS: u32 = crate::bpf::abi::CULPRIT_OTHERS;
 }
 
 /// A process's parent and cgroup, for grouping processes.

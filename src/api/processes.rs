@@ -1,0 +1,60 @@
+//! `/processes`: every process of the window with its time by state, or
+//! processes summed by name, parent, cgroup or container (`group=`).
+
+use std::time::SystemTime;
+
+use axum::{
+    extract::{RawQuery, State},
+    response::{IntoResponse, Response},
+    Extension, Json,
+};
+
+use super::{
+    authority::{self, Authority},
+    error::ApiError,
+    params::Params,
+    queries::{jvm_report, over_snapshot, window, with_recorded, with_window},
+    ApiState,
+};
+use crate::profile::{
+    groups::{self, GroupBy},
+    processes::{self, SortBy},
+};
+
+/// `/processes`: every process recorded in the window, or for a local user
+/// other than root, their own ([`authority::sees`]).
+pub(super) async fn processes(
+    State(state): State<ApiState>,
+    authority: Option<Extension<Authority>>,
+    RawQuery(q): RawQuery,
+) -> Result<Response, ApiError> {
+    let authority = authority.map_or(Authority::Open, |a| a.0);
+    let p = Params::parse(q.as_deref(), &with_window(&["sort", "comm", "group"]))?;
+    let window = window(&p, &state.shared)?;
+    let sort = p
+        .choice("sort", &SortBy::names())?
+        .and_then(SortBy::parse)
+        .unwrap_or(SortBy::Cpu);
+    let comm = p.text("comm").map(str::to_string);
+    if let Some(by) = p.choice("group", &GroupBy::NAMES)? {
+        let by: GroupBy = by.parse().expect("a listed name");
+        let (rows, recorded) = over_snapshot(&state, move |store| {
+            // A user other than root sums their own processes only.
+            let sees = |pid| authority::sees(authority, pid);
+            let rows = groups::groups(store, window, by, sort, comm.as_deref(), sees);
+            (rows, store.recorded(window, SystemTime::now()))
+        })
+        .await?;
+        return Ok(with_recorded(Json(rows).into_response(), &recorded));
+    }
+    let (mut rows, recorded) = over_snapshot(&state, move |store| {
+        let mut rows = processes::processes(store, window, sort, comm.as_deref());
+        rows.retain(|row| authority::sees(authority, row.pid));
+        (rows, store.recorded(window, SystemTime::now()))
+    })
+    .await?;
+    for row in &mut rows {
+        row.jvm = jvm_report(&state.shared, row.pid);
+    }
+    Ok(with_recorded(Json(rows).into_response(), &recorded))
+}
