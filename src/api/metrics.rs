@@ -7,7 +7,8 @@
 //! cpu, runqueue, futex, io, sleep, throttled), `kind` (2) or `le` (33).
 //! So at most 20 × 6 state series, 20 × 2 switch
 //! series, 20 wakeup series and 20 × 35 latency histogram series (buckets,
-//! `_sum`, `_count`). Daemon series are a fixed set.
+//! `_sum`, `_count`). Runqueue waits by victim and culprit cgroup are at
+//! most [`MAX_PAIRS`] + 1 series. Daemon series are a fixed set.
 
 use std::{
     collections::HashMap,
@@ -23,6 +24,7 @@ use crate::{
     profile::{
         fair,
         hist::slot_bounds_us,
+        model::store::kept_off_totals::MAX_PAIRS,
         query,
         store::{ProcessTotals, StoreStats},
     },
@@ -83,10 +85,16 @@ pub fn render(shared: &Shared, queries: &QueryStats, now: SystemTime) -> String 
     );
     drop(snapshot);
     let ranked = fair::top(&ranked, TOP, fair::user_of);
-    let procs = {
+    let (procs, mut kept_off) = {
         let store = shared.store.read().unwrap_or_else(|e| e.into_inner());
-        with_totals(ranked, store.process_totals())
+        let kept_off: Vec<(String, String, u64)> = store
+            .cgroup_kept_off()
+            .pairs()
+            .map(|(v, b, ns)| (v.to_string(), b.to_string(), ns))
+            .collect();
+        (with_totals(ranked, store.process_totals()), kept_off)
     };
+    kept_off.sort();
     let stacks = store.stacks;
     let health = shared.health().clone();
     let mut out = Out::default();
@@ -137,6 +145,13 @@ pub fn render(shared: &Shared, queries: &QueryStats, now: SystemTime) -> String 
         for (kind, n) in ["voluntary", "involuntary"].into_iter().zip(switches) {
             out.sample(name, &format!("{},{}", p.labels, label("kind", kind)), n);
         }
+    }
+    let name = "wallscope_cgroup_kept_off_cpu_seconds_total";
+    let help = format!("Runqueue wait of a cgroup's threads by the cgroup of what ran on that CPU meanwhile ([idle]: the CPU idled, [other CPU]: waited on another CPU's queue, [others]: past a thread's first culprits), since start; pairs past the first {MAX_PAIRS} under [other]");
+    out.family(name, "counter", &help);
+    for (victim, by, ns) in &kept_off {
+        let labels = format!("{},{}", label("cgroup", victim), label("by_cgroup", by));
+        out.sample(name, &labels, *ns as f64 / 1e9);
     }
 
     let name = "wallscope_bpf_events_total";

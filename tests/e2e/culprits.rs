@@ -103,7 +103,9 @@ fn a_starved_thread_names_a_forking_script_and_a_hog_as_its_culprits() {
     let bin = workload("starve");
     let hog = cgroup::start_command_in(&cg, &format!("'{}' 1 60 0", bin.display()));
     thread::sleep(Duration::from_millis(500));
-    let v = victim(4);
+    // The victim in a cgroup of its own too, for `/metrics`' pairs.
+    let victim_cg = Cgroup::create(&v2, "ws-test-culprit-victim");
+    let v = cgroup::start_command_in(&victim_cg, &format!("'{}' 1 4 0", bin.display()));
     let before = cpu_ns(hog.pid);
     let (pid, out) = (v.pid, v.wait());
     let hog_ns = cpu_ns(hog.pid) - before;
@@ -122,5 +124,41 @@ fn a_starved_thread_names_a_forking_script_and_a_hog_as_its_culprits() {
         Some("/ws-test-culprit-hog"),
         "{by_hog}"
     );
-    check("hog", by_hog, hog_ns / victim_wait_ns(&out), &all);
+    let truth = hog_ns / victim_wait_ns(&out);
+    check("hog", by_hog, truth, &all);
+
+    // `/metrics` sums the same waits by both cgroups: the victim's cgroup
+    // holds all of its wait, and the hog's cgroup its share.
+    let metrics = crate::support::get(&format!("{url}/metrics")).1;
+    let pairs = kept_off_pairs(&metrics, "/ws-test-culprit-victim");
+    let wait_s: f64 = pairs.iter().map(|p| p.1).sum();
+    let hog_s = pairs
+        .iter()
+        .find(|p| p.0 == "/ws-test-culprit-hog")
+        .map_or(0.0, |p| p.1);
+    let kernel_wait_s = victim_wait_ns(&out) / 1e9;
+    eprintln!("metrics: {pairs:?}; the kernel's wait {kernel_wait_s:.3} s");
+    assert!(
+        (wait_s - kernel_wait_s).abs() <= 0.1 * kernel_wait_s,
+        "the victim cgroup's waits sum to {wait_s:.3} s, the kernel's {kernel_wait_s:.3}: {pairs:?}"
+    );
+    assert!(
+        (hog_s / wait_s - truth).abs() <= 0.10,
+        "the hog's cgroup kept {hog_s:.3} of {wait_s:.3} s, the kernel's share {truth:.3}: {pairs:?}"
+    );
+}
+
+/// `(by_cgroup, seconds)` of `wallscope_cgroup_kept_off_cpu_seconds_total`
+/// for the waits of `cgroup`'s threads.
+fn kept_off_pairs(metrics: &str, cgroup: &str) -> Vec<(String, f64)> {
+    let prefix =
+        format!("wallscope_cgroup_kept_off_cpu_seconds_total{{cgroup=\"{cgroup}\",by_cgroup=\"");
+    metrics
+        .lines()
+        .filter_map(|l| l.strip_prefix(&prefix))
+        .filter_map(|rest| {
+            let (by, value) = rest.split_once("\"} ")?;
+            Some((by.to_string(), value.parse().ok()?))
+        })
+        .collect()
 }

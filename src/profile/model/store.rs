@@ -58,6 +58,7 @@ pub const DEFAULT_MAX_BYTES: usize = 32 << 20;
 const EVICT_TO_PERCENT: usize = 90;
 
 mod compact;
+pub mod kept_off_totals;
 pub mod merge;
 mod resolution;
 mod share;
@@ -157,6 +158,7 @@ pub struct Store {
     pushes: u64,
     totals: StatDeltas,
     processes: HashMap<u32, ProcessTotals>,
+    kept_off: kept_off_totals::CgroupKeptOff,
     /// Sum of the slices' `bytes`, kept as they come and go.
     slice_bytes: usize,
     /// Sum of [`size::stack_bytes`] over the table, kept likewise.
@@ -236,6 +238,7 @@ impl Store {
             pushes: 0,
             totals: [0; Stat::COUNT],
             processes: HashMap::new(),
+            kept_off: Default::default(),
             slice_bytes: 0,
             stack_bytes: 0,
             names: NameBytes::default(),
@@ -318,6 +321,7 @@ impl Store {
             *total += delta;
         }
         self.add_process_totals(&slice);
+        self.kept_off.add(&slice);
         let horizon = slice.end.checked_sub(self.retention);
         let bytes = size::slice_bytes(&slice);
         self.slice_bytes += bytes;
@@ -428,6 +432,11 @@ impl Store {
     /// it is left in the retention window (its series then go stale).
     pub fn process_totals(&self) -> &HashMap<u32, ProcessTotals> {
         &self.processes
+    }
+
+    /// Runqueue waits since start by victim and culprit cgroup.
+    pub fn cgroup_kept_off(&self) -> &kept_off_totals::CgroupKeptOff {
+        &self.kept_off
     }
 
     fn add_process_totals(&mut self, slice: &Slice) {
