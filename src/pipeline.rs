@@ -212,7 +212,7 @@ impl Pipeline {
 
         let collector = {
             let (stop, shared, interval) = (stop.clone(), shared.clone(), opts.drain_interval);
-            let mut drainer = Drainer::new(maps);
+            let mut drainer = Drainer::new(maps, probes.recording_since);
             thread::Builder::new()
                 .name("ws-collect".into())
                 .spawn(move || collect_loop(&mut drainer, unwind, &tx, &stop, &shared, interval))

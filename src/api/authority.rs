@@ -244,7 +244,7 @@ mod tests {
         for open in ["/", "/healthz", "/ui/app.css", "/process/20", "/processes"] {
             assert!(ok(open, ""), "{open}");
         }
-        for refused in ["/metrics", "/unknown", "/process/20/x"] {
+        for refused in ["/metrics", "/host", "/unknown", "/process/20/x"] {
             assert!(!ok(refused, "pid=10"), "{refused}");
         }
         let message = check(user, "/threads", Some("pid=20"), owners).unwrap_err();

@@ -5,6 +5,7 @@ pub mod access;
 pub mod authority;
 pub mod error;
 pub mod headers;
+mod host;
 pub mod limit;
 pub mod memory;
 mod metrics;
@@ -94,6 +95,7 @@ fn routes(shared: Arc<Shared>) -> Router {
         .route("/flamegraph", get(queries::flamegraph))
         .route("/pprof", get(pprof::pprof))
         .route("/processes", get(processes::processes))
+        .route("/host", get(host::host))
         .route("/threads", get(queries::threads))
         .route("/healthz", get(healthz))
         .route("/runqueue", get(queries::runqueue))

@@ -1,5 +1,7 @@
 //! `/processes`: every process of the window with its time by state, or
-//! processes summed by name, parent, cgroup or container (`group=`).
+//! processes summed by name, parent, cgroup or container (`group=`). The
+//! host's CPU count and utilisation in the window ride in headers (see
+//! [`super::host`]).
 
 use std::time::SystemTime;
 
@@ -12,6 +14,7 @@ use axum::{
 use super::{
     authority::{self, Authority},
     error::ApiError,
+    host,
     params::Params,
     queries::{jvm_report, over_snapshot, window, with_recorded, with_window},
     ApiState,
@@ -42,19 +45,23 @@ pub(super) async fn processes(
             // A user other than root sums their own processes only.
             let sees = |pid| authority::sees(authority, pid);
             let rows = groups::groups(store, window, by, sort, comm.as_deref(), sees);
-            (rows, store.recorded(window, SystemTime::now()))
+            let cpu = host::cpu_use(store, window);
+            (rows, (store.recorded(window, SystemTime::now()), cpu))
         })
         .await?;
-        return Ok(with_recorded(Json(rows).into_response(), &recorded));
+        let response = with_recorded(Json(rows).into_response(), &recorded.0);
+        return Ok(host::with_cpu_use(response, &recorded.1));
     }
     let (mut rows, recorded) = over_snapshot(&state, move |store| {
         let mut rows = processes::processes(store, window, sort, comm.as_deref());
         rows.retain(|row| authority::sees(authority, row.pid));
-        (rows, store.recorded(window, SystemTime::now()))
+        let cpu = host::cpu_use(store, window);
+        (rows, (store.recorded(window, SystemTime::now()), cpu))
     })
     .await?;
     for row in &mut rows {
         row.jvm = jvm_report(&state.shared, row.pid);
     }
-    Ok(with_recorded(Json(rows).into_response(), &recorded))
+    let response = with_recorded(Json(rows).into_response(), &recorded.0);
+    Ok(host::with_cpu_use(response, &recorded.1))
 }

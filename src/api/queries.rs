@@ -475,7 +475,7 @@ pub(super) async fn runqueue(
         report.recorded_seconds = recorded.seconds;
         report.resolution = recorded.resolution;
         if let Some(pid) = pid {
-            report.kept_off_cpu_by = culprits::kept_off(store, window, pid, None);
+            report.kept_off_cpu_by = culprits::kept_off(store, window, pid, None, culprits::LISTED);
         }
         Ok::<_, ApiError>(report)
     })
@@ -562,7 +562,11 @@ pub(super) async fn blocked(
 }
 
 /// A report as JSON, or as text for a terminal when `text`.
-fn json_or_text<T: serde::Serialize>(text: bool, report: T, render: fn(&T) -> String) -> Response {
+pub(super) fn json_or_text<T: serde::Serialize>(
+    text: bool,
+    report: T,
+    render: fn(&T) -> String,
+) -> Response {
     if text {
         (
             [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],

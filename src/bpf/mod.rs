@@ -151,6 +151,9 @@ pub struct Probes {
     /// Names of the attached programs, with how many links each.
     pub attached: Vec<(String, usize)>,
     pub engine: Engine,
+    /// Just before the first program was attached: nothing the maps hold
+    /// is older, so the first drain's interval starts here.
+    pub recording_since: std::time::SystemTime,
 }
 
 /// Loads the programs and attaches the on-CPU sampler to every online CPU
@@ -218,6 +221,7 @@ pub fn load(opts: &ProbeOptions) -> Result<(Probes, ProbeMaps), LoadError> {
     // cpu-clock counts nanoseconds: a fixed period gives exactly `hz`
     // samples per second of CPU time, so samples x period is CPU time.
     let period_ns = 1_000_000_000 / opts.frequency_hz.max(1);
+    let recording_since = std::time::SystemTime::now();
     for &cpu in &cpus {
         program
             .attach(
@@ -276,6 +280,7 @@ pub fn load(opts: &ProbeOptions) -> Result<(Probes, ProbeMaps), LoadError> {
             _ebpf: ebpf,
             attached,
             engine,
+            recording_since,
         },
         maps,
     ))

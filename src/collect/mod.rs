@@ -189,13 +189,15 @@ pub struct Drainer {
 
 impl Drainer {
     /// Takes the maps; programs start out writing to buffer 0, generation 0.
-    pub fn new(maps: ProbeMaps) -> Self {
+    /// The first drain's interval starts at `since` (see
+    /// [`crate::bpf::Probes::recording_since`]).
+    pub fn new(maps: ProbeMaps, since: SystemTime) -> Self {
         Drainer {
             maps,
             active: 0,
             stacks: StackCache::default(),
             last_stats: [0; Stat::COUNT],
-            last_drain: SystemTime::now(),
+            last_drain: since,
             live_buf: Vec::new(),
             walk_costs: walks::WalkCosts::default(),
         }

@@ -126,6 +126,7 @@ fn a_starved_thread_names_a_forking_script_and_a_hog_as_its_culprits() {
     );
     let truth = hog_ns / victim_wait_ns(&out);
     check("hog", by_hog, truth, &all);
+    starved_on_host(url, pid, victim_wait_ns(&out), hog.pid, truth);
 
     // `/metrics` sums the same waits by both cgroups: the victim's cgroup
     // holds all of its wait, and the hog's cgroup its share.
@@ -146,6 +147,34 @@ fn a_starved_thread_names_a_forking_script_and_a_hog_as_its_culprits() {
         (hog_s / wait_s - truth).abs() <= 0.10,
         "the hog's cgroup kept {hog_s:.3} of {wait_s:.3} s, the kernel's share {truth:.3}: {pairs:?}"
     );
+}
+
+/// `/host` lists the victim among the processes that waited most for a
+/// CPU, with the hog first among its culprits, unless at least as many
+/// processes waited longer (a busy host).
+fn starved_on_host(url: &str, victim: u32, wait_ns: f64, hog: u32, truth: f64) {
+    let report = json_at(url, "/host?seconds=20");
+    let starved = report["starved"].as_array().unwrap();
+    let waits: Vec<f64> = starved
+        .iter()
+        .map(|s| s["runqueue_us"].as_f64().unwrap())
+        .collect();
+    assert!(waits.windows(2).all(|w| w[0] >= w[1]), "{report}");
+    let Some(found) = starved.iter().find(|s| s["pid"] == victim) else {
+        assert!(
+            starved.len() == 5 && waits[4] >= 0.9 * wait_ns / 1e3,
+            "the victim {victim} (waited {:.0} ms) not among those that waited most: {report}",
+            wait_ns / 1e6
+        );
+        return;
+    };
+    let first = &found["kept_off_cpu_by"][0];
+    assert!(
+        first["pids"].as_array().unwrap().contains(&hog.into()),
+        "{found}"
+    );
+    let share = first["share"].as_f64().unwrap();
+    assert!((share - truth).abs() <= 0.10, "{share} vs {truth}: {found}");
 }
 
 /// `(by_cgroup, seconds)` of `wallscope_cgroup_kept_off_cpu_seconds_total`

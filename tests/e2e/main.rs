@@ -24,6 +24,7 @@ mod ebpf;
 mod engine;
 mod golden;
 mod groups;
+mod host;
 mod http_limits;
 mod hung;
 mod jvm;

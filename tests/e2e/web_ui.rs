@@ -84,6 +84,39 @@ fn the_pages_show_threads_timeline_flame_graph_and_runqueue() {
             "{pid} not in {pids}"
         );
     }
+    // The summary line has the kernel's CPU count, and the threads pinned
+    // four to a CPU lead the processes that waited for one, kept off it
+    // by each other.
+    let online = std::fs::read_to_string("/proc/stat")
+        .unwrap()
+        .lines()
+        .filter(|l| l.starts_with("cpu") && !l.starts_with("cpu "))
+        .count();
+    let summary = b.wait_for(
+        "the host summary",
+        "document.getElementById('host').dataset.state === 'ready' && [document.getElementById('host-summary').dataset.cpus, document.getElementById('host-summary').textContent]",
+        LOAD,
+    );
+    assert_eq!(summary[0], online.to_string(), "{summary}");
+    assert!(
+        summary[1]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("{online} CPUs · ")),
+        "{summary}"
+    );
+    let starved = b.eval(
+        "[...document.querySelectorAll('#starved-table tr[data-pid]')].map(r => [Number(r.dataset.pid), JSON.parse(r.dataset.culprits)])",
+    );
+    assert!(
+        starved
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r[0] == starve.pid && r[1].as_array().unwrap().contains(&"starve".into())),
+        "the starved workload {} and its culprits not listed: {starved}",
+        starve.pid
+    );
     b.screenshot(&artifact("host"));
     set(&mut b, "search", "starve", "input");
     let shown = b.eval(

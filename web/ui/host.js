@@ -87,7 +87,47 @@ WS.ready.then(() => {
       `${shown.length} of ${rows.length} processes, ${WS.describeWindow()}, by ${sortSel.selectedOptions[0].text}${more} · ${new Date().toLocaleTimeString()}`;
   }
 
+  const pctOf = (x) => `${Math.round(100 * x)}%`;
+  const span = (s) => (s < 120 ? `${s} s` : `${Math.round(s / 60)} min`);
+  const sec = (us) => (us >= 1e6 ? `${(us / 1e6).toFixed(1)} s` : `${WS.ms(us)} ms`);
+
+  /** The summary line and the processes that waited most for a CPU, with who kept it. */
+  function drawHost(h) {
+    const line = document.getElementById("host-summary");
+    line.dataset.cpus = h.cpus;
+    line.dataset.utilization = h.utilization;
+    line.replaceChildren(
+      el("strong", { textContent: `${h.cpus} CPUs` }), ` · ${pctOf(h.utilization)} busy`,
+      ` · runqueue p99 ${WS.ms(h.runqueue_p99_us)} ms (${h.runqueue_waits} waits)`,
+      " · ", el("a", { href: "/runqueue?cgroup=all&format=text", textContent: `${h.throttled_cgroups} cgroups throttled` }),
+      ` · history ${span(h.history_s)} of ${span(h.retention_s)}`,
+      el("span", { className: "muted", textContent: ` · ${h.window}, as of ${new Date().toLocaleTimeString()}` }));
+    const box = document.getElementById("starved");
+    box.replaceChildren();
+    if (!h.starved.length) return;
+    const table = el("table", { id: "starved-table" });
+    table.append(el("thead", {}, el("tr", {},
+      el("th", { textContent: "waited most for a CPU" }), el("th", { className: "num", textContent: "runqueue ms" }),
+      el("th", { className: "num", textContent: "CPU ms" }), el("th", { textContent: "kept off the CPU by" }))));
+    const body = el("tbody");
+    for (const s of h.starved) {
+      const culprits = s.kept_off_cpu_by.map((c) => {
+        const n = c.processes > 1 ? ` ×${c.processes}` : "";
+        const where = c.cgroup && c.cgroup !== "/" ? ` (${c.cgroup})` : "";
+        return `${c.name}${n}${where} ${pctOf(c.share)}`;
+      }).join(", ");
+      body.append(el("tr", { "data-pid": s.pid, "data-culprits": JSON.stringify(s.kept_off_cpu_by.map((c) => c.name)) },
+        el("td", {}, el("a", { href: `/process/${s.pid}?${WS.query(WS.windowQuery())}`, textContent: `${s.comm} (${s.pid})` })),
+        el("td", { className: "num", textContent: WS.ms(s.runqueue_us) }),
+        el("td", { className: "num", textContent: WS.ms(s.cpu_us) }),
+        el("td", { textContent: culprits, title: `who ran on the CPU while it waited: ${sec(s.runqueue_us)} in all` })));
+    }
+    table.append(body);
+    box.append(table);
+  }
+
   async function load() {
+    await WS.panel("host", async () => drawHost(await WS.getJSON(`/host?${WS.query(WS.windowQuery())}`)));
     await WS.panel("processes", async () => {
       const w = WS.windowQuery();
       document.getElementById("host-graph").href = `/flamegraph?${WS.query(w)}`;

@@ -95,11 +95,17 @@ impl Names {
 }
 
 /// The culprits of `pid`'s runqueue waits (only thread `tid`'s, if
-/// given) within `window`, most first, at most [`LISTED`] and a `[rest]`.
-pub fn kept_off(store: &Snapshot, window: Window, pid: u32, tid: Option<u32>) -> Vec<Culprit> {
+/// given) within `window`, most first, at most `limit` and a `[rest]`.
+pub fn kept_off(
+    store: &Snapshot,
+    window: Window,
+    pid: u32,
+    tid: Option<u32>,
+    limit: usize,
+) -> Vec<Culprit> {
     let (names, mut rows) = collect(store, window, pid);
     rows.retain(|k| tid.is_none_or(|t| k.tid == t));
-    summarize(&rows, &names, LISTED)
+    summarize(&rows, &names, limit)
 }
 
 /// The culprits of each thread of `pid` within `window`, at most `top`
@@ -240,7 +246,7 @@ mod tests {
         }
         store.push(slice);
         let window = Window::last(30, end);
-        let c = kept_off(&store.snapshot(), window, 7, None);
+        let c = kept_off(&store.snapshot(), window, 7, None, LISTED);
         let row = |name: &str| c.iter().find(|c| c.name == name).unwrap().clone();
         assert_eq!(c[0].name, "hog");
         assert_eq!(
@@ -251,7 +257,7 @@ mod tests {
         assert_eq!(row("hasher").pids, [20, 21]);
         assert_eq!((row("[other CPU]").share, row("[idle]").share), (0.2, 0.1));
         assert_eq!(c.iter().map(|c| c.us).sum::<u64>(), 1_000_000);
-        let one = kept_off(&store.snapshot(), window, 7, Some(8));
+        let one = kept_off(&store.snapshot(), window, 7, Some(8), LISTED);
         assert_eq!((one.len(), one[0].share), (1, 1.0));
         let threads = by_thread(&store.snapshot(), window, 7, 2);
         assert_eq!(threads[&8][0].name, "hasher");

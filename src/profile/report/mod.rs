@@ -8,6 +8,7 @@ pub mod fair;
 pub mod filter;
 pub mod groups;
 pub mod hist;
+pub mod host;
 pub mod processes;
 pub mod query;
 pub mod render;

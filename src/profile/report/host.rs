@@ -1,0 +1,202 @@
+//! `/host`: the host in one answer: how many CPUs, how busy they were,
+//! how long threads waited for them, which cgroups ran out of quota, and
+//! which processes waited most for a CPU with who kept it from them.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use super::{
+    culprits::{self, Culprit},
+    processes::{self, SortBy},
+    query::ns_to_us,
+    runqueue,
+};
+use crate::{
+    bpf::abi::State,
+    profile::model::{store::Snapshot, window::Window},
+};
+
+/// Processes listed as waiting most for a CPU.
+pub const STARVED: usize = 5;
+/// Culprits listed per such process (and a `[rest]`).
+const CULPRITS: usize = 3;
+
+/// CPU time of every thread in a window, over the time it spans.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct CpuUse {
+    /// CPUs online.
+    pub cpus: u32,
+    /// CPU time of all threads (kernel threads included; interrupts not).
+    pub busy_us: u64,
+    /// The time the window's slices span.
+    pub span_us: u64,
+    /// `busy_us` over `cpus` x `span_us`, to three decimals.
+    pub utilization: f64,
+}
+
+/// One process that waited for a CPU.
+#[derive(Debug, Clone, Serialize)]
+pub struct Starved {
+    pub pid: u32,
+    pub comm: String,
+    /// Its time in a runqueue, all threads summed.
+    pub runqueue_us: u64,
+    /// Its time on a CPU.
+    pub cpu_us: u64,
+    /// Who ran meanwhile (see [`culprits`]).
+    pub kept_off_cpu_by: Vec<Culprit>,
+}
+
+/// What `/host` answers.
+#[derive(Debug, Clone, Serialize)]
+pub struct HostReport {
+    /// The window in words (`last 30 s`, or its range).
+    pub window: String,
+    pub seconds: u64,
+    pub recorded_seconds: u64,
+    #[serde(flatten)]
+    pub cpu: CpuUse,
+    /// Runqueue waits of every thread: how many, and their p99.
+    pub runqueue_waits: u64,
+    pub runqueue_p99_us: f64,
+    /// Time all threads spent waiting for a CPU.
+    pub runqueue_us: u64,
+    /// Cgroups that ran out of CPU quota in the window.
+    pub throttled_cgroups: u64,
+    /// History the store holds, and the retention it aims at.
+    pub history_s: u64,
+    pub retention_s: u64,
+    /// The processes that waited most for a CPU, most first (those the
+    /// asker may see), at most [`STARVED`].
+    pub starved: Vec<Starved>,
+}
+
+/// CPUs online (1 if the kernel will not say).
+pub fn online_cpus() -> u32 {
+    // SAFETY: sysconf reads a system constant; no memory is passed.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    u32::try_from(n).ok().filter(|n| *n > 0).unwrap_or(1)
+}
+
+/// The CPU time of every thread within `window` over what its slices span.
+pub fn cpu_use(store: &Snapshot, window: Window, cpus: u32) -> CpuUse {
+    let (mut busy_ns, mut span_ns) = (0u64, 0u64);
+    for slice in store.within(window) {
+        let span = slice.end.duration_since(slice.start).unwrap_or_default();
+        span_ns += span.as_nanos() as u64;
+        busy_ns += slice
+            .thread_totals
+            .iter()
+            .map(|t| t.counters.ns[State::Cpu as usize])
+            .sum::<u64>();
+    }
+    let capacity = span_ns as f64 * f64::from(cpus);
+    let utilization = if capacity > 0.0 {
+        (busy_ns as f64 / capacity * 1000.0).round() / 1000.0
+    } else {
+        0.0
+    };
+    CpuUse {
+        cpus,
+        busy_us: ns_to_us(busy_ns),
+        span_us: ns_to_us(span_ns),
+        utilization,
+    }
+}
+
+/// The host report of `window`; `sees` says which processes the asker
+/// may see named.
+pub fn report(
+    store: &Snapshot,
+    window: Window,
+    cpus: u32,
+    recorded_seconds: u64,
+    history_s: u64,
+    sees: impl Fn(u32) -> bool,
+) -> HostReport {
+    let runq = runqueue::host_report(store, window);
+    let throttled_cgroups = super::cgroup_list::list(store, window)
+        .cgroups
+        .iter()
+        .filter(|c| c.throttled_intervals > 0)
+        .count() as u64;
+    let mut rows = processes::processes(store, window, SortBy::State(State::Runqueue), None);
+    rows.retain(|r| r.time.runqueue_us > 0 && sees(r.pid));
+    let starved = rows
+        .iter()
+        .take(STARVED)
+        .map(|r| {
+            let kept = culprits::kept_off(store, window, r.pid, None, CULPRITS);
+            Starved {
+                pid: r.pid,
+                comm: r.comm.clone(),
+                runqueue_us: r.time.runqueue_us,
+                cpu_us: r.time.cpu_us,
+                kept_off_cpu_by: kept,
+            }
+        })
+        .collect();
+    HostReport {
+        window: window.describe(),
+        seconds: window.seconds(),
+        recorded_seconds,
+        cpu: cpu_use(store, window, cpus),
+        runqueue_waits: runq.as_ref().map_or(0, |r| r.count),
+        runqueue_p99_us: runq.as_ref().map_or(0.0, |r| r.p99_us),
+        runqueue_us: runq.as_ref().map_or(0, |r| r.total_us),
+        throttled_cgroups,
+        history_s,
+        retention_s: store.retention().as_secs(),
+        starved,
+    }
+}
+
+/// The report as text: the summary line, then the starved processes.
+pub fn render_text(r: &HostReport) -> String {
+    let mut out = format!(
+        "host, {}: {} CPUs, {:.0}% busy, runqueue p99 {:.1} ms ({} waits, {} in all), {} cgroups throttled, history {} of {} s\n",
+        r.window,
+        r.cpu.cpus,
+        r.cpu.utilization * 100.0,
+        r.runqueue_p99_us / 1e3,
+        r.runqueue_waits,
+        duration(r.runqueue_us),
+        r.throttled_cgroups,
+        r.history_s,
+        r.retention_s,
+    );
+    if r.starved.is_empty() {
+        return out;
+    }
+    out.push_str("waited most for a CPU:\n");
+    for s in &r.starved {
+        let _ = write!(
+            out,
+            "  {} (pid {}): {} in the runqueue, {} on CPU; kept off by",
+            s.comm,
+            s.pid,
+            duration(s.runqueue_us),
+            duration(s.cpu_us)
+        );
+        for c in &s.kept_off_cpu_by {
+            let count = match c.processes {
+                2.. => format!(" x{}", c.processes),
+                _ => String::new(),
+            };
+            let _ = write!(out, " {}{count} {:.0}%,", c.name, c.share * 100.0);
+        }
+        out.pop();
+        out.push('\n');
+    }
+    out
+}
+
+/// `us` as seconds, or milliseconds below one second.
+fn duration(us: u64) -> String {
+    if us >= 1_000_000 {
+        format!("{:.1} s", us as f64 / 1e6)
+    } else {
+        format!("{:.1} ms", us as f64 / 1e3)
+    }
+}
