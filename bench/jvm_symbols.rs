@@ -212,6 +212,7 @@ fn batch(cache: &CodeCache, rng: &mut Rng, stacks: &[Vec<Site>]) -> RawBatch {
         threads: Vec::new(),
         runq_hists: Vec::new(),
         kept_off: Vec::new(),
+        sleeps: Vec::new(),
         live: Vec::new(),
         stats: [0; Stat::COUNT],
         missing_stacks: 0,

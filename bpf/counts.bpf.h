@@ -25,6 +25,8 @@ struct ws_counts {
 	__u64 runq_waits; /* runqueue waits ended since the export; 0: slots untouched */
 	__u64 runq_ns;
 	__u64 runq_slots[WS_HIST_SLOTS]; /* as struct ws_hist */
+	__u32 sleeps; /* blocked intervals ended since the export; 0: slots untouched */
+	__u32 sleep_slots[WS_SLEEP_SLOTS];
 	struct ws_culprit_slots culprits; /* who kept it off the CPU meanwhile */
 };
 
@@ -41,6 +43,30 @@ static __always_inline void ws_count_runq_wait(struct ws_counts *c, __u64 ns)
 	__sync_fetch_and_add(&c->runq_slots[slot], 1);
 	__sync_fetch_and_add(&c->runq_ns, ns);
 	__sync_fetch_and_add(&c->runq_waits, 1);
+}
+
+/* A blocked interval of `ns` that a wakeup ended. */
+static __always_inline void ws_count_sleep(struct ws_counts *c, __u64 ns)
+{
+	__sync_fetch_and_add(&c->sleep_slots[ws_sleep_slot(ns)], 1);
+	__sync_fetch_and_add(&c->sleeps, 1);
+}
+
+/* Moves `c`'s blocked intervals into `row`, creating it if needed. Out of
+ * line: the iterator's combined stack is near the verifier's bound. */
+static __noinline void ws_export_sleeps(struct task_struct *t, struct ws_counts *c,
+					struct ws_thread_totals *row)
+{
+	__u32 v;
+
+	if (!t || !c || !c->sleeps || !__sync_lock_test_and_set(&c->sleeps, 0))
+		return;
+	if (!row && !(row = ws_thread(t)))
+		return;
+	for (int i = 0; i < WS_SLEEP_SLOTS; i++) {
+		if (c->sleep_slots[i] && (v = __sync_lock_test_and_set(&c->sleep_slots[i], 0)))
+			__sync_fetch_and_add(&row->sleep_slots[i], v);
+	}
 }
 
 /* Moves `c`'s culprits into the active buffer's culprits_N rows. A slot is
@@ -96,6 +122,7 @@ static __always_inline void ws_export_counts(struct task_struct *t, struct ws_co
 	WS_EXPORT(wakeups_sent)
 	WS_EXPORT(wakeups_received)
 #undef WS_EXPORT
+	ws_export_sleeps(t, c, row);
 	ws_export_culprits(t, c);
 	if (!c->runq_waits)
 		return;

@@ -231,12 +231,12 @@ static __always_inline void ws_on_waking(void *ctx, struct task_struct *p)
 {
 	struct task_struct *waker = bpf_get_current_task_btf();
 	struct ws_task *s = ws_task(p, false), *ws = NULL;
-	bool irq = ws_in_interrupt(waker);
+	/* The idle task wakes nobody itself: what runs in its context is an
+	 * interrupt (a timer firing on an idle CPU, above all). */
+	bool irq = !waker->pid || ws_in_interrupt(waker);
 	struct ws_stack_key key = {};
 	__u64 slept, w;
 
-	if (!irq && !waker->pid)
-		return;
 	if (!irq && (ws = ws_task(waker, false)))
 		__sync_fetch_and_add(&ws->c.wakeups_sent, 1);
 	if (!s)
@@ -260,13 +260,18 @@ static __always_inline void ws_on_waking(void *ctx, struct task_struct *p)
 	} else {
 		key.pid = waker->tgid;
 		key.tid = waker->pid;
+		/* The kernel stack too: an interrupt that arrived while a kernel
+		 * thread ran, or while a user thread was in a system call, leaves
+		 * registers that say "no interrupt"; user space finds its entry
+		 * frames on this stack (src/symbolize/kernel_frames.rs). Only
+		 * sampled wakeups get here, so the walk is rare. */
+		key.kernel_stack_id = ws_kernel_stack(ctx, key.stack_gen);
 		if (ws_is_kthread(waker))
 			key.user_stack_id = WS_NO_STACK;
 		else if (ws)
 			key.user_stack_id = ws_user_stack_memo(ctx, &ws->memos, key.stack_gen);
 		else
 			key.user_stack_id = ws_user_stack(ctx, key.stack_gen);
-		key.kernel_stack_id = WS_NO_STACK;
 		key.syscall = ws_is_kthread(waker) ? 0 : ws_syscall(waker);
 		bpf_get_current_comm(key.comm, sizeof(key.comm));
 	}
@@ -296,6 +301,7 @@ static __always_inline void ws_on_wakeup(struct task_struct *p)
 	__u64 d = now - s->phase_start;
 	__u64 w;
 
+	ws_count_sleep(&s->c, d);
 	ws_count_ns(&s->c, state, ws_take(&s->acct_from, now, now));
 	w = ws_draw(d, ws_take(&s->row_from, now, now));
 	if (w) {

@@ -9,6 +9,9 @@
 #include "walkcost.bpf.h"
 #include "wallscope.h"
 
+/* What a new totals row starts from (read-only, in .rodata). */
+const volatile struct ws_thread_totals ws_totals_zero = {};
+
 /* The totals row of `task`, created on first use. `task` is a BTF pointer
  * (tp_btf argument or bpf_get_current_task_btf): plain loads, no helpers. */
 static __always_inline struct ws_thread_totals *ws_thread(struct task_struct *task)
@@ -19,22 +22,42 @@ static __always_inline struct ws_thread_totals *ws_thread(struct task_struct *ta
 
 	if (t)
 		return t;
-	struct ws_thread_totals init = { .pid = task->tgid };
-
-	__builtin_memcpy(init.comm, task->comm, sizeof(init.comm));
-	return ws_insert(map, &tid, &init, WS_STAT_THREADS_FULL);
+	/* Inserted from a zero row in .rodata, then named: a row built on the
+	 * stack would grow the iterator's frame past the verifier's bound. */
+	t = ws_insert(map, &tid, (const void *)&ws_totals_zero, WS_STAT_THREADS_FULL);
+	if (t && !t->pid) {
+		t->pid = task->tgid;
+		__builtin_memcpy(t->comm, task->comm, sizeof(t->comm));
+	}
+	return t;
 }
 
-/* Histogram slot of an interval of `ns`: 0 under 1 us, else log2 us + 1. */
-static __always_inline __u32 ws_hist_slot(__u64 ns)
+/* Log2 slot of an interval of `ns`: 0 under 1 us, else log2 us + 1, at
+ * most `last`. */
+static __always_inline __u32 ws_us_slot(__u64 ns, __u32 last)
 {
 	__u64 us = ns / 1000;
 	__u32 slot = us ? ws_log2(us) + 1 : 0;
 
-	if (slot >= WS_HIST_SLOTS)
-		slot = WS_HIST_SLOTS - 1;
+	return slot > last ? last : slot;
+}
+
+/* Slot of a blocked interval of `ns` (see WS_SLEEP_SLOTS). */
+static __always_inline __u32 ws_sleep_slot(__u64 ns)
+{
+	__u32 slot = ws_us_slot(ns, WS_SLEEP_SLOTS - 1);
+
 	/* clang may check a copy and index with the original register; the
-	 * barrier keeps the mask, which bounds the register indexed with. */
+	 * barrier keeps the check on the register indexed with. */
+	asm volatile("" : "+r"(slot));
+	return slot < WS_SLEEP_SLOTS ? slot : 0;
+}
+
+/* Histogram slot of an interval of `ns` (see WS_HIST_SLOTS). */
+static __always_inline __u32 ws_hist_slot(__u64 ns)
+{
+	__u32 slot = ws_us_slot(ns, WS_HIST_SLOTS - 1);
+
 	asm volatile("" : "+r"(slot));
 	return slot & (WS_HIST_SLOTS - 1);
 }

@@ -32,6 +32,9 @@ typedef unsigned long long __u64;
 #define WS_STACKS_ENTRIES 16384
 /* log2 microsecond buckets of the runqueue histograms (1 us .. ~36 min). */
 #define WS_HIST_SLOTS 32
+/* log2 microsecond slots of a thread's blocked intervals (switch-out to
+ * wakeup): under 1 us, then [2^(k-1), 2^k) us, the last from ~4.2 s on. */
+#define WS_SLEEP_SLOTS 24
 
 /* Where a thread's time went. CPU is sampled; the rest are off-CPU intervals. */
 enum ws_state {
@@ -103,6 +106,7 @@ struct ws_thread_totals {
 	__u64 switches_involuntary;
 	__u64 wakeups_sent;
 	__u64 wakeups_received;
+	__u32 sleep_slots[WS_SLEEP_SLOTS]; /* blocked intervals a wakeup ended, by length */
 };
 
 /* Key of the runqueue histograms (runq_hist_0 / runq_hist_1): runqueue
@@ -412,7 +416,7 @@ _Static_assert(sizeof(struct ws_unwind_mapping) == 40, "ws_unwind_mapping size")
 _Static_assert(sizeof(struct ws_java_code) == 160, "ws_java_code size");
 _Static_assert(sizeof(struct ws_unwind_proc) == 8 + 40 * WS_UNWIND_MAX_MAPPINGS + 160,
 	       "ws_unwind_proc size");
-_Static_assert(sizeof(struct ws_thread_totals) == 104, "ws_thread_totals size");
+_Static_assert(sizeof(struct ws_thread_totals) == 104 + 4 * WS_SLEEP_SLOTS, "ws_thread_totals size");
 _Static_assert(sizeof(struct ws_hist_key) == 16, "ws_hist_key size");
 _Static_assert(sizeof(struct ws_culprit_key) == 16, "ws_culprit_key size");
 _Static_assert(sizeof(struct ws_cpu_runs) == 16 + 24 * WS_CPU_RUNS, "ws_cpu_runs size");

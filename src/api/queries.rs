@@ -24,6 +24,7 @@ use crate::{
         query::{self, Filter, Folded},
         render::{self, GraphLabels},
         runqueue::{self, OwnerError},
+        sleeps,
         store::{Recorded, ResolutionPart, Snapshot},
         threads,
         truncate::{self, Limits, Truncation},
@@ -330,8 +331,10 @@ pub(super) async fn threads(
         let recorded = store.recorded(window, SystemTime::now());
         if let Some(mut report) = threads::report(store, pid, window) {
             let mut culprits = culprits::by_thread(store, window, pid, THREAD_CULPRITS);
+            let mut sleeps = sleeps::by_thread(store, window, pid);
             for t in &mut report.threads {
                 t.kept_off_cpu_by = culprits.remove(&t.tid).unwrap_or_default();
+                t.sleeps = sleeps.remove(&t.tid);
             }
             report.recorded_seconds = recorded.seconds;
             report.resolution = recorded.resolution;

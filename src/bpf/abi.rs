@@ -36,6 +36,8 @@ pub const UNWIND_JAVA_HEAPS: usize = c::WS_JAVA_MAX_HEAPS as usize;
 pub const JAVA_BLOB_HEADER: u64 = c::WS_JAVA_BLOB_HEADER as u64;
 /// log2 microsecond buckets of the runqueue histograms.
 pub const HIST_SLOTS: usize = c::WS_HIST_SLOTS as usize;
+/// Slots of a thread's blocked intervals (`WS_SLEEP_SLOTS`).
+pub const SLEEP_SLOTS: usize = c::WS_SLEEP_SLOTS as usize;
 /// `state` of a key that records a wakeup sent, not a thread state.
 pub const WAKEUP_STATE: u32 = c::ws_state::WS_STATE_WAKEUP as u32;
 /// Tid of the waker of a wakeup raised in interrupt context (pid 0;

@@ -96,6 +96,7 @@ impl RawBatch {
             }
         }
         self.kept_off.extend(later.kept_off);
+        self.sleeps.extend(later.sleeps);
         for (sum, n) in self.stats.iter_mut().zip(later.stats) {
             *sum += n;
         }
@@ -155,6 +156,7 @@ mod tests {
                     ns: 0,
                 },
             )],
+            sleeps: Vec::new(),
             kept_off: vec![KeptOff {
                 pid: 1,
                 tid,

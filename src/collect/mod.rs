@@ -32,7 +32,7 @@ use crate::bpf::{
 pub use crate::profile::model::{
     counters::{RawThread, ThreadCounters},
     kind::MERGED_THREADS,
-    HistOwner, KeptOff, StatDeltas,
+    HistOwner, KeptOff, Sleeps, StatDeltas,
 };
 use stacks::StackCache;
 
@@ -119,6 +119,8 @@ pub struct RawBatch {
     pub threads: Vec<RawThread>,
     pub runq_hists: Vec<(HistOwner, Hist)>,
     pub kept_off: Vec<KeptOff>,
+    /// Blocked intervals that ended, per thread that had any.
+    pub sleeps: Vec<Sleeps>,
     /// Threads off-CPU when the drain looked, longest first.
     pub live: Vec<RawLive>,
     pub stats: StatDeltas,
@@ -158,7 +160,8 @@ impl RawBatch {
             + live
             + self.threads.capacity() * std::mem::size_of::<RawThread>()
             + self.runq_hists.capacity() * std::mem::size_of::<(HistOwner, Hist)>()
-            + self.kept_off.capacity() * std::mem::size_of::<KeptOff>()) as u64
+            + self.kept_off.capacity() * std::mem::size_of::<KeptOff>()
+            + self.sleeps.capacity() * std::mem::size_of::<Sleeps>()) as u64
     }
 }
 
@@ -298,6 +301,15 @@ impl Drainer {
         )?;
         let interval = end.duration_since(self.last_drain).unwrap_or_default();
         self.last_drain = end;
+        let sleeps = threads
+            .iter()
+            .filter(|(_, t)| t.sleep_slots.iter().any(|n| *n > 0))
+            .map(|(tid, t)| Sleeps {
+                pid: t.pid,
+                tid: *tid,
+                slots: t.sleep_slots,
+            })
+            .collect();
         Ok(RawBatch {
             end,
             interval,
@@ -306,6 +318,7 @@ impl Drainer {
                 .into_iter()
                 .map(|(tid, t)| raw_thread(tid, &t))
                 .collect(),
+            sleeps,
             runq_hists: hists
                 .into_iter()
                 .filter_map(|(k, h)| Some((hist_owner(&k)?, h)))

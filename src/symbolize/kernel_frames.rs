@@ -103,16 +103,35 @@ pub fn own_frames<F: AsRef<str>>(leaf_first: &[F]) -> usize {
 /// decides: a hard interrupt that arrived while softirqs were running is a
 /// hard interrupt. A stack naming neither is taken as a hard interrupt.
 pub fn interrupt<F: AsRef<str>>(root_first: &[F]) -> Interrupt {
-    for frame in root_first.iter().rev() {
-        let name = base(frame.as_ref());
-        if SOFTIRQ_NAMES.contains(&name) {
-            return Interrupt::Soft;
-        }
-        if HARDIRQ_PREFIXES.iter().any(|p| name.starts_with(p)) {
-            return Interrupt::Hard;
-        }
+    entered_interrupt(root_first).unwrap_or(Interrupt::Hard)
+}
+
+/// The interrupt context a kernel thread's wakeup ran in, if its stack
+/// (root first) passes through an interrupt's entry: the BPF side cannot
+/// tell from a kernel thread's registers, so a timer that fired while a
+/// `kworker` ran would otherwise be taken for the `kworker`'s doing.
+pub fn entered_interrupt<F: AsRef<str>>(root_first: &[F]) -> Option<Interrupt> {
+    root_first.iter().rev().find_map(|f| context_of(f.as_ref()))
+}
+
+/// Where the outermost interrupt entry is in a stack (root first): the
+/// frames before it are the interrupted context's, not the interrupt's.
+pub fn interrupt_entry<F: AsRef<str>>(root_first: &[F]) -> Option<usize> {
+    root_first
+        .iter()
+        .position(|f| context_of(f.as_ref()).is_some())
+}
+
+/// The interrupt context `frame` runs in, if it names one.
+fn context_of(frame: &str) -> Option<Interrupt> {
+    let name = base(frame);
+    if SOFTIRQ_NAMES.contains(&name) {
+        Some(Interrupt::Soft)
+    } else if HARDIRQ_PREFIXES.iter().any(|p| name.starts_with(p)) {
+        Some(Interrupt::Hard)
+    } else {
+        None
     }
-    Interrupt::Hard
 }
 
 #[cfg(test)]
@@ -215,5 +234,32 @@ mod tests {
         let nested = root_first(&["try_to_wake_up", "hrtimer_interrupt", "handle_softirqs"]);
         assert_eq!(interrupt(&nested), Interrupt::Hard);
         assert_eq!(interrupt(&root_first(&["try_to_wake_up"])), Interrupt::Hard);
+    }
+
+    #[test]
+    fn a_thread_stack_that_entered_an_interrupt_is_the_interrupts() {
+        // A timer that fired while a user thread was in write(2): its
+        // registers say "system call", its stack says "interrupt".
+        let mut in_syscall = k(&[
+            "try_to_wake_up",
+            "hrtimer_wakeup",
+            "__hrtimer_run_queues",
+            "hrtimer_interrupt",
+            "__sysvec_apic_timer_interrupt",
+            "asm_sysvec_apic_timer_interrupt",
+            "copy_page_from_iter",
+            "pipe_write",
+            "do_syscall_64",
+        ]);
+        in_syscall.reverse();
+        assert_eq!(entered_interrupt(&in_syscall), Some(Interrupt::Hard));
+        let at = interrupt_entry(&in_syscall).unwrap();
+        assert!(in_syscall[at].starts_with("asm_sysvec_apic_timer_interrupt"));
+        let mut woke = k(&["try_to_wake_up", "futex_wake", "do_futex", "do_syscall_64"]);
+        woke.reverse();
+        assert_eq!(
+            (entered_interrupt(&woke), interrupt_entry(&woke)),
+            (None, None)
+        );
     }
 }

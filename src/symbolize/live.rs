@@ -146,6 +146,7 @@ mod tests {
             threads: Vec::new(),
             runq_hists: Vec::new(),
             kept_off: Vec::new(),
+            sleeps: Vec::new(),
             live: waits,
             stats: [0; Stat::COUNT],
             missing_stacks: 0,

@@ -169,6 +169,7 @@ impl Symbolizer {
             threads: totals,
             runq_hists,
             kept_off,
+            sleeps,
             mut live,
             stats,
             ..
@@ -214,18 +215,34 @@ impl Symbolizer {
                     ns,
                     count,
                 }),
-                RecordKind::Wakeup { peer_pid, peer_tid } => wakeups.push(Wakeup {
-                    pid,
-                    tid,
-                    interrupt: record
-                        .from_interrupt()
-                        .then(|| kernel_frames::interrupt(&stack)),
-                    peer_pid,
-                    peer_tid,
-                    stack,
-                    ns,
-                    count,
-                }),
+                RecordKind::Wakeup { peer_pid, peer_tid } => {
+                    // A kernel thread's row with an interrupt's entry on
+                    // its stack was the interrupt's doing, not the thread's.
+                    let interrupt = match record.from_interrupt() {
+                        true => Some(kernel_frames::interrupt(&stack)),
+                        false => kernel_frames::entered_interrupt(&stack),
+                    };
+                    let (pid, tid) = match interrupt {
+                        Some(_) => (0, crate::bpf::abi::INTERRUPT_TID),
+                        None => (pid, tid),
+                    };
+                    // What the interrupt interrupted (the idle loop, a
+                    // kworker's work) is not part of its story.
+                    let stack = match interrupt.and(kernel_frames::interrupt_entry(&stack)) {
+                        Some(at) if at > 0 => stack[at..].iter().cloned().collect(),
+                        _ => stack,
+                    };
+                    wakeups.push(Wakeup {
+                        pid,
+                        tid,
+                        interrupt,
+                        peer_pid,
+                        peer_tid,
+                        stack,
+                        ns,
+                        count,
+                    })
+                }
             }
         }
         let live = self.live_view(
@@ -254,6 +271,7 @@ impl Symbolizer {
             containers,
             origins,
             kept_off,
+            sleeps,
             stats,
         };
         Named { slice, live }

@@ -266,6 +266,7 @@ fn metrics_app() -> axum::Router {
             containers: HashMap::new(),
             origins: HashMap::new(),
             kept_off: Vec::new(),
+            sleeps: Vec::new(),
             stats,
         });
     }

@@ -109,6 +109,7 @@ fn slice(i: u64, end: SystemTime, stacks: &[Stack]) -> Slice {
         containers: HashMap::new(),
         origins: HashMap::new(),
         kept_off: Vec::new(),
+        sleeps: Vec::new(),
         stats: [0; wallscope::bpf::abi::Stat::COUNT],
     }
 }

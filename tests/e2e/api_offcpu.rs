@@ -119,6 +119,7 @@ fn app() -> axum::Router {
         containers: HashMap::new(),
         origins: HashMap::new(),
         kept_off: Vec::new(),
+        sleeps: Vec::new(),
         stats: [0; wallscope::bpf::abi::Stat::COUNT],
     });
     api::router(Shared::new(store, Vec::new()))

@@ -164,6 +164,7 @@ fn app() -> (axum::Router, SystemTime) {
             containers: HashMap::new(),
             origins: HashMap::new(),
             kept_off: Vec::new(),
+            sleeps: Vec::new(),
             stats: [0; wallscope::bpf::abi::Stat::COUNT],
         });
     }

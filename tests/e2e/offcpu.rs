@@ -109,6 +109,7 @@ fn mixed_threads_are_classified_and_add_up_to_their_lifetime() {
             );
         }
     }
+    blocked_intervals_and_wakers(&report, &kernel, pid);
     let (status, text) = get(&format!(
         "{}/threads?pid={pid}&seconds=300&format=text",
         daemon()
@@ -118,6 +119,37 @@ fn mixed_threads_are_classified_and_add_up_to_their_lifetime() {
         text.contains("spinner") && text.contains("futex%"),
         "{text}"
     );
+    assert!(
+        text.contains("blocked intervals (switch-out to wakeup)") && text.contains("[timer] "),
+        "{text}"
+    );
+}
+
+/// Each blocking thread's intervals number its voluntary switches (the
+/// kernel's count); the sleeper's last about its 20 ms nanosleep and a
+/// timer ends them; the reader's pipe is written by the main thread.
+fn blocked_intervals_and_wakers(report: &Value, kernel: &HashMap<u64, Account>, pid: u32) {
+    for prefix in ["lock-", "sleeper", "reader"] {
+        for t in by_name(report, prefix) {
+            let s = &t["sleeps"];
+            let intervals = s["intervals"].as_f64().unwrap_or(0.0);
+            let voluntary = kernel[&t["tid"].as_u64().unwrap()].voluntary as f64;
+            assert!(
+                (intervals - voluntary).abs() <= 3.0_f64.max(0.05 * voluntary),
+                "{prefix}: {intervals} blocked intervals, {voluntary} voluntary switches: {t}"
+            );
+        }
+    }
+    let sleeper = &by_name(report, "sleeper")[0]["sleeps"];
+    let median_ms = sleeper["median_us"].as_f64().unwrap() / 1e3;
+    assert!((10.0..=40.0).contains(&median_ms), "{sleeper}");
+    let first = &sleeper["woken_by"][0];
+    assert_eq!(first["by"], "[timer]", "{sleeper}");
+    assert!(first["share"].as_f64().unwrap() >= 0.8, "{sleeper}");
+    let reader = &by_name(report, "reader")[0]["sleeps"];
+    let first = &reader["woken_by"][0];
+    assert_eq!(first["by"], format!("mixed (tid {pid})"), "{reader}");
+    assert!(first["share"].as_f64().unwrap() >= 0.8, "{reader}");
 }
 
 #[test]

@@ -160,7 +160,24 @@ fn the_pages_show_threads_timeline_flame_graph_and_runqueue() {
     assert_eq!(status, 200, "{body}");
     let report: Value = serde_json::from_str(&body).unwrap();
     let rows = b.eval(
-        "[...document.querySelectorAll('#threads-table tr[data-tid]')].map(r => [Number(r.dataset.tid), r.dataset.dominant])",
+        "[...document.querySelectorAll('#threads-table tr[data-tid]')].map(r => [Number(r.dataset.tid), r.dataset.dominant, r.dataset.wokenBy])",
+    );
+    // The sleeper's naps end by a timer; the reader's by the main thread.
+    let woken = |name: &str| {
+        let tid = report["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == name)
+            .unwrap_or_else(|| panic!("no {name} in {report}"))["tid"]
+            .clone();
+        let row = rows.as_array().unwrap().iter().find(|r| r[0] == tid);
+        row.and_then(|r| r[2].as_str()).unwrap_or("").to_string()
+    };
+    assert!(woken("sleeper").starts_with("[timer] "), "{rows}");
+    assert!(
+        woken("reader").starts_with(&format!("mixed (tid {}) ", mixed.pid)),
+        "{rows}"
     );
     let timeline = b.eval(
         "[...document.querySelectorAll('#timeline-labels div[data-tid]')].map(r => Number(r.dataset.tid))",

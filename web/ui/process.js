@@ -63,7 +63,13 @@ WS.ready.then(() => {
     const table = document.getElementById("threads-table");
     table.replaceChildren();
     const byPool = tgroup.value === "pool";
-    const rows = (byPool ? r.pools : r.threads).map((t) => ({ ...t, dominant: WS.dominant(t) }));
+    // Per thread: its median blocked interval and who ended most of them.
+    const blocked = (t) => (t.sleeps ? t.sleeps.median_us : -1);
+    const wokenBy = (t) => (t.sleeps && t.sleeps.woken_by.length
+      ? t.sleeps.woken_by.map((w) => `${w.by} ${Math.round(100 * w.share)}%`).join(", ") : "");
+    const rows = (byPool ? r.pools : r.threads).map((t) => ({
+      ...t, dominant: WS.dominant(t), blocked_median: blocked(t), woken_by: wokenBy(t),
+    }));
     const columns = [
       byPool ? { key: "pool", label: "pool" } : { key: "name", label: "thread" },
       byPool ? { key: "threads", label: "threads", num: true } : { key: "tid", label: "tid", num: true },
@@ -73,6 +79,10 @@ WS.ready.then(() => {
       { key: "wakeups_received", label: "wakeups", num: true },
       { key: "dominant", label: "mostly" },
       { key: "bar", label: "time by state" },
+      ...(byPool ? [] : [
+        { key: "blocked_median", label: "median block ms", num: true },
+        { key: "woken_by", label: "woken by (share of blocked time)" },
+      ]),
     ];
     const key = columns.some((c) => c.key === tableState.key) && tableState.key !== "bar" ? tableState.key : "wall_us";
     const num = columns.find((c) => c.key === key).num;
@@ -81,9 +91,13 @@ WS.ready.then(() => {
     const body = el("tbody");
     for (const t of rows.slice(0, tableRows)) {
       const tr = el("tr", { "data-dominant": t.dominant });
-      if (!byPool) tr.dataset.tid = t.tid;
+      if (!byPool) Object.assign(tr.dataset, { tid: t.tid, wokenBy: t.woken_by });
       for (const c of columns) {
         if (c.key === "bar") tr.append(el("td", {}, WS.stateBar(t)));
+        else if (c.key === "blocked_median") {
+          tr.append(el("td", { className: "num", textContent: t.sleeps ? WS.ms(t.blocked_median) : "",
+            title: t.sleeps ? `${t.sleeps.intervals} blocked intervals, p90 ${WS.ms(t.sleeps.p90_us)} ms` : "" }));
+        }
         else if (c.key.endsWith("_us")) tr.append(el("td", { className: "num", textContent: WS.ms(t[c.key]) }));
         else tr.append(el("td", { className: c.num ? "num" : "", textContent: t[c.key] }));
       }

@@ -116,6 +116,16 @@ impl KeptOff {
     pub const OTHERS: u32 = crate::bpf::abi::CULPRIT_OTHERS;
 }
 
+/// The blocked intervals (switch-out to the wakeup that ended it) of one
+/// thread, counted by length: slot 0 under 1 us, slot k in
+/// [2^(k-1), 2^k) us, the last one longer (see `WS_SLEEP_SLOTS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sleeps {
+    pub pid: u32,
+    pub tid: u32,
+    pub slots: [u32; crate::bpf::abi::SLEEP_SLOTS],
+}
+
 /// A process's parent and cgroup, for grouping processes.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Origin {
@@ -144,6 +154,8 @@ pub struct Slice {
     pub origins: HashMap<u32, Origin>,
     /// Who kept each thread that waited in a runqueue off the CPU.
     pub kept_off: Vec<KeptOff>,
+    /// Blocked intervals that ended, per thread that had any.
+    pub sleeps: Vec<Sleeps>,
     /// BPF loss counters for this interval.
     pub stats: StatDeltas,
 }
@@ -163,6 +175,7 @@ impl Slice {
             containers: HashMap::new(),
             origins: HashMap::new(),
             kept_off: Vec::new(),
+            sleeps: Vec::new(),
             stats: [0; crate::bpf::abi::Stat::COUNT],
         }
     }

@@ -53,6 +53,7 @@ pub fn slice_bytes(s: &Slice) -> usize {
             .map(|c| ARC_HEADER + container_bytes(c))
             .sum::<usize>()
         + s.kept_off.capacity() * size_of::<crate::profile::model::KeptOff>()
+        + s.sleeps.capacity() * size_of::<crate::profile::model::Sleeps>()
         + map(&s.origins)
         + s.origins
             .values()

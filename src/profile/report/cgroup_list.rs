@@ -165,6 +165,7 @@ mod tests {
             containers: Default::default(),
             origins: Default::default(),
             kept_off: Default::default(),
+            sleeps: Default::default(),
             stats: [0; crate::bpf::abi::Stat::COUNT],
         });
         let list = list(&store.snapshot(), Window::last(30, end));

@@ -14,6 +14,7 @@ pub mod query;
 pub mod render;
 pub mod rows;
 pub mod runqueue;
+pub mod sleeps;
 pub mod stuck;
 pub mod threads;
 pub mod timeline;

@@ -180,6 +180,7 @@ pub(crate) mod tests {
             containers: Default::default(),
             origins: Default::default(),
             kept_off: Default::default(),
+            sleeps: Default::default(),
             stats: [0; crate::bpf::abi::Stat::COUNT],
         });
         (store, end)
@@ -353,6 +354,7 @@ pub(crate) mod tests {
             containers: Default::default(),
             origins: Default::default(),
             kept_off: Default::default(),
+            sleeps: Default::default(),
             stats: [0; crate::bpf::abi::Stat::COUNT],
         });
         (store, end + Duration::from_secs(1))
@@ -402,6 +404,7 @@ pub(crate) mod tests {
             containers: Default::default(),
             origins: Default::default(),
             kept_off: Default::default(),
+            sleeps: Default::default(),
             stats: [0; crate::bpf::abi::Stat::COUNT],
         });
         let store = store.snapshot();
@@ -483,6 +486,7 @@ pub(crate) mod tests {
             containers: Default::default(),
             origins: Default::default(),
             kept_off: Default::default(),
+            sleeps: Default::default(),
             stats: [0; crate::bpf::abi::Stat::COUNT],
         });
         let store = store.snapshot();

@@ -38,6 +38,10 @@ pub struct ThreadRow {
     /// [`super::culprits`]; filled in by the API).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub kept_off_cpu_by: Vec<super::culprits::Culprit>,
+    /// Its blocked intervals and who ended them (see [`super::sleeps`];
+    /// filled in by the API).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sleeps: Option<super::sleeps::SleepSummary>,
 }
 
 /// One pool's row.
@@ -137,6 +141,7 @@ pub fn report(store: &Snapshot, pid: u32, window: Window) -> Option<ThreadReport
             pool,
             time: sum.breakdown(),
             kept_off_cpu_by: Vec::new(),
+            sleeps: None,
         });
     }
     threads.sort_by(|a, b| b.time.wall_us.cmp(&a.time.wall_us).then(a.tid.cmp(&b.tid)));
@@ -190,6 +195,7 @@ pub fn empty_report(pid: u32, now: LiveProcess, window: Window, note: String) ->
             name,
             time: Breakdown::default(),
             kept_off_cpu_by: Vec::new(),
+            sleeps: None,
         })
         .collect();
     threads.sort_by_key(|t| t.tid);
@@ -272,7 +278,39 @@ pub fn render_text(r: &ThreadReport) -> String {
         let _ = writeln!(out, "{}", row(&p.threads.to_string(), &p.pool, &p.time));
     }
     let _ = writeln!(out, "{}", row("all", "(process)", &r.process));
+    sleeps_text(&mut out, r);
     out
+}
+
+/// The threads' blocked intervals, for those that had any.
+fn sleeps_text(out: &mut String, r: &ThreadReport) {
+    let with: Vec<&ThreadRow> = r.threads.iter().filter(|t| t.sleeps.is_some()).collect();
+    if with.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nblocked intervals (switch-out to wakeup):\n{:>8}  {:<28} {:>9} {:>10} {:>10}  WOKEN BY (share of blocked time)",
+        "TID", "NAME", "intervals", "median ms", "p90 ms"
+    );
+    for t in with {
+        let s = t.sleeps.as_ref().expect("filtered");
+        let woken: Vec<String> = s
+            .woken_by
+            .iter()
+            .map(|w| format!("{} {:.0}%", w.by, w.share * 100.0))
+            .collect();
+        let _ = writeln!(
+            out,
+            "{:>8}  {:<28} {:>9} {:>10.3} {:>10.3}  {}",
+            t.tid,
+            truncate(&t.name, 28),
+            s.intervals,
+            s.median_us / 1000.0,
+            s.p90_us / 1000.0,
+            woken.join(", ")
+        );
+    }
 }
 
 fn truncate(s: &str, max: usize) -> String {
@@ -339,6 +377,7 @@ mod tests {
                 containers: Default::default(),
                 origins: Default::default(),
                 kept_off: Default::default(),
+                sleeps: Default::default(),
                 stats: [0; crate::bpf::abi::Stat::COUNT],
             });
         }

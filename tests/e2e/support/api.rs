@@ -73,6 +73,7 @@ pub fn shared() -> Arc<Shared> {
         containers: HashMap::new(),
         origins: HashMap::new(),
         kept_off: Vec::new(),
+        sleeps: Vec::new(),
         stats: [0; wallscope::bpf::abi::Stat::COUNT],
     });
     Shared::new(store, vec![("on_cpu_sample".into(), 2)])

@@ -14,7 +14,7 @@ use std::{collections::HashMap, hash::Hash, sync::Arc};
 use rustc_hash::{FxHashMap, FxHasher};
 
 use super::super::{
-    kind::pool_name, HistOwner, KeptOff, RawThread, Sample, Slice, ThreadInfo, Wakeup,
+    kind::pool_name, HistOwner, KeptOff, RawThread, Sample, Sleeps, Slice, ThreadInfo, Wakeup,
 };
 use crate::bpf::abi::{Hist, State};
 
@@ -139,6 +139,7 @@ pub fn merge(parts: &[&Slice], fold: bool) -> Slice {
     let mut hists: Summed<HistOwner, (HistOwner, Hist)> = Summed::new();
     let mut pool_names = HashMap::new();
     let mut kept_off: HashMap<(u32, u32, u32), u64> = HashMap::new();
+    let mut sleeps: Summed<(u32, u32), Sleeps> = Summed::new();
     for part in parts {
         let mut folder = Folder {
             threads: &part.threads,
@@ -198,6 +199,13 @@ pub fn merge(parts: &[&Slice], fold: bool) -> Slice {
         for k in &part.kept_off {
             *kept_off.entry((k.pid, k.tid, k.by)).or_default() += k.ns;
         }
+        for s in &part.sleeps {
+            sleeps.add((s.pid, s.tid), *s, |a, b| {
+                for (x, y) in a.slots.iter_mut().zip(b.slots) {
+                    *x = x.saturating_add(y);
+                }
+            });
+        }
         for (a, b) in out.stats.iter_mut().zip(part.stats) {
             *a += b;
         }
@@ -207,6 +215,7 @@ pub fn merge(parts: &[&Slice], fold: bool) -> Slice {
     out.wakeups = wakeups.done();
     out.thread_totals = totals.done();
     out.runq_hists = hists.done();
+    out.sleeps = sleeps.done();
     out.kept_off = kept_off
         .into_iter()
         .map(|((pid, tid, by), ns)| KeptOff { pid, tid, by, ns })

@@ -268,6 +268,7 @@ mod tests {
             containers: Default::default(),
             origins: Default::default(),
             kept_off: Default::default(),
+            sleeps: Default::default(),
             stats: [0; Stat::COUNT],
         }
     }

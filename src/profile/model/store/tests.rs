@@ -26,6 +26,7 @@ fn slice(end_s: u64, frames: &[&str]) -> Slice {
         containers: Default::default(),
         origins: Default::default(),
         kept_off: Default::default(),
+        sleeps: Default::default(),
         stats: [1; Stat::COUNT],
     }
 }
