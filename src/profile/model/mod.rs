@@ -89,6 +89,19 @@ pub struct Wakeup {
     pub count: u64,
 }
 
+impl Wakeup {
+    /// The process whose share of the store's bound the row counts in: the
+    /// waker's, but an interrupt's row is the wakee's (an interrupt is no
+    /// process, and a process of many sleeping threads brings its timers'
+    /// rows with it).
+    pub fn charged_to(&self) -> u32 {
+        match self.interrupt {
+            Some(_) => self.peer_pid,
+            None => self.pid,
+        }
+    }
+}
+
 /// Names known for a thread during a slice.
 #[derive(Debug, Clone)]
 pub struct ThreadInfo {

@@ -108,10 +108,13 @@ pub fn bytes_by_pid(s: &Slice) -> FxHashMap<u32, usize> {
         *by_pid.entry(sample.pid).or_default() += size_of::<Sample>();
     }
     for w in &s.wakeups {
-        *by_pid.entry(w.pid).or_default() += size_of::<Wakeup>();
+        *by_pid.entry(w.charged_to()).or_default() += size_of::<Wakeup>();
     }
     for t in &s.thread_totals {
         *by_pid.entry(t.pid).or_default() += size_of::<RawThread>() + t.comm.capacity();
+    }
+    for t in &s.sleeps {
+        *by_pid.entry(t.pid).or_default() += size_of::<crate::profile::model::Sleeps>();
     }
     for t in s.threads.values() {
         *by_pid.entry(t.pid).or_default() += table::<(u32, ThreadInfo)>(1);

@@ -304,7 +304,10 @@ impl Store {
         // process whose row brought it (see `share`).
         let mut brought: FxHashMap<u32, usize> = FxHashMap::default();
         let stacks = slice.samples.iter_mut().map(|s| (s.pid, &mut s.stack));
-        let wakeups = slice.wakeups.iter_mut().map(|w| (w.pid, &mut w.stack));
+        let wakeups = slice
+            .wakeups
+            .iter_mut()
+            .map(|w| (w.charged_to(), &mut w.stack));
         for (pid, stack) in stacks.chain(wakeups) {
             match self.stacks.get(&*stack) {
                 Some(shared) => *stack = shared.clone(),

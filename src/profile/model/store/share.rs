@@ -19,7 +19,7 @@ use crate::{
     bpf::abi::is_merged_tid,
     profile::model::{
         kind::{pool_name, FOLDED_SUFFIX},
-        RawThread, Slice, ThreadInfo,
+        RawThread, Sleeps, Slice, ThreadInfo,
     },
     untrusted::refusals::{self, Reason, What},
 };
@@ -92,8 +92,11 @@ impl Store {
             .filter(|(_, t)| t.pid == pid)
             .map(|(tid, t)| (*tid, t.clone()))
             .collect();
+        let sleeps = take_if(&mut slice.sleeps, |s| s.pid == pid);
         let mut folded = merge::merge(&[&part], true);
         let mut pools: FxHashMap<u32, RawThread> = FxHashMap::default();
+        // Each thread's pool, for its blocked intervals.
+        let mut pool_of: FxHashMap<u32, u32> = FxHashMap::default();
         for t in std::mem::take(&mut folded.thread_totals) {
             // Every named thread's total goes to its pool, one with no row
             // in the slice too (then the pool is named here).
@@ -112,6 +115,7 @@ impl Store {
                 }
                 None => t.tid,
             };
+            pool_of.insert(t.tid, tid);
             match pools.entry(tid) {
                 Entry::Occupied(mut sum) => sum.get_mut().counters += &t.counters,
                 Entry::Vacant(slot) => {
@@ -156,6 +160,8 @@ impl Store {
         slice.wakeups.shrink_to_fit();
         slice.thread_totals.extend(pools.into_values());
         slice.thread_totals.shrink_to_fit();
+        slice.sleeps.extend(fold_sleeps(sleeps, &pool_of));
+        slice.sleeps.shrink_to_fit();
         let after = size::bytes_by_pid(slice);
         let bytes = size::slice_bytes(slice);
         self.slice_bytes = self.slice_bytes - held.bytes + bytes;
@@ -180,10 +186,12 @@ impl Store {
         let rows = slice.samples.len() + slice.wakeups.len();
         slice.samples.retain(|s| s.pid != pid);
         slice.samples.shrink_to_fit();
-        slice.wakeups.retain(|w| w.pid != pid);
+        slice.wakeups.retain(|w| w.charged_to() != pid);
         slice.wakeups.shrink_to_fit();
         slice.thread_totals.retain(|t| t.pid != pid);
         slice.thread_totals.shrink_to_fit();
+        slice.sleeps.retain(|s| s.pid != pid);
+        slice.sleeps.shrink_to_fit();
         for t in slice.threads.values().filter(|t| t.pid == pid) {
             self.names.remove(&t.name);
         }
@@ -197,6 +205,26 @@ impl Store {
             take(&mut self.pid_bytes, pid, b);
         }
     }
+}
+
+/// Blocked intervals summed per pool, as `pool_of` maps threads to pools
+/// (threads it does not map keep their rows).
+fn fold_sleeps(sleeps: Vec<Sleeps>, pool_of: &FxHashMap<u32, u32>) -> Vec<Sleeps> {
+    let mut by_tid: FxHashMap<u32, Sleeps> = FxHashMap::default();
+    for s in sleeps {
+        let tid = pool_of.get(&s.tid).copied().unwrap_or(s.tid);
+        match by_tid.entry(tid) {
+            Entry::Occupied(mut sum) => {
+                for (a, b) in sum.get_mut().slots.iter_mut().zip(s.slots) {
+                    *a = a.saturating_add(b);
+                }
+            }
+            Entry::Vacant(slot) => {
+                slot.insert(Sleeps { tid, ..s });
+            }
+        }
+    }
+    by_tid.into_values().collect()
 }
 
 /// Whether `slice` holds per-thread rows or totals of `pid` that a pool
@@ -368,6 +396,16 @@ mod tests {
                 info.name = Arc::from(format!("worker-{tid}"));
             }
         }
+        // Four 0.5-1 s naps each.
+        let mut naps = [0; crate::bpf::abi::SLEEP_SLOTS];
+        naps[20] = 4;
+        s.sleeps = (s.samples.iter().filter(|r| r.pid == 2))
+            .map(|r| Sleeps {
+                pid: 2,
+                tid: r.tid,
+                slots: naps,
+            })
+            .collect();
         s.thread_totals = s
             .samples
             .iter()
@@ -449,18 +487,19 @@ mod tests {
         assert_eq!(slice.wakeups.len(), 1, "{:?}", slice.wakeups.len());
         assert_eq!(slice.wakeups[0].count, 500);
         assert!(merge::is_pool_tid(slice.wakeups[0].peer_tid));
+        // One row of blocked intervals for the pool, every one in it.
+        assert_eq!(slice.sleeps.len(), 1);
+        assert_eq!(slice.sleeps[0].slots[20], 500 * 4);
+        assert!(merge::is_pool_tid(slice.sleeps[0].tid));
         let names: Vec<&str> = (slice.threads.values())
             .filter(|t| t.pid == 2)
             .map(|t| &*t.name)
             .collect();
         assert_eq!(names, ["worker-* (folded)"]);
         assert!(!foldable(slice, 2));
-        // The waker's share and the owner's both fall.
-        assert!(
-            before(&store, 0) < waker / 10,
-            "{} of {waker}",
-            before(&store, 0)
-        );
+        // The interrupts' rows are the owner's (no process raised them),
+        // and its share falls.
+        assert_eq!((waker, before(&store, 0)), (0, 0));
         assert!(
             before(&store, 2) < owner / 2,
             "{} of {owner}",
