@@ -207,21 +207,72 @@ static __always_inline void ws_on_switched_in(void *ctx)
 	ws_emit_pending(cur, s);
 }
 
-/* Whether a wakeup by `cur` runs in an interrupt that arrived while `cur`
- * was in user mode: a thread in user mode wakes nobody, and the register
- * frame it entered the kernel with is the interrupt's, whose orig_ax is
- * negative (no syscall; timer and IPI vectors push -1). An interrupt that
- * arrives while the thread is in the kernel (in a syscall) is not told
- * apart. The preempt count would say it always, but this kernel's kallsyms
- * lacks the per-CPU variable BPF would need to read it. */
-static __always_inline bool ws_in_interrupt(struct task_struct *cur)
+/* A task's kernel stack size on x86-64 (THREAD_SIZE: 16 KiB, 32 KiB with
+ * KASAN; a KASAN kernel's deepest frames would be taken for interrupts). */
+#define WS_THREAD_SIZE (16 * 1024)
+
+/* Whether a wakeup runs in an interrupt, hard or soft, whatever `cur` was
+ * doing when it arrived. (The preempt count would say it always, but it is
+ * a per-CPU variable BPF reaches only through kallsyms data symbols, which
+ * this kernel lacks.) Two signs, one for each case:
+ * - It arrived in the kernel (a syscall, a kernel thread, the idle loop):
+ *   x86-64 then runs it, and the softirqs at its exit, on the CPU's own
+ *   IRQ stack. A tp_btf program's context is the argument array in its
+ *   caller's frame, so where it lies tells which stack runs.
+ * - It arrived in user mode: it runs on the task's stack, but the register
+ *   frame the task entered the kernel with is the interrupt's, whose
+ *   orig_ax is negative (no syscall; vectors push -1).
+ * Softirqs run by ksoftirqd or at local_bh_enable stay the task's doing. */
+static __always_inline bool ws_in_interrupt(struct task_struct *cur, void *ctx)
 {
+	__u64 sp = (__u64)ctx, base = (__u64)cur->stack;
 	struct pt_regs *regs;
 
+	if (sp - base >= WS_THREAD_SIZE)
+		return true;
 	if (ws_is_kthread(cur))
 		return false;
 	regs = (struct pt_regs *)bpf_task_pt_regs(cur);
 	return (long)regs->orig_ax < 0;
+}
+
+/* Kernel stack walks for interrupts' wakeups, per CPU and 100 ms window:
+ * a walk costs 10-40 us here, and a process of 10,000 threads napping
+ * 250 ms raises 40,000 timer wakeups a second (200 walks a second per CPU
+ * cost at most 1 % of it). Past the budget a row has no kernel stack. */
+#define WS_IRQ_WALKS_PER_WINDOW 20
+#define WS_IRQ_WALK_WINDOW_NS 100000000ULL
+
+struct ws_irq_walks {
+	__u64 window;
+	__u64 used;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct ws_irq_walks);
+} irq_walks SEC(".maps");
+
+static __always_inline bool ws_irq_walk_allowed(void)
+{
+	__u32 zero = 0;
+	struct ws_irq_walks *b = bpf_map_lookup_elem(&irq_walks, &zero);
+	__u64 window = bpf_ktime_get_ns() / WS_IRQ_WALK_WINDOW_NS;
+
+	if (!b)
+		return false;
+	if (b->window != window) {
+		b->window = window;
+		b->used = 0;
+	}
+	if (b->used >= WS_IRQ_WALKS_PER_WINDOW) {
+		ws_stat_inc(WS_STAT_IRQ_WALKS_PUT_OFF);
+		return false;
+	}
+	b->used++;
+	return true;
 }
 
 /* sched_waking runs in the waker's context (sched_wakeup may run on the
@@ -233,7 +284,7 @@ static __always_inline void ws_on_waking(void *ctx, struct task_struct *p)
 	struct ws_task *s = ws_task(p, false), *ws = NULL;
 	/* The idle task wakes nobody itself: what runs in its context is an
 	 * interrupt (a timer firing on an idle CPU, above all). */
-	bool irq = !waker->pid || ws_in_interrupt(waker);
+	bool irq = !waker->pid || ws_in_interrupt(waker, ctx);
 	struct ws_stack_key key = {};
 	__u64 slept, w;
 
@@ -256,16 +307,12 @@ static __always_inline void ws_on_waking(void *ctx, struct task_struct *p)
 	if (irq) {
 		key.tid = WS_INTERRUPT_TID;
 		key.user_stack_id = WS_NO_STACK;
-		key.kernel_stack_id = ws_kernel_stack(ctx, key.stack_gen);
+		key.kernel_stack_id = ws_irq_walk_allowed() ? ws_kernel_stack(ctx, key.stack_gen)
+							     : WS_NO_STACK;
 	} else {
 		key.pid = waker->tgid;
 		key.tid = waker->pid;
-		/* The kernel stack too: an interrupt that arrived while a kernel
-		 * thread ran, or while a user thread was in a system call, leaves
-		 * registers that say "no interrupt"; user space finds its entry
-		 * frames on this stack (src/symbolize/kernel_frames.rs). Only
-		 * sampled wakeups get here, so the walk is rare. */
-		key.kernel_stack_id = ws_kernel_stack(ctx, key.stack_gen);
+		key.kernel_stack_id = WS_NO_STACK;
 		if (ws_is_kthread(waker))
 			key.user_stack_id = WS_NO_STACK;
 		else if (ws)

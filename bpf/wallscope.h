@@ -331,7 +331,8 @@ struct ws_hist {
 	X(SWITCH_OUT_UNSEEN, "switches_out_unseen", LOSS)           /* a thread went off-CPU without its switch-out seen: likewise */ \
 	X(JAVA_FRAMES, "java_frames_stepped", EVENT)                /* compiled Java frames stepped through by their code blob's frame size */ \
 	X(JAVA_REFUSED, "java_frames_refused", LOSS)                /* walk ended in a JVM's code: free or implausible segment map, blob or frame */ \
-	X(CULPRITS_FULL, "culprits_map_full", LOSS)                 /* runqueue wait not attributed to who ran meanwhile: map full */
+	X(CULPRITS_FULL, "culprits_map_full", LOSS)                 /* runqueue wait not attributed to who ran meanwhile: map full */ \
+	X(IRQ_WALKS_PUT_OFF, "interrupt_stack_walks_put_off", EVENT) /* interrupt's wakeup row without its kernel stack: the CPU's walk budget spent */
 
 /* Indexes of the per-CPU `stats` array. */
 enum ws_stat {

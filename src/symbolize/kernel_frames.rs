@@ -106,10 +106,8 @@ pub fn interrupt<F: AsRef<str>>(root_first: &[F]) -> Interrupt {
     entered_interrupt(root_first).unwrap_or(Interrupt::Hard)
 }
 
-/// The interrupt context a kernel thread's wakeup ran in, if its stack
-/// (root first) passes through an interrupt's entry: the BPF side cannot
-/// tell from a kernel thread's registers, so a timer that fired while a
-/// `kworker` ran would otherwise be taken for the `kworker`'s doing.
+/// The interrupt context a stack (root first) runs in, if it passes
+/// through an interrupt's entry or a softirq.
 pub fn entered_interrupt<F: AsRef<str>>(root_first: &[F]) -> Option<Interrupt> {
     root_first.iter().rev().find_map(|f| context_of(f.as_ref()))
 }
@@ -237,9 +235,9 @@ mod tests {
     }
 
     #[test]
-    fn a_thread_stack_that_entered_an_interrupt_is_the_interrupts() {
-        // A timer that fired while a user thread was in write(2): its
-        // registers say "system call", its stack says "interrupt".
+    fn an_interrupts_entry_is_found_under_what_it_interrupted() {
+        // A timer that fired while a user thread was in write(2): the
+        // frames under the entry are the thread's, not the interrupt's.
         let mut in_syscall = k(&[
             "try_to_wake_up",
             "hrtimer_wakeup",

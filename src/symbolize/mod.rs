@@ -216,18 +216,11 @@ impl Symbolizer {
                     count,
                 }),
                 RecordKind::Wakeup { peer_pid, peer_tid } => {
-                    // A kernel thread's row with an interrupt's entry on
-                    // its stack was the interrupt's doing, not the thread's.
-                    let interrupt = match record.from_interrupt() {
-                        true => Some(kernel_frames::interrupt(&stack)),
-                        false => kernel_frames::entered_interrupt(&stack),
-                    };
-                    let (pid, tid) = match interrupt {
-                        Some(_) => (0, crate::bpf::abi::INTERRUPT_TID),
-                        None => (pid, tid),
-                    };
+                    let interrupt = record
+                        .from_interrupt()
+                        .then(|| kernel_frames::interrupt(&stack));
                     // What the interrupt interrupted (the idle loop, a
-                    // kworker's work) is not part of its story.
+                    // syscall, a kworker's work) is not part of its story.
                     let stack = match interrupt.and(kernel_frames::interrupt_entry(&stack)) {
                         Some(at) if at > 0 => stack[at..].iter().cloned().collect(),
                         _ => stack,

@@ -39,7 +39,8 @@ pub struct SleepSummary {
 /// One waker of a thread.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct WokenBy {
-    /// `[timer]`, `[irq]` or `[softirq]` (another interrupt), a thread as
+    /// `[timer]`, `[irq]` or `[softirq]` (another interrupt, or one whose
+    /// kernel stack the per-CPU walk budget left out), a thread as
     /// `name (tid N)` or, of another process, `name (pid P, tid N)`;
     /// `[rest]` past the first [`WAKERS`].
     pub by: String,
