@@ -51,7 +51,7 @@ struct Sum {
 
 /// Names and cgroups of the processes of `window`, and the rows of
 /// `pid`'s waits.
-fn collect(store: &Snapshot, window: Window, pid: u32) -> (Names, Vec<KeptOff>) {
+fn collect(store: &Snapshot, window: Window, pid: impl Fn(u32) -> bool) -> (Names, Vec<KeptOff>) {
     let mut names: Names = Names::default();
     let mut rows: Vec<KeptOff> = Vec::new();
     for slice in store.within(window) {
@@ -69,7 +69,7 @@ fn collect(store: &Snapshot, window: Window, pid: u32) -> (Names, Vec<KeptOff>) 
                 .and_then(|o| o.cgroup.as_deref().map(str::to_string));
             names.of.insert(*p, (name.to_string(), cgroup));
         }
-        rows.extend(slice.kept_off.iter().filter(|k| k.pid == pid));
+        rows.extend(slice.kept_off.iter().filter(|k| pid(k.pid)));
     }
     (names, rows)
 }
@@ -103,9 +103,28 @@ pub fn kept_off(
     tid: Option<u32>,
     limit: usize,
 ) -> Vec<Culprit> {
-    let (names, mut rows) = collect(store, window, pid);
+    let (names, mut rows) = collect(store, window, |p| p == pid);
     rows.retain(|k| tid.is_none_or(|t| k.tid == t));
     summarize(&rows, &names, limit)
+}
+
+/// The culprits of each process of `pids` within `window`, at most
+/// `limit` and a `[rest]` each, by pid: one pass over the window for all.
+pub fn by_process(
+    store: &Snapshot,
+    window: Window,
+    pids: &[u32],
+    limit: usize,
+) -> HashMap<u32, Vec<Culprit>> {
+    let (names, rows) = collect(store, window, |p| pids.contains(&p));
+    let mut by_pid: HashMap<u32, Vec<KeptOff>> = HashMap::new();
+    for k in rows {
+        by_pid.entry(k.pid).or_default().push(k);
+    }
+    by_pid
+        .into_iter()
+        .map(|(pid, rows)| (pid, summarize(&rows, &names, limit)))
+        .collect()
 }
 
 /// The culprits of each thread of `pid` within `window`, at most `top`
@@ -116,7 +135,7 @@ pub fn by_thread(
     pid: u32,
     top: usize,
 ) -> HashMap<u32, Vec<Culprit>> {
-    let (names, rows) = collect(store, window, pid);
+    let (names, rows) = collect(store, window, |p| p == pid);
     let mut by_tid: HashMap<u32, Vec<KeptOff>> = HashMap::new();
     for k in rows {
         by_tid.entry(k.tid).or_default().push(k);

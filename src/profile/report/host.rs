@@ -123,18 +123,17 @@ pub fn report(
         .count() as u64;
     let mut rows = processes::processes(store, window, SortBy::State(State::Runqueue), None);
     rows.retain(|r| r.time.runqueue_us > 0 && sees(r.pid));
+    rows.truncate(STARVED);
+    let pids: Vec<u32> = rows.iter().map(|r| r.pid).collect();
+    let mut kept = culprits::by_process(store, window, &pids, CULPRITS);
     let starved = rows
         .iter()
-        .take(STARVED)
-        .map(|r| {
-            let kept = culprits::kept_off(store, window, r.pid, None, CULPRITS);
-            Starved {
-                pid: r.pid,
-                comm: r.comm.clone(),
-                runqueue_us: r.time.runqueue_us,
-                cpu_us: r.time.cpu_us,
-                kept_off_cpu_by: kept,
-            }
+        .map(|r| Starved {
+            pid: r.pid,
+            comm: r.comm.clone(),
+            runqueue_us: r.time.runqueue_us,
+            cpu_us: r.time.cpu_us,
+            kept_off_cpu_by: kept.remove(&r.pid).unwrap_or_default(),
         })
         .collect();
     HostReport {
