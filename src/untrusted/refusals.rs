@@ -177,46 +177,94 @@ pub fn count(what: What, reason: Reason) {
 /// daemon `degraded` in `/healthz`.
 pub const DEGRADED_FOR: Duration = Duration::from_secs(60);
 
-/// The latest degrading refusal of each (what, reason) cell: when, and the
-/// process it was for (0: no one process).
-static LAST: Mutex<[Option<(Instant, u32)>; CELLS]> = Mutex::new([None; CELLS]);
+/// How many processes each (what, reason) cell names in `degraded`.
+const PAYERS: usize = 4;
+
+/// One process refused in a cell within the last [`DEGRADED_FOR`]: how
+/// often since it was first named, and when last.
+#[derive(Clone, Copy)]
+struct Payer {
+    pid: u32,
+    times: u64,
+    last: Instant,
+}
+
+/// Per (what, reason) cell, the processes refused there lately, the one
+/// refused most first. A fixed few, so a crowd of pids costs no memory;
+/// the one refused least (then longest ago) gives way to a newcomer, so
+/// the process that paid most stays named however many others follow it.
+static PAYERS_BY_CELL: Mutex<[[Option<Payer>; PAYERS]; CELLS]> =
+    Mutex::new([[None; PAYERS]; CELLS]);
+
+/// Notes `pid` as refused in `payers` at `now`, forgetting those refused
+/// longer than [`DEGRADED_FOR`] ago.
+fn note_payer(payers: &mut [Option<Payer>; PAYERS], pid: u32, now: Instant) {
+    for slot in payers.iter_mut() {
+        if slot.is_some_and(|p| now.duration_since(p.last) >= DEGRADED_FOR) {
+            *slot = None;
+        }
+    }
+    if let Some(p) = payers.iter_mut().flatten().find(|p| p.pid == pid) {
+        p.times += 1;
+        p.last = now;
+        return;
+    }
+    let slot = payers
+        .iter_mut()
+        .min_by_key(|s| s.map(|p| (p.times, p.last)))
+        .expect("PAYERS > 0");
+    *slot = Some(Payer {
+        pid,
+        times: 1,
+        last: now,
+    });
+}
 
 /// Counts one refusal made on process `pid`'s behalf; a [`Reason::Budget`]
 /// or [`Reason::Unverified`] one marks the daemon degraded for
-/// [`DEGRADED_FOR`], naming `pid`.
+/// [`DEGRADED_FOR`], naming `pid` (with the others refused most there).
 pub fn count_for(what: What, reason: Reason, pid: u32) {
     count(what, reason);
     if matches!(reason, Reason::Budget | Reason::Unverified) {
-        LAST.lock().unwrap_or_else(|e| e.into_inner())[cell(what, reason)] =
-            Some((Instant::now(), pid));
+        let mut payers = PAYERS_BY_CELL.lock().unwrap_or_else(|e| e.into_inner());
+        note_payer(&mut payers[cell(what, reason)], pid, Instant::now());
     }
 }
 
 /// Why the daemon is degraded now: one line per (what, reason) refused in
-/// the last [`DEGRADED_FOR`], with the last process and how long ago.
-/// Empty when it is not.
+/// the last [`DEGRADED_FOR`], naming the processes refused most there
+/// (how often each) and how long ago the last was. Empty when it is not.
 pub fn degraded() -> Vec<String> {
-    let last = *LAST.lock().unwrap_or_else(|e| e.into_inner());
+    let payers = *PAYERS_BY_CELL.lock().unwrap_or_else(|e| e.into_inner());
     What::ALL
         .iter()
         .flat_map(|&w| Reason::ALL.iter().map(move |&r| (w, r)))
         .filter_map(|(w, r)| {
-            let (at, pid) = last[cell(w, r)]?;
-            let ago = at.elapsed();
-            (ago < DEGRADED_FOR).then(|| {
-                let whose = if pid == 0 {
-                    String::new()
-                } else {
-                    format!(" for pid {pid}")
-                };
-                format!(
-                    "{} {}{whose} {}s ago ({} in all)",
-                    w.name(),
-                    r.name(),
-                    ago.as_secs(),
-                    get(w, r)
-                )
-            })
+            let mut recent: Vec<Payer> = payers[cell(w, r)]
+                .iter()
+                .flatten()
+                .filter(|p| p.last.elapsed() < DEGRADED_FOR)
+                .copied()
+                .collect();
+            let ago = recent.iter().map(|p| p.last.elapsed()).min()?;
+            recent.sort_by_key(|p| (std::cmp::Reverse(p.times), p.last.elapsed()));
+            let whose: Vec<String> = recent
+                .iter()
+                .filter(|p| p.pid != 0)
+                .map(|p| format!("pid {} ({}x)", p.pid, p.times))
+                .collect();
+            let whose = if whose.is_empty() {
+                String::new()
+            } else {
+                format!(" for {}", whose.join(", "))
+            };
+            Some(format!(
+                "{} {}{whose} {}s ago ({} in all)",
+                w.name(),
+                r.name(),
+                ago.as_secs(),
+                get(w, r)
+            ))
         })
         .collect()
 }
@@ -276,8 +324,28 @@ mod tests {
         let why = degraded();
         assert!(
             why.iter()
-                .any(|d| d.starts_with("names budget for pid 4242 0s ago")),
+                .any(|d| d.starts_with("names budget for pid 4242 (1x) 0s ago")),
             "{why:?}"
         );
+    }
+
+    #[test]
+    fn the_process_refused_most_stays_named_behind_a_crowd() {
+        let now = Instant::now();
+        let mut payers = [None; PAYERS];
+        for _ in 0..96 {
+            note_payer(&mut payers, 7, now);
+        }
+        for pid in 100..200 {
+            note_payer(&mut payers, pid, now);
+        }
+        let named: Vec<u32> = payers.iter().flatten().map(|p| p.pid).collect();
+        assert!(named.contains(&7), "{named:?}");
+        assert_eq!(named.len(), PAYERS);
+        // A minute later the old ones are forgotten.
+        let later = now + DEGRADED_FOR;
+        note_payer(&mut payers, 300, later);
+        let named: Vec<u32> = payers.iter().flatten().map(|p| p.pid).collect();
+        assert_eq!(named, [300]);
     }
 }
