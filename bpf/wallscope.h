@@ -273,11 +273,66 @@ struct ws_java_code {
 	__u16 _pad;
 };
 
+/*
+ * A CPython interpreter's frames, as the walk reads them (python.bpf.h).
+ * User space reads the interpreter's layout when it registers the process
+ * (3.13+: its own _Py_DebugOffsets; before: a table per minor version,
+ * checked against the binary), and each thread's PyThreadState into
+ * `python_threads`. The walk appends the thread's Python frames after its
+ * native ones, innermost first: WS_PY_FRAME_TAG | the frame's code object,
+ * and WS_PY_EVAL_END after the last frame of each eval-loop call, so that
+ * user space puts each call's frames in place of its native
+ * _PyEval_EvalFrameDefault frame.
+ */
+#define WS_PY_FRAME_TAG (1ULL << 61)
+#define WS_PY_EVAL_END (WS_PY_FRAME_TAG | 0) /* the frames of one eval-loop call end here */
+#define WS_PY_GIL (WS_PY_FRAME_TAG | 1)      /* first: the thread waits for the GIL */
+#define WS_PY_CUT (WS_PY_FRAME_TAG | 2)      /* last: the chain went on (too deep, or unreadable) */
+/* Python frames (and markers) a stack keeps at most: the rest is cut. */
+#define WS_PY_MAX_FRAMES 64
+/* Bytes of a frame read at once: every field the walk reads lies within. */
+#define WS_PY_FRAME_READ 96
+/* A field the layout does not have. */
+#define WS_PY_NO_FIELD 0xffff
+
+enum ws_py_entry {
+	WS_PY_ENTRY_EVERY = 0, /* 3.10: every frame is one eval-loop call */
+	WS_PY_ENTRY_FLAG = 1,  /* 3.11: a byte, non-zero on each call's first frame (is_entry) */
+	WS_PY_ENTRY_SHIM = 2,  /* 3.12+: a frame owned by the C stack sits under each call's frames */
+};
+
+struct ws_python_code {
+	__u64 gil_start; /* [gil_start, gil_end): the GIL; a futex wait there is WS_PY_GIL */
+	__u64 gil_end;
+	__u16 tstate_frame; /* offset in PyThreadState of the current frame, or of its _PyCFrame */
+	__u16 cframe_frame; /* offset in _PyCFrame of current_frame; WS_PY_NO_FIELD: none */
+	__u16 frame_back;   /* offset in a frame of its caller's frame */
+	__u16 frame_code;   /* offset in a frame of its code object */
+	__u16 frame_entry;  /* offset of the is_entry or owner byte (not for ENTRY_EVERY) */
+	__u8 entry;         /* enum ws_py_entry */
+	__u8 shim_owner;    /* ENTRY_SHIM: the owner value of a shim frame (FRAME_OWNED_BY_CSTACK) */
+	__u8 minor;         /* Python 3.minor; 0: no interpreter registered */
+	__u8 _pad[3];
+	__u32 _pad2[2];
+};
+
+/* Key of `python_threads`: a thread by its process and its TLS base
+ * (pthread_self(), which CPython keeps in PyThreadState.thread_id, and
+ * the kernel in thread.fsbase); the value is its PyThreadState. */
+struct ws_py_thread_key {
+	__u32 pid;
+	__u32 _pad;
+	__u64 thread_id;
+};
+/* Entries of `python_threads`: user space registers no more. */
+#define WS_PY_THREADS 65536
+
 struct ws_unwind_proc {
 	__u32 count; /* mappings used */
 	__u32 epoch; /* changes at every registration: cached lookups expire */
 	struct ws_unwind_mapping mappings[WS_UNWIND_MAX_MAPPINGS];
 	struct ws_java_code java;
+	struct ws_python_code python;
 };
 
 /* A user stack entry that is an interpreted Java frame's Method* (read at
@@ -415,7 +470,9 @@ _Static_assert(sizeof(struct ws_stack) == 16 + 8 * WS_MAX_STACK_DEPTH, "ws_stack
 _Static_assert(sizeof(struct ws_unwind_row) == 12, "ws_unwind_row size");
 _Static_assert(sizeof(struct ws_unwind_mapping) == 40, "ws_unwind_mapping size");
 _Static_assert(sizeof(struct ws_java_code) == 160, "ws_java_code size");
-_Static_assert(sizeof(struct ws_unwind_proc) == 8 + 40 * WS_UNWIND_MAX_MAPPINGS + 160,
+_Static_assert(sizeof(struct ws_python_code) == 40, "ws_python_code size");
+_Static_assert(sizeof(struct ws_py_thread_key) == 16, "ws_py_thread_key size");
+_Static_assert(sizeof(struct ws_unwind_proc) == 8 + 40 * WS_UNWIND_MAX_MAPPINGS + 160 + 40,
 	       "ws_unwind_proc size");
 _Static_assert(sizeof(struct ws_thread_totals) == 104 + 4 * WS_SLEEP_SLOTS, "ws_thread_totals size");
 _Static_assert(sizeof(struct ws_hist_key) == 16, "ws_hist_key size");

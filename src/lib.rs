@@ -23,6 +23,7 @@ pub mod nice;
 pub mod pipeline;
 pub mod process;
 pub mod profile;
+pub mod python;
 pub mod state;
 pub mod symbolize;
 pub mod token;

@@ -49,6 +49,19 @@ pub const MERGED_TID: u32 = c::WS_MERGED_TID;
 /// `WS_JAVA_METHOD_TAG`: a user stack entry that is an interpreted Java
 /// frame's `Method*`, not a pc.
 pub const JAVA_METHOD_TAG: u64 = c::WS_JAVA_METHOD_TAG;
+/// `WS_PY_FRAME_TAG`: a user stack entry that is a Python frame's code
+/// object (or one of the markers below), appended after the native frames.
+pub const PY_FRAME_TAG: u64 = c::WS_PY_FRAME_TAG;
+/// `WS_PY_EVAL_END`: the Python frames of one eval-loop call end here.
+pub const PY_EVAL_END: u64 = c::WS_PY_EVAL_END;
+/// `WS_PY_GIL`: the thread waits for the GIL.
+pub const PY_GIL: u64 = c::WS_PY_GIL;
+/// `WS_PY_CUT`: the Python chain went on past what was recorded.
+pub const PY_CUT: u64 = c::WS_PY_CUT;
+/// A layout field the interpreter does not have (`WS_PY_NO_FIELD`).
+pub const PY_NO_FIELD: u16 = c::WS_PY_NO_FIELD as u16;
+/// Entries of `python_threads` (`WS_PY_THREADS`).
+pub const PY_THREADS: usize = c::WS_PY_THREADS as usize;
 
 /// Key of the aggregation maps (`struct ws_stack_key`).
 pub type StackKey = c::ws_stack_key;
@@ -74,6 +87,15 @@ pub type UnwindProc = c::ws_unwind_proc;
 pub type UnwindJava = c::ws_java_code;
 /// A code heap of it (`struct ws_java_heap`).
 pub type UnwindJavaHeap = c::ws_java_heap;
+/// A CPython interpreter's frame layout as the walk reads it
+/// (`struct ws_python_code`).
+pub type UnwindPython = c::ws_python_code;
+/// How a Python frame marks the start of an eval-loop call
+/// (`enum ws_py_entry`).
+pub use c::ws_py_entry as PyEntry;
+/// Key of `python_threads` (`struct ws_py_thread_key`): a thread by its
+/// process and TLS base (`pthread_self()`).
+pub type PyThreadKey = c::ws_py_thread_key;
 /// One CPU's walk-cost histogram (`struct ws_walk_cost`): walks by kind,
 /// frames / 8 and time slot, counters that wrap.
 pub type WalkCost = c::ws_walk_cost;
@@ -106,6 +128,8 @@ unsafe impl aya::Pod for HistKey {}
 unsafe impl aya::Pod for CulpritKey {}
 // SAFETY: as above.
 unsafe impl aya::Pod for Hist {}
+// SAFETY: as above.
+unsafe impl aya::Pod for PyThreadKey {}
 
 /// Where a thread's time went (`enum ws_state`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
