@@ -60,6 +60,10 @@ pub const PY_GIL: u64 = c::WS_PY_GIL;
 pub const PY_CUT: u64 = c::WS_PY_CUT;
 /// A layout field the interpreter does not have (`WS_PY_NO_FIELD`).
 pub const PY_NO_FIELD: u16 = c::WS_PY_NO_FIELD as u16;
+/// Python frames a stack keeps at most (`WS_PY_MAX_FRAMES`).
+pub const PY_MAX_FRAMES: usize = c::WS_PY_MAX_FRAMES as usize;
+/// Bytes of a Python frame the walk reads at once (`WS_PY_FRAME_READ`).
+pub const PY_FRAME_READ: u16 = c::WS_PY_FRAME_READ as u16;
 /// Entries of `python_threads` (`WS_PY_THREADS`).
 pub const PY_THREADS: usize = c::WS_PY_THREADS as usize;
 

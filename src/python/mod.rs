@@ -10,7 +10,7 @@
 //! paid from the process's own [`Budget`](crate::jvm::remote::Budget), and
 //! anything implausible is refused (counted), never followed.
 
-use crate::{bpf::abi::UnwindPython, process::files::ExecMapping};
+use crate::{bpf::abi::UnwindPython, jvm::remote::Remote, process::files::ExecMapping};
 
 /// Why a process's interpreter is not read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -78,21 +78,44 @@ impl Interpreter {
 
     /// The interpreter's threads (the main interpreter's), at most
     /// [`MAX_THREADS`].
-    pub fn threads(&self) -> Result<Vec<PyThread>, PyError> {
+    pub fn threads(&self, _mem: &Remote) -> Result<Vec<PyThread>, PyError> {
         Ok(Vec::new())
     }
 
     /// The name of the code object at `code`.
-    pub fn code_name(&self, _code: u64) -> Result<CodeName, PyError> {
+    pub fn code_name(&self, _mem: &Remote, _code: u64) -> Result<CodeName, PyError> {
         Err(PyError::NotPython)
     }
 
     /// Python's names of its threads (`threading.Thread.name`), by
     /// `thread_id` (the thread's `ident`).
-    pub fn thread_names(&self) -> Result<Vec<(u64, String)>, PyError> {
+    pub fn thread_names(&self, _mem: &Remote) -> Result<Vec<(u64, String)>, PyError> {
         Ok(Vec::new())
     }
 }
+
+/// One entry of a thread's Python stack as the BPF walk records it
+/// (`bpf/python.bpf.h`), innermost first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PyEntry {
+    /// A frame running the code object at this address.
+    Code(u64),
+    /// The frames of one eval-loop call (one native
+    /// `_PyEval_EvalFrameDefault` frame) end here.
+    EvalEnd,
+}
+
+impl Interpreter {
+    /// The Python stack of the thread whose `PyThreadState` is at
+    /// `tstate`, read as the BPF walk reads it (the same fields, the same
+    /// bound [`MAX_FRAMES`]): for tests of the walk and of the layout.
+    pub fn stack(&self, _mem: &Remote, _tstate: u64) -> Result<Vec<PyEntry>, PyError> {
+        Ok(Vec::new())
+    }
+}
+
+/// Python frames a stack holds at most (`WS_PY_MAX_FRAMES`).
+pub const MAX_FRAMES: usize = crate::bpf::abi::PY_MAX_FRAMES;
 
 /// Threads read per interpreter at most.
 pub const MAX_THREADS: usize = 4096;
