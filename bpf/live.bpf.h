@@ -79,6 +79,17 @@ static long ws_task_walk_step(__u32 index, void *data)
 	return ws_unwind_step_in(w, s, task, NULL);
 }
 
+/* Appends the walk's Python frames to the live stack (the lookup here
+ * keeps its key off the iterator's stack). */
+static __noinline void ws_live_python_append(struct ws_unwind_walk *w)
+{
+	__u32 zero = 0;
+	struct ws_stack *s = bpf_map_lookup_elem(&live_stack, &zero);
+
+	if (w && s)
+		ws_python_append(w, s);
+}
+
 /* Walks `task`'s user stack from the registers it saved on entering the
  * kernel: with unwind tables where registered, frame pointers elsewhere. */
 static __always_inline long ws_task_user_stack(struct task_struct *task,
@@ -88,7 +99,9 @@ static __always_inline long ws_task_user_stack(struct task_struct *task,
 	struct ws_task_walk ctx = { .task = task };
 
 	*tables = ws_unwind_start(w, task->tgid, regs);
+	ws_python_walk(w, task, regs, task);
 	bpf_loop(WS_MAX_STACK_DEPTH + 1, ws_task_walk_step, &ctx, 0);
+	ws_live_python_append(w);
 	return ws_unwind_end(w);
 }
 

@@ -69,6 +69,10 @@ static __always_inline __s32 ws_user_stack_memo(void *ctx, struct ws_walk_memos 
 	struct ws_walk_memo *m;
 	__s32 id;
 
+	/* A Python thread's native registers say nothing of its Python
+	 * stack (every call runs in the same eval loop): walked each time. */
+	if (ws_python_process(cur->tgid))
+		return ws_user_stack(ctx, gen);
 	for (int i = 0; i < 2; i++) {
 		m = &s->m[i];
 		if (!m->top || m->ip != ip || m->sp != sp || m->bp != bp ||

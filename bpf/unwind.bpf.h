@@ -18,6 +18,7 @@
 #include <bpf/bpf_helpers.h>
 #include "java.bpf.h"
 #include "maps.bpf.h"
+#include "python.bpf.h"
 #include "walk.bpf.h"
 #include "wallscope.h"
 
@@ -199,7 +200,7 @@ static __always_inline long ws_unwind_step_in(struct ws_unwind_walk *w, struct w
 	__u32 len;
 
 	len = w->len;
-	if (len >= WS_MAX_STACK_DEPTH) {
+	if (len >= WS_MAX_STACK_DEPTH || len >= w->max_len) {
 		w->stop = WS_STAT_UNWIND_TRUNCATED;
 		return 1;
 	}
@@ -322,6 +323,7 @@ static __always_inline bool ws_unwind_start(struct ws_unwind_walk *w, __u32 pid,
 		w->proc.java.interp_start = 0;
 		w->proc.java.interp_end = 0;
 		w->proc.java.heap_count = 0;
+		w->proc.python.minor = 0;
 	}
 	w->pc = regs->ip;
 	w->sp = regs->sp;
@@ -331,6 +333,8 @@ static __always_inline bool ws_unwind_start(struct ws_unwind_walk *w, __u32 pid,
 	w->pid = pid;
 	w->win_len = 0;
 	w->win_start = 0;
+	w->py_len = 0;
+	w->max_len = WS_MAX_STACK_DEPTH;
 	return proc != NULL;
 }
 
@@ -355,9 +359,25 @@ static __always_inline long ws_unwind_user(struct ws_stack *s, __u32 *tables)
 		return -1;
 	struct ws_walk_ctx c = { .w = w, .s = s, .cache = bpf_map_lookup_elem(&unwind_cache, &zero) };
 
-	*tables = ws_unwind_start(w, cur->tgid, (struct pt_regs *)bpf_task_pt_regs(cur));
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(cur);
+
+	*tables = ws_unwind_start(w, cur->tgid, regs);
+	ws_python_walk(w, cur, regs, NULL);
 	bpf_loop(WS_MAX_STACK_DEPTH + 1, ws_unwind_step, &c, 0);
+	ws_python_append(w, s);
 	return ws_unwind_end(w);
+}
+
+/* Whether process `pid` runs a registered Python interpreter: its walks
+ * differ by Python stack where the native registers do not. */
+static __always_inline bool ws_python_process(__u32 pid)
+{
+	struct ws_unwind_proc *proc;
+
+	if (!unwind_tables)
+		return false;
+	proc = bpf_map_lookup_elem(&unwind_procs, &pid);
+	return proc && proc->python.minor;
 }
 
 /* A new process starts with its parent's mappings: it takes the parent's

@@ -49,6 +49,14 @@ struct ws_unwind_walk {
 	__u32 _seg_pad;
 	__u8 segmap[WS_SEGMAP_WINDOW]; /* a JVM code heap's segment map, up to a pc's segment */
 	__u8 blob[WS_JAVA_BLOB_HEADER]; /* the code blob's header */
+	/* The thread's Python frames (python.bpf.h), walked before the
+	 * native ones, which may then take max_len frames. */
+	struct ws_py_thread_key py_key; /* the thread, in python_threads */
+	__u64 py_frame; /* the frame read next */
+	__u32 py_len;
+	__u32 max_len;
+	__u64 py[WS_PY_MAX_FRAMES];
+	__u8 py_buf[WS_PY_FRAME_READ]; /* the frame read last */
 };
 
 struct {

@@ -387,7 +387,10 @@ struct ws_hist {
 	X(JAVA_FRAMES, "java_frames_stepped", EVENT)                /* compiled Java frames stepped through by their code blob's frame size */ \
 	X(JAVA_REFUSED, "java_frames_refused", LOSS)                /* walk ended in a JVM's code: free or implausible segment map, blob or frame */ \
 	X(CULPRITS_FULL, "culprits_map_full", LOSS)                 /* runqueue wait not attributed to who ran meanwhile: map full */ \
-	X(IRQ_WALKS_PUT_OFF, "interrupt_stack_walks_put_off", EVENT) /* interrupt's wakeup row without its kernel stack: the CPU's walk budget spent */
+	X(IRQ_WALKS_PUT_OFF, "interrupt_stack_walks_put_off", EVENT) /* interrupt's wakeup row without its kernel stack: the CPU's walk budget spent */ \
+	X(PY_WALKS, "python_stack_walks", EVENT)                    /* Python frame chains walked (a thread with a known thread state) */ \
+	X(PY_THREAD_UNKNOWN, "python_threads_unknown", LOSS)        /* stack of a Python process's thread with no known thread state yet: native frames only */ \
+	X(PY_CUT, "python_frames_cut", LOSS)                        /* Python frame chain cut: deeper than WS_PY_MAX_FRAMES, unreadable or implausible */
 
 /* Indexes of the per-CPU `stats` array. */
 enum ws_stat {

@@ -85,6 +85,12 @@ struct Sampling {
     /// map, interpreted code as `Interpreter`.
     #[arg(long, value_enum, default_value_t = JvmFrames::Full)]
     jvm_frames: JvmFrames,
+    /// `on`: read CPython 3.10-3.13 interpreters' frames and thread names
+    /// from their memory (nothing is loaded into them; needs `--unwind
+    /// tables`); `off`: Python processes show the interpreter's native
+    /// frames only.
+    #[arg(long, value_enum, default_value_t = Toggle::On)]
+    python: Toggle,
     /// User stack walking: `tables` walks code without frame pointers (glibc,
     /// release builds) with unwind tables built from `.eh_frame`, and the
     /// frame-pointer chain elsewhere; `fp` uses frame pointers only.
@@ -333,6 +339,7 @@ fn pipeline_options(sampling: &Sampling, history: History) -> PipelineOptions {
         store_max_bytes: history.max_bytes,
         jvm: sampling.jvm,
         jvm_frames: sampling.jvm_frames,
+        python: sampling.python == Toggle::On,
     }
 }
 

@@ -76,7 +76,7 @@ use crate::{
     process::{self, ProcessTable},
     profile::store::Store,
     symbolize::{JvmLink, Symbolizer},
-    unwind::registry::Registry,
+    unwind::{python::Pythons, registry::Registry},
 };
 
 /// Why the pipeline could not start.
@@ -106,6 +106,8 @@ pub struct PipelineOptions {
     pub jvm: JvmMode,
     /// Where Java frames come from.
     pub jvm_frames: JvmFrames,
+    /// Whether to read Python interpreters' frames and thread names.
+    pub python: bool,
 }
 
 /// CPU time of the calling thread so far, in µs (0 if it cannot be read).
@@ -166,6 +168,8 @@ impl Pipeline {
         let store = Store::new(opts.retention).with_max_bytes(opts.store_max_bytes);
         let shared = Shared::new(store, probes.attached.clone());
         let table = shared.processes.clone();
+        // Python interpreters, found by the registry, named by the symbolizer.
+        let pythons = Pythons::default();
         let registry = maps
             .unwind
             .take()
@@ -174,6 +178,9 @@ impl Pipeline {
                 let mut r = Registry::new(unwind, table.clone());
                 if jvm_frames == JvmFrames::Full {
                     r.java = Some(Box::new(crate::jvm::walk_code::code_for_walks));
+                }
+                if opts.python {
+                    r = r.with_python(pythons.clone());
                 }
                 r
             });
@@ -239,7 +246,7 @@ impl Pipeline {
             let shared = shared.clone();
             thread::Builder::new()
                 .name("ws-symbolize".into())
-                .spawn(move || symbolize_loop(&rx, &shared, table, link, jvm_frames))
+                .spawn(move || symbolize_loop(&rx, &shared, table, link, jvm_frames, pythons))
                 .map_err(|source| PipelineError::Thread {
                     name: "symbolizer",
                     source,
@@ -515,10 +522,12 @@ fn symbolize_loop(
     table: Arc<ProcessTable>,
     link: JvmLink,
     jvm_frames: JvmFrames,
+    pythons: Pythons,
 ) {
     priority::raise_worker(priority::SYMBOLIZE_NICE);
     let dropped = link.dropped.clone();
-    let mut symbolizer = Symbolizer::with_jvms(table.clone(), link, jvm_frames);
+    let mut symbolizer =
+        Symbolizer::with_jvms(table.clone(), link, jvm_frames).with_pythons(pythons);
     for batch in rx {
         let bytes = batch.estimated_bytes();
         let started = Instant::now();

@@ -336,6 +336,7 @@ pub mod names {
     pub const UNWIND_TABLES: &str = "unwind_tables";
     pub const UNWIND_ROWS: &str = "unwind_rows";
     pub const UNWIND_PROCS: &str = "unwind_procs";
+    pub const PYTHON_THREADS: &str = "python_threads";
 }
 
 /// Reads a NUL-padded kernel name.

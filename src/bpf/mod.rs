@@ -140,6 +140,9 @@ pub struct Engine {
 pub struct UnwindMaps {
     pub rows: Array<MapData, abi::UnwindRow>,
     pub procs: HashMap<MapData, u32, abi::UnwindProc>,
+    /// Python threads' thread states (`python_threads`), taken by the
+    /// registry's Python side.
+    pub py_threads: Option<HashMap<MapData, abi::PyThreadKey, u64>>,
     /// Capacity of `rows`.
     pub capacity: u32,
 }
@@ -339,6 +342,7 @@ fn take_maps(ebpf: &mut Ebpf, unwind_rows: u32) -> Result<ProbeMaps, LoadError> 
         unwind: Some(UnwindMaps {
             rows: take(ebpf, names::UNWIND_ROWS)?,
             procs: take(ebpf, names::UNWIND_PROCS)?,
+            py_threads: Some(take(ebpf, names::PYTHON_THREADS)?),
             capacity: unwind_rows,
         }),
         proc_events: Some(take(ebpf, names::PROC_EVENTS)?),

@@ -14,6 +14,7 @@ mod kernel_frames;
 mod live;
 pub(crate) mod perfmap;
 mod procs;
+mod python;
 mod stacks;
 mod syscalls;
 
@@ -91,6 +92,7 @@ pub struct Symbolizer {
     batches: u64,
     jit: jit::JitMaps,
     java: java::JavaFrames,
+    python: python::PythonFrames,
     jvm: Option<JvmLink>,
     /// JVMs of the current batch, and whether JIT lookups missed in them.
     jvms_seen: HashMap<ProcKey, bool>,
@@ -129,6 +131,7 @@ impl Symbolizer {
             batches: 0,
             jit: jit::JitMaps::default(),
             java: java::JavaFrames::default(),
+            python: python::PythonFrames::default(),
             jvm: None,
             jvms_seen: HashMap::new(),
         }
@@ -145,6 +148,13 @@ impl Symbolizer {
         s
     }
 
+    /// Names Python frames and threads from the interpreters the unwind
+    /// registry publishes in `pythons`.
+    pub fn with_pythons(mut self, pythons: crate::unwind::python::Pythons) -> Self {
+        self.python = python::PythonFrames::new(pythons);
+        self
+    }
+
     /// Symbolizes one drained batch: its slice of history, and the live
     /// view of the threads that were off-CPU when it was drained.
     pub fn symbolize(&mut self, batch: RawBatch) -> Named {
@@ -159,6 +169,7 @@ impl Symbolizer {
             self.prune_names();
         }
         self.procs.begin_batch(batch_began(&batch));
+        self.python.start_batch();
         self.forget_ended();
         self.jit.begin_batch();
         self.java.begin_batch();
@@ -277,6 +288,7 @@ impl Symbolizer {
         for key in due.forget {
             self.jit.forget(key);
             self.java.forget(key);
+            self.python.forget(key);
         }
         if due.check_all {
             let table = self.changes.table().clone();
@@ -297,9 +309,10 @@ impl Symbolizer {
             if let Entry::Vacant(slot) = threads.entry(tid) {
                 let key = self.procs.key(pid, comm);
                 let java_name = self.jvm.as_ref().and_then(|j| j.jvms.thread_name(key, tid));
+                let name = java_name.or_else(|| self.python_thread_name(pid, tid));
                 slot.insert(ThreadInfo {
                     pid,
-                    name: java_name.unwrap_or_else(|| self.interner.get_for(pid, comm)),
+                    name: name.unwrap_or_else(|| self.interner.get_for(pid, comm)),
                 });
             }
             if let Entry::Vacant(slot) = processes.entry(pid) {
@@ -308,6 +321,14 @@ impl Symbolizer {
             }
         }
         (threads, processes)
+    }
+
+    /// Python's name of thread `tid` of `pid`, if it runs a registered
+    /// interpreter that named it.
+    fn python_thread_name(&mut self, pid: u32, tid: u32) -> Option<Frame> {
+        let proc = self.python.process(pid)?;
+        let name = proc.names.get(&tid)?;
+        Some(self.interner.get_for(pid, name))
     }
 
     /// Tells the JVM agent which JVMs ran, whether their perf maps missed
@@ -352,6 +373,7 @@ impl Symbolizer {
             self.user_cache.clear();
             self.kernel_cache.clear();
             self.jit.clear_frames();
+            self.python.clear_names();
             self.interner.prune();
         }
     }
@@ -370,7 +392,8 @@ impl Symbolizer {
         // each (cleared past it).
         let slot = |key: usize| key + std::mem::size_of::<Frame>() + 1;
         let caches = self.user_cache.capacity() * slot(std::mem::size_of::<(FileKey, u64)>())
-            + self.kernel_cache.capacity() * slot(std::mem::size_of::<u64>());
+            + self.kernel_cache.capacity() * slot(std::mem::size_of::<u64>())
+            + self.python.held_bytes();
         // Cleared past CACHE_LIMIT at the start of a batch; one batch may
         // grow a table once more (it doubles).
         let max_caches = 2 * 4 * CACHE_LIMIT * slot(32);

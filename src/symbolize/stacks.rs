@@ -11,7 +11,11 @@ use blazesym::symbolize::{
 };
 use rustc_hash::FxHashMap;
 
-use super::{procs::Found, syscalls, Symbolizer};
+use super::{
+    procs::Found,
+    python::{self, PyPart},
+    syscalls, Symbolizer,
+};
 use crate::process::{files::FileKey, ProcKey};
 use crate::{
     bpf::abi::{State, JAVA_METHOD_TAG},
@@ -115,20 +119,35 @@ impl Symbolizer {
             })
             .collect();
         let locations: Vec<Vec<Location>> = firsts.iter().map(|s| self.locate_user(s)).collect();
+        let python: Vec<Option<PyPart>> = firsts.iter().map(|s| self.python_part(s)).collect();
         self.resolve_user(&firsts, &locations);
         self.resolve_kernel(&firsts);
         let stacks: Vec<Stack> = firsts
             .iter()
             .zip(&locations)
-            .map(|(s, locs)| self.stack(s, locs))
+            .zip(&python)
+            .map(|((s, locs), py)| self.stack(s, locs, py.as_ref()))
             .collect();
         which.into_iter().map(|k| stacks[k].clone()).collect()
+    }
+
+    /// The Python frames the walk appended to a stack's native ones.
+    fn python_part(&mut self, source: &StackSource) -> Option<PyPart> {
+        let ips = source.user?;
+        let first = ips.iter().position(|&ip| python::is_python(ip))?;
+        Some(
+            self.python
+                .part(source.pid, &ips[first..], &mut self.interner),
+        )
     }
 
     fn locate_user(&mut self, source: &StackSource) -> Vec<Location> {
         let Some(ips) = source.user else {
             return Vec::new();
         };
+        // Python frames follow the native ones (see `python_part`).
+        let native = ips.iter().take_while(|&&ip| !python::is_python(ip)).count();
+        let ips = &ips[..native];
         let (pid, comm) = (source.pid, source.comm);
         let key = self.procs.key(pid, comm);
         let found: Vec<(u64, Option<Found>)> = ips
@@ -263,24 +282,35 @@ impl Symbolizer {
         }
     }
 
-    fn stack(&mut self, source: &StackSource, locations: &[Location]) -> Stack {
+    fn stack(
+        &mut self,
+        source: &StackSource,
+        locations: &[Location],
+        py: Option<&PyPart>,
+    ) -> Stack {
         let unknown = self.intern("[unknown]");
         let vdso = self.intern("[vdso]");
-        let mut frames: Vec<Frame> = Vec::with_capacity(locations.len());
-        for loc in locations.iter().rev() {
+        // Innermost first, as walked.
+        let mut user: Vec<Frame> = Vec::with_capacity(locations.len());
+        for loc in locations {
             match loc {
-                Location::File { file, offset } => frames.push(
+                Location::File { file, offset } => user.push(
                     self.user_cache
                         .get(&(*file, *offset))
                         .cloned()
                         .unwrap_or_else(|| unknown.clone()),
                 ),
-                Location::Vdso => frames.push(vdso.clone()),
-                Location::Jit(frame) => frames.push(frame.clone()),
-                Location::Java(java) => frames.extend(java.iter().cloned()),
-                Location::Unknown => frames.push(unknown.clone()),
+                Location::Vdso => user.push(vdso.clone()),
+                Location::Jit(frame) => user.push(frame.clone()),
+                Location::Java(java) => user.extend(java.iter().rev().cloned()),
+                Location::Unknown => user.push(unknown.clone()),
             }
         }
+        if let Some(py) = py {
+            let gil = self.intern(python::GIL_FRAME);
+            user = py.interleave(user, &gil);
+        }
+        let mut frames: Vec<Frame> = user.into_iter().rev().collect();
         if let Some(ips) = source.kernel {
             let unknown = self.intern("[unknown]_[k]");
             let kernel: Vec<Frame> = ips

@@ -42,11 +42,14 @@ pub enum What {
     Share,
     /// HTTP clients asking for data they have no authority over.
     Client,
+    /// Reads of a CPython interpreter's memory (its runtime, threads,
+    /// frames' code objects and thread names).
+    Python,
 }
 
 impl What {
     /// Every kind, in report order.
-    pub const ALL: [What; 10] = [
+    pub const ALL: [What; 11] = [
         What::PerfMap,
         What::Elf,
         What::AttachTrigger,
@@ -57,6 +60,7 @@ impl What {
         What::Names,
         What::Share,
         What::Client,
+        What::Python,
     ];
 
     /// Name in reports.
@@ -72,6 +76,7 @@ impl What {
             What::Names => "names",
             What::Share => "share",
             What::Client => "client",
+            What::Python => "python",
         }
     }
 }

@@ -8,6 +8,7 @@ mod elf;
 mod files;
 mod held;
 mod procs;
+pub mod python;
 pub mod registry;
 mod space;
 pub mod stats;

@@ -7,7 +7,7 @@ use super::{
     files::{FileEntry, TablePlace, TableState},
     stats::{Lacking, Missing},
 };
-use crate::bpf::abi::{UnwindJava, UnwindMapping, UNWIND_MAX_MAPPINGS};
+use crate::bpf::abi::{UnwindJava, UnwindMapping, UnwindPython, UNWIND_MAX_MAPPINGS};
 use crate::process::{
     files::{ExecMapping, FileKey},
     maps::ProcMaps,
@@ -34,12 +34,15 @@ pub(super) struct ProcState {
     /// For a JVM whose code could not be read yet: when to read it again,
     /// and until when to keep trying.
     pub java_retry: Option<(Instant, Instant)>,
+    /// A Python interpreter's frame layout, as last read and as written.
+    pub python: Option<UnwindPython>,
+    pub written_python: Option<UnwindPython>,
 }
 
 impl ProcState {
     /// Whether the process has a BPF entry.
     pub fn has_entry(&self) -> bool {
-        !self.written.is_empty() || self.written_java.is_some()
+        !self.written.is_empty() || self.written_java.is_some() || self.written_python.is_some()
     }
 }
 

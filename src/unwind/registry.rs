@@ -42,6 +42,8 @@ use crate::process::{
 
 mod place;
 
+use super::python::{PythonThreads, Pythons};
+
 /// What the walk needs of a JVM's code, from its executable mappings
 /// (`jvm::walk_code::code_for_walks`, handed in so that the registry does not
 /// depend on the JVM readers).
@@ -87,6 +89,9 @@ pub struct Registry {
     /// Registers JVMs' code, so that the walk names interpreted frames
     /// and steps through compiled ones (`--jvm-frames`).
     pub java: Option<JavaCodeOf>,
+    /// Registers Python interpreters and their threads, so that the walk
+    /// records Python frames (see [`Registry::with_python`]).
+    python: Option<PythonThreads>,
 }
 
 impl Registry {
@@ -103,6 +108,7 @@ impl Registry {
             space: RowSpace::new(capacity),
             epoch: 0,
             java: None,
+            python: None,
             stats: UnwindStats {
                 rows_capacity: u64::from(capacity),
                 ..UnwindStats::default()
@@ -110,9 +116,21 @@ impl Registry {
         }
     }
 
+    /// Also registers the Python interpreters of the processes, and
+    /// publishes them in `pythons` for the symbolizer.
+    pub fn with_python(mut self, pythons: Pythons) -> Registry {
+        if let Some(map) = self.maps.py_threads.take() {
+            self.python = Some(PythonThreads::new(map, pythons));
+        }
+        self
+    }
+
     /// What has been done so far.
     pub fn stats(&self) -> UnwindStats {
-        self.stats.clone()
+        UnwindStats {
+            python: self.python.as_ref().map(PythonThreads::stats),
+            ..self.stats.clone()
+        }
     }
 
     /// Takes note of the processes seen (in a drain), registers new ones
@@ -121,14 +139,18 @@ impl Registry {
     pub fn update(&mut self, pids: impl IntoIterator<Item = u32>) {
         let now = Instant::now();
         let deadline = now + UPDATE_BUDGET;
+        let pids: HashSet<u32> = pids.into_iter().collect();
         self.forget(now);
-        self.see(pids, now);
+        self.see(pids.iter().copied(), now);
         while Instant::now() < deadline {
             let Some(pid) = self.queue.pop_front() else {
                 break;
             };
             self.queued.remove(&pid);
             self.register(pid, now);
+        }
+        if let Some(py) = &mut self.python {
+            py.scan(&pids, now, deadline);
         }
         // At least one build per update, so that a flood of new processes
         // does not starve the tables; the newest file and the most shared
@@ -168,6 +190,10 @@ impl Registry {
                     p.key != image.key()
                         || !Arc::ptr_eq(&p.maps, &image.maps)
                         || p.java_retry.is_some_and(|(next, _)| now >= next)
+                        || self
+                            .python
+                            .as_ref()
+                            .is_some_and(|py| py.retry_due(pid, now))
                 }
                 None => true,
             };
@@ -185,6 +211,9 @@ impl Registry {
         for key in gone {
             if self.procs.get(&key.pid).is_none_or(|p| p.key != key) {
                 continue;
+            }
+            if let Some(py) = &mut self.python {
+                py.forget(key.pid);
             }
             if let Some(p) = self.procs.remove(&key.pid) {
                 self.detach(&p.mappings);
@@ -249,6 +278,7 @@ impl Registry {
         let mut seen = now;
         let mut written = Vec::new();
         let mut written_java = None;
+        let mut written_python = None;
         let java_until = old
             .as_ref()
             .filter(|o| o.key == image.key())
@@ -262,6 +292,7 @@ impl Registry {
             if self.maps.procs.get(&pid, 0).is_ok() {
                 written = old.written;
                 written_java = old.written_java;
+                written_python = old.written_python;
             }
         }
         let java = self.java.as_ref().and_then(|of| of(pid, &mappings));
@@ -272,6 +303,10 @@ impl Registry {
             && java.is_none_or(|j| j.heap_count == 0);
         let java_retry =
             (incomplete && now < java_until).then_some((now + JAVA_RETRY_EVERY, java_until));
+        let python = self
+            .python
+            .as_mut()
+            .and_then(|py| py.register(pid, image.key(), &mappings, now));
         self.attach(&mappings, now);
         self.procs.insert(
             pid,
@@ -286,6 +321,8 @@ impl Registry {
                 java,
                 written_java,
                 java_retry,
+                python,
+                written_python,
             },
         );
         self.write_entry(pid);
@@ -319,7 +356,7 @@ impl Registry {
             return;
         };
         p.left_out = left_out;
-        if p.written == entry && p.written_java == p.java {
+        if p.written == entry && p.written_java == p.java && p.written_python == p.python {
             return;
         }
         self.stats.mappings_dropped += dropped as u64;
@@ -333,7 +370,8 @@ impl Registry {
             *slot = *m;
         }
         proc.java = p.java.unwrap_or_default();
-        if entry.is_empty() && p.java.is_none() {
+        proc.python = p.python.unwrap_or_default();
+        if entry.is_empty() && p.java.is_none() && p.python.is_none() {
             let _ = self.maps.procs.remove(&pid);
         } else if let Err(err) = self.maps.procs.insert(pid, proc, 0) {
             tracing::debug!(pid, "registering unwind tables: {err}");
@@ -342,6 +380,7 @@ impl Registry {
         }
         p.written = entry;
         p.written_java = p.java;
+        p.written_python = p.python;
     }
 
     /// Processes mapping `key` (`in_entry`: whose entry holds its table).

@@ -48,6 +48,9 @@ pub struct UnwindStats {
     /// Up to [`MISSING_PROCESSES`] of them, the ones seen last first (see
     /// `top_missing`).
     pub missing: Vec<ProcessMissing>,
+    /// Python interpreters and threads registered for the walk.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub python: Option<super::python::PythonStats>,
 }
 
 /// A process walking some of its files without their table.
