@@ -19,6 +19,8 @@ const FIND_CALLS: u64 = 256;
 const FIND_BYTES: u64 = 256 << 10;
 /// Distinct interpreter files tried per process.
 const MAX_CANDIDATES: usize = 4;
+/// Dynamic symbols looked at, at most (CPython exports about 2,000).
+const MAX_SYMBOLS: usize = 1 << 16;
 /// Interpreters followed in `_PyRuntime`'s list (3.13) looking for the
 /// main one.
 const MAX_INTERPRETERS: usize = 64;
@@ -110,7 +112,7 @@ fn symbols(file: &std::fs::File) -> Result<Symbols, PyError> {
     let data = object::ReadCache::new(file);
     let elf = object::File::parse(&data).map_err(|e| PyError::File(e.to_string()))?;
     let mut s = Symbols::default();
-    for sym in elf.dynamic_symbols() {
+    for sym in elf.dynamic_symbols().take(MAX_SYMBOLS) {
         let slot = match sym.name() {
             Ok("_PyRuntime") => &mut s.runtime,
             Ok("Py_Version") => &mut s.version,

@@ -406,6 +406,113 @@ impl Objects<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::python::layout;
+
+    /// A 3.12 str object in our own memory: header words, then `data`
+    /// (at 40 for ASCII, 56 for others).
+    fn str_object(length: u64, state: u32, data: &[u8]) -> Vec<u64> {
+        let mut words = vec![1, 0, length, 0, u64::from(state)];
+        if state & ASCII != ASCII {
+            words.extend([0, 0]);
+        }
+        let mut bytes = data.to_vec();
+        bytes.resize(data.len().div_ceil(8) * 8, 0);
+        words.extend(
+            bytes
+                .chunks(8)
+                .map(|c| u64::from_le_bytes(c.try_into().unwrap())),
+        );
+        words
+    }
+
+    /// compact, ascii, kind 1 / compact, kind `kind`.
+    const ASCII: u32 = 1 << 6 | 1 << 5 | 1 << 2;
+    fn compact(kind: u32) -> u32 {
+        1 << 5 | kind << 2
+    }
+
+    #[test]
+    fn strings_are_cut_sanitized_and_bounded() {
+        let layout = layout::table(12).unwrap();
+        let types = Types::default();
+        let mem = Remote::new(std::process::id());
+        let objects = Objects {
+            mem: &mem,
+            layout: &layout,
+            types: &types,
+        };
+        // 3.12: ASCII data at 40, other compact data at 56.
+        let read = |words: &Vec<u64>| objects.string(words.as_ptr() as u64);
+        let ascii = |text: &[u8]| str_object(text.len() as u64, ASCII, text);
+        assert_eq!(read(&ascii(b"a;b\nc")).unwrap(), "a_b_c");
+        assert_eq!(read(&ascii(b"")).unwrap(), "");
+        assert_eq!(read(&ascii(&[b'x'; 1000])).unwrap(), "x".repeat(256));
+        assert!(objects
+            .string_is(ascii(b"_name").as_ptr() as u64, "_name")
+            .unwrap());
+        assert!(!objects
+            .string_is(ascii(b"_nam").as_ptr() as u64, "_name")
+            .unwrap());
+        // UCS2: two-byte characters, cut at 256 bytes of UTF-8; a lone
+        // surrogate is replaced.
+        let e: Vec<u8> = "é"
+            .repeat(200)
+            .encode_utf16()
+            .flat_map(u16::to_le_bytes)
+            .collect();
+        assert_eq!(
+            read(&str_object(200, compact(2), &e)).unwrap(),
+            "é".repeat(128)
+        );
+        let lone = [0x00, 0xd8, b'a', 0];
+        assert_eq!(read(&str_object(2, compact(2), &lone)).unwrap(), "_a");
+        // UCS4.
+        let smile = 0x1f600u32.to_le_bytes();
+        assert_eq!(read(&str_object(1, compact(4), &smile)).unwrap(), "😀");
+        // Absurd lengths, kinds and layouts: refused before reading data.
+        for (length, state) in [
+            (1 << 40, ASCII),
+            (u64::MAX, ASCII),
+            (4, 1 << 6 | 1 << 2),
+            (4, compact(3)),
+            (4, 1 << 6 | compact(2)),
+        ] {
+            let w = str_object(length, state, b"abcd");
+            assert!(
+                matches!(read(&w), Err(PyError::Implausible(_))),
+                "{length} {state:#x}"
+            );
+        }
+        assert!(objects.string(0).is_err());
+        assert!(objects.string(8).is_err());
+    }
+
+    #[test]
+    fn ints_of_3_10_and_3_12() {
+        let mem = Remote::new(std::process::id());
+        let types = Types::default();
+        let ident: u64 = 0x7f12_3456_789a;
+        let digits = [ident & 0x3fff_ffff, (ident >> 30) & 0x3fff_ffff];
+        let digit_word = digits[0] | digits[1] << 32;
+        for minor in [10, 12] {
+            let layout = layout::table(minor).unwrap();
+            let objects = Objects {
+                mem: &mem,
+                layout: &layout,
+                types: &types,
+            };
+            let (two, negative, zero, huge) = if minor == 12 {
+                (2 << 3, 2 << 3 | 2, 1, 9 << 3)
+            } else {
+                (2, -2i64 as u64, 0, 9)
+            };
+            let int = |size: u64| vec![1, 0, size, digit_word];
+            assert_eq!(objects.uint(int(two).as_ptr() as u64), Ok(ident));
+            assert_eq!(objects.uint(int(zero).as_ptr() as u64), Ok(0));
+            assert!(objects.uint(int(negative).as_ptr() as u64).is_err());
+            assert!(objects.uint(int(huge).as_ptr() as u64).is_err());
+        }
+    }
 
     #[test]
     fn sanitizing_keeps_folded_stacks_whole() {

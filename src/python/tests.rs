@@ -114,6 +114,35 @@ fn named(py: &Interpreter, mem: &Remote, stack: &[PyEntry]) -> Vec<String> {
         .collect()
 }
 
+/// The walk as the BPF program makes it, from `walk_layout()` alone.
+fn walk_like_bpf(mem: &Remote, w: &UnwindPython, tstate: u64) -> Vec<PyEntry> {
+    use crate::bpf::abi::{PyEntry as Walk, PY_FRAME_READ, PY_NO_FIELD};
+    let mut frame = mem.u64(tstate + u64::from(w.tstate_frame)).unwrap();
+    if w.cframe_frame != PY_NO_FIELD && frame != 0 {
+        frame = mem.u64(frame + u64::from(w.cframe_frame)).unwrap();
+    }
+    let mut out = Vec::new();
+    while frame != 0 && out.len() < MAX_FRAMES {
+        let buf = mem.bytes(frame, PY_FRAME_READ.into()).unwrap();
+        let code = PyEntry::Code(crate::jvm::remote::uint_at(&buf, w.frame_code.into(), 8));
+        let entry = buf.get(usize::from(w.frame_entry)).copied();
+        match w.entry {
+            e if e == Walk::WS_PY_ENTRY_EVERY as u8 => out.extend([code, PyEntry::EvalEnd]),
+            e if e == Walk::WS_PY_ENTRY_FLAG as u8 => {
+                out.push(code);
+                if entry != Some(0) {
+                    out.push(PyEntry::EvalEnd);
+                }
+            }
+            _ if entry == Some(w.shim_owner) => out.push(PyEntry::EvalEnd),
+            _ => out.push(code),
+        }
+        frame = crate::jvm::remote::uint_at(&buf, w.frame_back.into(), 8);
+    }
+    out.truncate(MAX_FRAMES);
+    out
+}
+
 /// What the stacks of SCRIPT's threads are in 3.`minor`: main, worker.
 fn expected(minor: u8) -> (Vec<&'static str>, Vec<&'static str>) {
     match minor {
@@ -228,6 +257,12 @@ fn check_interpreter(bin: &str, minor: u8) {
     };
     if minor >= 11 {
         assert_eq!(main.native_tid, Some(pid), "the main thread runs <module>");
+    }
+    for t in [main, worker] {
+        assert_eq!(
+            walk_like_bpf(&mem, &walk, t.tstate),
+            py.stack(&mem, t.tstate).unwrap()
+        );
     }
     // The file and line of a frame's code.
     let stack = py.stack(&mem, worker.tstate).unwrap();
