@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::{bpf::abi::UnwindPython, jvm::remote::Remote, process::files::ExecMapping};
 use layout::{Entry, Layout};
-use objects::{pointer, read, read_u64, u64_in, Objects, Types};
+use objects::{add, pointer, read, read_u64, u64_in, Objects, Types};
 pub use objects::{sanitize, MAX_DICT_ENTRIES, MAX_STR_BYTES, MAX_STR_LEN};
 
 /// Why a process's interpreter is not read.
@@ -103,9 +103,8 @@ impl Interpreter {
     }
 
     /// The interpreter's threads (the main interpreter's), at most
-    /// [`MAX_THREADS`].
-    /// A list that loops, or holds a thread state of another
-    /// interpreter, is refused.
+    /// [`MAX_THREADS`]. A list that loops, or holds a thread state of
+    /// another interpreter, is refused.
     pub fn threads(&self, mem: &Remote) -> Result<Vec<PyThread>, PyError> {
         let l = &self.layout;
         let mut at = read_u64(mem, self.interp + l.interp_threads)?;
@@ -153,8 +152,7 @@ impl Interpreter {
     }
 
     /// Python's names of its threads (`threading.Thread.name`), by
-    /// `thread_id` (the thread's `ident`).
-    /// Found through `sys.modules['threading']._active` (empty when
+    /// `thread_id` (the thread's `ident`). Found through `sys.modules['threading']._active` (empty when
     /// `threading` is not imported), at most [`MAX_THREADS`]; names are
     /// cut and sanitized as [`CodeName`]s are.
     pub fn thread_names(&self, mem: &Remote) -> Result<Vec<(u64, String)>, PyError> {
@@ -192,12 +190,12 @@ impl Interpreter {
     /// (3.12+). A chain that loops is refused.
     pub fn stack(&self, mem: &Remote, tstate: u64) -> Result<Vec<PyEntry>, PyError> {
         let l = &self.layout;
-        let mut frame = read_u64(mem, tstate + l.ts_frame)?;
+        let mut frame = read_u64(mem, add(tstate, l.ts_frame)?)?;
         if let Some((current, _)) = l.cframe {
             if frame == 0 {
                 return Ok(Vec::new());
             }
-            frame = read_u64(mem, frame + current)?;
+            frame = read_u64(mem, add(frame, current)?)?;
         }
         let mut seen = Vec::new();
         let mut out = Vec::new();
