@@ -161,10 +161,13 @@ static __noinline bool ws_task_stacks(struct task_struct *task, struct ws_task *
 
 	__u32 pid = task->tgid;
 
-	/* Walked once per episode; once more if the process got unwind tables
-	 * since (it blocked before the daemon registered it). */
-	if (s->stack_episode == s->off_since &&
-	    (s->stack_tables || !unwind_tables || !bpf_map_lookup_elem(&unwind_procs, &pid))) {
+	/* Walked once per episode; again if the process was registered
+	 * since (it blocked before the daemon registered it, or before the
+	 * tables of its libraries were loaded: a new registration has a new
+	 * epoch). */
+	__u32 epoch = ws_unwind_epoch(pid);
+
+	if (s->stack_episode == s->off_since && (!epoch || s->stack_tables == epoch)) {
 		s->user_stack_id = ws_renew_stack(s->user_stack_id, s->stack_gen, gen);
 		s->kernel_stack_id = ws_renew_stack(s->kernel_stack_id, s->stack_gen, gen);
 		s->stack_gen = gen;

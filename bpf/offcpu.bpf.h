@@ -54,9 +54,10 @@ static __always_inline void ws_own_stacks(void *ctx, struct task_struct *t, stru
 {
 	__u32 gen = ws_control(WS_CONTROL_GENERATION);
 
-	/* The iterator's walk is kept unless it had no unwind tables yet (a
-	 * process registered after it blocked): then walk here, with them. */
-	if (episode && s->stack_episode == episode && s->stack_tables) {
+	/* The iterator's walk is kept unless it was made before the process's
+	 * latest registration (no tables yet, or fewer): then walk here. */
+	if (episode && s->stack_episode == episode && s->stack_tables &&
+	    s->stack_tables == ws_unwind_epoch(t->tgid)) {
 		s->user_stack_id = ws_renew_stack(s->user_stack_id, s->stack_gen, gen);
 		s->kernel_stack_id = ws_renew_stack(s->kernel_stack_id, s->stack_gen, gen);
 		s->stack_gen = gen;

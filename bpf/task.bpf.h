@@ -50,7 +50,7 @@ struct ws_task {
 	__s32 kernel_stack_id;
 	__u32 waker_pid; /* the last wakeup's waker (WS_INTERRUPT_TID: an interrupt) */
 	__u32 waker_tid;
-	__u32 stack_tables; /* the user stack above was walked with unwind tables */
+	__u32 stack_tables; /* epoch of the registration the user stack above was walked with (0: none) */
 	struct ws_counts c; /* since the last export */
 	struct ws_walk_memos memos; /* e.g. where it blocks and where it wakes others */
 };

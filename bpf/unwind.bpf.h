@@ -305,9 +305,9 @@ static long ws_unwind_step(__u32 index, void *data)
 
 /* Sets up walk `w` of the task whose user registers are `regs`, with a
  * copy of its process's unwind tables (a step reads them without a
- * lookup); false when it has none: then every step is a frame-pointer
- * step. */
-static __always_inline bool ws_unwind_start(struct ws_unwind_walk *w, __u32 pid,
+ * lookup). Returns the epoch of the registration it walks with, 0 when
+ * the process has none: then every step is a frame-pointer step. */
+static __always_inline __u32 ws_unwind_start(struct ws_unwind_walk *w, __u32 pid,
 					    struct pt_regs *regs)
 {
 	struct ws_unwind_proc *proc = NULL;
@@ -335,7 +335,19 @@ static __always_inline bool ws_unwind_start(struct ws_unwind_walk *w, __u32 pid,
 	w->win_start = 0;
 	w->py_len = 0;
 	w->max_len = WS_MAX_STACK_DEPTH;
-	return proc != NULL;
+	return proc ? (w->proc.epoch ? w->proc.epoch : 1) : 0;
+}
+
+/* The epoch of process `pid`'s registration now (0: none): a walk made
+ * with an older one may lack tables loaded since. */
+static __always_inline __u32 ws_unwind_epoch(__u32 pid)
+{
+	struct ws_unwind_proc *proc;
+
+	if (!unwind_tables)
+		return 0;
+	proc = bpf_map_lookup_elem(&unwind_procs, &pid);
+	return proc ? (proc->epoch ? proc->epoch : 1) : 0;
 }
 
 static __always_inline long ws_unwind_end(struct ws_unwind_walk *w)
