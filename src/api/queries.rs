@@ -19,7 +19,7 @@ use crate::{
     process::{cgroups, tasks},
     profile::{
         blocked::{self, BlockedFilter},
-        cgroup_list, culprits,
+        cgroup_list, culprits, gil,
         kind::{Group, Kind},
         query::{self, Filter, Folded},
         render::{self, GraphLabels},
@@ -332,9 +332,13 @@ pub(super) async fn threads(
         if let Some(mut report) = threads::report(store, pid, window) {
             let mut culprits = culprits::by_thread(store, window, pid, THREAD_CULPRITS);
             let mut sleeps = sleeps::by_thread(store, window, pid);
+            let gil = gil::share_by_thread(store, window, pid);
             for t in &mut report.threads {
                 t.kept_off_cpu_by = culprits.remove(&t.tid).unwrap_or_default();
                 t.sleeps = sleeps.remove(&t.tid);
+                t.gil_us = gil
+                    .get(&t.tid)
+                    .map(|share| (share * t.time.futex_us as f64).round() as u64);
             }
             report.recorded_seconds = recorded.seconds;
             report.resolution = recorded.resolution;

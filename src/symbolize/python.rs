@@ -29,7 +29,7 @@ use crate::{
 /// The native frame each eval-loop call runs in.
 pub const EVAL_FRAME: &str = "_PyEval_EvalFrameDefault";
 /// The frame of a thread waiting for the GIL.
-pub const GIL_FRAME: &str = "[GIL]";
+pub const GIL_FRAME: &str = crate::profile::gil::GIL_FRAME;
 /// A code object that could not be read (or of a process whose
 /// interpreter is not registered).
 const UNKNOWN: &str = "[unknown]_[py]";

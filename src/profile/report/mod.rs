@@ -6,6 +6,7 @@ pub mod cgroup_list;
 pub mod culprits;
 pub mod fair;
 pub mod filter;
+pub mod gil;
 pub mod groups;
 pub mod hist;
 pub mod host;

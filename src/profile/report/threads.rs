@@ -42,6 +42,10 @@ pub struct ThreadRow {
     /// filled in by the API).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sleeps: Option<super::sleeps::SleepSummary>,
+    /// Of its futex time, what it spent waiting for a Python GIL (see
+    /// [`super::gil`]; filled in by the API).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gil_us: Option<u64>,
 }
 
 /// One pool's row.
@@ -142,6 +146,7 @@ pub fn report(store: &Snapshot, pid: u32, window: Window) -> Option<ThreadReport
             time: sum.breakdown(),
             kept_off_cpu_by: Vec::new(),
             sleeps: None,
+            gil_us: None,
         });
     }
     threads.sort_by(|a, b| b.time.wall_us.cmp(&a.time.wall_us).then(a.tid.cmp(&b.tid)));
@@ -196,6 +201,7 @@ pub fn empty_report(pid: u32, now: LiveProcess, window: Window, note: String) ->
             time: Breakdown::default(),
             kept_off_cpu_by: Vec::new(),
             sleeps: None,
+            gil_us: None,
         })
         .collect();
     threads.sort_by_key(|t| t.tid);
