@@ -3,13 +3,15 @@
 //!
 //! Accuracy: for each CPython (`/usr/bin/python3.11` and every pyenv
 //! 3.10-3.13 found), `tests/workloads/python/shares.py` runs while py-spy
-//! (`record --format raw --nonblocking --rate 99`) and the wallscope daemon
-//! (99 Hz, `GET /folded?pid=P&from=..&until=..` over py-spy's window) watch
-//! the same seconds. The workload itself measures the CPU time of each
-//! function (`time.thread_time_ns()`), the ground truth. Per function:
-//! - inclusive share: the share of the process's samples whose stack
-//!   contains the function (the truth: the function's CPU time, its
-//!   callees' included, over the main thread's CPU time);
+//! (`record --format raw --nonblocking --threads --rate 99`) and the
+//! wallscope daemon (99 Hz, `GET /folded?pid=P&group=thread&from=..&until=..`
+//! over py-spy's window) watch the same seconds. The workload itself
+//! measures the CPU time of each function of its main thread
+//! (`time.thread_time_ns()`), the ground truth; its other threads only
+//! block. Per function, of the main thread's samples:
+//! - inclusive share: the share of samples whose stack contains the
+//!   function (the truth: the function's CPU time, its callees' included,
+//!   over the main thread's CPU time);
 //! - leaf share: the share of samples whose innermost Python frame is the
 //!   function (C code a function calls counts for it; the truth: its self
 //!   time).
@@ -90,10 +92,14 @@ fn run() -> Result<()> {
     }
 
     let mut runs: Vec<Vec<Run>> = CONFIGS.iter().map(|_| Vec::new()).collect();
+    let mut foreign = BTreeSet::new();
     let tight = Tight::start(&pythons[0], tmp.path())?;
     for round in 1..=rounds {
         for i in (0..CONFIGS.len()).map(|i| (i + round - 1) % CONFIGS.len()) {
             let c = CONFIGS[i];
+            if c == Config::Alone {
+                foreign.extend(foreign_profilers());
+            }
             let r = measure(c, &tight, &pyspy, &daemon, overhead_s, tmp.path())
                 .with_context(|| format!("round {round}, {c}"))?;
             eprintln!("round {round}/{rounds} {c:<22} {:>12.0} it/s", r.rate);
@@ -102,7 +108,13 @@ fn run() -> Result<()> {
     }
     drop(tight);
     let versions = Versions::read(&pyspy, &pythons[0])?;
-    let report = render(&versions, seconds, &accuracy, rounds, overhead_s, &runs)?;
+    let overhead = Overhead {
+        rounds,
+        seconds: overhead_s,
+        runs,
+        foreign,
+    };
+    let report = render(&versions, seconds, &accuracy, &overhead)?;
     common::write_report("python", &report)
 }
 
@@ -222,8 +234,10 @@ fn read_json(path: &Path) -> Result<Value> {
 /// Per-function shares (0..1) of one profile, by [`key`].
 #[derive(Default)]
 struct Profile {
-    /// Samples (py-spy), µs (wallscope) or ns (truth) in all.
+    /// The main thread's samples (py-spy), µs (wallscope) or ns (truth).
     total: f64,
+    /// Other threads' samples or µs: not in the shares.
+    other: f64,
     /// Of stacks containing the function.
     inclusive: BTreeMap<String, f64>,
     /// Of stacks whose innermost Python frame it is.
@@ -233,10 +247,16 @@ struct Profile {
 }
 
 impl Profile {
-    /// From stacks of Python qualnames (root first) and their weights.
-    fn from_stacks(stacks: impl IntoIterator<Item = (Vec<String>, f64)>) -> Profile {
+    /// From stacks of Python qualnames (root first), their weights and
+    /// whether they are the main thread's: only those count, the others'
+    /// weight is kept in `other`.
+    fn from_stacks(stacks: impl IntoIterator<Item = (Vec<String>, f64, bool)>) -> Profile {
         let mut p = Profile::default();
-        for (frames, weight) in stacks {
+        for (frames, weight, main) in stacks {
+            if !main {
+                p.other += weight;
+                continue;
+            }
             p.total += weight;
             let keys: BTreeSet<String> = frames.iter().map(|f| p.name(f)).collect();
             for k in keys {
@@ -307,17 +327,26 @@ fn folded(text: &str) -> impl Iterator<Item = (Vec<&str>, f64)> {
     })
 }
 
+/// py-spy's `--threads` output: each stack under `thread (0xID): NAME`.
 fn pyspy_profile(text: &str) -> Profile {
     Profile::from_stacks(folded(text).map(|(frames, n)| {
+        let (main, frames) = match frames.split_first() {
+            Some((t, rest)) if t.starts_with("thread (0x") => (t.ends_with("): MainThread"), rest),
+            _ => (true, &frames[..]),
+        };
         let py = frames.iter().map(|f| pyspy_frame(f).to_string());
-        (py.collect(), n)
+        (py.collect(), n, main)
     }))
 }
 
-fn wallscope_profile(text: &str) -> Profile {
+/// wallscope's `group=thread` output: each stack under `NAME [tid T]`;
+/// the main thread's tid is the pid.
+fn wallscope_profile(text: &str, pid: u32) -> Profile {
+    let main_thread = format!("[tid {pid}]");
     Profile::from_stacks(folded(text).map(|(frames, n)| {
+        let main = frames.iter().take(3).any(|f| f.ends_with(&main_thread));
         let py = frames.iter().filter_map(|f| wallscope_frame(f));
-        (py.map(str::to_string).collect(), n)
+        (py.map(str::to_string).collect(), n, main)
     }))
 }
 
@@ -409,7 +438,7 @@ fn compare(pyspy: &Path, python: &Path, port: u16, secs: u64, tmp: &Path) -> Res
     let out = tmp.join("pyspy.txt");
     let log = tmp.join("pyspy.log");
     let mut cmd = Command::new(pyspy);
-    cmd.args(["record", "--format", "raw", "--nonblocking"])
+    cmd.args(["record", "--format", "raw", "--nonblocking", "--threads"])
         .args(["--rate", &HZ.to_string(), "--duration", &secs.to_string()])
         .args(["--pid", &pid.to_string(), "-o"])
         .arg(&out);
@@ -429,7 +458,7 @@ fn compare(pyspy: &Path, python: &Path, port: u16, secs: u64, tmp: &Path) -> Res
     ensure!(workload.0.try_wait()?.is_none(), "shares.py exited early");
     sleep(Duration::from_millis(1500));
     settle(port)?;
-    let query = format!("/folded?pid={pid}&from={from:.3}&until={until:.3}");
+    let query = format!("/folded?pid={pid}&group=thread&from={from:.3}&until={until:.3}");
     let body = common::get(port, &query)?;
     workload.stop(libc::SIGKILL)?;
     let pyspy_text = fs::read_to_string(&out)?;
@@ -440,7 +469,7 @@ fn compare(pyspy: &Path, python: &Path, port: u16, secs: u64, tmp: &Path) -> Res
         python: after["python"].as_str().unwrap_or("?").to_string(),
         truth: truth_profile(&before, &after)?,
         pyspy: pyspy_profile(&pyspy_text),
-        wallscope: wallscope_profile(&body),
+        wallscope: wallscope_profile(&body, pid),
         pyspy_samples: samples,
         pyspy_errors: errors,
         window_s: (after_s - before_s) / 1e9,
@@ -531,6 +560,43 @@ impl Drop for Tight {
     fn drop(&mut self) {
         let _ = self.child.stop(libc::SIGKILL);
     }
+}
+
+/// Profilers running that this bench did not start (another wallscope,
+/// py-spy, perf): the `alone` runs are not alone then.
+fn foreign_profilers() -> Vec<String> {
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let me = std::process::id().to_string();
+    dir.flatten()
+        .filter_map(|e| {
+            let pid = e.file_name().into_string().ok()?;
+            let comm = fs::read_to_string(e.path().join("comm")).ok()?;
+            let ours = fs::read_to_string(e.path().join("stat"))
+                .ok()
+                .and_then(|s| {
+                    s.rsplit_once(')')
+                        .map(|(_, r)| r.split_whitespace().nth(1) == Some(&me))
+                })
+                .unwrap_or(false);
+            let comm = comm.trim();
+            let profiler = ["wallscope", "py-spy", "perf"].contains(&comm);
+            (profiler && !ours).then(|| {
+                let cmd = fs::read(e.path().join("cmdline")).unwrap_or_default();
+                let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+                format!("{comm} (pid {pid}): `{}`", cmd.trim())
+            })
+        })
+        .collect()
+}
+
+/// The overhead windows' results, by [`CONFIGS`].
+struct Overhead {
+    rounds: usize,
+    seconds: u64,
+    runs: Vec<Vec<Run>>,
+    foreign: BTreeSet<String>,
 }
 
 struct Run {
@@ -636,6 +702,11 @@ impl Versions {
     }
 }
 
+/// Share (%) of a profile's weight on other threads than main.
+fn other_pct(p: &Profile) -> f64 {
+    p.other * 100.0 / (p.total + p.other).max(1e-9)
+}
+
 fn pct(v: Option<f64>) -> String {
     v.map_or("-".into(), |v| format!("{:.1}", v * 100.0))
 }
@@ -644,19 +715,15 @@ fn pts(v: Option<f64>) -> String {
     v.map_or("-".into(), |v| format!("{v:.1}"))
 }
 
-fn render(
-    v: &Versions,
-    seconds: u64,
-    accuracy: &[Accuracy],
-    rounds: usize,
-    overhead_s: u64,
-    runs: &[Vec<Run>],
-) -> Result<String> {
+fn render(v: &Versions, seconds: u64, accuracy: &[Accuracy], o: &Overhead) -> Result<String> {
+    let (rounds, overhead_s, runs) = (o.rounds, o.seconds, &o.runs);
     let (date, kernel, load) = common::system()?;
     let mut s = format!(
         "# Python: wallscope against py-spy\n\n- date: {date}\n- kernel: {kernel}\n\
-         - CPUs: {cpu}\n- py-spy: {pyspy} (`record --format raw --nonblocking --rate {HZ}`)\n\
-         - wallscope: {ws} (`serve --frequency {HZ}`, `GET /folded?pid=P&from=F&until=U`)\n\
+         - CPUs: {cpu}\n\
+         - py-spy: {pyspy} (`record --format raw --nonblocking --threads --rate {HZ}`)\n\
+         - wallscope: {ws} (`serve --frequency {HZ}`, \
+         `GET /folded?pid=P&group=thread&from=F&until=U`)\n\
          - load average after the runs: {load}\n\n",
         cpu = v.cpu,
         pyspy = v.pyspy,
@@ -665,8 +732,10 @@ fn render(
     s += &format!(
         "## Accuracy\n\n`tests/workloads/python/shares.py`, {seconds} s watched by both at once, \
          against the CPU time the workload measured itself per function over the same \
-         window. Inclusive share: of the process's samples, those whose stack contains \
-         the function (truth: its CPU time with its callees' over the main thread's). \
+         window. Shares are of the main thread's samples (the other threads only \
+         block; the share of samples a profiler put on them is listed). Inclusive \
+         share: of those samples, the ones whose stack contains the function (truth: \
+         its CPU time with its callees' over the main thread's). \
          Leaf share: those whose innermost Python frame it is (truth: its self time). \
          Functions match by the innermost part of the qualname. Targets: wallscope's \
          and py-spy's top-{TOP} by inclusive share share >= {MIN_OVERLAP}, each \
@@ -694,8 +763,13 @@ fn render(
         };
         rows.push(vec![
             a.python.clone(),
-            format!("{} ({} errors)", a.pyspy_samples, a.pyspy_errors),
+            format!(
+                "{:.0} / {} ({} errors)",
+                a.pyspy.total, a.pyspy_samples, a.pyspy_errors
+            ),
+            format!("{:.1}", other_pct(&a.pyspy)),
             format!("{:.0}", a.wallscope.total / 1000.0),
+            format!("{:.1}", other_pct(&a.wallscope)),
             format!("{}/{TOP}", overlap(&a.pyspy, &a.truth)),
             format!("{}/{TOP}", overlap(&a.wallscope, &a.truth)),
             format!("{}/{TOP}", overlap(&a.wallscope, &a.pyspy)),
@@ -708,8 +782,10 @@ fn render(
     s += &common::table(
         &[
             "CPython",
-            "py-spy samples",
-            "wallscope CPU ms",
+            "py-spy samples: main thread / all",
+            "py-spy other threads %",
+            "wallscope CPU ms, main thread",
+            "wallscope other threads %",
             "top-10 py-spy ∩ truth",
             "wallscope ∩ truth",
             "wallscope ∩ py-spy",
@@ -827,6 +903,11 @@ fn render(
         ],
         &rows,
     );
+    if !o.foreign.is_empty() {
+        s += "\nNot alone: profilers this bench did not start ran during the `alone` \
+              windows (and so during all of them):\n\n";
+        o.foreign.iter().for_each(|f| s += &format!("- {f}\n"));
+    }
     s += "\nWith more than one CPU the single-threaded workload leaves the profilers \
           a CPU of their own: the overhead is what sampling costs the workload's \
           thread (py-spy's reads of its memory, wallscope's in-kernel walk); the \
