@@ -327,11 +327,17 @@ fn folded(text: &str) -> impl Iterator<Item = (Vec<&str>, f64)> {
     })
 }
 
-/// py-spy's `--threads` output: each stack under `thread (0xID): NAME`.
-fn pyspy_profile(text: &str) -> Profile {
+/// py-spy's `--threads` output: each stack under `thread (ID): NAME`, ID
+/// the kernel tid (3.11+: the main thread's is the pid) or, where py-spy
+/// has no tid, `0x` and the pthread id; Python's name for the main thread
+/// is `MainThread`.
+fn pyspy_profile(text: &str, pid: u32) -> Profile {
+    let by_tid = format!("thread ({pid})");
     Profile::from_stacks(folded(text).map(|(frames, n)| {
         let (main, frames) = match frames.split_first() {
-            Some((t, rest)) if t.starts_with("thread (0x") => (t.ends_with("): MainThread"), rest),
+            Some((t, rest)) if t.starts_with("thread (") => {
+                (t.ends_with("): MainThread") || t.starts_with(&by_tid), rest)
+            }
             _ => (true, &frames[..]),
         };
         let py = frames.iter().map(|f| pyspy_frame(f).to_string());
@@ -468,7 +474,7 @@ fn compare(pyspy: &Path, python: &Path, port: u16, secs: u64, tmp: &Path) -> Res
     Ok(Accuracy {
         python: after["python"].as_str().unwrap_or("?").to_string(),
         truth: truth_profile(&before, &after)?,
-        pyspy: pyspy_profile(&pyspy_text),
+        pyspy: pyspy_profile(&pyspy_text, pid),
         wallscope: wallscope_profile(&body, pid),
         pyspy_samples: samples,
         pyspy_errors: errors,
