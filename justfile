@@ -29,6 +29,7 @@ bench:
     cargo bench --bench short_lived
     cargo bench --bench soak
     cargo bench --bench web
+    cargo bench --bench python
 
 # Rewrite every golden file in tests/golden/ after an intended output
 # change: BLESS=1 on each golden test (all have `golden` in their path:

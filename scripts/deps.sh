@@ -69,6 +69,13 @@ if [ "${1:-}" = bench ]; then
   have_cmd bpftool || need+=(bpftool)
   { [ -x /usr/sbin/offcputime ] && [ -x /usr/sbin/runqlat ]; } || need+=(libbpf-tools)
 fi
+# Python benchmark (bench/python.rs): PyPI's py-spy, under /opt like the
+# tools above so that it never mixes with the system's own packages.
+PYSPY_DIR=/opt/wallscope-pyspy
+pyspy_ok() { "$PYSPY_DIR/bin/py-spy" --version >/dev/null 2>&1; }
+if [ "${1:-}" = bench ] && ! pyspy_ok; then
+  { have_cmd python3 && python3 -m pip --version >/dev/null 2>&1; } || need+=(python3-pip)
+fi
 
 if [ ${#need[@]} -gt 0 ]; then
   echo "deps: installing ${need[*]}" >&2
@@ -109,4 +116,17 @@ if ! kv_ok; then
   $sudo rm -rf "$KV_DIR"
   $sudo mv "$new" "$KV_DIR"
   kv_ok || { echo "deps: kubernetes-validate did not install" >&2; exit 1; }
+fi
+
+if [ "${1:-}" = bench ] && ! pyspy_ok; then
+  echo "deps: installing py-spy into $PYSPY_DIR" >&2
+  python=$(python3 -c 'import sys; print(sys.executable)')
+  new="$PYSPY_DIR.new"
+  $sudo rm -rf "$new"
+  $sudo env PIP_ROOT_USER_ACTION=ignore "$python" -m pip install --quiet \
+    --disable-pip-version-check --target "$new" 'py-spy>=0.3.14'
+  $sudo chmod -R a+rX "$new"
+  $sudo rm -rf "$PYSPY_DIR"
+  $sudo mv "$new" "$PYSPY_DIR"
+  pyspy_ok || { echo "deps: $PYSPY_DIR/bin/py-spy does not run" >&2; exit 1; }
 fi
