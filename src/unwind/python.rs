@@ -39,6 +39,11 @@ const RETRY_FOR: Duration = Duration::from_secs(30);
 /// Reads one scan may make of a process (threads, then names).
 const SCAN_CALLS: u64 = 8 * python::MAX_THREADS as u64 + 256;
 const SCAN_BYTES: u64 = 4 << 20;
+/// Bytes of Python thread names kept per process, and in all: names past
+/// them are left out (counted `python`/`budget`), the threads then keep
+/// their kernel names.
+const NAME_BYTES_PER_PROCESS: usize = 256 << 10;
+const NAME_BYTES: usize = 16 << 20;
 /// Where glibc's `struct pthread` keeps the thread's kernel tid (x86-64,
 /// glibc 2.26+): names a thread of CPython 3.10, whose thread state has
 /// no `native_thread_id`. Checked against the process's tids.
@@ -110,6 +115,8 @@ pub(super) struct PythonThreads {
     retry: HashMap<u32, (ProcKey, Instant, Instant)>,
     shared: Pythons,
     stats: PythonStats,
+    /// Bytes of the thread names all processes' states hold.
+    name_bytes: usize,
 }
 
 impl PythonThreads {
@@ -120,6 +127,7 @@ impl PythonThreads {
             retry: HashMap::new(),
             shared,
             stats: PythonStats::default(),
+            name_bytes: 0,
         }
     }
 
@@ -258,7 +266,14 @@ impl PythonThreads {
         }
         if p.named.is_none_or(|at| now >= at + NAMES_EVERY) {
             p.named = Some(now);
-            p.names = thread_names(&p.interp, &mem, &threads);
+            let others: usize = self.name_bytes - names_bytes(&p.names);
+            let room = NAME_BYTES_PER_PROCESS.min(NAME_BYTES.saturating_sub(others));
+            let (names, cut) = thread_names(&p.interp, &mem, &threads, room);
+            if cut {
+                refusals::count_for(What::Python, Reason::Budget, pid);
+            }
+            p.names = names;
+            self.name_bytes = others + names_bytes(&p.names);
         }
         self.shared.set(
             pid,
@@ -274,6 +289,7 @@ impl PythonThreads {
     pub fn forget(&mut self, pid: u32) {
         self.retry.remove(&pid);
         if let Some(p) = self.procs.remove(&pid) {
+            self.name_bytes -= names_bytes(&p.names);
             for id in p.written.keys() {
                 let _ = self.map.remove(&thread_key(pid, *id));
             }
@@ -290,17 +306,25 @@ fn thread_key(pid: u32, thread_id: u64) -> PyThreadKey {
     }
 }
 
-/// Python's names of `threads`, by kernel tid.
+/// What a process's thread names hold, by the bound's count: their
+/// bytes and a map entry each.
+fn names_bytes(names: &HashMap<u32, Arc<str>>) -> usize {
+    names.values().map(|n| n.len() + 32).sum()
+}
+
+/// Python's names of `threads`, by kernel tid, at most `room` bytes (by
+/// [`names_bytes`]'s count); and whether some were left out for it.
 fn thread_names(
     interp: &Interpreter,
     mem: &Remote,
     threads: &[PyThread],
-) -> HashMap<u32, Arc<str>> {
+    room: usize,
+) -> (HashMap<u32, Arc<str>>, bool) {
     let names = match interp.thread_names(mem) {
         Ok(n) => n,
         Err(err) => {
             tracing::debug!(pid = interp.pid, "python thread names not read: {err}");
-            return HashMap::new();
+            return (HashMap::new(), false);
         }
     };
     let tids: HashSet<u32> = crate::process::tasks::tids(interp.pid)
@@ -319,10 +343,20 @@ fn thread_names(
         .iter()
         .filter_map(|t| Some((t.thread_id, tid_of(t)?)))
         .collect();
-    names
-        .into_iter()
-        .filter_map(|(id, name)| Some((*by_id.get(&id)?, Arc::from(name))))
-        .collect()
+    let mut kept = HashMap::new();
+    let (mut bytes, mut cut) = (0, false);
+    for (id, name) in names {
+        let Some(&tid) = by_id.get(&id) else {
+            continue;
+        };
+        if bytes + name.len() + 32 > room {
+            cut = true;
+            break;
+        }
+        bytes += name.len() + 32;
+        kept.insert(tid, Arc::from(name));
+    }
+    (kept, cut)
 }
 
 /// Whether a mapping of `path` (as `/proc/PID/maps` shows it) may be a

@@ -38,6 +38,7 @@ mod offcpu;
 mod pid_reuse;
 mod pprof;
 mod push;
+mod python;
 mod scale;
 mod security;
 mod security_attach;
