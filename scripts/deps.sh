@@ -58,6 +58,9 @@ kv_ok() { PYTHONPATH="$KV_DIR" python3 -c 'import kubernetes_validate' >/dev/nul
 if ! kv_ok; then
   { have_cmd python3 && python3 -m pip --version >/dev/null 2>&1; } || need+=(python3-pip)
 fi
+# Python frame tests: the distribution's CPython (Debian 12: 3.11, a static
+# build); pyenv's 3.10-3.13 are tested too where installed.
+[ -x /usr/bin/python3 ] || need+=(python3)
 # systemd-analyze (verify, security) and capsh for the unit's tests.
 have_cmd systemd-analyze || need+=(systemd)
 have_cmd capsh || need+=(libcap2-bin)

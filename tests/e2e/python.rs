@@ -1,6 +1,6 @@
 //! Python frames on and off CPU, for every CPython on the host at once:
-//! Debian's 3.11 (static, stripped to its dynamic symbols) always, and
-//! each pyenv 3.10-3.13 found. Each runs `tests/workloads/python/shares.py`,
+//! the system's (Debian 12: 3.11, static, stripped to its dynamic
+//! symbols) always, and each pyenv 3.10-3.13 found. Each runs `tests/workloads/python/shares.py`,
 //! which measures its own CPU per function (the truth the daemon's shares
 //! are held to), keeps a thread blocked on a lock and a named pool asleep;
 //! `gil.py` has four threads fighting for the GIL. A fake interpreter
@@ -35,14 +35,12 @@ const WINDOW_S: u64 = 10;
 
 /// The interpreters to test: `(label, binary)`.
 fn interpreters() -> Vec<(String, PathBuf)> {
-    let mut found = vec![(
-        "debian-3.11".to_string(),
-        PathBuf::from("/usr/bin/python3.11"),
-    )];
-    assert!(
-        found[0].1.exists(),
-        "Debian's python3.11 is missing (scripts/deps.sh installs it)"
-    );
+    // The distribution's (scripts/deps.sh installs it): Debian 12's is a
+    // static 3.11 stripped to its dynamic symbols.
+    let system = std::fs::canonicalize("/usr/bin/python3")
+        .expect("/usr/bin/python3 is missing (scripts/deps.sh installs it)");
+    let name = system.file_name().unwrap().to_string_lossy().into_owned();
+    let mut found = vec![(format!("system-{name}"), system)];
     let root = std::env::var("PYENV_ROOT").unwrap_or_else(|_| "/root/.pyenv".into());
     let mut pyenv: Vec<(String, PathBuf)> = std::fs::read_dir(Path::new(&root).join("versions"))
         .into_iter()
@@ -175,7 +173,7 @@ fn truth(s: &Shares) -> Value {
 /// The name a function's frame has: its qualified name, but CPython 3.10
 /// code objects have their plain name only.
 fn frame_name<'a>(s: &Shares, qualname: &'a str) -> &'a str {
-    if s.label.contains("-3.10.") {
+    if s.label.contains("3.10") {
         qualname.rsplit('.').next().unwrap_or(qualname)
     } else {
         qualname
