@@ -36,6 +36,9 @@ const NAMES_EVERY: Duration = Duration::from_secs(5);
 const RETRY_EVERY: Duration = Duration::from_secs(1);
 /// ... for this long after the process was first registered.
 const RETRY_FOR: Duration = Duration::from_secs(30);
+/// Processes remembered as given up (past it, newer ones are tried again
+/// at their next registration).
+const MAX_GIVEN_UP: usize = 4096;
 /// Reads one scan may make of a process (threads, then names).
 const SCAN_CALLS: u64 = 8 * python::MAX_THREADS as u64 + 256;
 const SCAN_BYTES: u64 = 4 << 20;
@@ -117,6 +120,8 @@ pub(super) struct PythonThreads {
     stats: PythonStats,
     /// Bytes of the thread names all processes' states hold.
     name_bytes: usize,
+    /// Processes whose interpreter was tried for [`RETRY_FOR`] in vain.
+    given_up: HashMap<u32, ProcKey>,
 }
 
 impl PythonThreads {
@@ -128,6 +133,7 @@ impl PythonThreads {
             shared,
             stats: PythonStats::default(),
             name_bytes: 0,
+            given_up: HashMap::new(),
         }
     }
 
@@ -151,6 +157,9 @@ impl PythonThreads {
     ) -> Option<UnwindPython> {
         if let Some(p) = self.procs.get(&pid).filter(|p| p.key == key) {
             return Some(p.interp.walk_layout());
+        }
+        if self.given_up.get(&pid) == Some(&key) {
+            return None;
         }
         self.forget(pid);
         if !mappings.iter().any(|m| maps_interpreter(&m.path)) {
@@ -183,7 +192,12 @@ impl PythonThreads {
                 if now < until {
                     self.retry.insert(pid, (key, now + RETRY_EVERY, until));
                 } else {
+                    // Not again for this program: a process that keeps
+                    // changing its maps must not buy a read each time.
                     self.retry.remove(&pid);
+                    if self.given_up.len() < MAX_GIVEN_UP {
+                        self.given_up.insert(pid, key);
+                    }
                 }
                 None
             }
@@ -285,8 +299,8 @@ impl PythonThreads {
         );
     }
 
-    /// Forgets `pid` (its program ended or changed) and its threads.
-    pub fn forget(&mut self, pid: u32) {
+    /// Forgets `pid` and its threads: its program changed.
+    fn forget(&mut self, pid: u32) {
         self.retry.remove(&pid);
         if let Some(p) = self.procs.remove(&pid) {
             self.name_bytes -= names_bytes(&p.names);
@@ -295,6 +309,12 @@ impl PythonThreads {
             }
             self.shared.set(pid, None);
         }
+    }
+
+    /// Forgets process `pid`: it ended.
+    pub fn ended(&mut self, pid: u32) {
+        self.given_up.remove(&pid);
+        self.forget(pid);
     }
 }
 

@@ -213,7 +213,7 @@ impl Registry {
                 continue;
             }
             if let Some(py) = &mut self.python {
-                py.forget(key.pid);
+                py.ended(key.pid);
             }
             if let Some(p) = self.procs.remove(&key.pid) {
                 self.detach(&p.mappings);
