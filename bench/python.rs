@@ -648,6 +648,15 @@ impl fmt::Display for Config {
     }
 }
 
+/// A configuration's name in the per-round table.
+fn short(c: Config) -> &'static str {
+    match c {
+        Config::Alone => "alone",
+        Config::PySpy => "py-spy",
+        Config::Wallscope => "wallscope",
+    }
+}
+
 /// tight.py, running through all the overhead windows.
 struct Tight {
     child: Guard,
@@ -1631,26 +1640,35 @@ fn render_overhead(o: &Overhead) -> Result<String> {
             }
         );
     }
-    s += "\nPer round (it/s; in the order run):\n\n";
+    s += "\nPer round (it/s; the slowdowns against that round's `alone`; the \
+          busiest window's rest of host):\n\n";
     let mut rows = Vec::new();
     for round in 0..rounds {
-        let order: Vec<usize> = (0..CONFIGS.len())
-            .map(|i| (i + round) % CONFIGS.len())
+        let order: Vec<String> = (0..CONFIGS.len())
+            .map(|i| short(CONFIGS[(i + round) % CONFIGS.len()]).to_string())
             .collect();
-        let mut row = vec![format!("{}", round + 1)];
-        for i in order {
-            let r = runs[i].get(round);
-            row.push(r.map_or_else(
-                || "-".into(),
-                |r| format!("{}: {:.0} ({:.2})", CONFIGS[i], r.rate, r.others),
-            ));
+        let mut row = vec![format!("{}", round + 1), order.join(", ")];
+        let rates: Vec<Option<f64>> = runs.iter().map(|r| r.get(round).map(|r| r.rate)).collect();
+        for r in &rates {
+            row.push(r.map_or_else(|| "-".into(), |r| format!("{r:.0}")));
         }
+        for r in &rates[1..] {
+            let slow = rates[0].zip(*r).map(|(b, x)| (b / x - 1.0) * 100.0);
+            row.push(slow.map_or_else(|| "-".into(), |p| format!("{p:+.2} %")));
+        }
+        let busiest = runs.iter().filter_map(|r| r.get(round)).map(|r| r.others);
+        row.push(format!("{:.2}", busiest.fold(0.0, f64::max)));
         rows.push(row);
     }
-    s += &common::table(
-        &["round", "first (rest of host, CPUs)", "second", "third"],
-        &rows,
+    let mut header = vec!["round".to_string(), "order".to_string()];
+    header.extend(CONFIGS.iter().map(|c| short(*c).to_string()));
+    header.extend(
+        CONFIGS[1..]
+            .iter()
+            .map(|c| format!("slowdown {}", short(*c))),
     );
+    header.push("rest of host, CPUs".into());
+    s += &common::table(&header, &rows);
     if !o.foreign.is_empty() {
         s += "\nNot alone: profilers this bench did not start ran during the `alone` \
               windows (and so during all of them):\n\n";
