@@ -1349,13 +1349,16 @@ fn render_cost(c: &Cost) -> Result<String> {
             walk(&on)
         );
         if *scenario == Scenario::OnCpu {
-            let ns = med(&on, &prog_total);
+            let (ns_on, ns_off) = (med(&on, &prog_total), med(&off, &prog_total));
             s += &format!(
-                "\nSampling at {HZ} Hz with `--python on` takes `{program}` {ns:.0} ns/s in \
-                 all, {:.3} % of a CPU (the host's every sample; with the host quiet, \
-                 nearly all tight.py's): what the workload's thread loses to it, cache \
-                 effects aside.\n",
-                ns / 1e7
+                "\nSampling at {HZ} Hz takes `{program}` {ns_on:.0} ns/s with `--python on`, \
+                 {:.3} % of a CPU, and {ns_off:.0} ns/s with `--python off`, {:.3} % (the \
+                 host's every sample; with the host quiet, nearly all tight.py's): what \
+                 the sampled thread loses to it, cache effects aside. Python frames add \
+                 {added:.0} ns x {walks_on:.0} walks/s = {:.3} % of its CPU.\n",
+                ns_on / 1e7,
+                ns_off / 1e7,
+                added * walks_on / 1e7,
             );
         }
         s += "\nEach run:\n\n";
@@ -1843,6 +1846,17 @@ fn render_overhead(o: &Overhead) -> Result<String> {
               windows (and so during all of them):\n\n";
         o.foreign.iter().for_each(|f| s += &format!("- {f}\n"));
     }
+    let alone = pick(0, mean);
+    let m = common::median(alone.iter().copied()).unwrap_or(f64::NAN);
+    let (lo, hi) = common::spread(alone, m);
+    s += &format!(
+        "\nNoise: the `alone` windows alone span {lo:+.1} % to {hi:+.1} % around their \
+         median. On this VM the loop's speed swings by 10-20 % over seconds while its \
+         CPU time stays at 1.00 s/s and no steal time shows (the physical host's other \
+         tenants, presumably): timing cannot resolve 1 %. The measured direct cost is in \
+         the BPF cost section: the sampling program's run time per second on the \
+         sampled CPU.\n"
+    );
     s += "\nWith more than one CPU the single-threaded workload leaves the profilers \
           a CPU of their own: the overhead is what sampling costs the workload's \
           thread (py-spy's reads of its memory, wallscope's in-kernel walk); the \
