@@ -2,12 +2,17 @@
 speed: the overhead benchmark (bench/python.rs) compares its rate alone and
 with profilers attached, so every sample walks DEPTH frames.
 
-    python3 tight.py [--depth 30] [--out PATH] [--seconds N]
+    python3 tight.py [--depth 30] [--out PATH] [--seconds N] [--block]
 
 Every second it rewrites PATH (default tight.json; atomically) with
 {"pid", "python", "depth", "iterations", "elapsed_ns", "rate"}: loop
 iterations and wall ns since the loop started, and the last second's
 iterations/s. Prints `ready <pid>` once the loop runs.
+
+--block: the loop sleeps instead, `time.sleep(0.001)` an iteration, under
+the same DEPTH frames: the thread blocks about 1,000 times a second, each
+wakeup's off-CPU stack a DEPTH-deep Python one (the BPF cost benchmark's
+off-CPU side).
 """
 
 import argparse
@@ -40,13 +45,17 @@ def bottom(args, depth):
     start = last = clock()
     end = start + int(args.seconds * 1e9) if args.seconds > 0 else None
     total = done = 0
+    batch = 1 if args.block else 10000
     while True:
-        # Batches of plain bytecode between clock reads: the clock costs
-        # nothing next to 10,000 iterations.
-        x = 0
-        for i in range(10000):
-            x = (x * 31 + i) & 0xFFFF
-        total += 10000
+        if args.block:
+            time.sleep(0.001)
+        else:
+            # Batches of plain bytecode between clock reads: the clock
+            # costs nothing next to 10,000 iterations.
+            x = 0
+            for i in range(10000):
+                x = (x * 31 + i) & 0xFFFF
+        total += batch
         t = clock()
         if t - last >= 1_000_000_000:
             rate = (total - done) * 1e9 / (t - last)
@@ -68,6 +77,7 @@ def main():
     p.add_argument("--depth", type=int, default=30, help="frames of level() above the loop")
     p.add_argument("--out", default="tight.json")
     p.add_argument("--seconds", type=float, default=0.0)
+    p.add_argument("--block", action="store_true", help="sleep 1 ms an iteration instead of computing")
     args = p.parse_args()
     level(args.depth, args, args.depth)
 
