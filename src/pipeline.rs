@@ -75,8 +75,9 @@ use crate::{
     jvm::{agent, agent::JvmMode, JvmFrames},
     process::{self, ProcessTable},
     profile::store::Store,
+    python::registry::{PythonThreads, Pythons},
     symbolize::{JvmLink, Symbolizer},
-    unwind::{python::Pythons, registry::Registry},
+    unwind::registry::Registry,
 };
 
 /// Why the pipeline could not start.
@@ -174,13 +175,14 @@ impl Pipeline {
             .unwind
             .take()
             .filter(|_| opts.probes.unwind_tables)
-            .map(|unwind| {
+            .map(|mut unwind| {
+                let py_threads = unwind.py_threads.take();
                 let mut r = Registry::new(unwind, table.clone());
                 if jvm_frames == JvmFrames::Full {
                     r.java = Some(Box::new(crate::jvm::walk_code::code_for_walks));
                 }
-                if opts.python {
-                    r = r.with_python(pythons.clone());
+                if let Some(map) = py_threads.filter(|_| opts.python) {
+                    r = r.with_python(Box::new(PythonThreads::new(map, pythons.clone())));
                 }
                 r
             });

@@ -141,7 +141,7 @@ pub struct UnwindMaps {
     pub rows: Array<MapData, abi::UnwindRow>,
     pub procs: HashMap<MapData, u32, abi::UnwindProc>,
     /// Python threads' thread states (`python_threads`), taken by the
-    /// registry's Python side.
+    /// registry's Python side (`crate::python::registry`).
     pub py_threads: Option<HashMap<MapData, abi::PyThreadKey, u64>>,
     /// Capacity of `rows`.
     pub capacity: u32,

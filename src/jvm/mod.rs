@@ -15,7 +15,8 @@ pub mod jobs;
 pub mod leftover;
 pub mod methods;
 pub mod output;
-pub mod remote;
+/// Reading other processes' memory lives in the host layer; JVM code reaches it here.
+pub use crate::process::remote;
 pub mod turns;
 pub mod vmstructs;
 mod vmtables;

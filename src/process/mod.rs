@@ -23,6 +23,7 @@ pub mod locks;
 pub mod maps;
 pub mod own;
 mod reader;
+pub mod remote;
 pub mod status;
 mod table;
 pub mod tasks;

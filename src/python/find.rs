@@ -10,8 +10,8 @@ use super::{
     Interpreter, PyError,
 };
 use crate::{
-    jvm::remote::{uint_at, Budget, Remote},
     process::files::ExecMapping,
+    process::remote::{uint_at, Budget, Remote},
 };
 
 /// Reads [`find`] allows itself per process: calls and bytes.

@@ -276,7 +276,7 @@ pub(super) fn from_debug_offsets(raw: &[u8]) -> Result<(u32, Layout), PyError> {
         ));
     }
     // The n-th u64 after the cookie.
-    let at = |n: usize| crate::jvm::remote::uint_at(raw, 8 + 8 * n, 8);
+    let at = |n: usize| crate::process::remote::uint_at(raw, 8 + 8 * n, 8);
     let version = at(0);
     let minor = ((version >> 16) & 0xff) as u8;
     if version >> 24 != 3 || version > u64::from(u32::MAX) {

@@ -7,7 +7,7 @@
 //!
 //! Everything here is read from a process that may be hostile: every
 //! read is bounded (sizes, string lengths, list and loop lengths) and
-//! paid from the process's own [`Budget`](crate::jvm::remote::Budget), and
+//! paid from the process's own [`Budget`](crate::process::remote::Budget), and
 //! anything implausible is refused (counted), never followed.
 
 mod find;
@@ -19,7 +19,9 @@ mod tests;
 
 use std::sync::{Arc, Mutex};
 
-use crate::{bpf::abi::UnwindPython, jvm::remote::Remote, process::files::ExecMapping};
+pub mod registry;
+
+use crate::{bpf::abi::UnwindPython, process::files::ExecMapping, process::remote::Remote};
 use layout::{Entry, Layout};
 use objects::{add, pointer, read, read_u64, u64_in, Objects, Types};
 pub use objects::{sanitize, MAX_DICT_ENTRIES, MAX_STR_BYTES, MAX_STR_LEN};
@@ -147,7 +149,7 @@ impl Interpreter {
         Ok(CodeName {
             qualname: objects.string(u64_in(&buf, l.co_name))?,
             file: objects.string(u64_in(&buf, l.co_filename))?,
-            first_line: crate::jvm::remote::uint_at(&buf, l.co_firstlineno as usize, 4) as u32,
+            first_line: crate::process::remote::uint_at(&buf, l.co_firstlineno as usize, 4) as u32,
         })
     }
 

@@ -8,7 +8,7 @@ use super::{
     objects::{pointer, read, read_u64, u64_in},
     Interpreter, PyError, MAX_THREADS,
 };
-use crate::jvm::remote::Remote;
+use crate::process::remote::Remote;
 
 pub(super) fn thread_names(py: &Interpreter, mem: &Remote) -> Result<Vec<(u64, String)>, PyError> {
     let Some(active) = active(py, mem)? else {

@@ -7,7 +7,7 @@ use super::{
     layout::{Keys, Layout, Managed, TPFLAGS_INLINE_VALUES, TPFLAGS_MANAGED_DICT},
     PyError,
 };
-use crate::jvm::remote::{uint_at, Remote};
+use crate::process::remote::{uint_at, Remote};
 
 /// Longest string kept, in bytes of UTF-8: longer ones are cut.
 pub const MAX_STR_BYTES: usize = 256;

@@ -11,8 +11,8 @@ use std::{
 
 use super::*;
 use crate::{
-    jvm::remote::Budget,
     process::files::{exec_mappings, ExecMapping},
+    process::remote::Budget,
 };
 
 /// A child killed when dropped.
@@ -124,7 +124,11 @@ fn walk_like_bpf(mem: &Remote, w: &UnwindPython, tstate: u64) -> Vec<PyEntry> {
     let mut out = Vec::new();
     while frame != 0 && out.len() < MAX_FRAMES {
         let buf = mem.bytes(frame, PY_FRAME_READ.into()).unwrap();
-        let code = PyEntry::Code(crate::jvm::remote::uint_at(&buf, w.frame_code.into(), 8));
+        let code = PyEntry::Code(crate::process::remote::uint_at(
+            &buf,
+            w.frame_code.into(),
+            8,
+        ));
         let entry = buf.get(usize::from(w.frame_entry)).copied();
         match w.entry {
             e if e == Walk::WS_PY_ENTRY_EVERY as u8 => out.extend([code, PyEntry::EvalEnd]),
@@ -137,7 +141,7 @@ fn walk_like_bpf(mem: &Remote, w: &UnwindPython, tstate: u64) -> Vec<PyEntry> {
             _ if entry == Some(w.shim_owner) => out.push(PyEntry::EvalEnd),
             _ => out.push(code),
         }
-        frame = crate::jvm::remote::uint_at(&buf, w.frame_back.into(), 8);
+        frame = crate::process::remote::uint_at(&buf, w.frame_back.into(), 8);
     }
     out.truncate(MAX_FRAMES);
     out

@@ -150,7 +150,7 @@ impl Symbolizer {
 
     /// Names Python frames and threads from the interpreters the unwind
     /// registry publishes in `pythons`.
-    pub fn with_pythons(mut self, pythons: crate::unwind::python::Pythons) -> Self {
+    pub fn with_pythons(mut self, pythons: crate::python::registry::Pythons) -> Self {
         self.python = python::PythonFrames::new(pythons);
         self
     }

@@ -20,10 +20,10 @@ use rustc_hash::FxHashMap;
 use super::interner::Interner;
 use crate::{
     bpf::abi::{JAVA_METHOD_TAG, PY_CUT, PY_EVAL_END, PY_FRAME_TAG, PY_GIL},
-    jvm::remote::{Budget, Remote},
+    process::remote::{Budget, Remote},
     process::ProcKey,
     profile::Frame,
-    unwind::python::{PyProc, Pythons},
+    python::registry::{PyProc, Pythons},
 };
 
 /// The native frame each eval-loop call runs in.

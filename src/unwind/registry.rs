@@ -42,7 +42,7 @@ use crate::process::{
 
 mod place;
 
-use super::python::{PythonThreads, Pythons};
+use super::python::PythonSide;
 
 /// What the walk needs of a JVM's code, from its executable mappings
 /// (`jvm::walk_code::code_for_walks`, handed in so that the registry does not
@@ -91,7 +91,7 @@ pub struct Registry {
     pub java: Option<JavaCodeOf>,
     /// Registers Python interpreters and their threads, so that the walk
     /// records Python frames (see [`Registry::with_python`]).
-    python: Option<PythonThreads>,
+    python: Option<Box<dyn PythonSide>>,
 }
 
 impl Registry {
@@ -116,19 +116,17 @@ impl Registry {
         }
     }
 
-    /// Also registers the Python interpreters of the processes, and
-    /// publishes them in `pythons` for the symbolizer.
-    pub fn with_python(mut self, pythons: Pythons) -> Registry {
-        if let Some(map) = self.maps.py_threads.take() {
-            self.python = Some(PythonThreads::new(map, pythons));
-        }
+    /// Also registers the Python interpreters of the processes (and
+    /// their threads) through `python`.
+    pub fn with_python(mut self, python: Box<dyn PythonSide>) -> Registry {
+        self.python = Some(python);
         self
     }
 
     /// What has been done so far.
     pub fn stats(&self) -> UnwindStats {
         UnwindStats {
-            python: self.python.as_ref().map(PythonThreads::stats),
+            python: self.python.as_ref().map(|py| py.stats()),
             ..self.stats.clone()
         }
     }

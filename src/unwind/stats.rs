@@ -50,7 +50,7 @@ pub struct UnwindStats {
     pub missing: Vec<ProcessMissing>,
     /// Python interpreters and threads registered for the walk.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub python: Option<super::python::PythonStats>,
+    pub python: Option<PythonStats>,
 }
 
 /// A process walking some of its files without their table.
@@ -126,4 +126,17 @@ pub(super) fn top_missing(
                 .collect(),
         })
         .collect()
+}
+
+/// Python interpreters the walk reads (`/healthz` `pipeline.unwind.python`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct PythonStats {
+    /// Processes whose interpreter the walk reads.
+    pub interpreters: u64,
+    /// Threads in `python_threads`.
+    pub threads: u64,
+    /// Interpreters that could not be read (each attempt).
+    pub refused: u64,
+    /// Threads left out: `python_threads` full, or past the thread bound.
+    pub threads_left_out: u64,
 }

@@ -21,6 +21,7 @@ const LAYERS: &[&str] = &[
     "symbolize",
     "profile::report",
     "jvm",
+    "python",
     "unwind",
     "collect",
     "profile::model",

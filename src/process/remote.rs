@@ -1,4 +1,4 @@
-//! Reading another process's memory, for the JVM's own structures.
+//! Reading another process's memory (the JVM's and CPython's structures).
 //!
 //! `process_vm_readv` rather than `/proc/PID/mem`: no descriptor to keep
 //! per process, and a read of unmapped memory fails instead of faulting.

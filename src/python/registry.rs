@@ -1,0 +1,440 @@
+//! Python interpreters for the walk: which registered processes run one
+//! (its frame layout goes into their BPF entry), and the thread state of
+//! each of their threads, kept in `python_threads` from the interpreter's
+//! own thread list; with Python's thread names, published for the
+//! symbolizer ([`Pythons`]) together with the interpreter that names the
+//! code objects the walk records.
+//!
+//! The work done for a process is its own: a bounded number of reads per
+//! scan, a scan a second at most, names every few seconds, and an
+//! interpreter that cannot be read (not initialised yet, or not what it
+//! claims) is tried again for a while, then given up, each failure
+//! counted (`python`/`implausible`).
+
+use std::{
+    collections::{HashMap, HashSet},
+    sync::{Arc, RwLock},
+    time::{Duration, Instant},
+};
+
+use aya::maps::{HashMap as BpfHashMap, MapData};
+
+use crate::{
+    bpf::abi::{PyThreadKey, UnwindPython, PY_THREADS},
+    process::remote::{Budget, Remote},
+    process::{files::ExecMapping, ProcKey},
+    python::{self, Interpreter, PyError, PyThread},
+    untrusted::refusals::{self, Reason, What},
+    unwind::python::{PythonSide, PythonStats},
+};
+
+/// Threads are read again this often (a new thread's stacks show native
+/// frames only until then).
+const SCAN_EVERY: Duration = Duration::from_secs(1);
+/// Python's thread names are read again this often.
+const NAMES_EVERY: Duration = Duration::from_secs(5);
+/// An interpreter that could not be read is tried again this often...
+const RETRY_EVERY: Duration = Duration::from_secs(1);
+/// ... for this long after the process was first registered.
+const RETRY_FOR: Duration = Duration::from_secs(30);
+/// Processes remembered as given up (past it, newer ones are tried again
+/// at their next registration).
+const MAX_GIVEN_UP: usize = 4096;
+/// Reads one scan may make of a process (threads, then names).
+const SCAN_CALLS: u64 = 8 * python::MAX_THREADS as u64 + 256;
+const SCAN_BYTES: u64 = 4 << 20;
+/// Bytes of Python thread names kept per process, and in all: names past
+/// them are left out (counted `python`/`budget`), the threads then keep
+/// their kernel names.
+const NAME_BYTES_PER_PROCESS: usize = 256 << 10;
+const NAME_BYTES: usize = 16 << 20;
+/// Where glibc's `struct pthread` keeps the thread's kernel tid (x86-64,
+/// glibc 2.26+): names a thread of CPython 3.10, whose thread state has
+/// no `native_thread_id`. Checked against the process's tids.
+const GLIBC_PTHREAD_TID: u64 = 0x2d0;
+
+/// A Python process as the symbolizer sees it.
+#[derive(Debug)]
+pub struct PyProc {
+    pub key: ProcKey,
+    pub interp: Interpreter,
+    /// Python's thread names by tid.
+    pub names: HashMap<u32, Arc<str>>,
+}
+
+/// The Python processes registered, by pid: written by the unwind
+/// registry, read by the symbolizer.
+#[derive(Debug, Clone, Default)]
+pub struct Pythons(Arc<RwLock<HashMap<u32, Arc<PyProc>>>>);
+
+impl Pythons {
+    /// Process `pid`'s interpreter, if it runs a registered one.
+    pub fn get(&self, pid: u32) -> Option<Arc<PyProc>> {
+        self.0
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&pid)
+            .cloned()
+    }
+
+    fn set(&self, pid: u32, proc: Option<PyProc>) {
+        let mut all = self.0.write().unwrap_or_else(|e| e.into_inner());
+        match proc {
+            Some(p) => all.insert(pid, Arc::new(p)),
+            None => all.remove(&pid),
+        };
+    }
+}
+
+/// What the registry keeps of one Python process.
+struct PyState {
+    key: ProcKey,
+    interp: Interpreter,
+    /// Its entries in `python_threads`: thread id -> thread state.
+    written: HashMap<u64, u64>,
+    names: HashMap<u32, Arc<str>>,
+    scanned: Option<Instant>,
+    named: Option<Instant>,
+}
+
+/// The Python side of the unwind registry.
+pub struct PythonThreads {
+    map: BpfHashMap<MapData, PyThreadKey, u64>,
+    procs: HashMap<u32, PyState>,
+    /// Processes whose interpreter could not be read yet: when to try
+    /// again, and until when.
+    retry: HashMap<u32, (ProcKey, Instant, Instant)>,
+    shared: Pythons,
+    stats: PythonStats,
+    /// Bytes of the thread names all processes' states hold.
+    name_bytes: usize,
+    /// Processes whose interpreter was tried for [`RETRY_FOR`] in vain.
+    given_up: HashMap<u32, ProcKey>,
+}
+
+impl PythonThreads {
+    /// Keeps `map` (`python_threads`) and publishes the interpreters in
+    /// `shared`.
+    pub fn new(map: BpfHashMap<MapData, PyThreadKey, u64>, shared: Pythons) -> PythonThreads {
+        PythonThreads {
+            map,
+            procs: HashMap::new(),
+            retry: HashMap::new(),
+            shared,
+            stats: PythonStats::default(),
+            name_bytes: 0,
+            given_up: HashMap::new(),
+        }
+    }
+
+    fn stats_now(&self) -> PythonStats {
+        PythonStats {
+            interpreters: self.procs.len() as u64,
+            threads: self.procs.values().map(|p| p.written.len() as u64).sum(),
+            ..self.stats.clone()
+        }
+    }
+
+    /// The walk layout of `pid`'s interpreter, if it runs one that can be
+    /// read (registering it and its threads), else `None` (tried again
+    /// later if it maps an interpreter).
+    fn register_now(
+        &mut self,
+        pid: u32,
+        key: ProcKey,
+        mappings: &[ExecMapping],
+        now: Instant,
+    ) -> Option<UnwindPython> {
+        if let Some(p) = self.procs.get(&pid).filter(|p| p.key == key) {
+            return Some(p.interp.walk_layout());
+        }
+        if self.given_up.get(&pid) == Some(&key) {
+            return None;
+        }
+        self.forget(pid);
+        if !mappings.iter().any(|m| maps_interpreter(&m.path)) {
+            return None;
+        }
+        match python::find(pid, mappings) {
+            Ok(interp) => {
+                self.retry.remove(&pid);
+                let layout = interp.walk_layout();
+                self.procs.insert(
+                    pid,
+                    PyState {
+                        key,
+                        interp,
+                        written: HashMap::new(),
+                        names: HashMap::new(),
+                        scanned: None,
+                        named: None,
+                    },
+                );
+                self.scan_one(pid, now);
+                Some(layout)
+            }
+            Err(err) => {
+                self.refused(pid, &err);
+                let until = match self.retry.get(&pid) {
+                    Some(&(k, _, until)) if k == key => until,
+                    _ => now + RETRY_FOR,
+                };
+                if now < until {
+                    self.retry.insert(pid, (key, now + RETRY_EVERY, until));
+                } else {
+                    // Not again for this program: a process that keeps
+                    // changing its maps must not buy a read each time.
+                    self.retry.remove(&pid);
+                    if self.given_up.len() < MAX_GIVEN_UP {
+                        self.given_up.insert(pid, key);
+                    }
+                }
+                None
+            }
+        }
+    }
+
+    fn refused(&mut self, pid: u32, err: &PyError) {
+        tracing::debug!(pid, "python interpreter not read: {err}");
+        let reason = match err {
+            PyError::NotPython | PyError::Unsupported(_) => return,
+            PyError::File(_) => Reason::WrongType,
+            PyError::Read(_) => Reason::Budget,
+            PyError::Implausible(_) => Reason::Implausible,
+        };
+        self.stats.refused += 1;
+        refusals::count_for(What::Python, reason, pid);
+    }
+
+    /// Whether `pid`'s interpreter is due to be tried again.
+    fn retry_due_now(&self, pid: u32, now: Instant) -> bool {
+        self.retry
+            .get(&pid)
+            .is_some_and(|&(_, next, _)| now >= next)
+    }
+
+    /// Reads the threads of the Python processes among `pids` again (at
+    /// most once per [`SCAN_EVERY`] each), until `deadline`.
+    fn scan_now(&mut self, pids: &HashSet<u32>, now: Instant, deadline: Instant) {
+        let due: Vec<u32> = self
+            .procs
+            .iter()
+            .filter(|(pid, p)| {
+                pids.contains(pid) && p.scanned.is_none_or(|at| now >= at + SCAN_EVERY)
+            })
+            .map(|(pid, _)| *pid)
+            .collect();
+        for pid in due {
+            if Instant::now() >= deadline {
+                break;
+            }
+            self.scan_one(pid, now);
+        }
+    }
+
+    fn scan_one(&mut self, pid: u32, now: Instant) {
+        let Some(p) = self.procs.get_mut(&pid) else {
+            return;
+        };
+        p.scanned = Some(now);
+        let mem = Remote::with_budget(pid, Budget::new(SCAN_CALLS, SCAN_BYTES));
+        let threads = match p.interp.threads(&mem) {
+            Ok(t) => t,
+            Err(err) => {
+                tracing::debug!(pid, "python threads not read: {err}");
+                if mem.exhausted() {
+                    refusals::count_for(What::Python, Reason::Budget, pid);
+                }
+                return;
+            }
+        };
+        let now_ids: HashMap<u64, u64> = threads.iter().map(|t| (t.thread_id, t.tstate)).collect();
+        for (&id, _) in p.written.iter().filter(|(id, _)| !now_ids.contains_key(id)) {
+            let _ = self.map.remove(&thread_key(pid, id));
+        }
+        p.written.retain(|id, _| now_ids.contains_key(id));
+        for t in &threads {
+            if p.written.get(&t.thread_id) == Some(&t.tstate) {
+                continue;
+            }
+            if p.written.len() >= python::MAX_THREADS
+                || self
+                    .map
+                    .insert(thread_key(pid, t.thread_id), t.tstate, 0)
+                    .is_err()
+            {
+                self.stats.threads_left_out += 1;
+                continue;
+            }
+            p.written.insert(t.thread_id, t.tstate);
+        }
+        if p.named.is_none_or(|at| now >= at + NAMES_EVERY) {
+            p.named = Some(now);
+            let others: usize = self.name_bytes - names_bytes(&p.names);
+            let room = NAME_BYTES_PER_PROCESS.min(NAME_BYTES.saturating_sub(others));
+            let (names, cut) = thread_names(&p.interp, &mem, &threads, room);
+            if cut {
+                refusals::count_for(What::Python, Reason::Budget, pid);
+            }
+            p.names = names;
+            self.name_bytes = others + names_bytes(&p.names);
+        }
+        self.shared.set(
+            pid,
+            Some(PyProc {
+                key: p.key,
+                interp: p.interp.clone(),
+                names: p.names.clone(),
+            }),
+        );
+    }
+
+    /// Forgets `pid` and its threads: its program changed.
+    fn forget(&mut self, pid: u32) {
+        self.retry.remove(&pid);
+        if let Some(p) = self.procs.remove(&pid) {
+            self.name_bytes -= names_bytes(&p.names);
+            for id in p.written.keys() {
+                let _ = self.map.remove(&thread_key(pid, *id));
+            }
+            self.shared.set(pid, None);
+        }
+    }
+
+    /// Forgets process `pid`: it ended.
+    fn ended_now(&mut self, pid: u32) {
+        self.given_up.remove(&pid);
+        self.forget(pid);
+    }
+}
+
+fn thread_key(pid: u32, thread_id: u64) -> PyThreadKey {
+    PyThreadKey {
+        pid,
+        _pad: 0,
+        thread_id,
+    }
+}
+
+/// What a process's thread names hold, by the bound's count: their
+/// bytes and a map entry each.
+fn names_bytes(names: &HashMap<u32, Arc<str>>) -> usize {
+    names.values().map(|n| n.len() + 32).sum()
+}
+
+/// Python's names of `threads`, by kernel tid, at most `room` bytes (by
+/// [`names_bytes`]'s count); and whether some were left out for it.
+fn thread_names(
+    interp: &Interpreter,
+    mem: &Remote,
+    threads: &[PyThread],
+    room: usize,
+) -> (HashMap<u32, Arc<str>>, bool) {
+    let names = match interp.thread_names(mem) {
+        Ok(n) => n,
+        Err(err) => {
+            tracing::debug!(pid = interp.pid, "python thread names not read: {err}");
+            return (HashMap::new(), false);
+        }
+    };
+    let tids: HashSet<u32> = crate::process::tasks::tids(interp.pid)
+        .into_iter()
+        .collect();
+    let tid_of = |t: &PyThread| -> Option<u32> {
+        if let Some(tid) = t.native_tid {
+            return Some(tid);
+        }
+        let mut b = [0u8; 4];
+        mem.read(t.thread_id.checked_add(GLIBC_PTHREAD_TID)?, &mut b)
+            .ok()?;
+        Some(u32::from_le_bytes(b)).filter(|tid| tids.contains(tid))
+    };
+    let by_id: HashMap<u64, u32> = threads
+        .iter()
+        .filter_map(|t| Some((t.thread_id, tid_of(t)?)))
+        .collect();
+    let mut kept = HashMap::new();
+    let (mut bytes, mut cut) = (0, false);
+    for (id, name) in names {
+        let Some(&tid) = by_id.get(&id) else {
+            continue;
+        };
+        if bytes + name.len() + 32 > room {
+            cut = true;
+            break;
+        }
+        bytes += name.len() + 32;
+        kept.insert(tid, Arc::from(name));
+    }
+    (kept, cut)
+}
+
+/// Whether a mapping of `path` (as `/proc/PID/maps` shows it) may be a
+/// CPython interpreter: `libpython3.X.so*`, or an executable `python3.X`
+/// (a static build). Only a cheap first test: [`python::find`] checks.
+fn maps_interpreter(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    let minor_follows = |rest: &str| rest.starts_with(|c: char| c.is_ascii_digit());
+    name.strip_prefix("libpython3.").is_some_and(minor_follows)
+        || name.strip_prefix("python3.").is_some_and(|rest| {
+            minor_follows(rest)
+                && rest
+                    .chars()
+                    .all(|c| c.is_ascii_digit() || c == 'd' || c == 't')
+        })
+}
+
+const _: () = assert!(PY_THREADS >= python::MAX_THREADS);
+
+impl PythonSide for PythonThreads {
+    fn register(
+        &mut self,
+        pid: u32,
+        key: ProcKey,
+        mappings: &[ExecMapping],
+        now: Instant,
+    ) -> Option<UnwindPython> {
+        self.register_now(pid, key, mappings, now)
+    }
+
+    fn retry_due(&self, pid: u32, now: Instant) -> bool {
+        self.retry_due_now(pid, now)
+    }
+
+    fn scan(&mut self, pids: &HashSet<u32>, now: Instant, deadline: Instant) {
+        self.scan_now(pids, now, deadline)
+    }
+
+    fn ended(&mut self, pid: u32) {
+        self.ended_now(pid)
+    }
+
+    fn stats(&self) -> PythonStats {
+        self.stats_now()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::maps_interpreter;
+
+    #[test]
+    fn interpreters_are_told_by_their_file_names() {
+        for yes in [
+            "/root/.pyenv/versions/3.12.1/lib/libpython3.12.so.1.0",
+            "/usr/bin/python3.11",
+            "/usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0",
+            "/opt/py/bin/python3.13t",
+        ] {
+            assert!(maps_interpreter(yes), "{yes}");
+        }
+        for no in [
+            "/usr/bin/python3",
+            "/usr/lib/libc.so.6",
+            "/tmp/python3.x",
+            "/x/python3.11-config",
+        ] {
+            assert!(!maps_interpreter(no), "{no}");
+        }
+    }
+}
