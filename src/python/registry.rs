@@ -127,73 +127,6 @@ impl PythonThreads {
         }
     }
 
-    fn stats_now(&self) -> PythonStats {
-        PythonStats {
-            interpreters: self.procs.len() as u64,
-            threads: self.procs.values().map(|p| p.written.len() as u64).sum(),
-            ..self.stats.clone()
-        }
-    }
-
-    /// The walk layout of `pid`'s interpreter, if it runs one that can be
-    /// read (registering it and its threads), else `None` (tried again
-    /// later if it maps an interpreter).
-    fn register_now(
-        &mut self,
-        pid: u32,
-        key: ProcKey,
-        mappings: &[ExecMapping],
-        now: Instant,
-    ) -> Option<UnwindPython> {
-        if let Some(p) = self.procs.get(&pid).filter(|p| p.key == key) {
-            return Some(p.interp.walk_layout());
-        }
-        if self.given_up.get(&pid) == Some(&key) {
-            return None;
-        }
-        self.forget(pid);
-        if !mappings.iter().any(|m| maps_interpreter(&m.path)) {
-            return None;
-        }
-        match python::find(pid, mappings) {
-            Ok(interp) => {
-                self.retry.remove(&pid);
-                let layout = interp.walk_layout();
-                self.procs.insert(
-                    pid,
-                    PyState {
-                        key,
-                        interp,
-                        written: HashMap::new(),
-                        names: HashMap::new(),
-                        scanned: None,
-                        named: None,
-                    },
-                );
-                self.scan_one(pid, now);
-                Some(layout)
-            }
-            Err(err) => {
-                self.refused(pid, &err);
-                let until = match self.retry.get(&pid) {
-                    Some(&(k, _, until)) if k == key => until,
-                    _ => now + RETRY_FOR,
-                };
-                if now < until {
-                    self.retry.insert(pid, (key, now + RETRY_EVERY, until));
-                } else {
-                    // Not again for this program: a process that keeps
-                    // changing its maps must not buy a read each time.
-                    self.retry.remove(&pid);
-                    if self.given_up.len() < MAX_GIVEN_UP {
-                        self.given_up.insert(pid, key);
-                    }
-                }
-                None
-            }
-        }
-    }
-
     fn refused(&mut self, pid: u32, err: &PyError) {
         tracing::debug!(pid, "python interpreter not read: {err}");
         let reason = match err {
@@ -204,32 +137,6 @@ impl PythonThreads {
         };
         self.stats.refused += 1;
         refusals::count_for(What::Python, reason, pid);
-    }
-
-    /// Whether `pid`'s interpreter is due to be tried again.
-    fn retry_due_now(&self, pid: u32, now: Instant) -> bool {
-        self.retry
-            .get(&pid)
-            .is_some_and(|&(_, next, _)| now >= next)
-    }
-
-    /// Reads the threads of the Python processes among `pids` again (at
-    /// most once per [`SCAN_EVERY`] each), until `deadline`.
-    fn scan_now(&mut self, pids: &HashSet<u32>, now: Instant, deadline: Instant) {
-        let due: Vec<u32> = self
-            .procs
-            .iter()
-            .filter(|(pid, p)| {
-                pids.contains(pid) && p.scanned.is_none_or(|at| now >= at + SCAN_EVERY)
-            })
-            .map(|(pid, _)| *pid)
-            .collect();
-        for pid in due {
-            if Instant::now() >= deadline {
-                break;
-            }
-            self.scan_one(pid, now);
-        }
     }
 
     fn scan_one(&mut self, pid: u32, now: Instant) {
@@ -299,12 +206,6 @@ impl PythonThreads {
             }
             self.shared.set(pid, None);
         }
-    }
-
-    /// Forgets process `pid`: it ended.
-    fn ended_now(&mut self, pid: u32) {
-        self.given_up.remove(&pid);
-        self.forget(pid);
     }
 }
 
@@ -387,6 +288,9 @@ fn maps_interpreter(path: &str) -> bool {
 const _: () = assert!(PY_THREADS >= python::MAX_THREADS);
 
 impl PythonSide for PythonThreads {
+    /// The walk layout of `pid`'s interpreter, if it runs one that can be
+    /// read (registering it and its threads), else `None` (tried again
+    /// later if it maps an interpreter).
     fn register(
         &mut self,
         pid: u32,
@@ -394,23 +298,89 @@ impl PythonSide for PythonThreads {
         mappings: &[ExecMapping],
         now: Instant,
     ) -> Option<UnwindPython> {
-        self.register_now(pid, key, mappings, now)
+        if let Some(p) = self.procs.get(&pid).filter(|p| p.key == key) {
+            return Some(p.interp.walk_layout());
+        }
+        if self.given_up.get(&pid) == Some(&key) {
+            return None;
+        }
+        self.forget(pid);
+        if !mappings.iter().any(|m| maps_interpreter(&m.path)) {
+            return None;
+        }
+        match python::find(pid, mappings) {
+            Ok(interp) => {
+                self.retry.remove(&pid);
+                let layout = interp.walk_layout();
+                self.procs.insert(
+                    pid,
+                    PyState {
+                        key,
+                        interp,
+                        written: HashMap::new(),
+                        names: HashMap::new(),
+                        scanned: None,
+                        named: None,
+                    },
+                );
+                self.scan_one(pid, now);
+                Some(layout)
+            }
+            Err(err) => {
+                self.refused(pid, &err);
+                let until = match self.retry.get(&pid) {
+                    Some(&(k, _, until)) if k == key => until,
+                    _ => now + RETRY_FOR,
+                };
+                if now < until {
+                    self.retry.insert(pid, (key, now + RETRY_EVERY, until));
+                } else {
+                    // Not again for this program: a process that keeps
+                    // changing its maps must not buy a read each time.
+                    self.retry.remove(&pid);
+                    if self.given_up.len() < MAX_GIVEN_UP {
+                        self.given_up.insert(pid, key);
+                    }
+                }
+                None
+            }
+        }
     }
-
+    /// Whether `pid`'s interpreter is due to be tried again.
     fn retry_due(&self, pid: u32, now: Instant) -> bool {
-        self.retry_due_now(pid, now)
+        self.retry
+            .get(&pid)
+            .is_some_and(|&(_, next, _)| now >= next)
     }
-
+    /// Reads the threads of the Python processes among `pids` again (at
+    /// most once per [`SCAN_EVERY`] each), until `deadline`.
     fn scan(&mut self, pids: &HashSet<u32>, now: Instant, deadline: Instant) {
-        self.scan_now(pids, now, deadline)
+        let due: Vec<u32> = self
+            .procs
+            .iter()
+            .filter(|(pid, p)| {
+                pids.contains(pid) && p.scanned.is_none_or(|at| now >= at + SCAN_EVERY)
+            })
+            .map(|(pid, _)| *pid)
+            .collect();
+        for pid in due {
+            if Instant::now() >= deadline {
+                break;
+            }
+            self.scan_one(pid, now);
+        }
     }
-
+    /// Forgets process `pid`: it ended.
     fn ended(&mut self, pid: u32) {
-        self.ended_now(pid)
+        self.given_up.remove(&pid);
+        self.forget(pid);
     }
-
     fn stats(&self) -> PythonStats {
-        self.stats_now()
+        PythonStats {
+            interpreters: self.procs.len() as u64,
+            threads: self.procs.values().map(|p| p.written.len() as u64).sum(),
+            ..self.stats.clone()
+        }
     }
 }
 
