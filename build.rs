@@ -53,7 +53,7 @@ fn compile_programs(out: &std::path::Path) -> Result<()> {
             .with_context(|| {
                 format!(
                     "running `{clang}` to build {src}: install clang and libbpf-dev \
-                     (`./dev deps` does it)"
+                     (`scripts/deps.sh` does it)"
                 )
             })?;
         if !status.success() {
@@ -96,7 +96,7 @@ fn generate_abi(out: &std::path::Path) -> Result<()> {
     let bindings = builder.generate().map_err(|err| {
         anyhow::anyhow!(
             "bindgen on {HEADER}: {err} (bindgen needs libclang: install libclang-dev, \
-             `./dev deps` does it)"
+             `scripts/deps.sh` does it)"
         )
     })?;
     bindings

@@ -139,9 +139,11 @@ impl PythonThreads {
         refusals::count_for(What::Python, reason, pid);
     }
 
-    fn scan_one(&mut self, pid: u32, now: Instant) {
+    /// Reads `pid`'s threads again; whether it wrote a thread that was not
+    /// in `python_threads` before.
+    fn scan_one(&mut self, pid: u32, now: Instant) -> bool {
         let Some(p) = self.procs.get_mut(&pid) else {
-            return;
+            return false;
         };
         p.scanned = Some(now);
         let mem = Remote::with_budget(pid, Budget::new(SCAN_CALLS, SCAN_BYTES));
@@ -152,7 +154,7 @@ impl PythonThreads {
                 if mem.exhausted() {
                     refusals::count_for(What::Python, Reason::Budget, pid);
                 }
-                return;
+                return false;
             }
         };
         let now_ids: HashMap<u64, u64> = threads.iter().map(|t| (t.thread_id, t.tstate)).collect();
@@ -160,6 +162,7 @@ impl PythonThreads {
             let _ = self.map.remove(&thread_key(pid, id));
         }
         p.written.retain(|id, _| now_ids.contains_key(id));
+        let mut added = false;
         for t in &threads {
             if p.written.get(&t.thread_id) == Some(&t.tstate) {
                 continue;
@@ -173,7 +176,7 @@ impl PythonThreads {
                 self.stats.threads_left_out += 1;
                 continue;
             }
-            p.written.insert(t.thread_id, t.tstate);
+            added |= p.written.insert(t.thread_id, t.tstate).is_none();
         }
         if p.named.is_none_or(|at| now >= at + NAMES_EVERY) {
             p.named = Some(now);
@@ -194,6 +197,7 @@ impl PythonThreads {
                 names: p.names.clone(),
             }),
         );
+        added
     }
 
     /// Forgets `pid` and its threads: its program changed.
@@ -354,7 +358,7 @@ impl PythonSide for PythonThreads {
     }
     /// Reads the threads of the Python processes among `pids` again (at
     /// most once per [`SCAN_EVERY`] each), until `deadline`.
-    fn scan(&mut self, pids: &HashSet<u32>, now: Instant, deadline: Instant) {
+    fn scan(&mut self, pids: &HashSet<u32>, now: Instant, deadline: Instant) -> Vec<u32> {
         let due: Vec<u32> = self
             .procs
             .iter()
@@ -363,12 +367,16 @@ impl PythonSide for PythonThreads {
             })
             .map(|(pid, _)| *pid)
             .collect();
+        let mut grown = Vec::new();
         for pid in due {
             if Instant::now() >= deadline {
                 break;
             }
-            self.scan_one(pid, now);
+            if self.scan_one(pid, now) {
+                grown.push(pid);
+            }
         }
+        grown
     }
     /// Forgets process `pid`: it ended.
     fn ended(&mut self, pid: u32) {

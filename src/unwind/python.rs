@@ -26,8 +26,9 @@ pub trait PythonSide: Send {
     /// Whether `pid`'s interpreter is due to be tried again.
     fn retry_due(&self, pid: u32, now: Instant) -> bool;
     /// Reads the threads of the Python processes among `pids` again, until
-    /// `deadline`.
-    fn scan(&mut self, pids: &HashSet<u32>, now: Instant, deadline: Instant);
+    /// `deadline`; returns the processes that gained threads (walks made
+    /// before lack their Python frames: see [`super::registry::Registry`]).
+    fn scan(&mut self, pids: &HashSet<u32>, now: Instant, deadline: Instant) -> Vec<u32>;
     /// Forgets process `pid`: it ended.
     fn ended(&mut self, pid: u32);
     /// What it did so far.

@@ -147,8 +147,12 @@ impl Registry {
             self.queued.remove(&pid);
             self.register(pid, now);
         }
-        if let Some(py) = &mut self.python {
-            py.scan(&pids, now, deadline);
+        let grown = match &mut self.python {
+            Some(py) => py.scan(&pids, now, deadline),
+            None => Vec::new(),
+        };
+        for pid in grown {
+            self.new_epoch(pid);
         }
         // At least one build per update, so that a flood of new processes
         // does not starve the tables; the newest file and the most shared
@@ -323,6 +327,17 @@ impl Registry {
                 written_python,
             },
         );
+        self.write_entry(pid);
+    }
+
+    /// Writes `pid`'s entry again under a new epoch, so that BPF walks
+    /// again the stacks of its threads that blocked before their Python
+    /// thread state was known (a thread blocked for hours would otherwise
+    /// keep its native-only stack).
+    fn new_epoch(&mut self, pid: u32) {
+        if let Some(p) = self.procs.get_mut(&pid) {
+            p.written_python = None;
+        }
         self.write_entry(pid);
     }
 

@@ -257,24 +257,28 @@ fn check_blocked_and_names(ws: &str, s: &Shares) {
         s.label,
         show(&futex)
     );
+    // `late-worker` blocked after its interpreter was registered: its
+    // Python frames come from a walk made once its thread was known.
     let blocked = json_at(ws, &format!("/blocked?pid={pid}"));
-    let worker = blocked["threads"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["name"] == "blocked-worker")
-        .unwrap_or_else(|| panic!("{}: no blocked-worker in /blocked: {blocked}", s.label));
-    let stack: Vec<String> = worker["stack"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| f.as_str().unwrap().to_string())
-        .collect();
-    assert!(
-        stack.iter().any(|f| is_function(f, "wait_for_lock")),
-        "{}: /blocked stack {stack:?}",
-        s.label
-    );
+    for name in ["blocked-worker", "late-worker"] {
+        let worker = blocked["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == name)
+            .unwrap_or_else(|| panic!("{}: no {name} in /blocked: {blocked}", s.label));
+        let stack: Vec<String> = worker["stack"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f.as_str().unwrap().to_string())
+            .collect();
+        assert!(
+            stack.iter().any(|f| is_function(f, "wait_for_lock")),
+            "{} {name}: /blocked stack {stack:?}",
+            s.label
+        );
+    }
     let threads = json_at(ws, &format!("/threads?pid={pid}&seconds={WINDOW_S}"));
     let names: Vec<&str> = threads["threads"]
         .as_array()
@@ -282,7 +286,13 @@ fn check_blocked_and_names(ws: &str, s: &Shares) {
         .iter()
         .map(|t| t["name"].as_str().unwrap())
         .collect();
-    for want in ["MainThread", "blocked-worker", "pool_0", "pool_1"] {
+    for want in [
+        "MainThread",
+        "blocked-worker",
+        "late-worker",
+        "pool_0",
+        "pool_1",
+    ] {
         assert!(names.contains(&want), "{}: thread names {names:?}", s.label);
     }
     let pools: HashMap<&str, u64> = threads["pools"]

@@ -17,7 +17,9 @@ builtins it calls count for it, as profilers attribute them).
 Other threads only block, so they add no CPU: `blocked-worker` waits in
 `wait_for_lock` for a lock main holds forever, and a two-thread pool
 (`pool_0`, `pool_1`) sleeps in `pooled_nap`. Prints `ready <pid>` once
-they all run.
+they all run. `late-worker` starts 3 s later and waits in `wait_for_lock`
+too: a profiler has long found the interpreter by then, so the thread is
+one it learns of only after it blocked.
 """
 
 import argparse
@@ -197,6 +199,7 @@ def main():
     start = now()
     wall_end = time.monotonic() + args.seconds if args.seconds > 0 else None
     next_write = time.monotonic() + 1.0
+    late_at = time.monotonic() + 3.0
     while True:
         # The task furthest below its target share runs next.
         # (A plain loop: a key= lambda would be a second `<lambda>`.)
@@ -220,6 +223,14 @@ def main():
             for k in range(CHUNK // 25):
                 spin(24, k)
         INCL[name] += now() - t
+        if late_at is not None and time.monotonic() >= late_at:
+            late_at = None
+            threading.Thread(
+                target=wait_for_lock,
+                args=(lock, threading.Event()),
+                name="late-worker",
+                daemon=True,
+            ).start()
         if time.monotonic() >= next_write:
             t = now()
             write_truth(args.truth, start)
