@@ -154,6 +154,10 @@ struct Push {
     /// then wall time) first, each user a fair share.
     #[arg(long, value_name = "N", default_value_t = push::DEFAULT_TOP as u16, value_parser = clap::value_parser!(u16).range(1..=256), requires = "push_url")]
     push_top: u16,
+    /// On shutdown, how long to go on sending the last interval and what
+    /// is queued (0s to 60s); a hung server cannot hold the exit longer.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = push::parse_grace, requires = "push_url")]
+    push_grace: Duration,
 }
 
 impl Push {
@@ -178,6 +182,7 @@ impl Push {
             labels,
             token,
             top: usize::from(self.push_top),
+            grace: self.push_grace,
         }))
     }
 }
@@ -381,6 +386,7 @@ fn serve(
 ) -> Result<()> {
     let access = access(listen, security)?;
     let push = push.options()?;
+    let grace = push.as_ref().map_or(Duration::ZERO, |p| p.grace);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .on_thread_start(|| {
@@ -411,11 +417,12 @@ fn serve(
     // A flame graph still rendering on a blocking thread must not hold the
     // exit: its client is gone.
     runtime.shutdown_background();
-    // Nor a push to a hung server: what is unsent is lost either way.
-    if let Some(pusher) = pusher {
-        pusher.stop(Duration::from_millis(200));
-    }
+    // The pipeline's last drain first: the pusher's last interval ends
+    // with it. A hung server holds the exit at most --push-grace.
     pipeline.stop();
+    if let Some(pusher) = pusher {
+        pusher.stop(grace);
+    }
     tracing::info!(took = ?stopping.elapsed(), "pipeline stopped");
     served.context("serving HTTP")
 }

@@ -38,6 +38,7 @@ mod offcpu;
 mod pid_reuse;
 mod pprof;
 mod push;
+mod push_pace;
 mod python;
 mod scale;
 mod security;

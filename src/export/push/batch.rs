@@ -1,9 +1,11 @@
 //! One interval's requests: for each of the busiest processes, its CPU
-//! and off-CPU profiles of the window, fitted to Pyroscope's limits, in
-//! one `PushRequest`.
+//! and off-CPU profiles of the window, fitted to Pyroscope's limits, as
+//! series of `PushRequest`s (several processes each: Pyroscope takes many
+//! series per call, and answers each call only after its ~500 ms flush).
 
 use std::{
     collections::HashMap,
+    sync::Arc,
     time::{Instant, SystemTime},
 };
 
@@ -12,7 +14,7 @@ use prost::Message;
 use super::{
     fit::{self, Trimmed},
     labels::SeriesLabels,
-    outbox::Request,
+    outbox::{Batch, Request},
     proto::{PushRequest, RawProfileSeries, RawSample},
     service::ServiceNames,
 };
@@ -46,6 +48,20 @@ const SERIES: [(&str, Kind); 2] = [
     (OFFCPU_SERIES, Kind::Offcpu),
 ];
 
+/// Bytes of series one request carries at most (Pyroscope refuses
+/// profiles over 4 MiB; a request of several stays well under what its
+/// HTTP server reads).
+pub const MAX_REQUEST_BYTES: usize = 4 << 20;
+
+/// A process pushed for an interval.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chosen {
+    pub pid: u32,
+    pub service: String,
+    /// Its container's labels (none outside a container).
+    pub container: Vec<(&'static str, String)>,
+}
+
 /// What it takes to turn a window into requests.
 pub struct Batcher {
     pub labels: SeriesLabels,
@@ -54,17 +70,15 @@ pub struct Batcher {
     pub services: ServiceNames,
     /// The user a process runs as ([`fair::user_of`]; tests give others).
     pub user_of: fn(u32) -> Option<u32>,
+    /// Requests sent at once: an interval's processes are spread over
+    /// about this many requests, so that they all go out together.
+    pub senders: usize,
 }
 
 impl Batcher {
-    /// The requests of interval number `interval` over `window`, one per
-    /// process with samples, and what fitting them trimmed.
-    pub fn requests(
-        &mut self,
-        store: &Snapshot,
-        window: Window,
-        interval: u64,
-    ) -> (Vec<Request>, Trimmed) {
+    /// The processes pushed for `window`: the busiest, kernel threads
+    /// left out, a fair share per user, each with its service name.
+    pub fn choose(&mut self, store: &Snapshot, window: Window) -> Vec<Chosen> {
         let names = Names::of(store.within(window));
         self.services.forget_ended();
         // The window's start on the monotonic clock the process table keeps.
@@ -72,7 +86,6 @@ impl Batcher {
             .duration_since(window.from)
             .unwrap_or_default();
         let since = Instant::now().checked_sub(ago).unwrap_or_else(Instant::now);
-        // Ranked, kernel threads left out, then a fair share per user.
         let mut looked_at = Vec::new();
         let mut services = HashMap::new();
         for pid in query::busiest(store, window, fair::MAX_LOOKED_AT) {
@@ -86,53 +99,130 @@ impl Batcher {
             .copied()
             .filter(|pid| services.contains_key(pid))
             .collect();
-        let chosen: Vec<(u32, String)> = fair::top(&pushable, self.top, &mut self.user_of)
+        fair::top(&pushable, self.top, &mut self.user_of)
             .into_iter()
-            .filter_map(|pid| Some((pid, services.remove(&pid)?)))
-            .collect();
+            .filter_map(|pid| {
+                Some(Chosen {
+                    pid,
+                    service: services.remove(&pid)?,
+                    container: names.container(pid).map(|c| c.labels()).unwrap_or_default(),
+                })
+            })
+            .collect()
+    }
+
+    /// The requests of interval number `interval` over `window`: the
+    /// chosen processes' series spread over about [`Batcher::senders`]
+    /// requests of at most [`MAX_REQUEST_BYTES`], and what fitting them
+    /// trimmed.
+    pub fn requests(
+        &mut self,
+        store: &Snapshot,
+        window: Window,
+        interval: u64,
+    ) -> (Vec<Request>, Trimmed) {
+        let chosen = self.choose(store, window);
         let mut trimmed = Trimmed::default();
-        let mut out = Vec::new();
-        for (pid, service) in chosen {
-            let container = names.container(pid).map(|c| c.labels()).unwrap_or_default();
-            let mut series = Vec::new();
-            for (name, kind) in SERIES {
-                let filter = Filter {
-                    pid: Some(pid),
-                    tid: None,
-                    kind,
-                    group: Group::Process,
-                    window,
-                    others_hidden: false,
-                };
-                // No sample label but `state`: each distinct set of sample
-                // labels is a series to Pyroscope, and thread ids would
-                // make thousands. The profile's time and duration are the
-                // window's, so a reader can ask `/pprof` for the same one.
-                let mut profile = pprof::build(store, &filter, Detail::Series);
-                if profile.sample.is_empty() {
-                    continue;
-                }
-                let t = fit::fit(&mut profile);
-                trimmed.samples += t.samples;
-                trimmed.ns += t.ns;
-                series.push(RawProfileSeries {
-                    labels: self.labels.series(name, &service, &container),
-                    samples: vec![RawSample {
-                        raw_profile: pprof::encode_gzip(&profile),
-                        id: String::new(),
-                    }],
-                });
+        let per_request = chosen.len().div_ceil(self.senders.max(1)).max(1);
+        let mut packs: Vec<Pack> = Vec::new();
+        for c in &chosen {
+            let series = self.series(store, window, c, &mut trimmed);
+            if series.is_empty() {
+                continue;
             }
-            if !series.is_empty() {
-                out.push(Request {
-                    profiles: series.len() as u64,
-                    body: PushRequest { series }.encode_to_vec(),
-                    interval,
-                    service,
-                });
+            let bytes: usize = series.iter().map(|s| s.encoded_len()).sum();
+            let fits = packs
+                .last()
+                .is_some_and(|p| p.processes < per_request && p.bytes + bytes <= MAX_REQUEST_BYTES);
+            if !fits {
+                packs.push(Pack::default());
+            }
+            if let Some(p) = packs.last_mut() {
+                p.add(&c.service, series, bytes);
             }
         }
+        let batch = Batch::new(packs.len());
+        let out = packs
+            .into_iter()
+            .map(|p| p.request(interval, batch.clone()))
+            .collect();
         (out, trimmed)
+    }
+
+    /// Process `c`'s series over `window` (those with samples).
+    fn series(
+        &self,
+        store: &Snapshot,
+        window: Window,
+        c: &Chosen,
+        trimmed: &mut Trimmed,
+    ) -> Vec<RawProfileSeries> {
+        let mut series = Vec::new();
+        for (name, kind) in SERIES {
+            let filter = Filter {
+                pid: Some(c.pid),
+                tid: None,
+                kind,
+                group: Group::Process,
+                window,
+                others_hidden: false,
+            };
+            // No sample label but `state`: each distinct set of sample
+            // labels is a series to Pyroscope, and thread ids would make
+            // thousands. The profile's time and duration are the window's,
+            // so a reader can ask `/pprof` for the same one.
+            let mut profile = pprof::build(store, &filter, Detail::Series);
+            if profile.sample.is_empty() {
+                continue;
+            }
+            let t = fit::fit(&mut profile);
+            trimmed.samples += t.samples;
+            trimmed.ns += t.ns;
+            series.push(RawProfileSeries {
+                labels: self.labels.series(name, &c.service, &c.container),
+                samples: vec![RawSample {
+                    raw_profile: pprof::encode_gzip(&profile),
+                    id: String::new(),
+                }],
+            });
+        }
+        series
+    }
+}
+
+/// The series of the processes one request carries.
+#[derive(Default)]
+struct Pack {
+    series: Vec<RawProfileSeries>,
+    services: Vec<String>,
+    processes: usize,
+    bytes: usize,
+}
+
+impl Pack {
+    fn add(&mut self, service: &str, series: Vec<RawProfileSeries>, bytes: usize) {
+        self.series.extend(series);
+        self.services.push(service.to_string());
+        self.processes += 1;
+        self.bytes += bytes;
+    }
+
+    fn request(self, interval: u64, batch: Arc<Batch>) -> Request {
+        let service = match self.services.as_slice() {
+            [one] => one.clone(),
+            [first, rest @ ..] => format!("{first} and {} more", rest.len()),
+            [] => String::new(),
+        };
+        Request {
+            profiles: self.series.len() as u64,
+            body: PushRequest {
+                series: self.series,
+            }
+            .encode_to_vec(),
+            interval,
+            service,
+            batch,
+        }
     }
 }
 
@@ -230,6 +320,7 @@ mod tests {
             top: 1,
             services: ServiceNames::new(&Arc::default()),
             user_of: fair::user_of,
+            senders: 4,
         };
         // A kernel thread with more wall time than the app; without one
         // in sight (a container), a process with less.
@@ -309,13 +400,30 @@ mod tests {
             top: 20,
             services: ServiceNames::new(&Arc::default()),
             user_of: |pid| Some(if pid >= CROWD { 65534 } else { 0 }),
+            senders: 4,
         };
-        let (requests, _) = batcher.requests(&store.snapshot(), window, 1);
-        let services: Vec<&str> = requests.iter().map(|r| r.service.as_str()).collect();
+        let chosen = batcher.choose(&store.snapshot(), window);
+        let services: Vec<&str> = chosen.iter().map(|c| c.service.as_str()).collect();
         assert_eq!(services.len(), 20);
         assert!(
             services.contains(&format!("p{APP}").as_str()),
             "{services:?}"
         );
+        // Twenty processes over four senders: four requests of five
+        // processes' series each, every process once.
+        let (requests, _) = batcher.requests(&store.snapshot(), window, 1);
+        assert_eq!(requests.len(), 4);
+        let mut pushed = Vec::new();
+        for r in &requests {
+            assert_eq!((r.profiles, r.batch.requests), (5, 4));
+            for series in PushRequest::decode(&r.body[..]).unwrap().series {
+                let name = series.labels.iter().find(|l| l.name == "service_name");
+                pushed.push(name.unwrap().value.clone());
+            }
+        }
+        pushed.sort_unstable();
+        let mut want: Vec<String> = services.iter().map(|s| s.to_string()).collect();
+        want.sort_unstable();
+        assert_eq!(pushed, want);
     }
 }

@@ -3,11 +3,16 @@
 //! `process_cpu` and a `wallscope_offcpu` profile of that interval, gzip'd
 //! pprof in a protobuf `PushRequest`, `POST /push.v1.PusherService/Push`.
 //!
-//! Two threads of its own, so that nothing else waits on the server: one
-//! takes a snapshot of the store every interval (the store's lock is held
-//! to copy its list of slices), builds the profiles and queues them in an
-//! [`outbox::Outbox`]; the other sends them (blocking HTTP, [`send`]),
-//! retrying with backoff. A hung server holds only the sender.
+//! Threads of its own, so that nothing else waits on the server: one takes
+//! a snapshot of the store every interval (the store's lock is held to
+//! copy its list of slices), builds the profiles and queues them in an
+//! [`outbox::Outbox`]; [`SENDERS`] others send them (blocking HTTP,
+//! [`send`]), retrying with backoff. Pyroscope answers a push only after
+//! its ~500 ms flush, so an interval's processes go in a few requests of
+//! many series, sent at once. A hung server holds only the senders.
+//!
+//! On shutdown ([`Pusher::stop`]) the interval in progress is built and
+//! sent with what is queued, within a grace (`--push-grace`).
 
 pub mod batch;
 pub mod fit;
@@ -34,12 +39,16 @@ use send::Client;
 use service::ServiceNames;
 pub use stats::{PushReport, PushStats};
 
-use crate::{
-    nice::{Nice, QUERY_NICE},
-    profile::window::Window,
-    state::Shared,
-    token::Token,
-};
+use crate::{pipeline::priority, profile::window::Window, state::Shared, token::Token};
+
+/// Requests in flight at once.
+pub const SENDERS: usize = 4;
+/// Default `--push-grace`: how long shutdown waits to send the last
+/// interval and what is queued.
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(5);
+/// Longest `--push-grace`: a service manager kills after its own timeout
+/// (systemd's default is 90 s).
+pub const MAX_GRACE: Duration = Duration::from_secs(60);
 
 /// Shortest and longest `--push-interval`.
 pub const MIN_INTERVAL: Duration = Duration::from_secs(1);
@@ -56,6 +65,8 @@ pub struct PushOptions {
     pub token: Option<Token>,
     /// Processes per interval.
     pub top: usize,
+    /// How long shutdown goes on sending ([`Pusher::stop`]).
+    pub grace: Duration,
 }
 
 /// Checks a `--push-url`: http or https, a host, no password in it (it
@@ -83,6 +94,15 @@ pub fn parse_url(arg: &str) -> Result<Url, String> {
     Ok(url)
 }
 
+/// Parses a `--push-grace` (`5s`, `0s` for none), at most [`MAX_GRACE`].
+pub fn parse_grace(arg: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(arg).map_err(|e| format!("`{arg}`: {e}"))?;
+    if d > MAX_GRACE {
+        return Err(format!("`{arg}`: give at most 60s"));
+    }
+    Ok(d)
+}
+
 /// Parses a `--push-interval` (`15s`, `1m`), between [`MIN_INTERVAL`] and
 /// [`MAX_INTERVAL`].
 pub fn parse_interval(arg: &str) -> Result<Duration, String> {
@@ -96,6 +116,7 @@ pub fn parse_interval(arg: &str) -> Result<Duration, String> {
 /// The running pusher.
 pub struct Pusher {
     outbox: Arc<Outbox>,
+    stats: Arc<PushStats>,
     threads: Vec<JoinHandle<()>>,
 }
 
@@ -109,6 +130,7 @@ impl Pusher {
         let stats = Arc::new(PushStats::new(
             shown.to_string(),
             opts.interval.as_secs_f64(),
+            SENDERS as u64,
         ));
         let _ = shared.push.set(stats.clone());
         let outbox = Arc::new(Outbox::default());
@@ -117,6 +139,7 @@ impl Pusher {
             top: opts.top,
             services: ServiceNames::new(&shared.processes),
             user_of: crate::profile::fair::user_of,
+            senders: SENDERS,
         };
         let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
             thread::Builder::new()
@@ -131,35 +154,51 @@ impl Pusher {
                 Box::new(move || build_loop(&shared, batcher, &outbox, &stats, interval)),
             )?
         };
-        let sender = {
-            let (outbox, stats) = (outbox.clone(), stats.clone());
+        let mut threads = vec![builder];
+        let client = Arc::new(client);
+        for n in 0..SENDERS {
+            let (client, out, counts) = (client.clone(), outbox.clone(), stats.clone());
             let mut backoff = Backoff::new(opts.interval);
-            spawn(
-                "ws-push-send",
-                Box::new(move || send::run(&client, &outbox, &stats, &mut backoff)),
-            )
-        };
-        let sender = match sender {
-            Ok(s) => s,
-            Err(e) => {
-                outbox.stop();
-                return Err(e);
+            let sender = spawn(
+                &format!("ws-push-send{n}"),
+                Box::new(move || send::run(&client, &out, &counts, &mut backoff)),
+            );
+            match sender {
+                Ok(s) => threads.push(s),
+                Err(e) => {
+                    outbox.stop(&stats);
+                    return Err(e);
+                }
             }
-        };
+        }
         tracing::info!(url = %shown, interval = ?opts.interval, "pushing profiles to Pyroscope");
         Ok(Pusher {
             outbox,
-            threads: vec![builder, sender],
+            stats,
+            threads,
         })
     }
 
-    /// Stops both threads, waiting at most `within`: a request to a hung
-    /// server is not waited for (the thread ends with the process).
-    pub fn stop(self, within: Duration) {
-        self.outbox.stop();
-        let deadline = Instant::now() + within;
-        while Instant::now() < deadline && !self.threads.iter().all(|t| t.is_finished()) {
+    /// Stops pushing: the interval in progress is built and sent with
+    /// what is queued, for at most `grace`; then the threads are told to
+    /// end. A request to a hung server is not waited for (its thread ends
+    /// with the process); what was not sent is counted as dropped.
+    pub fn stop(self, grace: Duration) {
+        let deadline = Instant::now() + grace;
+        self.outbox.close(deadline);
+        let done = |threads: &[JoinHandle<()>]| threads.iter().all(|t| t.is_finished());
+        while Instant::now() < deadline && !done(&self.threads) {
             thread::sleep(Duration::from_millis(10));
+        }
+        self.outbox.stop(&self.stats);
+        let r = self.stats.report();
+        if r.dropped_profiles > 0 || !done(&self.threads) {
+            tracing::warn!(
+                dropped_profiles = r.dropped_profiles,
+                "pushing stopped after {grace:?} with profiles unsent"
+            );
+        } else {
+            tracing::info!(sent_requests = r.sent_requests, "pushed the last interval");
         }
         for t in self.threads.into_iter().filter(|t| t.is_finished()) {
             let _ = t.join();
@@ -178,36 +217,48 @@ fn build_loop(
     stats: &PushStats,
     interval: Duration,
 ) {
-    // Building profiles is a query over the store: it yields to the
-    // workloads and the pipeline as the API's queries do.
-    let _nice = Nice::set(QUERY_NICE);
+    // Building profiles is a query over the store, but one that must keep
+    // pace with the interval on a saturated host (see PUSH_NICE).
+    priority::raise_worker(priority::PUSH_NICE);
     let mut from = SystemTime::now();
     let mut next = Instant::now() + interval;
     let mut number = 0;
-    while outbox.pause(next.saturating_duration_since(Instant::now())) {
+    loop {
+        let running = outbox.pause(next.saturating_duration_since(Instant::now()));
+        if !running && !outbox.closing() {
+            return;
+        }
         let now = Instant::now();
         // Ticks missed (a slow build) are skipped, not made up.
         while next <= now {
             next += interval;
         }
+        // Closing: the interval in progress, up to the pipeline's last
+        // drain, is the last one.
         let store = shared
             .store
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .snapshot();
-        let Some(until) = store.all().map(|s| s.end).max().filter(|u| *u > from) else {
-            continue;
-        };
-        number += 1;
-        let (requests, trimmed) = batcher.requests(&store, Window::between(from, until), number);
-        drop(store);
-        from = until;
-        {
-            let mut r = stats.lock();
-            r.intervals += 1;
-            r.trimmed_samples += trimmed.samples;
-            r.trimmed_ns += trimmed.ns;
+        if let Some(until) = store.all().map(|s| s.end).max().filter(|u| *u > from) {
+            let started = Instant::now();
+            number += 1;
+            let (requests, trimmed) =
+                batcher.requests(&store, Window::between(from, until), number);
+            from = until;
+            {
+                let mut r = stats.lock();
+                r.intervals += 1;
+                r.trimmed_samples += trimmed.samples;
+                r.trimmed_ns += trimmed.ns;
+                r.last_build_s = started.elapsed().as_secs_f64();
+            }
+            outbox.add(requests, stats);
         }
-        outbox.add(requests, stats);
+        drop(store);
+        if !running {
+            outbox.complete();
+            return;
+        }
     }
 }

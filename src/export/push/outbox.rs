@@ -1,9 +1,13 @@
 //! Requests waiting to be sent: a queue bounded by intervals and bytes,
-//! oldest dropped first (counted), and the backoff between failed tries.
+//! oldest dropped first (counted), emptied by several senders at once and,
+//! on shutdown, within a grace; and the backoff between failed tries.
 
 use std::{
     collections::VecDeque,
-    sync::{Condvar, Mutex, MutexGuard},
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc, Condvar, Mutex, MutexGuard,
+    },
     time::{Duration, Instant},
 };
 
@@ -17,23 +21,73 @@ pub const MAX_BYTES: usize = 32 << 20;
 /// The first wait after a failed try; it doubles up to the interval.
 pub const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 
-/// One `Push` call: the profiles of one process for one interval.
+/// One call to the server: the profiles of some processes for one
+/// interval.
 #[derive(Debug, Clone)]
 pub struct Request {
-    /// The encoded `PushRequest`.
+    /// The encoded request.
     pub body: Vec<u8>,
     pub profiles: u64,
     /// Which interval it belongs to (counted from 1).
     pub interval: u64,
-    /// The service it is for, for log lines.
+    /// The services it is for, for log lines.
     pub service: String,
+    /// Its interval's requests, to time the interval's sending.
+    pub batch: Arc<Batch>,
 }
 
-#[derive(Default)]
+/// An interval's requests: when they were queued and how many are not
+/// settled yet (sent, refused or dropped).
+#[derive(Debug)]
+pub struct Batch {
+    pub queued: Instant,
+    pub requests: usize,
+    unsettled: AtomicUsize,
+}
+
+impl Batch {
+    /// A batch of `requests` queued now.
+    pub fn new(requests: usize) -> Arc<Batch> {
+        Arc::new(Batch {
+            queued: Instant::now(),
+            requests,
+            unsettled: AtomicUsize::new(requests),
+        })
+    }
+
+    /// Settles one request; true for the batch's last.
+    pub fn settle(&self) -> bool {
+        self.unsettled.fetch_sub(1, Ordering::AcqRel) == 1
+    }
+}
+
+/// Where the outbox is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Running,
+    /// Shutting down: what is queued (and, once `complete`, nothing more
+    /// is coming) is sent until `deadline`.
+    Closing {
+        deadline: Instant,
+        complete: bool,
+    },
+    Stopped,
+}
+
 struct Queue {
     requests: VecDeque<Request>,
     bytes: usize,
-    stopped: bool,
+    phase: Phase,
+}
+
+impl Default for Queue {
+    fn default() -> Queue {
+        Queue {
+            requests: VecDeque::new(),
+            bytes: 0,
+            phase: Phase::Running,
+        }
+    }
 }
 
 /// The queue between the thread that builds profiles and the one that
@@ -70,27 +124,46 @@ impl Outbox {
         bound(&mut q, stats);
     }
 
-    /// The oldest request, waiting for one; `None` once stopped.
+    /// The oldest request, waiting for one; `None` once stopped, and
+    /// while closing once the queue is empty and complete, or the grace
+    /// is over.
     pub fn take(&self, stats: &PushStats) -> Option<Request> {
         let mut q = self.lock();
         loop {
-            if q.stopped {
-                return None;
-            }
+            let wait = match q.phase {
+                Phase::Stopped => return None,
+                Phase::Closing { deadline, .. } if Instant::now() >= deadline => return None,
+                Phase::Closing { deadline, .. } => {
+                    Some(deadline.saturating_duration_since(Instant::now()))
+                }
+                Phase::Running => None,
+            };
             if let Some(r) = q.requests.pop_front() {
                 q.bytes -= r.body.len();
                 publish(&q, stats);
                 return Some(r);
             }
-            q = self.changed.wait(q).unwrap_or_else(|e| e.into_inner());
+            if let Phase::Closing { complete: true, .. } = q.phase {
+                return None;
+            }
+            q = match wait {
+                Some(left) => {
+                    self.changed
+                        .wait_timeout(q, left)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0
+                }
+                None => self.changed.wait(q).unwrap_or_else(|e| e.into_inner()),
+            };
         }
     }
 
-    /// Waits `d`, or less if stopped; false once stopped.
+    /// Waits `d`, or less if no longer running; false once not running
+    /// (closing or stopped).
     pub fn pause(&self, d: Duration) -> bool {
         let deadline = Instant::now() + d;
         let mut q = self.lock();
-        while !q.stopped {
+        while q.phase == Phase::Running {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return true;
@@ -104,15 +177,53 @@ impl Outbox {
         false
     }
 
-    /// Wakes and ends [`Outbox::take`] and [`Outbox::pause`] for good.
-    pub fn stop(&self) {
-        self.lock().stopped = true;
+    /// Starts shutting down: pauses end, senders send what is queued and
+    /// what is added until [`Outbox::complete`], until `deadline`.
+    pub fn close(&self, deadline: Instant) {
+        let mut q = self.lock();
+        if q.phase == Phase::Running {
+            q.phase = Phase::Closing {
+                deadline,
+                complete: false,
+            };
+        }
+        self.changed.notify_all();
+    }
+
+    /// While closing: nothing more will be added.
+    pub fn complete(&self) {
+        let mut q = self.lock();
+        if let Phase::Closing { deadline, .. } = q.phase {
+            q.phase = Phase::Closing {
+                deadline,
+                complete: true,
+            };
+        }
+        self.changed.notify_all();
+    }
+
+    /// Whether the outbox is shutting down with time left to send.
+    pub fn closing(&self) -> bool {
+        matches!(self.lock().phase, Phase::Closing { deadline, .. } if Instant::now() < deadline)
+    }
+
+    /// Wakes and ends [`Outbox::take`] and [`Outbox::pause`] for good; the
+    /// profiles still queued are counted as dropped.
+    pub fn stop(&self, stats: &PushStats) {
+        let mut q = self.lock();
+        q.phase = Phase::Stopped;
+        let left: u64 = q.requests.drain(..).map(|r| r.profiles).sum();
+        q.bytes = 0;
+        if left > 0 {
+            stats.lock().dropped_profiles += left;
+        }
+        publish(&q, stats);
         self.changed.notify_all();
     }
 
     /// Whether [`Outbox::stop`] was called.
     pub fn stopped(&self) -> bool {
-        self.lock().stopped
+        self.lock().phase == Phase::Stopped
     }
 }
 
@@ -128,7 +239,9 @@ fn bound(q: &mut Queue, stats: &PushStats) {
         }
         q.bytes -= old.body.len();
         dropped += old.profiles;
-        q.requests.pop_front();
+        if let Some(r) = q.requests.pop_front() {
+            r.batch.settle();
+        }
     }
     if dropped > 0 {
         stats.lock().dropped_profiles += dropped;
@@ -140,6 +253,7 @@ fn publish(q: &Queue, stats: &PushStats) {
     let mut r = stats.lock();
     r.queued_requests = q.requests.len() as u64;
     r.queued_bytes = q.bytes as u64;
+    r.max_queued_requests = r.max_queued_requests.max(r.queued_requests);
 }
 
 /// Waits between failed tries: [`FIRST_BACKOFF`], doubling up to `max`.
@@ -181,6 +295,7 @@ mod tests {
             profiles: 2,
             interval,
             service: "s".into(),
+            batch: Batch::new(1),
         }
     }
 
@@ -220,11 +335,41 @@ mod tests {
             let taker = s.spawn(|| outbox.take(&stats));
             let pauser = s.spawn(|| outbox.pause(Duration::from_secs(3600)));
             std::thread::sleep(Duration::from_millis(50));
-            outbox.stop();
+            outbox.stop(&stats);
             assert!(taker.join().unwrap().is_none());
             assert!(!pauser.join().unwrap());
         });
         assert!(outbox.stopped());
+    }
+
+    #[test]
+    fn closing_sends_what_is_queued_and_added_then_ends() {
+        let (outbox, stats) = (Outbox::default(), PushStats::default());
+        outbox.add(vec![request(1, 10)], &stats);
+        outbox.close(Instant::now() + Duration::from_secs(60));
+        assert!(outbox.closing() && !outbox.pause(Duration::from_secs(60)));
+        std::thread::scope(|s| {
+            let taker = s.spawn(|| {
+                let mut got = Vec::new();
+                while let Some(r) = outbox.take(&stats) {
+                    got.push(r.interval);
+                }
+                got
+            });
+            // The interval in progress, added after closing began.
+            std::thread::sleep(Duration::from_millis(50));
+            outbox.add(vec![request(2, 10)], &stats);
+            outbox.complete();
+            assert_eq!(taker.join().unwrap(), [1, 2]);
+        });
+        // The grace ends the wait for more even if nothing completes it,
+        // and stopping counts what is left as dropped.
+        let (outbox, stats) = (Outbox::default(), PushStats::default());
+        outbox.close(Instant::now() + Duration::from_millis(50));
+        assert!(outbox.take(&stats).is_none());
+        outbox.add(vec![request(1, 10)], &stats);
+        outbox.stop(&stats);
+        assert_eq!(stats.report().dropped_profiles, 2);
     }
 
     #[test]

@@ -8,8 +8,8 @@ use base64::Engine as _;
 use url::Url;
 
 use super::{
-    outbox::{Backoff, Outbox},
-    stats::{Failure, PushStats},
+    outbox::{Backoff, Outbox, Request},
+    stats::{Failure, IntervalSent, PushStats},
 };
 use crate::token::Token;
 
@@ -170,8 +170,9 @@ fn classify(e: ureq::Error) -> SendError {
     }
 }
 
-/// Sends what the outbox holds, oldest first, until it is stopped. A
-/// request that may go through later goes back in front and the thread
+/// Sends what the outbox holds, oldest first, until it is stopped (or,
+/// closing, emptied). Several run at once, each with its own backoff: a
+/// request that may go through later goes back in front and that sender
 /// waits ([`Backoff`]); one the server refused as invalid is dropped. The
 /// log says when pushing starts failing and when it works again, not
 /// every failed request.
@@ -181,6 +182,7 @@ pub fn run(client: &Client, outbox: &Outbox, stats: &PushStats, backoff: &mut Ba
         let e = match client.send(&request.body) {
             Ok(()) => {
                 stats.sent(request.profiles, request.body.len() as u64);
+                settled(&request, stats);
                 backoff.reset();
                 if std::mem::take(&mut failing) {
                     tracing::info!("pushing to Pyroscope works again");
@@ -201,12 +203,25 @@ pub fn run(client: &Client, outbox: &Outbox, stats: &PushStats, backoff: &mut Ba
             );
         }
         if !retry {
+            settled(&request, stats);
             continue;
         }
         outbox.put_back(request, stats);
+        // Closing: no waiting out a failing server (the grace is short);
+        // what is left is counted as dropped when the pusher stops.
         if !outbox.pause(backoff.failed()) {
             return;
         }
+    }
+}
+
+/// Times the interval once its last request settled.
+fn settled(request: &Request, stats: &PushStats) {
+    if request.batch.settle() {
+        stats.lock().last_interval = Some(IntervalSent {
+            requests: request.batch.requests as u64,
+            send_s: request.batch.queued.elapsed().as_secs_f64(),
+        });
     }
 }
 

@@ -1,5 +1,7 @@
 //! `service_name` for a process: a JVM's main class (or jar, or module),
-//! since every JVM's command name is `java`; otherwise its command name.
+//! since every JVM's command name is `java`, but only when the `java`
+//! launcher started it and names a real class or jar (a program that
+//! embeds a JVM has its own arguments); otherwise its executable's name.
 //! Kernel threads get none: they are not pushed (as Alloy's process
 //! discovery leaves them out), else hundreds of mostly idle `kworker`s,
 //! each a process of its own, would take the places of services.
@@ -30,34 +32,75 @@ const WITH_VALUE: [&str; 13] = [
     "--enable-native-access",
 ];
 
-/// The main class of a `java` command line (NUL-separated, as in
-/// `/proc/PID/cmdline`): the first argument that is not an option, the
-/// jar's file stem for `-jar`, the class (or module) for `-m`.
+/// Longest main class or jar name taken; a longer one is no class.
+const MAX_MAIN: usize = 512;
+
+/// The main class of a `java` launcher's command line (NUL-separated, as
+/// in `/proc/PID/cmdline`): the first argument that is not an option, the
+/// jar's file stem for `-jar`, the class (or module) for `-m`. `None` when
+/// the program is not the `java` launcher or what it names is not a
+/// class, module or jar name.
 pub fn java_main(cmdline: &[u8]) -> Option<String> {
-    let mut args = cmdline
-        .split(|b| *b == 0)
-        .skip(1)
-        .map(String::from_utf8_lossy);
-    while let Some(arg) = args.next() {
+    let mut all = cmdline.split(|b| *b == 0).map(String::from_utf8_lossy);
+    let launcher = all.next()?;
+    if launcher.rsplit('/').next() != Some("java") {
+        return None;
+    }
+    let mut args = all;
+    let main = loop {
+        let arg = args.next()?;
         match &*arg {
             "-jar" => {
                 let jar = args.next()?;
                 let file = jar.rsplit('/').next().unwrap_or(&jar);
-                return Some(file.strip_suffix(".jar").unwrap_or(file).to_string());
+                break file.strip_suffix(".jar").unwrap_or(file).to_string();
             }
             "-m" | "--module" => {
                 let module = args.next()?;
-                let class = module.split_once('/').map_or(&*module, |(_, c)| c);
-                return Some(class.to_string());
+                break module
+                    .split_once('/')
+                    .map_or(&*module, |(_, c)| c)
+                    .to_string();
             }
             a if WITH_VALUE.contains(&a) => {
                 args.next()?;
             }
             a if a.starts_with('-') || a.starts_with('@') || a.is_empty() => {}
-            main => return Some(main.to_string()),
+            main => break main.to_string(),
         }
+    };
+    is_class_or_jar_name(&main).then_some(main)
+}
+
+/// A Java class or module name (identifiers joined by dots), or a jar's
+/// file stem: no path, no spaces or controls, not too long.
+fn is_class_or_jar_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_MAIN
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_alphanumeric() || matches!(c, '.' | '_' | '$' | '-' | '+'))
+}
+
+/// The name of `pid`'s executable when `comm` is the kernel's 15-byte cut
+/// of it; else `comm` (a process may have renamed itself).
+fn executable_name(pid: u32, comm: &str) -> String {
+    const COMM_BYTES: usize = 15;
+    if comm.len() < COMM_BYTES {
+        return comm.to_string();
     }
-    None
+    // readlink of a /proc link: the kernel's own text, not a file the
+    // process controls; no file is opened.
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+    let file = exe
+        .as_ref()
+        .and_then(|p| p.file_name())
+        .map(|f| f.to_string_lossy());
+    match file {
+        Some(f) if f.starts_with(comm) && f.len() <= MAX_MAIN => f.to_string(),
+        _ => comm.to_string(),
+    }
 }
 
 /// Service names the pusher holds at most (processes pushed and not yet
@@ -99,7 +142,7 @@ impl ServiceNames {
             let is_jvm = image.as_ref().is_some_and(|i| i.jvm && i.ended.is_none());
             let main =
                 is_jvm.then(|| status::cmdline(pid, MAX_CMDLINE).and_then(|c| java_main(&c)));
-            Some(main.flatten().unwrap_or_else(|| comm.to_string()))
+            Some(main.flatten().unwrap_or_else(|| executable_name(pid, comm)))
         };
         if self.known.len() >= MAX_KNOWN {
             self.known.clear();
@@ -160,6 +203,16 @@ mod tests {
         assert_eq!(main_of(&module).as_deref(), Some("org.app.Server"));
         assert_eq!(main_of(&["java", "-version"]), None);
         assert_eq!(main_of(&["java", "-cp"]), None);
+        // Not the launcher: a program embedding a JVM, whatever its
+        // arguments; nor a path or text that names no class.
+        assert_eq!(main_of(&["./embedder", "com.example.Main"]), None);
+        assert_eq!(main_of(&["/tmp/x/runner", "/tmp/x/libjvm.so"]), None);
+        assert_eq!(main_of(&["java", "/tmp/x/libjvm.so"]), None);
+        assert_eq!(main_of(&["java", "a b"]), None);
+        assert_eq!(
+            main_of(&["/usr/lib/jvm/java-17/bin/java", "-Xss1m", "Main$Inner"]).as_deref(),
+            Some("Main$Inner")
+        );
     }
 
     #[test]

@@ -72,8 +72,10 @@ pub struct PushReport {
     /// Where profiles go (without credentials).
     pub url: String,
     pub interval_s: f64,
-    /// Intervals turned into profiles.
+    /// Intervals turned into profiles, and the seconds the last took to
+    /// build.
     pub intervals: u64,
+    pub last_build_s: f64,
     /// Requests (one per process and interval) and profiles delivered.
     pub sent_requests: u64,
     pub sent_profiles: u64,
@@ -86,9 +88,17 @@ pub struct PushReport {
     /// Profiles dropped unsent, oldest first, to keep the queue within its
     /// bound during an outage.
     pub dropped_profiles: u64,
-    /// Requests waiting to be sent, and their bytes.
+    /// Requests waiting to be sent, and their bytes; the most queued at
+    /// once since start.
     pub queued_requests: u64,
     pub queued_bytes: u64,
+    pub max_queued_requests: u64,
+    /// Requests sent at once (at most).
+    pub senders: u64,
+    /// The last interval whose requests all settled: how many, and the
+    /// seconds from queueing them to the last answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_interval: Option<IntervalSent>,
     /// Samples merged into `[trimmed]` to fit Pyroscope's limits, and
     /// their nanoseconds.
     pub trimmed_samples: u64,
@@ -101,16 +111,24 @@ pub struct PushReport {
     pub last_error: Option<String>,
 }
 
+/// How an interval's requests went out.
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
+pub struct IntervalSent {
+    pub requests: u64,
+    pub send_s: f64,
+}
+
 /// [`PushReport`] behind a lock held only to update or copy it.
 #[derive(Debug, Default)]
 pub struct PushStats(Mutex<PushReport>);
 
 impl PushStats {
     /// Counters for pushes to `url` every `interval_s`.
-    pub fn new(url: String, interval_s: f64) -> PushStats {
+    pub fn new(url: String, interval_s: f64, senders: u64) -> PushStats {
         PushStats(Mutex::new(PushReport {
             url,
             interval_s,
+            senders,
             ..PushReport::default()
         }))
     }
@@ -153,7 +171,7 @@ mod tests {
 
     #[test]
     fn failures_count_by_reason() {
-        let stats = PushStats::new("http://x/".into(), 15.0);
+        let stats = PushStats::new("http://x/".into(), 15.0, 4);
         stats.failed(Failure::Http5xx, "503".into(), 0);
         stats.failed(Failure::Http4xx, "400".into(), 2);
         stats.failed(Failure::Timeout, "slow".into(), 0);

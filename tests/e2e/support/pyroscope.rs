@@ -87,6 +87,19 @@ struct State {
     invalid: Vec<String>,
     /// Requests that reached the server, by the mode it was in.
     requests: BTreeMap<String, u64>,
+    /// How long an accepted request waits for its answer (a real
+    /// Pyroscope answers after its ~500 ms flush).
+    delay: Duration,
+    /// Requests being answered now, and the most at once.
+    in_flight: u64,
+    max_in_flight: u64,
+}
+
+/// What the server saw of the requests' pace.
+#[derive(Debug, Clone, Copy)]
+pub struct Pace {
+    pub requests: u64,
+    pub max_in_flight: u64,
 }
 
 /// The running server; stopped when dropped.
@@ -98,10 +111,17 @@ pub struct Pyroscope {
 impl Pyroscope {
     /// Starts a server on a free loopback port, in [`Mode::Ok`].
     pub fn start() -> Pyroscope {
+        Pyroscope::with_delay(Duration::ZERO)
+    }
+
+    /// Like [`Pyroscope::start`], answering each accepted request only
+    /// after `delay`, as a real Pyroscope answers after its flush.
+    pub fn with_delay(delay: Duration) -> Pyroscope {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let state = Arc::new(Mutex::new(State {
             mode: Some(Mode::Ok),
+            delay,
             ..State::default()
         }));
         let shared = state.clone();
@@ -149,6 +169,15 @@ impl Pyroscope {
     /// The reasons of every refusal by the checks so far.
     pub fn invalid(&self) -> Vec<String> {
         self.lock().invalid.clone()
+    }
+
+    /// The requests so far and the most answered at once.
+    pub fn pace(&self) -> Pace {
+        let s = self.lock();
+        Pace {
+            requests: s.requests.values().sum(),
+            max_in_flight: s.max_in_flight,
+        }
     }
 
     /// Requests that reached the server in `mode` so far.
@@ -212,7 +241,16 @@ fn serve(conn: TcpStream, state: &Mutex<State>) {
     let (status, text) = match mode {
         Mode::Ok => match check(&request_line, &headers, &body) {
             Ok(accepted) => {
-                state.lock().unwrap().received.extend(accepted);
+                let delay = {
+                    let mut s = state.lock().unwrap();
+                    s.in_flight += 1;
+                    s.max_in_flight = s.max_in_flight.max(s.in_flight);
+                    s.delay
+                };
+                thread::sleep(delay);
+                let mut s = state.lock().unwrap();
+                s.in_flight -= 1;
+                s.received.extend(accepted);
                 (200, String::new())
             }
             Err(reason) => {
