@@ -19,10 +19,12 @@
 #include "task.bpf.h"
 #include "wallscope.h"
 
-/* The traced tgid (0: none), written by user space. */
+/* [WS_TRACE_TARGET_TGID]: the traced tgid (0: none), written by user
+ * space; [WS_TRACE_TARGET_LOST]: records of this recording that found the
+ * ring full, reset by user space as it starts one. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, WS_TRACE_TARGET_COUNT);
 	__type(key, __u32);
 	__type(value, __u32);
 } trace_target SEC(".maps");
@@ -35,7 +37,7 @@ struct {
 /* Whether `tgid` is being traced: the one cost when nothing is. */
 static __always_inline bool ws_traced(__u32 tgid)
 {
-	__u32 zero = 0, *target = bpf_map_lookup_elem(&trace_target, &zero);
+	__u32 key = WS_TRACE_TARGET_TGID, *target = bpf_map_lookup_elem(&trace_target, &key);
 
 	return target && *target && *target == tgid;
 }
@@ -47,6 +49,10 @@ static __noinline void ws_trace_emit(__u64 ts, __u32 tid, __u32 kind, __u32 stat
 	struct ws_trace_event *e = bpf_ringbuf_reserve(&trace_events, sizeof(*e), 0);
 
 	if (!e) {
+		__u32 key = WS_TRACE_TARGET_LOST, *lost = bpf_map_lookup_elem(&trace_target, &key);
+
+		if (lost)
+			__sync_fetch_and_add(lost, 1);
 		ws_stat_inc(WS_STAT_TRACE_LOST);
 		return;
 	}

@@ -484,6 +484,13 @@ enum ws_trace_kind {
 	WS_TRACE_SNAPSHOT = 5,   /* by the `trace_threads` iterator: in `state` since `ts` */
 };
 
+/* Indexes of the `trace_target` array. */
+enum ws_trace_target {
+	WS_TRACE_TARGET_TGID = 0, /* the traced tgid, 0: none (user space writes it) */
+	WS_TRACE_TARGET_LOST = 1, /* this recording's records that found the ring full */
+	WS_TRACE_TARGET_COUNT = 2,
+};
+
 /* Bytes of the `trace_events` ring buffer: ~130,000 records between two
  * reads; a record that finds no room is counted (WS_STAT_TRACE_LOST). */
 #define WS_TRACE_RING_BYTES (4 * 1024 * 1024)

@@ -280,6 +280,15 @@ pub mod trace_kind {
     pub const SNAPSHOT: u32 = ws_trace_kind::WS_TRACE_SNAPSHOT as u32;
 }
 
+/// Indexes of the `trace_target` array (`enum ws_trace_target`).
+pub mod trace_target {
+    use super::c::ws_trace_target;
+    /// The traced tgid (0: none).
+    pub const TGID: u32 = ws_trace_target::WS_TRACE_TARGET_TGID as u32;
+    /// Records of the running recording that found the ring full.
+    pub const LOST: u32 = ws_trace_target::WS_TRACE_TARGET_LOST as u32;
+}
+
 /// Reads a plain-old-data record from bytes; `None` when too short.
 /// Unaligned: ring-buffer and iterator records are only 8-aligned.
 fn read_record<T: aya::Pod>(bytes: &[u8]) -> Option<T> {
