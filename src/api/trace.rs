@@ -64,9 +64,10 @@ pub(super) async fn trace(
         TraceError::Busy => ApiError::Conflict(e.to_string()),
         e => ApiError::Failed(e.to_string()),
     })?;
-    let stamp = humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_nanos(trace.start_unix_ns))
-        .to_string()
-        .replace(['-', ':'], "");
+    let stamp =
+        humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_nanos(trace.start_unix_ns))
+            .to_string()
+            .replace(['-', ':'], "");
     let disposition = format!("attachment; filename=wallscope-{pid}-{stamp}.perfetto-trace");
     let mut response = (
         [(header::CONTENT_TYPE, "application/octet-stream")],
@@ -82,7 +83,13 @@ pub(super) async fn trace(
     put("content-disposition", disposition);
     put(WINDOW_HEADER, format!("{}-{}", trace.start, trace.end));
     put(START_HEADER, trace.start_unix_ns.to_string());
-    put(SLICES_HEADER, format!("{} in {} threads, {} wakes", trace.slices, trace.threads, trace.wakes));
+    put(
+        SLICES_HEADER,
+        format!(
+            "{} in {} threads, {} wakes",
+            trace.slices, trace.threads, trace.wakes
+        ),
+    );
     put(CUT_HEADER, trace.cut.to_string());
     put(LOST_HEADER, trace.lost.to_string());
     Ok(response)

@@ -318,7 +318,11 @@ pub fn load(opts: &ProbeOptions) -> Result<(Probes, ProbeMaps), LoadError> {
 
 /// Loads and attaches the task iterator `name` (the live one is sleepable:
 /// Linux 5.18+ for `bpf_copy_from_user_task`).
-fn attach_iter(ebpf: &mut Ebpf, btf: &Btf, name: &'static str) -> Result<iter::TaskIter, LoadError> {
+fn attach_iter(
+    ebpf: &mut Ebpf,
+    btf: &Btf,
+    name: &'static str,
+) -> Result<iter::TaskIter, LoadError> {
     let err = |source| LoadError::Program { name, source };
     let program: &mut Iter = ebpf
         .program_mut(name)

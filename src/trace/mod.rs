@@ -28,7 +28,7 @@ use record::Limits;
 /// Longest recording.
 pub const MAX_SECONDS: u64 = 30;
 /// Largest trace (bytes): the event bound follows from it.
-pub const MAX_TRACE_BYTES: usize = 48 << 20;
+pub const MAX_TRACE_BYTES: usize = 100 << 20;
 
 /// Why a recording could not be made.
 #[derive(Debug, Error)]

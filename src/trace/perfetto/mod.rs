@@ -23,8 +23,9 @@ const NAME_MAX: usize = 64;
 const IID_WAKES: u64 = State::COUNT as u64 + 1;
 const IID_WOKEN: u64 = State::COUNT as u64 + 2;
 /// Bytes a timeline event may take in the trace, at most: a slice's begin
-/// and end packets and a wake's instant, ~40 bytes each.
-pub const BYTES_PER_EVENT: usize = 120;
+/// and end packets and a wake's instant, ~32 bytes each (56 bytes an
+/// event measured on a lock convoy).
+pub const BYTES_PER_EVENT: usize = 100;
 
 /// Names of the process and its threads (untrusted: cut and cleaned here).
 #[derive(Debug, Clone, Default)]
@@ -46,9 +47,16 @@ fn thread_uuid(tid: u32) -> u64 {
 enum Mark {
     /// A slice ends before the next one on its track begins.
     End,
-    Begin { state: u32, flow: u64 },
-    Wakes { flow: u64 },
-    Woken { flow: u64 },
+    Begin {
+        state: u32,
+        flow: u64,
+    },
+    Wakes {
+        flow: u64,
+    },
+    Woken {
+        flow: u64,
+    },
 }
 
 fn packet(ts: Option<u64>) -> TracePacket {
@@ -218,10 +226,8 @@ mod tests {
             end: 300,
             ..Timelines::default()
         };
-        t.threads.insert(
-            1,
-            line(&[(100, 200, State::Cpu), (200, 300, State::Futex)]),
-        );
+        t.threads
+            .insert(1, line(&[(100, 200, State::Cpu), (200, 300, State::Futex)]));
         t.threads.insert(
             2,
             line(&[(100, 150, State::Futex), (150, 300, State::Runqueue)]),
@@ -252,7 +258,14 @@ mod tests {
         let thread_names: Vec<String> = trace
             .packet
             .iter()
-            .filter_map(|p| p.track_descriptor.as_ref()?.thread.as_ref()?.thread_name.clone())
+            .filter_map(|p| {
+                p.track_descriptor
+                    .as_ref()?
+                    .thread
+                    .as_ref()?
+                    .thread_name
+                    .clone()
+            })
             .collect();
         assert_eq!(thread_names, ["main", "bad name:"]);
         // At 200 thread 1's cpu slice ends before its futex one begins.
