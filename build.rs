@@ -75,6 +75,8 @@ fn generate_abi(out: &std::path::Path) -> Result<()> {
         "ws_rbp_rule",
         "ws_walk_kind",
         "ws_proc_event_kind",
+        "ws_trace_kind",
+        "ws_trace_target",
         "ws_py_entry",
     ];
     let mut builder = bindgen::Builder::default()

@@ -27,6 +27,7 @@
 #include <bpf/bpf_helpers.h>
 #include "culprits.bpf.h"
 #include "task.bpf.h"
+#include "trace.bpf.h"
 #include "unseen.bpf.h"
 #include "wallscope.h"
 
@@ -358,6 +359,7 @@ static __always_inline void ws_on_wakeup(struct task_struct *p)
 	}
 	s->state = WS_STATE_RUNQUEUE;
 	s->phase_start = now;
+	ws_trace_runnable(p, s, WS_TRACE_WAKEUP, now);
 }
 
 /* A new thread starts in the runqueue; its creator is recorded as its
@@ -379,6 +381,7 @@ static __always_inline void ws_on_wakeup_new(void *ctx, struct task_struct *p)
 		s->syscall = 0;
 		s->waker_pid = waker->tgid;
 		s->waker_tid = waker->pid;
+		ws_trace_runnable(p, s, WS_TRACE_NEW, now);
 	}
 	if (s)
 		__sync_fetch_and_add(&s->c.wakeups_received, 1);

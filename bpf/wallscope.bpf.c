@@ -63,6 +63,25 @@ int BPF_PROG(on_wakeup_new, struct task_struct *p)
 	return 0;
 }
 
+/* Attached after on_switch: a /trace recording's switches (trace.bpf.h). */
+SEC("tp_btf/sched_switch")
+int BPF_PROG(trace_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	ws_trace_switch(prev, next);
+	return 0;
+}
+
+/* Run once as a /trace recording starts (see trace.bpf.h). */
+SEC("iter/task")
+int trace_threads(struct bpf_iter__task *ctx)
+{
+	struct task_struct *task = ctx->task;
+
+	if (task && task->pid)
+		ws_trace_snapshot(task);
+	return 0;
+}
+
 /* Read by user space at every drain (see live.bpf.h). */
 SEC("iter.s/task")
 int live_threads(struct bpf_iter__task *ctx)
@@ -95,6 +114,7 @@ SEC("tp_btf/sched_process_exit")
 int BPF_PROG(on_exit, struct task_struct *p)
 {
 	ws_thread_exit(p);
+	ws_trace_exit(p);
 	ws_lifecycle_on_exit(p);
 	return 0;
 }

@@ -390,7 +390,9 @@ struct ws_hist {
 	X(IRQ_WALKS_PUT_OFF, "interrupt_stack_walks_put_off", EVENT) /* interrupt's wakeup row without its kernel stack: the CPU's walk budget spent */ \
 	X(PY_WALKS, "python_stack_walks", EVENT)                    /* Python frame chains walked (a thread with a known thread state) */ \
 	X(PY_THREAD_UNKNOWN, "python_threads_unknown", LOSS)        /* stack of a Python process's thread with no known thread state yet: native frames only */ \
-	X(PY_CUT, "python_frames_cut", LOSS)                        /* Python frame chain cut: deeper than WS_PY_MAX_FRAMES, unreadable or implausible */
+	X(PY_CUT, "python_frames_cut", LOSS)                        /* Python frame chain cut: deeper than WS_PY_MAX_FRAMES, unreadable or implausible */ \
+	X(TRACE_EVENTS, "trace_events", EVENT)                      /* state changes sent to a running /trace recording */ \
+	X(TRACE_LOST, "trace_events_lost", LOSS)                    /* state change of a traced thread dropped: trace ring buffer full */
 
 /* Indexes of the per-CPU `stats` array. */
 enum ws_stat {
@@ -466,6 +468,43 @@ struct ws_live_thread {
 	__u8 comm[WS_COMM_LEN];
 };
 
+/*
+ * On-demand thread timelines (`/trace`, trace.bpf.h): while user space
+ * writes a tgid into `trace_target` (0: none), every state change of its
+ * threads goes, one record each, through the `trace_events` ring buffer.
+ * `ts` is when the new state began, on the clock of bpf_ktime_get_ns
+ * (CLOCK_MONOTONIC), the very stamp the engine accounts the phase from.
+ */
+enum ws_trace_kind {
+	WS_TRACE_SWITCH_OUT = 0, /* off the CPU, into `state` (runqueue, throttled, futex, io, sleep) */
+	WS_TRACE_SWITCH_IN = 1,  /* onto the CPU */
+	WS_TRACE_WAKEUP = 2,     /* a sleep ended: runqueue; waker_* say who woke it */
+	WS_TRACE_NEW = 3,        /* a new thread, runnable; waker_* is its creator */
+	WS_TRACE_EXIT = 4,       /* the thread exits: its timeline ends */
+	WS_TRACE_SNAPSHOT = 5,   /* by the `trace_threads` iterator: in `state` since `ts` */
+};
+
+/* Indexes of the `trace_target` array. */
+enum ws_trace_target {
+	WS_TRACE_TARGET_TGID = 0, /* the traced tgid, 0: none (user space writes it) */
+	WS_TRACE_TARGET_LOST = 1, /* this recording's records that found the ring full */
+	WS_TRACE_TARGET_COUNT = 2,
+};
+
+/* Bytes of the `trace_events` ring buffer: ~130,000 records between two
+ * reads; a record that finds no room is counted (WS_STAT_TRACE_LOST). */
+#define WS_TRACE_RING_BYTES (4 * 1024 * 1024)
+
+struct ws_trace_event {
+	__u64 ts;
+	__u32 tid;
+	__u32 kind;  /* enum ws_trace_kind */
+	__u32 state; /* enum ws_state the thread is in from ts */
+	__u32 cpu;   /* where the event ran */
+	__u32 waker_pid; /* WAKEUP, NEW: the waker's tgid (0 with WS_INTERRUPT_TID: an interrupt) */
+	__u32 waker_tid;
+};
+
 /* Checked by both clang for BPF and bindgen (host), so the two agree. */
 _Static_assert(sizeof(struct ws_stack_key) == 56, "ws_stack_key size");
 _Static_assert(sizeof(struct ws_stack_value) == 16, "ws_stack_value size");
@@ -485,6 +524,7 @@ _Static_assert((WS_CPU_RUNS & (WS_CPU_RUNS - 1)) == 0, "WS_CPU_RUNS is a power o
 _Static_assert(sizeof(struct ws_hist) == 8 * WS_HIST_SLOTS + 8, "ws_hist size");
 _Static_assert(sizeof(struct ws_live_thread) == 72, "ws_live_thread size");
 _Static_assert(sizeof(struct ws_proc_event) == 48, "ws_proc_event size");
+_Static_assert(sizeof(struct ws_trace_event) == 32, "ws_trace_event size");
 _Static_assert(sizeof(struct ws_walk_cost) == 4 * WS_WALK_COST_ENTRIES, "ws_walk_cost size");
 _Static_assert((1ULL << WS_UNWIND_SEARCH_STEPS) >= WS_UNWIND_MAX_TABLE_ROWS,
 	       "the unwind search must reach every row of the largest table");

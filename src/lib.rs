@@ -27,5 +27,6 @@ pub mod python;
 pub mod state;
 pub mod symbolize;
 pub mod token;
+pub mod trace;
 pub mod untrusted;
 pub mod unwind;

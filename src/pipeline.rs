@@ -191,6 +191,11 @@ impl Pipeline {
             shared.jvms.allow_flag_writes();
         }
         shared.health().engine = Some(probes.engine.clone());
+        if let Some(trace) = maps.trace.take() {
+            let _ = shared
+                .trace
+                .set(Arc::new(crate::trace::Recorder::new(trace)));
+        }
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, rx) = mpsc::sync_channel::<RawBatch>(BATCH_QUEUE);
         let mut threads = Vec::new();

@@ -16,6 +16,7 @@ use crate::{
     jvm::Jvms,
     process::{ProcessTable, TableStats},
     profile::store::Store,
+    trace::Recorder,
     unwind::registry::UnwindStats,
 };
 
@@ -100,6 +101,8 @@ pub struct Shared {
     /// them: every stage asks it (and subscribes to its changes) rather
     /// than `/proc`.
     pub processes: Arc<ProcessTable>,
+    /// `/trace` recordings, once the programs are loaded.
+    pub trace: OnceLock<Arc<Recorder>>,
 }
 
 impl Shared {
@@ -118,6 +121,7 @@ impl Shared {
             jvms: Arc::new(Jvms::default()),
             push: OnceLock::new(),
             processes: Arc::new(ProcessTable::default()),
+            trace: OnceLock::new(),
         })
     }
 }

@@ -88,8 +88,9 @@ fn open_path(path: &str) -> bool {
 }
 
 /// Endpoints answering about the one process of their `pid` parameter.
-const PER_PROCESS: [&str; 7] = [
+const PER_PROCESS: [&str; 8] = [
     "/folded",
+    "/trace",
     "/flamegraph",
     "/pprof",
     "/threads",

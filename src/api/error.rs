@@ -26,6 +26,13 @@ pub enum ApiError {
     /// Too many queries running or waiting (see [`super::limit`]).
     #[error("busy: {0}")]
     Busy(String),
+    /// A request that conflicts with one in progress (one `/trace`
+    /// recording at a time).
+    #[error("{0}")]
+    Conflict(String),
+    /// What this daemon cannot do here (e.g. the kernel refused a program).
+    #[error("unavailable: {0}")]
+    Unavailable(String),
     /// A query that failed on its own (a bug: it panicked).
     #[error("{0}")]
     Failed(String),
@@ -51,6 +58,8 @@ impl ApiError {
         match self {
             ApiError::BadParam { .. } => StatusCode::BAD_REQUEST,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Render(_) | ApiError::Failed(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::MisdirectedHost(_) => StatusCode::MISDIRECTED_REQUEST,

@@ -16,6 +16,7 @@ mod processes;
 mod queries;
 pub mod server;
 mod timeline;
+mod trace;
 /// The bearer token, from its own module below `api` (the pusher uses it too).
 pub use crate::token;
 mod ui;
@@ -101,6 +102,7 @@ fn routes(shared: Arc<Shared>) -> Router {
         .route("/runqueue", get(queries::runqueue))
         .route("/blocked", get(queries::blocked))
         .route("/metrics", get(metrics))
+        .route("/trace", get(trace::trace))
         .with_state(state)
         .layer(compression())
 }
@@ -167,6 +169,7 @@ async fn healthz(State(state): State<ApiState>) -> Json<serde_json::Value> {
         "http": server::STATS.snapshot(),
         "capabilities": crate::caps::report(),
         "push": push,
+        "trace": shared.trace.get().map(|t| t.stats.report()),
     }))
 }
 

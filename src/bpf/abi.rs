@@ -109,6 +109,11 @@ pub type LiveThread = c::ws_live_thread;
 /// A process lifecycle event from the `proc_events` ring buffer
 /// (`struct ws_proc_event`).
 pub type ProcEvent = c::ws_proc_event;
+/// A state change of a traced thread from the `trace_events` ring buffer
+/// (`struct ws_trace_event`).
+pub type TraceEvent = c::ws_trace_event;
+/// Bytes of the `trace_events` ring buffer (`WS_TRACE_RING_BYTES`).
+pub const TRACE_RING_BYTES: u32 = c::WS_TRACE_RING_BYTES;
 
 // SAFETY: plain-old-data, `repr(C)`, explicit padding fields only (the
 // sizes are pinned by _Static_assert in the header and bindgen's layout
@@ -264,6 +269,26 @@ pub mod proc_event {
     pub const RENAME: u32 = ws_proc_event_kind::WS_PROC_RENAME as u32;
 }
 
+/// `enum ws_trace_kind`, the values of [`TraceEvent::kind`].
+pub mod trace_kind {
+    use super::c::ws_trace_kind;
+    pub const SWITCH_OUT: u32 = ws_trace_kind::WS_TRACE_SWITCH_OUT as u32;
+    pub const SWITCH_IN: u32 = ws_trace_kind::WS_TRACE_SWITCH_IN as u32;
+    pub const WAKEUP: u32 = ws_trace_kind::WS_TRACE_WAKEUP as u32;
+    pub const NEW: u32 = ws_trace_kind::WS_TRACE_NEW as u32;
+    pub const EXIT: u32 = ws_trace_kind::WS_TRACE_EXIT as u32;
+    pub const SNAPSHOT: u32 = ws_trace_kind::WS_TRACE_SNAPSHOT as u32;
+}
+
+/// Indexes of the `trace_target` array (`enum ws_trace_target`).
+pub mod trace_target {
+    use super::c::ws_trace_target;
+    /// The traced tgid (0: none).
+    pub const TGID: u32 = ws_trace_target::WS_TRACE_TARGET_TGID as u32;
+    /// Records of the running recording that found the ring full.
+    pub const LOST: u32 = ws_trace_target::WS_TRACE_TARGET_LOST as u32;
+}
+
 /// Reads a plain-old-data record from bytes; `None` when too short.
 /// Unaligned: ring-buffer and iterator records are only 8-aligned.
 fn read_record<T: aya::Pod>(bytes: &[u8]) -> Option<T> {
@@ -279,6 +304,15 @@ fn read_record<T: aya::Pod>(bytes: &[u8]) -> Option<T> {
 unsafe impl aya::Pod for LiveThread {}
 // SAFETY: as above.
 unsafe impl aya::Pod for ProcEvent {}
+// SAFETY: as above.
+unsafe impl aya::Pod for TraceEvent {}
+
+impl TraceEvent {
+    /// Reads an event from ring-buffer bytes; `None` when too short.
+    pub fn from_bytes(bytes: &[u8]) -> Option<TraceEvent> {
+        read_record(bytes)
+    }
+}
 
 impl LiveThread {
     /// Reads one record from the iterator's output; `None` when too short.
@@ -333,6 +367,12 @@ pub mod names {
     pub const SWITCH_OUT_PROGRAM: (&str, &str) = ("on_switched_out", "sched_switch");
     /// The drain-time task iterator.
     pub const LIVE_PROGRAM: &str = "live_threads";
+    /// `/trace` recordings: switches (after `on_switch`), the start-time
+    /// snapshot iterator, the traced tgid and the events' ring buffer.
+    pub const TRACE_SWITCH_PROGRAM: (&str, &str) = ("trace_switch", "sched_switch");
+    pub const TRACE_THREADS_PROGRAM: &str = "trace_threads";
+    pub const TRACE_TARGET: &str = "trace_target";
+    pub const TRACE_EVENTS: &str = "trace_events";
     pub const UNWIND_TABLES: &str = "unwind_tables";
     pub const UNWIND_ROWS: &str = "unwind_rows";
     pub const UNWIND_PROCS: &str = "unwind_procs";

@@ -118,6 +118,19 @@ pub struct ProbeMaps {
     pub proc_events: Option<RingBuf<MapData>>,
     /// The drain-time task iterator (`None` where the kernel refused it).
     pub live: Option<iter::TaskIter>,
+    /// What `/trace` recordings use (`None` once taken, or where the
+    /// kernel refused the snapshot iterator).
+    pub trace: Option<TraceMaps>,
+}
+
+/// The maps and iterator of `/trace` recordings (see `bpf/trace.bpf.h`).
+pub struct TraceMaps {
+    /// The traced tgid at index 0 (0: none).
+    pub target: Array<MapData, u32>,
+    /// State changes of the traced process's threads.
+    pub events: RingBuf<MapData>,
+    /// Where each thread is when a recording starts.
+    pub snapshot: iter::TaskIter,
 }
 
 /// How the off-CPU engine runs on this kernel (for `/healthz`).
@@ -243,7 +256,9 @@ pub fn load(opts: &ProbeOptions) -> Result<(Probes, ProbeMaps), LoadError> {
     let hooks = names::SCHED_PROGRAMS
         .iter()
         .chain(switch_in_hook.then_some(&names::SWITCH_IN_PROGRAM))
-        .chain((!switch_in_hook).then_some(&names::SWITCH_OUT_PROGRAM));
+        .chain((!switch_in_hook).then_some(&names::SWITCH_OUT_PROGRAM))
+        // After on_switch, whose classification it reports.
+        .chain(std::iter::once(&names::TRACE_SWITCH_PROGRAM));
     for &(name, tracepoint) in hooks {
         let err = |source| LoadError::Program { name, source };
         let program: &mut BtfTracePoint = ebpf
@@ -256,11 +271,23 @@ pub fn load(opts: &ProbeOptions) -> Result<(Probes, ProbeMaps), LoadError> {
         attached.push((name.to_string(), 1));
     }
 
-    let live = attach_live(&mut ebpf, &btf);
+    let live = attach_iter(&mut ebpf, &btf, names::LIVE_PROGRAM);
     if live.is_ok() {
         attached.push((names::LIVE_PROGRAM.to_string(), 1));
     }
+    let trace_iter = attach_iter(&mut ebpf, &btf, names::TRACE_THREADS_PROGRAM);
+    match &trace_iter {
+        Ok(_) => attached.push((names::TRACE_THREADS_PROGRAM.to_string(), 1)),
+        Err(e) => tracing::warn!("no /trace recordings: {e}"),
+    }
     let mut maps = take_maps(&mut ebpf, unwind_rows)?;
+    if let Ok(snapshot) = trace_iter {
+        maps.trace = Some(TraceMaps {
+            target: take(&mut ebpf, names::TRACE_TARGET)?,
+            events: take(&mut ebpf, names::TRACE_EVENTS)?,
+            snapshot,
+        });
+    }
     maps.counts_entries = counts_entries;
     let engine = Engine {
         stacks_at_switch_in: switch_in_hook,
@@ -289,10 +316,13 @@ pub fn load(opts: &ProbeOptions) -> Result<(Probes, ProbeMaps), LoadError> {
     ))
 }
 
-/// Loads and attaches the sleepable task iterator (Linux 5.18+ for
-/// `bpf_copy_from_user_task`).
-fn attach_live(ebpf: &mut Ebpf, btf: &Btf) -> Result<iter::TaskIter, LoadError> {
-    let name = names::LIVE_PROGRAM;
+/// Loads and attaches the task iterator `name` (the live one is sleepable:
+/// Linux 5.18+ for `bpf_copy_from_user_task`).
+fn attach_iter(
+    ebpf: &mut Ebpf,
+    btf: &Btf,
+    name: &'static str,
+) -> Result<iter::TaskIter, LoadError> {
     let err = |source| LoadError::Program { name, source };
     let program: &mut Iter = ebpf
         .program_mut(name)
@@ -311,14 +341,16 @@ fn attach_live(ebpf: &mut Ebpf, btf: &Btf) -> Result<iter::TaskIter, LoadError> 
     })
 }
 
+/// Takes map `name` out of the object, typed.
+fn take<T>(ebpf: &mut Ebpf, name: &'static str) -> Result<T, LoadError>
+where
+    T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>,
+{
+    let map = ebpf.take_map(name).ok_or(LoadError::MissingMap { name })?;
+    T::try_from(map).map_err(|source| LoadError::Map { name, source })
+}
+
 fn take_maps(ebpf: &mut Ebpf, unwind_rows: u32) -> Result<ProbeMaps, LoadError> {
-    fn take<T>(ebpf: &mut Ebpf, name: &'static str) -> Result<T, LoadError>
-    where
-        T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>,
-    {
-        let map = ebpf.take_map(name).ok_or(LoadError::MissingMap { name })?;
-        T::try_from(map).map_err(|source| LoadError::Map { name, source })
-    }
     let buffer = |ebpf: &mut Ebpf, i: usize| -> Result<Buffer, LoadError> {
         Ok(Buffer {
             counts: take(ebpf, names::COUNTS[i])?,
@@ -347,6 +379,7 @@ fn take_maps(ebpf: &mut Ebpf, unwind_rows: u32) -> Result<ProbeMaps, LoadError> 
         }),
         proc_events: Some(take(ebpf, names::PROC_EVENTS)?),
         live: None,
+        trace: None,
     })
 }
 

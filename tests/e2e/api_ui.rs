@@ -144,3 +144,21 @@ async fn answers_are_gzipped_for_clients_that_ask_and_only_then() {
     assert_eq!(encoding, None);
     assert_eq!(&pprof[..2], &[0x1f, 0x8b]);
 }
+
+/// The process page's "record 5 s trace" button fetches `/trace` and
+/// shows the error of a daemon that cannot record (here: in-process, no
+/// BPF), which answers JSON as every route does.
+#[tokio::test]
+async fn the_trace_button_asks_trace_and_failures_have_a_message() {
+    let (_, _, page) = call("/process/1234").await;
+    assert!(page.contains(r#"id="trace-record""#) && page.contains("record 5 s trace"));
+    let (_, _, script) = call("/ui/process.js").await;
+    assert!(script.contains("/trace?pid=${pid}&seconds=5") && script.contains("recording…"));
+    let me = std::process::id();
+    let (status, _, body) = call(&format!("/trace?pid={me}&seconds=5")).await;
+    assert_eq!(status, 503, "{body}");
+    assert!(error_of(&body).contains("no trace recorder"), "{body}");
+    let (status, _, body) = call("/trace?pid=1&seconds=31").await;
+    assert_eq!(status, 400);
+    assert!(error_of(&body).contains("`seconds`"), "{body}");
+}

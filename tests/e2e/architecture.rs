@@ -18,6 +18,7 @@ const LAYERS: &[&str] = &[
     "pipeline",
     "state",
     "export::push::stats",
+    "trace",
     "symbolize",
     "profile::report",
     "jvm",

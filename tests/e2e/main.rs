@@ -49,6 +49,7 @@ mod security_jvm;
 mod security_names;
 mod security_slots;
 mod stuck;
+mod trace;
 mod unwind;
 mod unwind_crowded;
 mod web_ui;

@@ -34,6 +34,36 @@ WS.ready.then(() => {
   const diff = el("input", { type: "checkbox", id: "flame-diff" });
   diff.checked = v0.get("diff") === "1";
 
+  // ---- exact timeline: /trace, downloaded as a file ----
+  const traceButton = document.getElementById("trace-record");
+  const traceStatus = document.getElementById("trace-status");
+  traceButton.addEventListener("click", async () => {
+    traceButton.disabled = true;
+    traceStatus.className = "muted";
+    traceStatus.textContent = "recording…";
+    try {
+      const r = await fetch(`/trace?pid=${pid}&seconds=5`);
+      if (!r.ok) {
+        const body = await r.json().catch(() => ({}));
+        throw new Error(body.error || `HTTP ${r.status}`);
+      }
+      const blob = await r.blob();
+      const name = ((r.headers.get("content-disposition") || "").match(/filename=([^;]+)/) || [])[1]
+        || `wallscope-${pid}.perfetto-trace`;
+      const a = el("a", { href: URL.createObjectURL(blob), download: name });
+      document.body.append(a);
+      a.click();
+      a.remove();
+      setTimeout(() => URL.revokeObjectURL(a.href), 60000);
+      traceStatus.textContent = `downloaded ${name} (${Math.round(blob.size / 1024)} KiB)`;
+    } catch (e) {
+      traceStatus.className = "error";
+      traceStatus.textContent = `trace failed: ${e.message}`;
+    } finally {
+      traceButton.disabled = false;
+    }
+  });
+
   const win = () => WS.windowQuery();
   const tableState = { key: v0.get("tsort") || "wall_us" };
   let threadReport = null;

@@ -93,9 +93,13 @@ struct Acc {
     ns: Vec<[u64; State::COUNT]>,
 }
 
+/// Unix milliseconds, rounded up: a column's bounds given back as `from`
+/// and `until` then select exactly its slices (a window holds the slices
+/// that end in `(from, until]`). Rounded down, they selected the slice
+/// before.
 fn unix_ms(t: SystemTime) -> u64 {
     t.duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
+        .map(|d| d.as_nanos().div_ceil(1_000_000) as u64)
         .unwrap_or(0)
 }
 

@@ -137,3 +137,27 @@ fn long_windows_merge_slices_into_at_most_max_columns() {
     let sum: u64 = worker.cells.iter().map(|c| u64::from(c[4])).sum();
     assert_eq!(sum, worker.wall_ms);
 }
+
+#[test]
+fn a_columns_bounds_given_back_select_exactly_its_slices() {
+    // Drains end between milliseconds.
+    let end = SystemTime::UNIX_EPOCH + Duration::from_secs(1000) + Duration::from_micros(400);
+    let store = store(4, end);
+    let snapshot = store.snapshot();
+    let t = timeline(
+        &snapshot,
+        7,
+        Window::last(30, end),
+        Grouping::Thread,
+        DEFAULT_ROWS,
+    )
+    .unwrap();
+    assert_eq!(t.columns.len(), 4);
+    let ms = |m: u64| SystemTime::UNIX_EPOCH + Duration::from_millis(m);
+    for c in &t.columns {
+        let window = Window::between(ms(c.start_ms), ms(c.end_ms));
+        let held: Vec<&Slice> = snapshot.within(window).collect();
+        assert_eq!(held.len(), 1, "{c:?}");
+        assert_eq!(unix_ms(held[0].end), c.end_ms, "{c:?}");
+    }
+}

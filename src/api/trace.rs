@@ -1,0 +1,118 @@
+//! `/trace?pid=P&seconds=N`: records P's threads for N seconds (1..=30,
+//! default 5) and answers with the Perfetto trace of their timelines (see
+//! [`crate::trace`]). One recording at a time: 409 while one runs.
+
+use std::{
+    collections::HashMap,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use axum::{
+    extract::{RawQuery, State},
+    http::{header, HeaderName, HeaderValue},
+    response::{IntoResponse, Response},
+};
+
+use super::{error::ApiError, params::Params, queries::snapshot, ApiState};
+use crate::{
+    process::tasks,
+    profile::{threads, window::Window},
+    state::Shared,
+    trace::{perfetto::Names, TraceError, MAX_SECONDS},
+};
+
+/// Seconds recorded when the request gives none.
+const DEFAULT_SECONDS: u64 = 5;
+/// Seconds of the store whose full thread names (JVM, Python) are used.
+const NAMES_SECONDS: u64 = 10;
+
+/// Response headers saying what the trace holds: its window (ns of
+/// CLOCK_MONOTONIC, and its start in Unix ns), its slices and threads, and
+/// the events cut past the bound or lost in the kernel.
+pub const WINDOW_HEADER: &str = "x-wallscope-trace-window-ns";
+pub const START_HEADER: &str = "x-wallscope-trace-start-unix-ns";
+pub const SLICES_HEADER: &str = "x-wallscope-trace-slices";
+pub const CUT_HEADER: &str = "x-wallscope-trace-cut";
+pub const LOST_HEADER: &str = "x-wallscope-trace-lost";
+
+pub(super) async fn trace(
+    State(state): State<ApiState>,
+    RawQuery(q): RawQuery,
+) -> Result<Response, ApiError> {
+    let p = Params::parse(q.as_deref(), &["pid", "seconds"])?;
+    let pid = p
+        .id("pid")?
+        .ok_or_else(|| ApiError::bad("pid", "required"))?;
+    let seconds = p.int("seconds", 1, MAX_SECONDS)?.unwrap_or(DEFAULT_SECONDS);
+    let Some(recorder) = state.shared.trace.get().cloned() else {
+        return Err(ApiError::Unavailable(
+            "no trace recorder: the kernel refused the trace programs (see the log)".into(),
+        ));
+    };
+    if tasks::tids(pid).is_empty() {
+        return Err(ApiError::NotFound(format!("no process {pid} runs now")));
+    }
+    let shared = state.shared.clone();
+    let trace = tokio::task::spawn_blocking(move || {
+        recorder.record(pid, Duration::from_secs(seconds), |tids| {
+            names(&shared, pid, tids)
+        })
+    })
+    .await
+    .map_err(|e| ApiError::Failed(format!("trace failed: {e}")))?
+    .map_err(|e| match e {
+        TraceError::Busy => ApiError::Conflict(e.to_string()),
+        e => ApiError::Failed(e.to_string()),
+    })?;
+    let stamp =
+        humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_nanos(trace.start_unix_ns))
+            .to_string()
+            .replace(['-', ':'], "");
+    let disposition = format!("attachment; filename=wallscope-{pid}-{stamp}.perfetto-trace");
+    let mut response = (
+        [(header::CONTENT_TYPE, "application/octet-stream")],
+        trace.bytes,
+    )
+        .into_response();
+    let headers = response.headers_mut();
+    let mut put = |name: &'static str, value: String| {
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            headers.insert(HeaderName::from_static(name), v);
+        }
+    };
+    put("content-disposition", disposition);
+    put(WINDOW_HEADER, format!("{}-{}", trace.start, trace.end));
+    put(START_HEADER, trace.start_unix_ns.to_string());
+    put(
+        SLICES_HEADER,
+        format!(
+            "{} in {} threads, {} wakes",
+            trace.slices, trace.threads, trace.wakes
+        ),
+    );
+    put(CUT_HEADER, trace.cut.to_string());
+    put(LOST_HEADER, trace.lost.to_string());
+    Ok(response)
+}
+
+/// The process's name and its threads': the store's (full JVM and Python
+/// names) where it has them, else the kernel's.
+fn names(shared: &Shared, pid: u32, tids: &[u32]) -> Names {
+    let store = snapshot(shared);
+    let window = Window::last(NAMES_SECONDS, SystemTime::now());
+    let mut known: HashMap<u32, String> = threads::report(&store, pid, window)
+        .map(|r| r.threads.into_iter().map(|t| (t.tid, t.name)).collect())
+        .unwrap_or_default();
+    known.retain(|tid, _| tids.binary_search(tid).is_ok());
+    for &tid in tids {
+        if let std::collections::hash_map::Entry::Vacant(v) = known.entry(tid) {
+            if let Some(comm) = tasks::comm(pid, Some(tid)) {
+                v.insert(comm);
+            }
+        }
+    }
+    Names {
+        process: tasks::comm(pid, None).unwrap_or_default(),
+        threads: known,
+    }
+}
