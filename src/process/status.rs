@@ -91,6 +91,12 @@ pub fn cmdline(pid: u32, max: u64) -> Option<Vec<u8>> {
     Some(bytes)
 }
 
+/// The path of `pid`'s executable: the kernel's own text of the
+/// `/proc/PID/exe` link (readlink opens no file the process controls).
+pub fn executable(pid: u32) -> Option<std::path::PathBuf> {
+    fs::read_link(format!("/proc/{pid}/exe")).ok()
+}
+
 /// `PF_KTHREAD` in the flags of `/proc/PID/stat`.
 const PF_KTHREAD: u64 = 0x0020_0000;
 

@@ -90,9 +90,7 @@ fn executable_name(pid: u32, comm: &str) -> String {
     if comm.len() < COMM_BYTES {
         return comm.to_string();
     }
-    // readlink of a /proc link: the kernel's own text, not a file the
-    // process controls; no file is opened.
-    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+    let exe = status::executable(pid);
     let file = exe
         .as_ref()
         .and_then(|p| p.file_name())
