@@ -1,6 +1,8 @@
 //! Running a BPF task iterator again and again. aya 0.14 makes an
 //! iterator's file once, consuming the link; the drainer needs a fresh file
-//! from the same link at every drain, so the two `bpf(2)` commands are here.
+//! from the same link at every drain, so the two `bpf(2)` commands are here;
+//! and attaching a loaded `tp_btf` program for a while (aya keeps its links
+//! inside the `Ebpf` object, out of reach of the API's threads).
 
 use std::{
     fs::File,
@@ -12,6 +14,8 @@ use std::{
 const LINK_CREATE: libc::c_long = 28;
 /// `BPF_ITER_CREATE` (`enum bpf_cmd`).
 const ITER_CREATE: libc::c_long = 33;
+/// `BPF_RAW_TRACEPOINT_OPEN` (`enum bpf_cmd`).
+const RAW_TRACEPOINT_OPEN: libc::c_long = 17;
 /// `BPF_TRACE_ITER` (`enum bpf_attach_type`).
 const TRACE_ITER: u32 = 28;
 
@@ -35,6 +39,28 @@ struct LinkCreateAttr {
 struct IterCreateAttr {
     link_fd: u32,
     flags: u32,
+}
+
+/// The `raw_tracepoint` member of `union bpf_attr`.
+#[repr(C)]
+#[derive(Default)]
+struct RawTracepointAttr {
+    /// No name: a `tp_btf` program names its tracepoint itself.
+    name: u64,
+    prog_fd: u32,
+    _pad: u32,
+}
+
+/// Attaches the loaded `tp_btf` program `prog` to its tracepoint until the
+/// returned link is dropped.
+pub fn attach_tp_btf(prog: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    let mut attr = RawTracepointAttr {
+        prog_fd: prog.as_raw_fd() as u32,
+        ..Default::default()
+    };
+    let fd = bpf(RAW_TRACEPOINT_OPEN, &mut attr)?;
+    // SAFETY: the kernel just returned this fd, owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// An attached iterator program.

@@ -131,6 +131,10 @@ pub struct TraceMaps {
     pub events: RingBuf<MapData>,
     /// Where each thread is when a recording starts.
     pub snapshot: iter::TaskIter,
+    /// `trace_switch`, loaded, attached only while a recording runs
+    /// ([`iter::attach_tp_btf`]): with none, context switches pay nothing
+    /// for `/trace`.
+    pub switch: aya::programs::ProgramFd,
 }
 
 /// How the off-CPU engine runs on this kernel (for `/healthz`).
@@ -256,9 +260,7 @@ pub fn load(opts: &ProbeOptions) -> Result<(Probes, ProbeMaps), LoadError> {
     let hooks = names::SCHED_PROGRAMS
         .iter()
         .chain(switch_in_hook.then_some(&names::SWITCH_IN_PROGRAM))
-        .chain((!switch_in_hook).then_some(&names::SWITCH_OUT_PROGRAM))
-        // After on_switch, whose classification it reports.
-        .chain(std::iter::once(&names::TRACE_SWITCH_PROGRAM));
+        .chain((!switch_in_hook).then_some(&names::SWITCH_OUT_PROGRAM));
     for &(name, tracepoint) in hooks {
         let err = |source| LoadError::Program { name, source };
         let program: &mut BtfTracePoint = ebpf
@@ -276,16 +278,23 @@ pub fn load(opts: &ProbeOptions) -> Result<(Probes, ProbeMaps), LoadError> {
         attached.push((names::LIVE_PROGRAM.to_string(), 1));
     }
     let trace_iter = attach_iter(&mut ebpf, &btf, names::TRACE_THREADS_PROGRAM);
-    match &trace_iter {
-        Ok(_) => attached.push((names::TRACE_THREADS_PROGRAM.to_string(), 1)),
-        Err(e) => tracing::warn!("no /trace recordings: {e}"),
+    // Loaded now (verified once), attached by each recording after
+    // on_switch's link, so it reports on_switch's classification.
+    let trace_switch = load_tp_btf(&mut ebpf, &btf, names::TRACE_SWITCH_PROGRAM);
+    match (&trace_iter, &trace_switch) {
+        (Ok(_), Ok(_)) => {
+            attached.push((names::TRACE_THREADS_PROGRAM.to_string(), 1));
+            attached.push((names::TRACE_SWITCH_PROGRAM.0.to_string(), 0));
+        }
+        (Err(e), _) | (_, Err(e)) => tracing::warn!("no /trace recordings: {e}"),
     }
     let mut maps = take_maps(&mut ebpf, unwind_rows)?;
-    if let Ok(snapshot) = trace_iter {
+    if let (Ok(snapshot), Ok(switch)) = (trace_iter, trace_switch) {
         maps.trace = Some(TraceMaps {
             target: take(&mut ebpf, names::TRACE_TARGET)?,
             events: take(&mut ebpf, names::TRACE_EVENTS)?,
             snapshot,
+            switch,
         });
     }
     maps.counts_entries = counts_entries;
@@ -336,6 +345,30 @@ fn attach_iter(
             aya::sys::SyscallError {
                 call: "bpf_link_create",
                 io_error: e,
+            },
+        ))
+    })
+}
+
+/// Loads the `tp_btf` program `(name, tracepoint)` without attaching it;
+/// a copy of its fd to attach it later.
+fn load_tp_btf(
+    ebpf: &mut Ebpf,
+    btf: &Btf,
+    (name, tracepoint): (&'static str, &'static str),
+) -> Result<aya::programs::ProgramFd, LoadError> {
+    let err = |source| LoadError::Program { name, source };
+    let program: &mut BtfTracePoint = ebpf
+        .program_mut(name)
+        .ok_or(LoadError::MissingProgram { name })?
+        .try_into()
+        .map_err(err)?;
+    program.load(tracepoint, btf).map_err(err)?;
+    program.fd().map_err(err)?.try_clone().map_err(|io_error| {
+        err(aya::programs::ProgramError::SyscallError(
+            aya::sys::SyscallError {
+                call: "dup",
+                io_error,
             },
         ))
     })

@@ -39,6 +39,8 @@ pub enum TraceError {
     Control(#[source] aya::maps::MapError),
     #[error("taking the threads' snapshot: {0}")]
     Snapshot(#[source] std::io::Error),
+    #[error("attaching the switch hook: {0}")]
+    Attach(#[source] std::io::Error),
 }
 
 /// A trace ready to serve, with what it holds.

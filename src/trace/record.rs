@@ -179,7 +179,16 @@ pub fn record(
     while maps.events.next().is_some() {}
     set(maps, trace_target::LOST, 0)?;
     set(maps, trace_target::TGID, pid)?;
-    let result = run(maps, pid, length, limits);
+    // Switches are reported from before the snapshot on, so that none
+    // after it is missed; detached when the link drops.
+    let result = match crate::bpf::iter::attach_tp_btf(maps.switch.as_fd()) {
+        Ok(link) => {
+            let recorded = run(maps, pid, length, limits);
+            drop(link);
+            recorded
+        }
+        Err(e) => Err(TraceError::Attach(e)),
+    };
     let cleared = set(maps, trace_target::TGID, 0);
     let mut recording = result?;
     cleared?;
