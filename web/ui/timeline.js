@@ -69,7 +69,9 @@ const Timeline = (() => {
       if (dragFrom === null || !c || !opts.onRange) return;
       const a = Math.min(dragFrom, c[0]), b = Math.max(dragFrom, c[0]);
       dragFrom = null;
-      opts.onRange(Math.floor(data.columns[a].start_ms / 1000), Math.ceil(data.columns[b].end_ms / 1000));
+      // The columns' own bounds (ms, rounded up by the API): the range
+      // holds exactly the chosen columns' slices, not the one before.
+      opts.onRange(data.columns[a].start_ms / 1000, data.columns[b].end_ms / 1000);
     };
     canvas.onmousemove = (ev) => {
       const tip = opts.tooltip;
