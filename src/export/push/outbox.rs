@@ -36,6 +36,18 @@ pub struct Request {
     pub batch: Arc<Batch>,
 }
 
+impl Request {
+    /// The services of a request's processes, as log lines name them:
+    /// `app`, or `app and 3 more`.
+    pub fn services(services: &[&str]) -> String {
+        match services {
+            [one] => one.to_string(),
+            [first, rest @ ..] => format!("{first} and {} more", rest.len()),
+            [] => String::new(),
+        }
+    }
+}
+
 /// An interval's requests: when they were queued and how many are not
 /// settled yet (sent, refused or dropped).
 #[derive(Debug)]
