@@ -66,7 +66,7 @@ impl Encode for Batcher {
             .filter_map(|c| {
                 let series = self.series(store, window, c, &mut trimmed);
                 let bytes: usize = series.iter().map(|s| s.encoded_len()).sum();
-                (!series.is_empty()).then(|| ((c.service.as_str(), series), bytes))
+                (!series.is_empty()).then_some(((c.service.as_str(), series), bytes))
             })
             .collect();
         let packs = spread(parts, chosen.len(), self.senders, MAX_REQUEST_BYTES);
