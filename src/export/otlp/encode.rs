@@ -20,7 +20,7 @@ use crate::{
         push::{
             choose::{spread, Chosen},
             fit::{self, Trimmed},
-            outbox::{Batch, Request},
+            outbox::Request,
             Encode, Sink, SinkKind, SENDERS,
         },
     },
@@ -89,22 +89,15 @@ impl Encode for Otlp {
             })
             .collect();
         let packs = spread(parts, chosen.len(), self.senders, MAX_REQUEST_BYTES);
-        let batch = Batch::new(packs.len());
-        let out = packs
-            .into_iter()
-            .map(|pack| {
-                let services: Vec<&str> = pack.iter().map(|(c, _)| c.service.as_str()).collect();
-                let service = Request::services(&services);
-                let (request, profiles) = self.request(&pack, window);
-                Request {
-                    body: request.encode_to_vec(),
-                    profiles,
-                    interval,
-                    service,
-                    batch: batch.clone(),
-                }
-            })
-            .collect();
+        let out = Request::batch(packs, interval, |pack| {
+            let services: Vec<&str> = pack.iter().map(|(c, _)| c.service.as_str()).collect();
+            let (request, profiles) = self.request(&pack, window);
+            (
+                request.encode_to_vec(),
+                profiles,
+                Request::services(&services),
+            )
+        });
         (out, trimmed)
     }
 }

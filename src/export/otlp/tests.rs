@@ -28,19 +28,13 @@ const MS: u64 = 1_000_000;
 const ID: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
 fn thread(tid: u32, state: State, ns: u64) -> RawThread {
-    let mut all = [0; State::COUNT];
-    all[state as usize] = ns;
+    let mut counters = ThreadCounters::default();
+    counters.ns[state as usize] = ns;
     RawThread {
         tid,
         pid: APP,
         comm: String::new(),
-        counters: ThreadCounters {
-            ns: all,
-            switches_voluntary: 0,
-            switches_involuntary: 0,
-            wakeups_sent: 0,
-            wakeups_received: 0,
-        },
+        counters,
     }
 }
 

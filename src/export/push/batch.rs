@@ -9,7 +9,7 @@ use super::{
     choose::{spread, Chosen},
     fit::{self, Trimmed},
     labels::SeriesLabels,
-    outbox::{Batch, Request},
+    outbox::Request,
     proto::{PushRequest, RawProfileSeries, RawSample},
     Encode,
 };
@@ -70,22 +70,14 @@ impl Encode for Batcher {
             })
             .collect();
         let packs = spread(parts, chosen.len(), self.senders, MAX_REQUEST_BYTES);
-        let batch = Batch::new(packs.len());
-        let out = packs
-            .into_iter()
-            .map(|pack| {
-                let (services, series): (Vec<&str>, Vec<Vec<RawProfileSeries>>) =
-                    pack.into_iter().unzip();
-                let series: Vec<RawProfileSeries> = series.into_iter().flatten().collect();
-                Request {
-                    profiles: series.len() as u64,
-                    body: PushRequest { series }.encode_to_vec(),
-                    interval,
-                    service: Request::services(&services),
-                    batch: batch.clone(),
-                }
-            })
-            .collect();
+        let out = Request::batch(packs, interval, |pack| {
+            let (services, series): (Vec<&str>, Vec<Vec<RawProfileSeries>>) =
+                pack.into_iter().unzip();
+            let series: Vec<RawProfileSeries> = series.into_iter().flatten().collect();
+            let profiles = series.len() as u64;
+            let body = PushRequest { series }.encode_to_vec();
+            (body, profiles, Request::services(&services))
+        });
         (out, trimmed)
     }
 }
