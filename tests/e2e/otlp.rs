@@ -185,15 +185,21 @@ fn sends_the_pprof_profiles_as_otlp() {
             .all(|s| s.attributes.contains_key("wallscope.state")),
         "off-CPU samples carry their state"
     );
-    // `mixed` is C: its own frames are native, the kernel's kernel.
-    let types: Vec<&str> = cpu
+    // `mixed` is C: its own frames are native (kernel frames, when a
+    // stack has them, kernel; wallscope's own `[unattributed]`).
+    let mut types: Vec<&str> = cpu
         .samples
         .iter()
         .chain(&off.samples)
         .flat_map(|s| s.frames.iter().map(|(_, ty)| ty.as_str()))
         .collect();
+    types.sort_unstable();
+    types.dedup();
+    assert!(types.contains(&"native"), "{types:?}");
     assert!(
-        types.contains(&"native") && types.contains(&"kernel"),
+        types
+            .iter()
+            .all(|t| ["native", "kernel", "wallscope"].contains(t)),
         "{types:?}"
     );
 
@@ -220,6 +226,10 @@ fn sends_the_pprof_profiles_as_otlp() {
     for pair in windows.windows(2) {
         assert!(pair[0].1 <= pair[1].0, "overlapping windows {pair:?}");
     }
-    eprintln!("otlp: {} requests; {}", receiver.requests(), health["otlp"]);
+    eprintln!(
+        "otlp: {} requests, frame types {types:?}; {}",
+        receiver.requests(),
+        health["otlp"]
+    );
     drop(work);
 }
