@@ -14,8 +14,9 @@ use wallscope::{
     api,
     bpf::ProbeOptions,
     export::{
+        otlp::Otlp,
         pprof::{self, Detail},
-        push::{self, PushOptions, Pusher, SeriesLabels},
+        push::{self, PushOptions, Pusher, SeriesLabels, Sink},
     },
     jvm::{agent::JvmMode, JvmFrames},
     pipeline::{priority, Pipeline, PipelineOptions},
@@ -129,8 +130,10 @@ struct Security {
     local_auth: String,
 }
 
-/// Pushing profiles to Grafana Pyroscope.
+/// Pushing profiles to Grafana Pyroscope and to OTLP receivers: the
+/// interval, the processes and the grace apply to both.
 #[derive(clap::Args, Clone)]
+#[command(group(clap::ArgGroup::new("sink").args(["push_url", "otlp_url"]).multiple(true)))]
 struct Push {
     /// Push profiles to the Pyroscope server at this URL (http or https)
     /// every --push-interval: `process_cpu` and `wallscope_offcpu` for the
@@ -138,51 +141,73 @@ struct Push {
     /// --push-token-file as the password.
     #[arg(long, value_name = "URL", value_parser = push::parse_url)]
     push_url: Option<url::Url>,
+    /// Send the same profiles as OpenTelemetry profiles (OTLP/HTTP,
+    /// protobuf, `v1development` of opentelemetry-proto 1.11) to the
+    /// receiver at this URL (its base: they go to `URL/v1development/profiles`),
+    /// every --push-interval; with or without --push-url.
+    #[arg(long, value_name = "URL", value_parser = push::parse_url)]
+    otlp_url: Option<url::Url>,
     /// Time between pushes (1s to 10m); each push holds the time since the
     /// previous one.
-    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = push::parse_interval, requires = "push_url")]
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = push::parse_interval, requires = "sink")]
     push_interval: Duration,
     /// A label for every pushed series (repeatable); `service_name=NAME`
     /// replaces the process's, `hostname=` (empty) drops that label.
+    /// Pyroscope only.
     #[arg(long = "push-label", value_name = "NAME=VALUE", value_parser = push::labels::parse_label, requires = "push_url")]
     push_label: Vec<(String, String)>,
-    /// File holding the token sent as `Authorization: Bearer TOKEN` (the
-    /// password with a user in the URL); checked as --token-file is.
+    /// File holding the token sent to Pyroscope as `Authorization: Bearer
+    /// TOKEN` (the password with a user in the URL); checked as
+    /// --token-file is.
     #[arg(long, value_name = "FILE", requires = "push_url")]
     push_token_file: Option<PathBuf>,
+    /// File holding the token sent to the OTLP receiver, as
+    /// --push-token-file is to Pyroscope.
+    #[arg(long, value_name = "FILE", requires = "otlp_url")]
+    otlp_token_file: Option<PathBuf>,
     /// Processes pushed per interval: busiest (time on or waiting for a CPU,
     /// then wall time) first, each user a fair share.
-    #[arg(long, value_name = "N", default_value_t = push::DEFAULT_TOP as u16, value_parser = clap::value_parser!(u16).range(1..=256), requires = "push_url")]
+    #[arg(long, value_name = "N", default_value_t = push::DEFAULT_TOP as u16, value_parser = clap::value_parser!(u16).range(1..=256), requires = "sink")]
     push_top: u16,
     /// On shutdown, how long to go on sending the last interval and what
     /// is queued (0s to 60s); a hung server cannot hold the exit longer.
-    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = push::parse_grace, requires = "push_url")]
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = push::parse_grace, requires = "sink")]
     push_grace: Duration,
+}
+
+/// A token file given with `flag`, checked as --token-file is: a refused
+/// one is a usage error.
+fn push_token(flag: &str, path: Option<&PathBuf>) -> Result<Option<api::token::Token>> {
+    path.map(|path| {
+        api::token::Token::from_file(path)
+            .map_err(|e| Usage(format!("{flag} {}: {e}", path.display())).into())
+    })
+    .transpose()
 }
 
 impl Push {
     /// The pusher's options, checked before anything is loaded: a bad
     /// label or token file is a usage error.
     fn options(&self) -> Result<Option<PushOptions>> {
-        let Some(url) = &self.push_url else {
+        let mut sinks = Vec::new();
+        if let Some(url) = &self.push_url {
+            let token = push_token("--push-token-file", self.push_token_file.as_ref())?;
+            let labels = SeriesLabels::for_this_host(self.push_label.clone())
+                .map_err(|e| Usage(format!("--push-label: {e}")))?;
+            sinks.push(Sink::pyroscope(url.clone(), labels, token));
+        }
+        if let Some(url) = &self.otlp_url {
+            let token = push_token("--otlp-token-file", self.otlp_token_file.as_ref())?;
+            sinks.push(Otlp::sink(url.clone(), token));
+        }
+        if sinks.is_empty() {
             return Ok(None);
-        };
-        let token = match &self.push_token_file {
-            Some(path) => Some(
-                api::token::Token::from_file(path)
-                    .map_err(|e| Usage(format!("--push-token-file {}: {e}", path.display())))?,
-            ),
-            None => None,
-        };
-        let labels = SeriesLabels::for_this_host(self.push_label.clone())
-            .map_err(|e| Usage(format!("--push-label: {e}")))?;
+        }
         Ok(Some(PushOptions {
-            url: url.clone(),
             interval: self.push_interval,
-            labels,
-            token,
             top: usize::from(self.push_top),
             grace: self.push_grace,
+            sinks,
         }))
     }
 }

@@ -39,9 +39,9 @@
 //!   `ws-symbolize` reads on its next batch. **Back-flow 2**: the
 //!   symbolizer asks, the agent answers a batch later. Each attach runs on
 //!   a short-lived `ws-jvm-attach` thread, ended by the attach time-outs.
-//! - `ws-push-build` and `ws-push-send` (`export::push`, `--push-url`):
-//!   started and stopped by `main`; they read [`Shared`] and hand requests
-//!   over through the pusher's outbox.
+//! - `ws-push-build`, `ws-push-sendN` and `ws-otlp-sendN` (`export::push`,
+//!   `--push-url`, `--otlp-url`): started and stopped by `main`; they read
+//!   [`Shared`] and hand requests over through each sink's outbox.
 //! - The HTTP runtime (tokio, `main`): serves `api` from [`Shared`];
 //!   queries run on its blocking pool, bounded by `api::limit`.
 //!

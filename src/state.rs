@@ -97,6 +97,8 @@ pub struct Shared {
     pub jvms: Arc<Jvms>,
     /// The Pyroscope pusher's counters, once it runs (`--push-url`).
     pub push: OnceLock<Arc<PushStats>>,
+    /// The OTLP sink's counters, once it runs (`--otlp-url`).
+    pub otlp: OnceLock<Arc<PushStats>>,
     /// The processes of the host, as the kernel's lifecycle events keep
     /// them: every stage asks it (and subscribes to its changes) rather
     /// than `/proc`.
@@ -120,6 +122,7 @@ impl Shared {
             attached,
             jvms: Arc::new(Jvms::default()),
             push: OnceLock::new(),
+            otlp: OnceLock::new(),
             processes: Arc::new(ProcessTable::default()),
             trace: OnceLock::new(),
         })

@@ -98,12 +98,9 @@ struct Mapped {
 static SMAPS: Mutex<Option<(Instant, Mapped)>> = Mutex::new(None);
 
 /// The memory report, from the store's published stats, the query bound
-/// and the push report; `None` if `/proc` cannot be read.
-pub fn report(
-    store: &StoreStats,
-    queries: &QueryStats,
-    push: Option<&PushReport>,
-) -> Option<Memory> {
+/// and the reports of the push sinks running; `None` if `/proc` cannot be
+/// read.
+pub fn report(store: &StoreStats, queries: &QueryStats, sinks: &[PushReport]) -> Option<Memory> {
     let status = own::status()?;
     let rss = Rss::of(&status);
     let rss_bytes = status.vm_rss.unwrap_or(rss.total_bytes());
@@ -152,10 +149,11 @@ pub fn report(
             queries.running as u64 * answer,
             Some(queries.max_running as u64 * answer),
         ),
+        // Every sink's outbox (Pyroscope, OTLP), each within the bound.
         holder(
             "push_outbox",
-            push.map_or(0, |p| p.queued_bytes),
-            Some(outbox::MAX_BYTES as u64),
+            sinks.iter().map(|p| p.queued_bytes).sum(),
+            Some(outbox::MAX_BYTES as u64 * sinks.len().max(1) as u64),
         ),
         // Drained rows not yet symbolized (an estimate that errs high).
         from_counter("batches", Holder::Batches),
@@ -214,7 +212,7 @@ mod tests {
             max_bytes: 4 << 20,
             ..StoreStats::default()
         };
-        let m = report(&store, &QueryStats::default(), None).unwrap();
+        let m = report(&store, &QueryStats::default(), &[]).unwrap();
         let names: Vec<&str> = m.holders.iter().map(|h| h.name).collect();
         assert_eq!(
             names,

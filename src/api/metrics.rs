@@ -218,12 +218,15 @@ pub fn render(shared: &Shared, queries: &QueryStats, now: SystemTime) -> String 
         }
     }
     memory_series(&mut out, &store, &health);
-    let push = shared.push.get().map(|p| p.report());
-    holder_series(&mut out, &store, queries, push.as_ref());
+    let sinks: Vec<PushReport> = [&shared.push, &shared.otlp]
+        .into_iter()
+        .filter_map(|s| s.get().map(|p| p.report()))
+        .collect();
+    holder_series(&mut out, &store, queries, &sinks);
     query_series(&mut out, queries);
     http_series(&mut out);
-    if let Some(push) = shared.push.get() {
-        push_series(&mut out, &push.report());
+    for sink in &sinks {
+        push_series(&mut out, sink);
     }
     out.0
 }
@@ -295,13 +298,8 @@ fn memory_series(out: &mut Out, store: &StoreStats, health: &Health) {
 }
 
 /// What each holder holds and its bound (`/healthz` `memory.holders`).
-fn holder_series(
-    out: &mut Out,
-    store: &StoreStats,
-    queries: &QueryStats,
-    push: Option<&PushReport>,
-) {
-    let Some(memory) = super::memory::report(store, queries, push) else {
+fn holder_series(out: &mut Out, store: &StoreStats, queries: &QueryStats, sinks: &[PushReport]) {
+    let Some(memory) = super::memory::report(store, queries, sinks) else {
         return;
     };
     let name = "wallscope_memory_holder_bytes";
@@ -348,36 +346,49 @@ fn http_series(out: &mut Out) {
     }
 }
 
-/// The Pyroscope pusher's counters (`--push-url`).
+/// A push sink's counters: `wallscope_push_*` for Pyroscope
+/// (`--push-url`), `wallscope_otlp_*` for OTLP (`--otlp-url`).
 fn push_series(out: &mut Out, r: &PushReport) {
-    let name = "wallscope_push_requests_total";
-    let help = "Requests to Pyroscope (one per process and interval): sent, and failed tries by reason (timeout, refused, http_4xx, http_5xx)";
-    out.family(name, "counter", help);
-    out.sample(name, &label("outcome", "sent"), r.sent_requests);
+    let (sink, server) = match r.sink {
+        "otlp" => ("otlp", "the OTLP receiver"),
+        _ => ("push", "Pyroscope"),
+    };
+    let name = format!("wallscope_{sink}_requests_total");
+    let help = format!("Requests to {server} (several processes each): sent, and failed tries by reason (timeout, refused, http_4xx, http_5xx)");
+    out.family(&name, "counter", &help);
+    out.sample(&name, &label("outcome", "sent"), r.sent_requests);
     for &f in Failure::ALL {
-        out.sample(name, &label("outcome", f.name()), r.failed.get(f));
+        out.sample(&name, &label("outcome", f.name()), r.failed.get(f));
     }
-    let name = "wallscope_push_profiles_total";
-    let help = "Profiles pushed to Pyroscope, refused as invalid (4xx but 429), and dropped unsent from the full queue";
-    out.family(name, "counter", help);
+    let name = format!("wallscope_{sink}_profiles_total");
+    let help = format!("Profiles pushed to {server}, refused as invalid (4xx but 429), and dropped unsent from the full queue");
+    out.family(&name, "counter", &help);
     for (outcome, n) in [
         ("sent", r.sent_profiles),
         ("rejected", r.rejected_profiles),
         ("dropped", r.dropped_profiles),
     ] {
-        out.sample(name, &label("outcome", outcome), n);
+        out.sample(&name, &label("outcome", outcome), n);
     }
-    let name = "wallscope_push_trimmed_samples_total";
-    let help = "Samples merged into [trimmed] to fit Pyroscope's limits";
-    out.family(name, "counter", help);
-    out.sample(name, "", r.trimmed_samples);
-    let name = "wallscope_push_queued_bytes";
-    out.family(name, "gauge", "Bytes of requests waiting to be pushed");
-    out.sample(name, "", r.queued_bytes);
+    let name = format!("wallscope_{sink}_trimmed_samples_total");
+    let help = format!("Samples merged into [trimmed] to fit the limits of {server}");
+    out.family(&name, "counter", &help);
+    out.sample(&name, "", r.trimmed_samples);
+    let name = format!("wallscope_{sink}_queued_bytes");
+    out.family(
+        &name,
+        "gauge",
+        &format!("Bytes of requests waiting to be pushed to {server}"),
+    );
+    out.sample(&name, "", r.queued_bytes);
     if let Some(t) = r.last_success_unix {
-        let name = "wallscope_push_last_success_timestamp_seconds";
-        out.family(name, "gauge", "When a push last succeeded (Unix time)");
-        out.sample(name, "", t);
+        let name = format!("wallscope_{sink}_last_success_timestamp_seconds");
+        out.family(
+            &name,
+            "gauge",
+            &format!("When a push to {server} last succeeded (Unix time)"),
+        );
+        out.sample(&name, "", t);
     }
 }
 

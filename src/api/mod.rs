@@ -148,6 +148,7 @@ async fn healthz(State(state): State<ApiState>) -> Json<serde_json::Value> {
     };
     let lost_samples = totals[Stat::CountsFull as usize];
     let push = shared.push.get().map(|p| p.report());
+    let otlp = shared.otlp.get().map(|p| p.report());
     let degraded = crate::untrusted::refusals::degraded();
     Json(json!({
         "status": if degraded.is_empty() { "ok" } else { "degraded" },
@@ -164,11 +165,12 @@ async fn healthz(State(state): State<ApiState>) -> Json<serde_json::Value> {
         "slices": store.slices,
         "stacks": store.stacks,
         "store": store,
-        "memory": memory::report(&store, &state.queries.stats(), push.as_ref()),
+        "memory": memory::report(&store, &state.queries.stats(), &push.iter().chain(&otlp).cloned().collect::<Vec<_>>()),
         "queries": state.queries.stats(),
         "http": server::STATS.snapshot(),
         "capabilities": crate::caps::report(),
         "push": push,
+        "otlp": otlp,
         "trace": shared.trace.get().map(|t| t.stats.report()),
     }))
 }

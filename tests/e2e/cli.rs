@@ -144,6 +144,17 @@ fn push_flags_are_checked_before_anything_loads() {
             "other users",
         ),
         (vec!["--push-label", "env=x"], "--push-url"),
+        // The interval, top and grace need a server to push to, either.
+        (vec!["--push-interval", "2s"], "--otlp-url"),
+        (vec!["--otlp-url", "ftp://host"], "only http and https"),
+        (
+            vec!["--otlp-url", url, "--otlp-token-file", exposed],
+            "other users",
+        ),
+        (
+            vec!["--otlp-url", url, "--push-label", "env=x"],
+            "--push-url",
+        ),
     ];
     let mut many = vec!["--push-url", url];
     many.extend(too_many.iter().map(String::as_str));

@@ -35,6 +35,7 @@ mod jvm_start;
 mod lifecycle;
 mod memory_bounds;
 mod offcpu;
+mod otlp;
 mod pid_reuse;
 mod pprof;
 mod push;

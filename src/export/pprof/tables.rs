@@ -52,6 +52,14 @@ impl FrameKind {
         }
     }
 
+    /// The kind whose mapping is named `name` ([`FrameKind::mapping_name`]).
+    pub fn of_mapping(name: &str) -> Option<FrameKind> {
+        FrameKind::ALL
+            .iter()
+            .copied()
+            .find(|k| k.mapping_name() == name)
+    }
+
     /// The kind of `frame` and its name without the suffix.
     pub fn split(frame: &str) -> (FrameKind, &str) {
         for &kind in FrameKind::ALL {
@@ -208,6 +216,9 @@ mod tests {
             FrameKind::split("[unattributed]"),
             (FrameKind::Synthetic, "[unattributed]")
         );
+        for &kind in FrameKind::ALL {
+            assert_eq!(FrameKind::of_mapping(kind.mapping_name()), Some(kind));
+        }
     }
 
     #[test]

@@ -1,31 +1,24 @@
-//! One interval's requests: for each of the busiest processes, its CPU
+//! Pyroscope's requests of an interval: for each chosen process, its CPU
 //! and off-CPU profiles of the window, fitted to Pyroscope's limits, as
 //! series of `PushRequest`s (several processes each: Pyroscope takes many
 //! series per call, and answers each call only after its ~500 ms flush).
 
-use std::{
-    collections::HashMap,
-    sync::Arc,
-    time::{Instant, SystemTime},
-};
-
 use prost::Message;
 
 use super::{
+    choose::{spread, Chosen},
     fit::{self, Trimmed},
     labels::SeriesLabels,
-    outbox::{Batch, Request},
+    outbox::Request,
     proto::{PushRequest, RawProfileSeries, RawSample},
-    service::ServiceNames,
+    Encode,
 };
 use crate::{
     bpf::abi::State,
     export::pprof::{self, Detail},
     profile::{
-        fair,
         kind::{Group, Kind},
-        query::{self, Filter},
-        rows::Names,
+        query::Filter,
         store::Snapshot,
         window::Window,
     },
@@ -37,10 +30,6 @@ pub const CPU_SERIES: &str = "process_cpu";
 /// The series of off-CPU time (runqueue, throttled, futex, io, sleep),
 /// each sample labelled with its `state`.
 pub const OFFCPU_SERIES: &str = "wallscope_offcpu";
-/// Processes pushed per interval by default, busiest (time on or waiting
-/// for a CPU, then wall time, in the interval) first, a fair share per
-/// user; kernel threads are left out.
-pub const DEFAULT_TOP: usize = 32;
 
 /// The series pushed for a process, and the kind each profiles.
 const SERIES: [(&str, Kind); 2] = [
@@ -53,102 +42,47 @@ const SERIES: [(&str, Kind); 2] = [
 /// HTTP server reads).
 pub const MAX_REQUEST_BYTES: usize = 4 << 20;
 
-/// A process pushed for an interval.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Chosen {
-    pub pid: u32,
-    pub service: String,
-    /// Its container's labels (none outside a container).
-    pub container: Vec<(&'static str, String)>,
-}
-
-/// What it takes to turn a window into requests.
+/// What it takes to turn the chosen processes into Pyroscope requests.
 pub struct Batcher {
     pub labels: SeriesLabels,
-    /// Processes per interval.
-    pub top: usize,
-    pub services: ServiceNames,
-    /// The user a process runs as ([`fair::user_of`]; tests give others).
-    pub user_of: fn(u32) -> Option<u32>,
     /// Requests sent at once: an interval's processes are spread over
     /// about this many requests, so that they all go out together.
     pub senders: usize,
 }
 
-impl Batcher {
-    /// The processes pushed for `window`: the busiest, kernel threads
-    /// left out, a fair share per user, each with its service name.
-    pub fn choose(&mut self, store: &Snapshot, window: Window) -> Vec<Chosen> {
-        let names = Names::of(store.within(window));
-        self.services.forget_ended();
-        // The window's start on the monotonic clock the process table keeps.
-        let ago = SystemTime::now()
-            .duration_since(window.from)
-            .unwrap_or_default();
-        let since = Instant::now().checked_sub(ago).unwrap_or_else(Instant::now);
-        let mut looked_at = Vec::new();
-        let mut services = HashMap::new();
-        for pid in query::busiest(store, window, fair::MAX_LOOKED_AT) {
-            looked_at.push(pid);
-            if let Some(service) = self.services.get(pid, names.process(pid), since) {
-                services.insert(pid, service);
-            }
-        }
-        let pushable: Vec<u32> = looked_at
-            .iter()
-            .copied()
-            .filter(|pid| services.contains_key(pid))
-            .collect();
-        fair::top(&pushable, self.top, &mut self.user_of)
-            .into_iter()
-            .filter_map(|pid| {
-                Some(Chosen {
-                    pid,
-                    service: services.remove(&pid)?,
-                    container: names.container(pid).map(|c| c.labels()).unwrap_or_default(),
-                })
-            })
-            .collect()
-    }
-
-    /// The requests of interval number `interval` over `window`: the
-    /// chosen processes' series spread over about [`Batcher::senders`]
-    /// requests of at most [`MAX_REQUEST_BYTES`], and what fitting them
-    /// trimmed.
-    pub fn requests(
+impl Encode for Batcher {
+    /// The chosen processes' series spread over about
+    /// [`Batcher::senders`] requests of at most [`MAX_REQUEST_BYTES`].
+    fn requests(
         &mut self,
         store: &Snapshot,
         window: Window,
+        chosen: &[Chosen],
         interval: u64,
     ) -> (Vec<Request>, Trimmed) {
-        let chosen = self.choose(store, window);
         let mut trimmed = Trimmed::default();
-        let per_request = chosen.len().div_ceil(self.senders.max(1)).max(1);
-        let mut packs: Vec<Pack> = Vec::new();
-        for c in &chosen {
-            let series = self.series(store, window, c, &mut trimmed);
-            if series.is_empty() {
-                continue;
-            }
-            let bytes: usize = series.iter().map(|s| s.encoded_len()).sum();
-            let fits = packs
-                .last()
-                .is_some_and(|p| p.processes < per_request && p.bytes + bytes <= MAX_REQUEST_BYTES);
-            if !fits {
-                packs.push(Pack::default());
-            }
-            if let Some(p) = packs.last_mut() {
-                p.add(&c.service, series, bytes);
-            }
-        }
-        let batch = Batch::new(packs.len());
-        let out = packs
-            .into_iter()
-            .map(|p| p.request(interval, batch.clone()))
+        let parts: Vec<_> = chosen
+            .iter()
+            .filter_map(|c| {
+                let series = self.series(store, window, c, &mut trimmed);
+                let bytes: usize = series.iter().map(|s| s.encoded_len()).sum();
+                (!series.is_empty()).then_some(((c.service.as_str(), series), bytes))
+            })
             .collect();
+        let packs = spread(parts, chosen.len(), self.senders, MAX_REQUEST_BYTES);
+        let out = Request::batch(packs, interval, |pack| {
+            let (services, series): (Vec<&str>, Vec<Vec<RawProfileSeries>>) =
+                pack.into_iter().unzip();
+            let series: Vec<RawProfileSeries> = series.into_iter().flatten().collect();
+            let profiles = series.len() as u64;
+            let body = PushRequest { series }.encode_to_vec();
+            (body, profiles, Request::services(&services))
+        });
         (out, trimmed)
     }
+}
 
+impl Batcher {
     /// Process `c`'s series over `window` (those with samples).
     fn series(
         &self,
@@ -190,42 +124,6 @@ impl Batcher {
     }
 }
 
-/// The series of the processes one request carries.
-#[derive(Default)]
-struct Pack {
-    series: Vec<RawProfileSeries>,
-    services: Vec<String>,
-    processes: usize,
-    bytes: usize,
-}
-
-impl Pack {
-    fn add(&mut self, service: &str, series: Vec<RawProfileSeries>, bytes: usize) {
-        self.series.extend(series);
-        self.services.push(service.to_string());
-        self.processes += 1;
-        self.bytes += bytes;
-    }
-
-    fn request(self, interval: u64, batch: Arc<Batch>) -> Request {
-        let service = match self.services.as_slice() {
-            [one] => one.clone(),
-            [first, rest @ ..] => format!("{first} and {} more", rest.len()),
-            [] => String::new(),
-        };
-        Request {
-            profiles: self.series.len() as u64,
-            body: PushRequest {
-                series: self.series,
-            }
-            .encode_to_vec(),
-            interval,
-            service,
-            batch,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::{
@@ -236,6 +134,8 @@ mod tests {
     };
 
     use super::*;
+    use crate::export::push::{choose::Chooser, service::ServiceNames};
+    use crate::profile::fair;
     use crate::profile::model::ThreadCounters;
     use crate::{
         collect::RawThread,
@@ -315,18 +215,21 @@ mod tests {
     fn a_request_per_busy_process_with_both_series() {
         let end = SystemTime::now();
         let window = Window::between(end - Duration::from_secs(2), end);
-        let mut batcher = Batcher {
-            labels: SeriesLabels::new(vec![("env".into(), "dev".into())], "box".into()).unwrap(),
+        let mut chooser = Chooser {
             top: 1,
             services: ServiceNames::new(&Arc::default()),
             user_of: fair::user_of,
+        };
+        let mut batcher = Batcher {
+            labels: SeriesLabels::new(vec![("env".into(), "dev".into())], "box".into()).unwrap(),
             senders: 4,
         };
         // A kernel thread with more wall time than the app; without one
         // in sight (a container), a process with less.
         let (k, k_wall) = kernel_thread().map_or((APP + 20, 5 * MS), |k| (k, 3000 * MS));
         let snapshot = store(end, k, k_wall).snapshot();
-        let (requests, trimmed) = batcher.requests(&snapshot, window, 7);
+        let chosen = chooser.choose(&snapshot, window);
+        let (requests, trimmed) = batcher.requests(&snapshot, window, &chosen, 7);
         assert_eq!(trimmed, Trimmed::default());
         // Kernel threads are not pushed; top 1 leaves the others out.
         assert_eq!(requests.len(), 1);
@@ -368,7 +271,8 @@ mod tests {
         assert_eq!(totals, want);
         // A window with nothing in it makes no requests.
         let empty = Window::between(end, end + Duration::from_secs(1));
-        assert!(batcher.requests(&snapshot, empty, 9).0.is_empty());
+        let chosen = chooser.choose(&snapshot, empty);
+        assert!(batcher.requests(&snapshot, empty, &chosen, 9).0.is_empty());
     }
 
     #[test]
@@ -395,14 +299,16 @@ mod tests {
         }
         let mut store = Store::new(Duration::from_secs(600));
         store.push(slice);
-        let mut batcher = Batcher {
-            labels: SeriesLabels::new(vec![], "box".into()).unwrap(),
+        let mut chooser = Chooser {
             top: 20,
             services: ServiceNames::new(&Arc::default()),
             user_of: |pid| Some(if pid >= CROWD { 65534 } else { 0 }),
+        };
+        let mut batcher = Batcher {
+            labels: SeriesLabels::new(vec![], "box".into()).unwrap(),
             senders: 4,
         };
-        let chosen = batcher.choose(&store.snapshot(), window);
+        let chosen = chooser.choose(&store.snapshot(), window);
         let services: Vec<&str> = chosen.iter().map(|c| c.service.as_str()).collect();
         assert_eq!(services.len(), 20);
         assert!(
@@ -411,7 +317,7 @@ mod tests {
         );
         // Twenty processes over four senders: four requests of five
         // processes' series each, every process once.
-        let (requests, _) = batcher.requests(&store.snapshot(), window, 1);
+        let (requests, _) = batcher.requests(&store.snapshot(), window, &chosen, 1);
         assert_eq!(requests.len(), 4);
         let mut pushed = Vec::new();
         for r in &requests {

@@ -1,20 +1,26 @@
-//! Pushing profiles to Grafana Pyroscope (`--push-url`), as its Push API
-//! takes them: every interval, for each of the busiest processes, a
-//! `process_cpu` and a `wallscope_offcpu` profile of that interval, gzip'd
-//! pprof in a protobuf `PushRequest`, `POST /push.v1.PusherService/Push`.
+//! Pushing profiles to servers, each a [`Sink`]: Grafana Pyroscope
+//! (`--push-url`), as its Push API takes them (every interval, for each of
+//! the busiest processes, a `process_cpu` and a `wallscope_offcpu` profile
+//! of that interval, gzip'd pprof in a protobuf `PushRequest`,
+//! `POST /push.v1.PusherService/Push`), and OpenTelemetry profiles over
+//! OTLP/HTTP (`--otlp-url`, [`crate::export::otlp`]).
 //!
-//! Threads of its own, so that nothing else waits on the server: one takes
+//! Threads of its own, so that nothing else waits on a server: one takes
 //! a snapshot of the store every interval (the store's lock is held to
-//! copy its list of slices), builds the profiles and queues them in an
-//! [`outbox::Outbox`]; [`SENDERS`] others send them (blocking HTTP,
-//! [`send`]), retrying with backoff. Pyroscope answers a push only after
-//! its ~500 ms flush, so an interval's processes go in a few requests of
-//! many series, sent at once. A hung server holds only the senders.
+//! copy its list of slices), chooses the processes once ([`Chooser`]), so
+//! that every sink gets the same ones over the same window, and has each
+//! sink encode its requests ([`Encode`]) into its own
+//! [`outbox::Outbox`]; [`SENDERS`] others per sink send them (blocking
+//! HTTP, [`send`]), retrying with backoff. Pyroscope answers a push only
+//! after its ~500 ms flush, so an interval's processes go in a few
+//! requests of many series, sent at once. A hung server holds only its
+//! sink's senders.
 //!
 //! On shutdown ([`Pusher::stop`]) the interval in progress is built and
 //! sent with what is queued, within a grace (`--push-grace`).
 
 pub mod batch;
+pub mod choose;
 pub mod fit;
 pub mod labels;
 pub mod outbox;
@@ -24,7 +30,7 @@ pub mod service;
 pub mod stats;
 
 use std::{
-    sync::Arc,
+    sync::{Arc, OnceLock},
     thread::{self, JoinHandle},
     time::{Duration, Instant, SystemTime},
 };
@@ -32,16 +38,23 @@ use std::{
 use url::Url;
 
 use batch::Batcher;
-pub use batch::{CPU_SERIES, DEFAULT_TOP, OFFCPU_SERIES};
+pub use batch::{CPU_SERIES, OFFCPU_SERIES};
+pub use choose::{Chooser, Chosen, DEFAULT_TOP};
+use fit::Trimmed;
 pub use labels::SeriesLabels;
-use outbox::{Backoff, Outbox};
-use send::Client;
+use outbox::{Backoff, Outbox, Request};
+use send::{Client, Protocol};
 use service::ServiceNames;
 pub use stats::{PushReport, PushStats};
 
-use crate::{pipeline::priority, profile::window::Window, state::Shared, token::Token};
+use crate::{
+    pipeline::priority,
+    profile::{store::Snapshot, window::Window},
+    state::Shared,
+    token::Token,
+};
 
-/// Requests in flight at once.
+/// Requests in flight at once, per sink.
 pub const SENDERS: usize = 4;
 /// Default `--push-grace`: how long shutdown waits to send the last
 /// interval and what is queued.
@@ -54,23 +67,89 @@ pub const MAX_GRACE: Duration = Duration::from_secs(60);
 pub const MIN_INTERVAL: Duration = Duration::from_secs(1);
 pub const MAX_INTERVAL: Duration = Duration::from_secs(600);
 
-/// How and where to push.
-#[derive(Debug, Clone)]
-pub struct PushOptions {
+/// Turns an interval's chosen processes into one sink's requests.
+pub trait Encode: Send {
+    /// The requests of interval number `interval` over `window` for the
+    /// `chosen` processes (those with samples), and what fitting them to
+    /// the server's limits trimmed.
+    fn requests(
+        &mut self,
+        store: &Snapshot,
+        window: Window,
+        chosen: &[Chosen],
+        interval: u64,
+    ) -> (Vec<Request>, Trimmed);
+}
+
+/// The kinds of server profiles go to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SinkKind {
+    /// Grafana Pyroscope's Push API (`--push-url`).
+    Pyroscope,
+    /// OpenTelemetry profiles over OTLP/HTTP (`--otlp-url`).
+    Otlp,
+}
+
+impl SinkKind {
+    /// Its key in `/healthz`, the prefix of its `/metrics`
+    /// (`wallscope_NAME_*`) and its threads' names.
+    pub fn name(self) -> &'static str {
+        match self {
+            SinkKind::Pyroscope => "push",
+            SinkKind::Otlp => "otlp",
+        }
+    }
+
+    /// Where its counters are published.
+    fn slot(self, shared: &Shared) -> &OnceLock<Arc<PushStats>> {
+        match self {
+            SinkKind::Pyroscope => &shared.push,
+            SinkKind::Otlp => &shared.otlp,
+        }
+    }
+}
+
+/// One destination of the profiles: its server, how requests are encoded
+/// and sent there.
+pub struct Sink {
+    pub kind: SinkKind,
     /// The server (`http` or `https`, no password).
     pub url: Url,
-    pub interval: Duration,
-    /// The series labels, `--push-label`s included.
-    pub labels: SeriesLabels,
     pub token: Option<Token>,
+    pub protocol: Protocol,
+    pub encoder: Box<dyn Encode>,
+}
+
+impl Sink {
+    /// Pyroscope at `url`, its series labelled with `labels`.
+    pub fn pyroscope(url: Url, labels: SeriesLabels, token: Option<Token>) -> Sink {
+        Sink {
+            kind: SinkKind::Pyroscope,
+            url,
+            token,
+            protocol: send::PYROSCOPE,
+            encoder: Box::new(Batcher {
+                labels,
+                senders: SENDERS,
+            }),
+        }
+    }
+}
+
+/// How often and how much to push, and where.
+pub struct PushOptions {
+    pub interval: Duration,
     /// Processes per interval.
     pub top: usize,
     /// How long shutdown goes on sending ([`Pusher::stop`]).
     pub grace: Duration,
+    /// Every sink gets the same processes' profiles of the same windows.
+    pub sinks: Vec<Sink>,
 }
 
-/// Checks a `--push-url`: http or https, a host, no password in it (it
-/// would show in `ps` and `/healthz`: use `--push-token-file`).
+/// Checks a `--push-url` or `--otlp-url`: http or https, a host, no
+/// password in it (it would show in `ps` and `/healthz`: use
+/// `--push-token-file`).
 pub fn parse_url(arg: &str) -> Result<Url, String> {
     let url = Url::parse(arg).map_err(|e| format!("`{arg}`: {e}"))?;
     if !matches!(url.scheme(), "http" | "https") {
@@ -82,7 +161,7 @@ pub fn parse_url(arg: &str) -> Result<Url, String> {
     if url.password().is_some() {
         return Err(
             "the URL holds a password: give the user in the URL and the password with \
-             --push-token-file"
+             --push-token-file (--otlp-token-file for --otlp-url)"
                 .into(),
         );
     }
@@ -113,70 +192,100 @@ pub fn parse_interval(arg: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-/// The running pusher.
-pub struct Pusher {
+/// A sink's queue and counters.
+struct Running {
     outbox: Arc<Outbox>,
     stats: Arc<PushStats>,
+    server: &'static str,
+}
+
+/// The running pusher.
+pub struct Pusher {
+    sinks: Vec<Running>,
     threads: Vec<JoinHandle<()>>,
 }
 
+fn spawn(name: &str, f: Box<dyn FnOnce() + Send>) -> Result<JoinHandle<()>, String> {
+    thread::Builder::new()
+        .name(name.into())
+        .spawn(f)
+        .map_err(|e| format!("starting the {name} thread: {e}"))
+}
+
 impl Pusher {
-    /// Starts pushing what `shared`'s store records from now on. Its
-    /// counters go in `shared.push`.
+    /// Starts pushing what `shared`'s store records from now on to every
+    /// sink. Each sink's counters go in `shared.push` or `shared.otlp`.
     pub fn start(shared: Arc<Shared>, opts: PushOptions) -> Result<Pusher, String> {
-        let client = Client::new(&opts.url, opts.token.as_ref());
-        let mut shown = opts.url.clone();
-        let _ = shown.set_username("");
-        let stats = Arc::new(PushStats::new(
-            shown.to_string(),
-            opts.interval.as_secs_f64(),
-            SENDERS as u64,
-        ));
-        let _ = shared.push.set(stats.clone());
-        let outbox = Arc::new(Outbox::default());
-        let batcher = Batcher {
-            labels: opts.labels,
+        let mut pusher = Pusher {
+            sinks: Vec::new(),
+            threads: Vec::new(),
+        };
+        let mut building = Vec::new();
+        for sink in opts.sinks {
+            let client = Arc::new(Client::new(&sink.url, sink.token.as_ref(), sink.protocol));
+            let mut shown = sink.url.clone();
+            let _ = shown.set_username("");
+            let name = sink.kind.name();
+            let stats = Arc::new(PushStats::new(
+                name,
+                shown.to_string(),
+                opts.interval.as_secs_f64(),
+                SENDERS as u64,
+            ));
+            let _ = sink.kind.slot(&shared).set(stats.clone());
+            let outbox = Arc::new(Outbox::default());
+            pusher.sinks.push(Running {
+                outbox: outbox.clone(),
+                stats: stats.clone(),
+                server: sink.protocol.server,
+            });
+            for n in 0..SENDERS {
+                let (client, out, counts) = (client.clone(), outbox.clone(), stats.clone());
+                let mut backoff = Backoff::new(opts.interval);
+                let sender = spawn(
+                    &format!("ws-{name}-send{n}"),
+                    Box::new(move || send::run(&client, &out, &counts, &mut backoff)),
+                );
+                match sender {
+                    Ok(s) => pusher.threads.push(s),
+                    Err(e) => {
+                        pusher.abandon();
+                        return Err(e);
+                    }
+                }
+            }
+            tracing::info!(url = %shown, interval = ?opts.interval, "pushing profiles to {}", sink.protocol.server);
+            building.push(Building {
+                encoder: sink.encoder,
+                outbox,
+                stats,
+            });
+        }
+        let chooser = Chooser {
             top: opts.top,
             services: ServiceNames::new(&shared.processes),
             user_of: crate::profile::fair::user_of,
-            senders: SENDERS,
         };
-        let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
-            thread::Builder::new()
-                .name(name.into())
-                .spawn(f)
-                .map_err(|e| format!("starting the {name} thread: {e}"))
-        };
-        let builder = {
-            let (outbox, stats, interval) = (outbox.clone(), stats.clone(), opts.interval);
-            spawn(
-                "ws-push-build",
-                Box::new(move || build_loop(&shared, batcher, &outbox, &stats, interval)),
-            )?
-        };
-        let mut threads = vec![builder];
-        let client = Arc::new(client);
-        for n in 0..SENDERS {
-            let (client, out, counts) = (client.clone(), outbox.clone(), stats.clone());
-            let mut backoff = Backoff::new(opts.interval);
-            let sender = spawn(
-                &format!("ws-push-send{n}"),
-                Box::new(move || send::run(&client, &out, &counts, &mut backoff)),
-            );
-            match sender {
-                Ok(s) => threads.push(s),
-                Err(e) => {
-                    outbox.stop(&stats);
-                    return Err(e);
-                }
+        let interval = opts.interval;
+        let builder = spawn(
+            "ws-push-build",
+            Box::new(move || build_loop(&shared, chooser, building, interval)),
+        );
+        match builder {
+            Ok(b) => pusher.threads.push(b),
+            Err(e) => {
+                pusher.abandon();
+                return Err(e);
             }
         }
-        tracing::info!(url = %shown, interval = ?opts.interval, "pushing profiles to Pyroscope");
-        Ok(Pusher {
-            outbox,
-            stats,
-            threads,
-        })
+        Ok(pusher)
+    }
+
+    /// Stops the sinks' senders at once (a thread could not start).
+    fn abandon(&self) {
+        for s in &self.sinks {
+            s.outbox.stop(&s.stats);
+        }
     }
 
     /// Stops pushing: the interval in progress is built and sent with
@@ -185,20 +294,29 @@ impl Pusher {
     /// with the process); what was not sent is counted as dropped.
     pub fn stop(self, grace: Duration) {
         let deadline = Instant::now() + grace;
-        self.outbox.close(deadline);
+        for s in &self.sinks {
+            s.outbox.close(deadline);
+        }
         let done = |threads: &[JoinHandle<()>]| threads.iter().all(|t| t.is_finished());
         while Instant::now() < deadline && !done(&self.threads) {
             thread::sleep(Duration::from_millis(10));
         }
-        self.outbox.stop(&self.stats);
-        let r = self.stats.report();
-        if r.dropped_profiles > 0 || !done(&self.threads) {
-            tracing::warn!(
-                dropped_profiles = r.dropped_profiles,
-                "pushing stopped after {grace:?} with profiles unsent"
-            );
-        } else {
-            tracing::info!(sent_requests = r.sent_requests, "pushed the last interval");
+        for s in &self.sinks {
+            s.outbox.stop(&s.stats);
+            let r = s.stats.report();
+            if r.dropped_profiles > 0 || !done(&self.threads) {
+                tracing::warn!(
+                    dropped_profiles = r.dropped_profiles,
+                    "pushing to {} stopped after {grace:?} with profiles unsent",
+                    s.server
+                );
+            } else {
+                tracing::info!(
+                    sent_requests = r.sent_requests,
+                    "pushed the last interval to {}",
+                    s.server
+                );
+            }
         }
         for t in self.threads.into_iter().filter(|t| t.is_finished()) {
             let _ = t.join();
@@ -206,26 +324,32 @@ impl Pusher {
     }
 }
 
+/// A sink as the builder sees it.
+struct Building {
+    encoder: Box<dyn Encode>,
+    outbox: Arc<Outbox>,
+    stats: Arc<PushStats>,
+}
+
 /// Every `interval`: the window from the end of the last one to the end
 /// of the newest slice (every slice that ends in it is in the store by
 /// then, so windows tile time and none is pushed twice or missed),
 /// turned into requests and queued.
-fn build_loop(
-    shared: &Shared,
-    mut batcher: Batcher,
-    outbox: &Outbox,
-    stats: &PushStats,
-    interval: Duration,
-) {
+fn build_loop(shared: &Shared, mut chooser: Chooser, mut sinks: Vec<Building>, interval: Duration) {
     // Building profiles is a query over the store, but one that must keep
     // pace with the interval on a saturated host (see PUSH_NICE).
     priority::raise_worker(priority::PUSH_NICE);
+    // Every sink's outbox closes at once (Pusher::stop): the first one's
+    // pause stands for all.
+    let Some(first) = sinks.first().map(|s| s.outbox.clone()) else {
+        return;
+    };
     let mut from = SystemTime::now();
     let mut next = Instant::now() + interval;
     let mut number = 0;
     loop {
-        let running = outbox.pause(next.saturating_duration_since(Instant::now()));
-        if !running && !outbox.closing() {
+        let running = first.pause(next.saturating_duration_since(Instant::now()));
+        if !running && !first.closing() {
             return;
         }
         let now = Instant::now();
@@ -243,21 +367,28 @@ fn build_loop(
         if let Some(until) = store.all().map(|s| s.end).max().filter(|u| *u > from) {
             let started = Instant::now();
             number += 1;
-            let (requests, trimmed) =
-                batcher.requests(&store, Window::between(from, until), number);
+            let window = Window::between(from, until);
+            let chosen = chooser.choose(&store, window);
+            let chose = started.elapsed();
             from = until;
-            {
-                let mut r = stats.lock();
-                r.intervals += 1;
-                r.trimmed_samples += trimmed.samples;
-                r.trimmed_ns += trimmed.ns;
-                r.last_build_s = started.elapsed().as_secs_f64();
+            for sink in &mut sinks {
+                let built = Instant::now();
+                let (requests, trimmed) = sink.encoder.requests(&store, window, &chosen, number);
+                {
+                    let mut r = sink.stats.lock();
+                    r.intervals += 1;
+                    r.trimmed_samples += trimmed.samples;
+                    r.trimmed_ns += trimmed.ns;
+                    r.last_build_s = (chose + built.elapsed()).as_secs_f64();
+                }
+                sink.outbox.add(requests, &sink.stats);
             }
-            outbox.add(requests, stats);
         }
         drop(store);
         if !running {
-            outbox.complete();
+            for sink in &sinks {
+                sink.outbox.complete();
+            }
             return;
         }
     }

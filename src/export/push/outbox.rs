@@ -36,6 +36,42 @@ pub struct Request {
     pub batch: Arc<Batch>,
 }
 
+impl Request {
+    /// An interval's requests, one per pack of processes: `encode` gives
+    /// a pack's body, how many profiles it holds, and its services
+    /// ([`Request::services`]).
+    pub fn batch<T>(
+        packs: Vec<T>,
+        interval: u64,
+        mut encode: impl FnMut(T) -> (Vec<u8>, u64, String),
+    ) -> Vec<Request> {
+        let batch = Batch::new(packs.len());
+        packs
+            .into_iter()
+            .map(|pack| {
+                let (body, profiles, service) = encode(pack);
+                Request {
+                    body,
+                    profiles,
+                    interval,
+                    service,
+                    batch: batch.clone(),
+                }
+            })
+            .collect()
+    }
+
+    /// The services of a request's processes, as log lines name them:
+    /// `app`, or `app and 3 more`.
+    pub fn services(services: &[&str]) -> String {
+        match services {
+            [one] => one.to_string(),
+            [first, rest @ ..] => format!("{first} and {} more", rest.len()),
+            [] => String::new(),
+        }
+    }
+}
+
 /// An interval's requests: when they were queued and how many are not
 /// settled yet (sent, refused or dropped).
 #[derive(Debug)]

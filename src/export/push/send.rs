@@ -1,6 +1,6 @@
-//! Sending `PushRequest`s over HTTP as Pyroscope's connect-go server takes
-//! them (unary call, binary protobuf body), with timeouts, and the thread
-//! that empties the [`Outbox`].
+//! Sending encoded requests over HTTP as the server's [`Protocol`] says
+//! (Pyroscope's connect-go unary call, or OTLP/HTTP protobuf), with
+//! timeouts, and the threads that empty an [`Outbox`].
 
 use std::{io::Read, time::Duration};
 
@@ -15,6 +15,27 @@ use crate::token::Token;
 
 /// The Push API's path below the server's URL.
 pub const PUSH_PATH: &str = "push.v1.PusherService/Push";
+
+/// How a kind of server takes requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Protocol {
+    /// The server's kind, for log lines (`pushing to NAME fails`).
+    pub server: &'static str,
+    /// The path below the server's URL.
+    pub path: &'static str,
+    /// Headers every request carries (the content type among them).
+    pub headers: &'static [(&'static str, &'static str)],
+}
+
+/// Pyroscope's Push API: a connect-go unary call, binary protobuf.
+pub const PYROSCOPE: Protocol = Protocol {
+    server: "Pyroscope",
+    path: PUSH_PATH,
+    headers: &[
+        ("Content-Type", "application/proto"),
+        ("Connect-Protocol-Version", "1"),
+    ],
+};
 /// Longest a request may take in all (connecting, sending, answer); also
 /// the bound on connecting and on each read and write.
 pub const TIMEOUT: Duration = Duration::from_secs(10);
@@ -40,9 +61,10 @@ impl SendError {
     }
 }
 
-/// An HTTP client for one Pyroscope server.
+/// An HTTP client for one server.
 pub struct Client {
     agent: ureq::Agent,
+    protocol: Protocol,
     endpoint: String,
     authorization: Option<String>,
 }
@@ -52,12 +74,12 @@ impl Client {
     /// prefix). With `token`: `Authorization: Bearer TOKEN`, or, when the
     /// URL names a user (`https://USER@host`), basic auth with the token as
     /// the password (as Grafana Cloud wants).
-    pub fn new(base: &Url, token: Option<&Token>) -> Client {
+    pub fn new(base: &Url, token: Option<&Token>, protocol: Protocol) -> Client {
         let user = base.username().to_string();
         let mut plain = base.clone();
         // The user goes in the header; the URL (shown in /healthz) has none.
         let _ = plain.set_username("");
-        let endpoint = format!("{}/{PUSH_PATH}", plain.as_str().trim_end_matches('/'));
+        let endpoint = format!("{}/{}", plain.as_str().trim_end_matches('/'), protocol.path);
         let authorization = match (token, user.is_empty()) {
             (Some(t), true) => Some(format!("Bearer {}", t.text())),
             (Some(t), false) => Some(basic(&user, t.text())),
@@ -73,6 +95,7 @@ impl Client {
             .build();
         Client {
             agent,
+            protocol,
             endpoint,
             authorization,
         }
@@ -83,13 +106,17 @@ impl Client {
         &self.endpoint
     }
 
-    /// Posts one encoded `PushRequest`.
+    /// The kind of server it talks to.
+    pub fn protocol(&self) -> Protocol {
+        self.protocol
+    }
+
+    /// Posts one encoded request.
     pub fn send(&self, body: &[u8]) -> Result<(), SendError> {
-        let mut request = self
-            .agent
-            .post(&self.endpoint)
-            .set("Content-Type", "application/proto")
-            .set("Connect-Protocol-Version", "1");
+        let mut request = self.agent.post(&self.endpoint);
+        for (name, value) in self.protocol.headers {
+            request = request.set(name, value);
+        }
         if let Some(auth) = &self.authorization {
             request = request.set("Authorization", auth);
         }
@@ -178,6 +205,7 @@ fn classify(e: ureq::Error) -> SendError {
 /// every failed request.
 pub fn run(client: &Client, outbox: &Outbox, stats: &PushStats, backoff: &mut Backoff) {
     let mut failing = false;
+    let server = client.protocol().server;
     while let Some(request) = outbox.take(stats) {
         let e = match client.send(&request.body) {
             Ok(()) => {
@@ -185,7 +213,7 @@ pub fn run(client: &Client, outbox: &Outbox, stats: &PushStats, backoff: &mut Ba
                 settled(&request, stats);
                 backoff.reset();
                 if std::mem::take(&mut failing) {
-                    tracing::info!("pushing to Pyroscope works again");
+                    tracing::info!("pushing to {server} works again");
                 }
                 continue;
             }
@@ -198,8 +226,9 @@ pub fn run(client: &Client, outbox: &Outbox, stats: &PushStats, backoff: &mut Ba
             tracing::warn!(
                 service = %request.service,
                 error = %e.message,
-                "pushing to Pyroscope fails; {} (counted in /healthz push)",
-                if retry { "retrying with backoff" } else { "the refused profiles are dropped" }
+                "pushing to {server} fails; {} (counted in /healthz {})",
+                if retry { "retrying with backoff" } else { "the refused profiles are dropped" },
+                stats.report().sink,
             );
         }
         if !retry {
@@ -233,20 +262,26 @@ mod tests {
     fn endpoints_and_credentials() {
         let token = Token::new("s3cret").unwrap();
         let url = |u: &str| Url::parse(u).unwrap();
-        let c = Client::new(&url("http://localhost:4040"), Some(&token));
+        let c = Client::new(&url("http://localhost:4040"), Some(&token), PYROSCOPE);
         assert_eq!(
             c.endpoint(),
             "http://localhost:4040/push.v1.PusherService/Push"
         );
         assert_eq!(c.authorization.as_deref(), Some("Bearer s3cret"));
-        let c = Client::new(&url("https://1234@p.example.net/prefix/"), Some(&token));
+        let c = Client::new(
+            &url("https://1234@p.example.net/prefix/"),
+            Some(&token),
+            PYROSCOPE,
+        );
         assert_eq!(
             c.endpoint(),
             "https://p.example.net/prefix/push.v1.PusherService/Push"
         );
         // base64("1234:s3cret")
         assert_eq!(c.authorization.as_deref(), Some("Basic MTIzNDpzM2NyZXQ="));
-        assert!(Client::new(&url("http://h/"), None).authorization.is_none());
+        assert!(Client::new(&url("http://h/"), None, PYROSCOPE)
+            .authorization
+            .is_none());
     }
 
     #[test]
@@ -263,7 +298,7 @@ mod tests {
         assert!(!status(400).retry());
         assert!(status(429).retry() && status(503).retry());
         // Nothing listens on port 1 of loopback: refused at once.
-        let c = Client::new(&Url::parse("http://127.0.0.1:1").unwrap(), None);
+        let c = Client::new(&Url::parse("http://127.0.0.1:1").unwrap(), None, PYROSCOPE);
         let e = c.send(b"").unwrap_err();
         assert_eq!(e.failure, Failure::Refused, "{e:?}");
         assert!(e.retry());

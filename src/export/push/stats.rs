@@ -1,5 +1,6 @@
-//! What the pusher reports in `/healthz` (`push`) and `/metrics`
-//! (`wallscope_push_*`).
+//! What each of the pusher's sinks reports in `/healthz` (`push` for
+//! Pyroscope, `otlp`) and `/metrics` (`wallscope_push_*`,
+//! `wallscope_otlp_*`).
 
 use std::{
     sync::{Mutex, MutexGuard},
@@ -69,6 +70,9 @@ impl Failed {
 /// The pusher's counters since start.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct PushReport {
+    /// The sink's name in `/healthz` and `/metrics` (`push`, `otlp`).
+    #[serde(skip)]
+    pub sink: &'static str,
     /// Where profiles go (without credentials).
     pub url: String,
     pub interval_s: f64,
@@ -123,9 +127,10 @@ pub struct IntervalSent {
 pub struct PushStats(Mutex<PushReport>);
 
 impl PushStats {
-    /// Counters for pushes to `url` every `interval_s`.
-    pub fn new(url: String, interval_s: f64, senders: u64) -> PushStats {
+    /// Counters of sink `sink` for pushes to `url` every `interval_s`.
+    pub fn new(sink: &'static str, url: String, interval_s: f64, senders: u64) -> PushStats {
         PushStats(Mutex::new(PushReport {
+            sink,
             url,
             interval_s,
             senders,
@@ -171,7 +176,7 @@ mod tests {
 
     #[test]
     fn failures_count_by_reason() {
-        let stats = PushStats::new("http://x/".into(), 15.0, 4);
+        let stats = PushStats::new("push", "http://x/".into(), 15.0, 4);
         stats.failed(Failure::Http5xx, "503".into(), 0);
         stats.failed(Failure::Http4xx, "400".into(), 2);
         stats.failed(Failure::Timeout, "slow".into(), 0);

@@ -10,6 +10,7 @@ pub mod fixture;
 pub mod java;
 pub mod java_frames;
 pub mod kernel;
+pub mod otlp;
 pub mod pyroscope;
 pub mod rows;
 pub mod users;

@@ -288,7 +288,7 @@ fn serve(conn: TcpStream, state: &Mutex<State>) {
 }
 
 /// The request line, headers (names lowercased) and body.
-fn read_request(
+pub fn read_request(
     reader: &mut BufReader<TcpStream>,
 ) -> Option<(String, BTreeMap<String, String>, Vec<u8>)> {
     let mut line = String::new();
