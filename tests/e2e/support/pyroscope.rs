@@ -99,6 +99,7 @@ struct State {
 #[derive(Debug, Clone, Copy)]
 pub struct Pace {
     pub requests: u64,
+    pub in_flight: u64,
     pub max_in_flight: u64,
 }
 
@@ -176,6 +177,7 @@ impl Pyroscope {
         let s = self.lock();
         Pace {
             requests: s.requests.values().sum(),
+            in_flight: s.in_flight,
             max_in_flight: s.max_in_flight,
         }
     }
