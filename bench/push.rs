@@ -6,7 +6,8 @@
 //! same runs against a server that answers at once give the side-by-side
 //! ratio.
 //!
-//! Figures per run: requests per interval, the interval's send time (from
+//! Figures per run: requests per interval, the share of the time the
+//! server had a request in flight, the interval's send time (from
 //! queueing its requests to the last answer: `/healthz`
 //! `push.last_interval.send_s`, read every interval) as median and max
 //! and as a share of the interval, requests in flight at most (seen by
@@ -49,6 +50,9 @@ struct Pace {
     requests: u64,
     in_flight: u64,
     max_in_flight: u64,
+    /// Time with a request in flight: since when, and in all.
+    busy_since: Option<Instant>,
+    busy: Duration,
 }
 
 fn serve(delay: Duration) -> Result<(u16, Arc<Mutex<Pace>>)> {
@@ -91,9 +95,17 @@ fn answer(conn: TcpStream, delay: Duration, pace: &Mutex<Pace>) {
         p.requests += 1;
         p.in_flight += 1;
         p.max_in_flight = p.max_in_flight.max(p.in_flight);
+        p.busy_since.get_or_insert_with(Instant::now);
     }
     thread::sleep(delay);
-    pace.lock().unwrap().in_flight -= 1;
+    let mut p = pace.lock().unwrap();
+    p.in_flight -= 1;
+    if p.in_flight == 0 {
+        if let Some(since) = p.busy_since.take() {
+            p.busy += since.elapsed();
+        }
+    }
+    drop(p);
     let mut conn = conn;
     let _ = conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
 }
@@ -103,6 +115,8 @@ fn answer(conn: TcpStream, delay: Duration, pace: &Mutex<Pace>) {
 struct Run {
     intervals: u64,
     requests: u64,
+    /// Share of the measured time the server had a request in flight.
+    server_busy: f64,
     send_s: Vec<f64>,
     max_in_flight: u64,
     max_queued: u64,
@@ -131,10 +145,15 @@ fn measure(daemon: &Path, top: u64, flush: Duration, intervals: u64, log: &Path)
         ensure!(Instant::now() < deadline, "nothing pushed in 180 s");
         thread::sleep(Duration::from_millis(200));
     };
-    let (start_intervals, start_requests) = (
-        first["intervals"].as_u64().unwrap_or(0),
-        pace.lock().unwrap().requests,
-    );
+    let (start_intervals, start_requests, start_busy) = {
+        let p = pace.lock().unwrap();
+        (
+            first["intervals"].as_u64().unwrap_or(0),
+            p.requests,
+            p.busy + p.busy_since.map_or(Duration::ZERO, |s| s.elapsed()),
+        )
+    };
+    let started = Instant::now();
     let mut send_s = Vec::new();
     let mut seen = start_intervals;
     let last = loop {
@@ -151,7 +170,14 @@ fn measure(daemon: &Path, top: u64, flush: Duration, intervals: u64, log: &Path)
             break p;
         }
     };
-    let requests = pace.lock().unwrap().requests - start_requests;
+    let (requests, server_busy) = {
+        let p = pace.lock().unwrap();
+        let busy = p.busy + p.busy_since.map_or(Duration::ZERO, |s| s.elapsed()) - start_busy;
+        (
+            p.requests - start_requests,
+            busy.as_secs_f64() / started.elapsed().as_secs_f64(),
+        )
+    };
     let stopped = Instant::now();
     guard.stop(libc::SIGTERM)?;
     let exit_s = stopped.elapsed().as_secs_f64();
@@ -159,6 +185,7 @@ fn measure(daemon: &Path, top: u64, flush: Duration, intervals: u64, log: &Path)
     Ok(Run {
         intervals,
         requests,
+        server_busy,
         send_s,
         max_in_flight,
         max_queued: last["max_queued_requests"].as_u64().unwrap_or(0),
@@ -203,16 +230,21 @@ fn run() -> Result<()> {
                 let log = tmp.path().join("daemon.log");
                 let r = measure(daemon, top, delay, intervals, &log)?;
                 println!("{name} top {top} server {delay:?}: {r:?}");
-                let med = median(r.send_s.iter().copied()).unwrap_or(f64::NAN);
-                let max = r.send_s.iter().copied().fold(0.0, f64::max);
+                // An older daemon may not report its send times.
+                let med = median(r.send_s.iter().copied());
+                let max = r.send_s.iter().copied().reduce(f64::max);
+                let secs = |s: Option<f64>| s.map_or("-".to_string(), |s| format!("{s:.2} s"));
                 rows.push(vec![
                     name.clone(),
                     top.to_string(),
                     format!("{} ms", delay.as_millis()),
                     format!("{:.1}", r.requests as f64 / r.intervals as f64),
-                    format!("{med:.2} s"),
-                    format!("{max:.2} s"),
-                    format!("{:.0} %", 100.0 * max / INTERVAL_S as f64),
+                    format!("{:.0} %", 100.0 * r.server_busy),
+                    secs(med),
+                    secs(max),
+                    max.map_or("-".into(), |m| {
+                        format!("{:.0} %", 100.0 * m / INTERVAL_S as f64)
+                    }),
                     r.max_in_flight.to_string(),
                     r.max_queued.to_string(),
                     r.dropped.to_string(),
@@ -231,13 +263,16 @@ fn run() -> Result<()> {
          delay given (a real Pyroscope answers after its ~500 ms flush), and the \
          same runs against one that answers at once. Send time: from queueing an \
          interval's requests to the last answer (`/healthz` \
-         `push.last_interval.send_s`). Written by `cargo bench --bench push`.\n\n{}\n",
+         `push.last_interval.send_s`; an older daemon does not report it). \
+         Server busy: the share of the time the server had a request in \
+         flight. Written by `cargo bench --bench push`.\n\n{}\n",
         table(
             &[
                 "daemon",
                 "--push-top",
                 "server",
                 "requests / interval",
+                "server busy",
                 "send time (median)",
                 "send time (max)",
                 "max / interval",
