@@ -149,7 +149,7 @@ async fn processes_and_healthz_are_json() {
         v,
         serde_json::json!([{"pid": GONE_PID, "comm": "app", "cpu_us": 7000, "time": {
             "cpu_us": 0, "runqueue_us": 0, "throttled_us": 0, "futex_us": 0, "io_us": 0,
-            "sleep_us": 0, "blocked_us": 0, "wall_us": 0
+            "sleep_us": 0, "blocked_us": 0, "active_us": 0, "wall_us": 0
         }}]),
         "no thread totals in this store: sampled CPU only"
     );
