@@ -302,3 +302,7 @@ fn duration(us: u64) -> String {
         format!("{:.1} ms", us as f64 / 1e3)
     }
 }
+
+#[cfg(test)]
+#[path = "host_tests.rs"]
+mod tests;

@@ -86,7 +86,41 @@ pub fn strips(store: &Snapshot, window: Window) -> HashMap<u32, String> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::{Duration, SystemTime};
+
     use super::*;
+    use crate::profile::model::{store::Store, RawThread, Slice, ThreadCounters};
+
+    /// A 30 s window of one process that ran, then waited on a futex for
+    /// its last 10 s: the strip's last third says so.
+    #[test]
+    fn a_stall_shows_where_it_happened() {
+        let end = SystemTime::UNIX_EPOCH + Duration::from_secs(1000);
+        let mut store = Store::new(Duration::from_secs(600));
+        for s in 0..30u64 {
+            let until = end - Duration::from_secs(29 - s);
+            let mut slice = Slice::empty(until - Duration::from_secs(1), until);
+            let state = if s < 20 { State::Cpu } else { State::Futex };
+            let mut counters = ThreadCounters::default();
+            counters.ns[state as usize] = 1_000_000_000;
+            slice.thread_totals = vec![RawThread {
+                tid: 7,
+                pid: 7,
+                comm: String::new(),
+                counters,
+            }];
+            store.push(slice);
+        }
+        let strips = strips(&store.snapshot(), Window::last(30, end));
+        assert_eq!(strips[&7], format!("{}{}", "c".repeat(20), "f".repeat(10)));
+        // A window twice as long: the first half had nothing recorded.
+        let strips = strips_of(&store, Window::last(60, end));
+        assert_eq!(strips, format!("{}{}{}", ".".repeat(15), "c".repeat(10), "f".repeat(5)));
+    }
+
+    fn strips_of(store: &Store, window: Window) -> String {
+        strips(&store.snapshot(), window).remove(&7).unwrap()
+    }
 
     fn ns(pairs: &[(State, u64)]) -> [u64; State::COUNT] {
         let mut ns = [0; State::COUNT];
