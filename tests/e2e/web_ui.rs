@@ -8,9 +8,9 @@ use std::{path::PathBuf, thread, time::Duration};
 use crate::support::{browser::Browser, *};
 use serde_json::Value;
 
-const LOAD: Duration = Duration::from_secs(60);
+pub(crate) const LOAD: Duration = Duration::from_secs(60);
 
-fn artifact(name: &str) -> PathBuf {
+pub(crate) fn artifact(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("target/ui-artifacts/{name}.png"))
 }
 

@@ -15,12 +15,7 @@ use crate::support::{
     rows::{json_at, within},
     *,
 };
-
-const LOAD: Duration = Duration::from_secs(60);
-
-fn artifact(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("target/ui-artifacts/{name}.png"))
-}
+use crate::web_ui::{artifact, LOAD};
 
 /// Starts `hung SECONDS 1`: one waiter on the lock; returns once every
 /// thread is in place.

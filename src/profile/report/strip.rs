@@ -115,7 +115,10 @@ mod tests {
         assert_eq!(strips[&7], format!("{}{}", "c".repeat(20), "f".repeat(10)));
         // A window twice as long: the first half had nothing recorded.
         let strips = strips_of(&store, Window::last(60, end));
-        assert_eq!(strips, format!("{}{}{}", ".".repeat(15), "c".repeat(10), "f".repeat(5)));
+        assert_eq!(
+            strips,
+            format!("{}{}{}", ".".repeat(15), "c".repeat(10), "f".repeat(5))
+        );
     }
 
     fn strips_of(store: &Store, window: Window) -> String {
