@@ -37,6 +37,13 @@ fn held_up_threads_are_io_locks_and_joins_of_user_processes() {
             thread(4, State::Futex, 5, &lock),
             thread(5, State::Sleep, 100, &["main", "epoll_wait"]),
             thread(6, State::Futex, 40, &lock),
+            // glibc's internal name, which reads as wait machinery.
+            thread(
+                7,
+                State::Futex,
+                12,
+                &["main", "take", "___pthread_mutex_lock", "[syscall futex]"],
+            ),
         ],
         ..LiveView::default()
     };
@@ -51,13 +58,16 @@ fn held_up_threads_are_io_locks_and_joins_of_user_processes() {
         },
     );
     assert_eq!(stuck.min_s, 10);
-    assert_eq!(stuck.threads, 2);
+    assert_eq!(stuck.threads, 3);
     let listed: Vec<(u32, &str, usize, f64)> = stuck
         .processes
         .iter()
         .map(|p| (p.pid, p.comm.as_str(), p.threads, p.longest_s))
         .collect();
-    assert_eq!(listed, [(1, "hung", 1, 30.0), (2, "", 1, 15.0)]);
+    assert_eq!(
+        listed,
+        [(1, "hung", 1, 30.0), (2, "", 1, 15.0), (7, "", 1, 12.0)]
+    );
     // Only threads in I/O need the kernel's word.
     assert_eq!(asked, [2, 3]);
 }

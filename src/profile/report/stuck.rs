@@ -147,6 +147,21 @@ fn waits_on_others(at: &str) -> bool {
     WAITS_ON_OTHERS.iter().any(|w| at.contains(w))
 }
 
+/// Whether a thread's stack (innermost first) waits in a lock or a join:
+/// named among the wait machinery's frames (glibc's `___pthread_mutex_lock`
+/// reads as machinery), or where [`place_in`] finds it waits.
+fn in_lock_or_join(stack: &[String]) -> bool {
+    for f in stack {
+        if waits_on_others(plain(f)) {
+            return true;
+        }
+        if !is_machinery(f) {
+            break;
+        }
+    }
+    place_in(stack).0.is_some_and(|at| waits_on_others(&at))
+}
+
 /// Whether a thread blocked in `state` with `stack` (innermost frame
 /// first) is held up by another thread or a device: in I/O, or on a futex
 /// in a lock or a join. A pool waiting for work, a poll or a timer is at
@@ -154,7 +169,7 @@ fn waits_on_others(at: &str) -> bool {
 pub fn held_up(state: State, stack: &[String]) -> bool {
     match state {
         State::Io => true,
-        State::Futex => place_in(stack).0.is_some_and(|at| waits_on_others(&at)),
+        State::Futex => in_lock_or_join(stack),
         _ => false,
     }
 }
