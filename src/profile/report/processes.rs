@@ -36,7 +36,7 @@ pub enum SortBy {
 
 impl SortBy {
     /// Every order, as the API lists them: sampled CPU, the other states
-    /// ([`STATES_CPU_FIRST`]), then the unions.
+    /// ([`STATES_CPU_FIRST`]), then the unions (`blocked`, `wall`, `active`).
     pub const ALL: [SortBy; State::COUNT + 3] = {
         let mut all = [SortBy::Wall; State::COUNT + 3];
         // STATES_CPU_FIRST[0] is the CPU: sampled, it is `SortBy::Cpu`.
