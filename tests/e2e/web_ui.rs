@@ -14,6 +14,15 @@ pub(crate) fn artifact(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("target/ui-artifacts/{name}.png"))
 }
 
+/// CPUs online, as the kernel's account lists them.
+pub(crate) fn online_cpus() -> usize {
+    std::fs::read_to_string("/proc/stat")
+        .unwrap()
+        .lines()
+        .filter(|l| l.starts_with("cpu") && !l.starts_with("cpu "))
+        .count()
+}
+
 /// Waits until the process page has loaded every panel (again, after
 /// `since`, the previous load's mark).
 fn loaded(b: &mut Browser, since: &Value) -> Value {
@@ -87,11 +96,7 @@ fn the_pages_show_threads_timeline_flame_graph_and_runqueue() {
     // The summary line has the kernel's CPU count, and the threads pinned
     // four to a CPU lead the processes that waited for one, kept off it
     // by each other.
-    let online = std::fs::read_to_string("/proc/stat")
-        .unwrap()
-        .lines()
-        .filter(|l| l.starts_with("cpu") && !l.starts_with("cpu "))
-        .count();
+    let online = online_cpus();
     let summary = b.wait_for(
         "the host summary",
         "document.getElementById('host').dataset.state === 'ready' && [document.getElementById('host-summary').dataset.cpus, document.getElementById('host-summary').textContent]",

@@ -15,7 +15,7 @@ use crate::support::{
     rows::{json_at, within},
     *,
 };
-use crate::web_ui::{artifact, LOAD};
+use crate::web_ui::{artifact, online_cpus, LOAD};
 
 /// Starts `hung SECONDS 1`: one waiter on the lock; returns once every
 /// thread is in place.
@@ -116,11 +116,7 @@ fn the_host_page_leads_with_busy_starved_and_blocked_processes() {
         assert!(strip.contains('c') || strip.contains('r'), "{pid}: {strip}");
     }
 
-    let online = std::fs::read_to_string("/proc/stat")
-        .unwrap()
-        .lines()
-        .filter(|l| l.starts_with("cpu") && !l.starts_with("cpu "))
-        .count();
+    let online = online_cpus();
     let line = b.eval("document.getElementById('host-summary').textContent");
     let line = line.as_str().unwrap();
     assert!(line.starts_with(&format!("{online} CPUs · ")), "{line}");
