@@ -18,9 +18,12 @@ use super::{
     queries::{json_or_text, over_snapshot, window, with_recorded, with_window},
     ApiState,
 };
-use crate::profile::{
-    host::{self, CpuUse},
-    model::{store::Snapshot, window::Window},
+use crate::{
+    process::status,
+    profile::{
+        host::{self, CpuUse},
+        model::{store::Snapshot, window::Window},
+    },
 };
 
 /// Headers that carry the host's CPU count and utilisation in the window
@@ -47,7 +50,8 @@ pub(super) async fn host(
         let recorded = store.recorded(window, SystemTime::now());
         let sees = |pid| authority::sees(authority, pid);
         let cpus = host::online_cpus();
-        let report = host::report(store, window, cpus, recorded.seconds, history_s, sees);
+        let mut report = host::report(store, window, cpus, recorded.seconds, history_s, sees);
+        report.stuck = host::stuck_now(store.live(), sees, status::is_kernel_thread);
         (report, recorded)
     })
     .await?;

@@ -19,9 +19,13 @@ use super::{
     queries::{jvm_report, over_snapshot, window, with_recorded, with_window},
     ApiState,
 };
-use crate::profile::{
-    groups::{self, GroupBy},
-    processes::{self, SortBy},
+use crate::{
+    process::status,
+    profile::{
+        groups::{self, GroupBy},
+        processes::{self, SortBy},
+        strip,
+    },
 };
 
 /// `/processes`: every process recorded in the window, or for a local user
@@ -32,13 +36,17 @@ pub(super) async fn processes(
     RawQuery(q): RawQuery,
 ) -> Result<Response, ApiError> {
     let authority = authority.map_or(Authority::Open, |a| a.0);
-    let p = Params::parse(q.as_deref(), &with_window(&["sort", "comm", "group"]))?;
+    let p = Params::parse(
+        q.as_deref(),
+        &with_window(&["sort", "comm", "group", "strip"]),
+    )?;
     let window = window(&p, &state.shared)?;
     let sort = p
         .choice("sort", &SortBy::names())?
         .and_then(SortBy::parse)
         .unwrap_or(SortBy::Cpu);
     let comm = p.text("comm").map(str::to_string);
+    let with_strips = p.choice("strip", &["0", "1"])? == Some("1");
     if let Some(by) = p.choice("group", &GroupBy::NAMES)? {
         let by: GroupBy = by.parse().expect("a listed name");
         let (rows, recorded) = over_snapshot(&state, move |store| {
@@ -55,12 +63,19 @@ pub(super) async fn processes(
     let (mut rows, recorded) = over_snapshot(&state, move |store| {
         let mut rows = processes::processes(store, window, sort, comm.as_deref());
         rows.retain(|row| authority::sees(authority, row.pid));
+        if with_strips {
+            let mut strips = strip::strips(store, window);
+            for row in &mut rows {
+                row.strip = strips.remove(&row.pid);
+            }
+        }
         let cpu = host::cpu_use(store, window);
         (rows, (store.recorded(window, SystemTime::now()), cpu))
     })
     .await?;
     for row in &mut rows {
         row.jvm = jvm_report(&state.shared, row.pid);
+        row.kernel = status::is_kernel_thread(row.pid);
     }
     let response = with_recorded(Json(rows).into_response(), &recorded.0);
     Ok(host::with_cpu_use(response, &recorded.1))

@@ -3,6 +3,8 @@
 //! nothing fetched from elsewhere. Written without third-party JavaScript:
 //! a flame graph, a timeline and tables are a few hundred lines each.
 
+use std::collections::BTreeMap;
+
 use axum::{
     extract::Path,
     http::{header, StatusCode},
@@ -14,7 +16,7 @@ use serde::Serialize;
 use super::error::ApiError;
 use crate::profile::{
     model::kind::{Group, Kind, STATES_CPU_FIRST},
-    report::processes::SortBy,
+    report::{processes::SortBy, strip},
 };
 
 const HOST_PAGE: &str = include_str!("../../web/index.html");
@@ -60,6 +62,8 @@ pub struct Meta {
     pub groups: Vec<&'static str>,
     /// `/processes` orders (`sort=`).
     pub sorts: Vec<&'static str>,
+    /// The letters of `/processes?strip=1`, by the state each stands for.
+    pub strip_letters: BTreeMap<char, &'static str>,
 }
 
 impl Meta {
@@ -70,6 +74,10 @@ impl Meta {
             kinds: Kind::names().to_vec(),
             groups: Group::names(),
             sorts: SortBy::names().to_vec(),
+            strip_letters: STATES_CPU_FIRST
+                .iter()
+                .map(|s| (strip::letter(*s), s.name()))
+                .collect(),
         }
     }
 }

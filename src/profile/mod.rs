@@ -9,5 +9,5 @@ pub mod report;
 pub use model::{kind, live, size, store, window, *};
 pub use report::{
     blocked, cgroup_list, culprits, fair, gil, groups, hist, host, processes, query, render, rows,
-    runqueue, sleeps, stuck, threads, timeline, truncate,
+    runqueue, sleeps, strip, stuck, threads, timeline, truncate,
 };

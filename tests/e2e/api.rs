@@ -149,7 +149,7 @@ async fn processes_and_healthz_are_json() {
         v,
         serde_json::json!([{"pid": GONE_PID, "comm": "app", "cpu_us": 7000, "time": {
             "cpu_us": 0, "runqueue_us": 0, "throttled_us": 0, "futex_us": 0, "io_us": 0,
-            "sleep_us": 0, "blocked_us": 0, "wall_us": 0
+            "sleep_us": 0, "blocked_us": 0, "active_us": 0, "wall_us": 0
         }}]),
         "no thread totals in this store: sampled CPU only"
     );
@@ -546,4 +546,41 @@ async fn metrics_parse_as_prometheus_text() {
     unique.dedup();
     assert_eq!(unique.len(), typed.len(), "no family twice");
     assert!(scrape.docs.contains_key(states) && scrape.docs.contains_key(latency));
+}
+
+#[tokio::test]
+async fn processes_strip_marks_each_thirtieth_of_the_window() {
+    let (status, _, body) = call_metrics_app("/processes?seconds=30&strip=1&sort=active").await;
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let rows = v.as_array().unwrap();
+    let busy = rows.iter().find(|r| r["pid"] == BUSY_PID).unwrap();
+    // Its one slice in the window ended a second ago: one stretch near the
+    // end, CPU before the rest.
+    let strip = busy["strip"].as_str().unwrap();
+    assert_eq!(strip.len(), 30, "{strip}");
+    assert_eq!(strip.replace('.', ""), "c", "{strip}");
+    assert!(strip.rfind('c') >= Some(27), "{strip}");
+    // Active: cpu + runqueue + throttled + io.
+    let t = &busy["time"];
+    let active = ["cpu_us", "runqueue_us", "throttled_us", "io_us"]
+        .iter()
+        .map(|k| t[k].as_u64().unwrap())
+        .sum::<u64>();
+    assert_eq!(t["active_us"].as_u64(), Some(active), "{t}");
+    let (status, _, body) = call_metrics_app("/processes?seconds=30").await;
+    assert_eq!(status, 200);
+    assert!(!body.contains("\"strip\""), "{body}");
+    let (status, _, body) = call_metrics_app("/processes?strip=yes").await;
+    assert_eq!(status, 400, "{body}");
+    assert!(error_of(&body).contains("strip"), "{body}");
+
+    // `/host` says how many threads are held up now: none without a drain.
+    let (status, _, body) = call_metrics_app("/host?seconds=30").await;
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        v["stuck"],
+        serde_json::json!({"min_s": 10, "threads": 0, "processes": []})
+    );
 }

@@ -59,6 +59,12 @@ async fn meta_lists_the_apis_names_and_the_scripts_read_it() {
     assert_eq!(list("kinds"), Kind::names());
     assert_eq!(list("groups"), Group::names());
     assert_eq!(list("sorts"), SortBy::names());
+    // The strip's letters: one per state, each state once.
+    let letters = meta["strip_letters"].as_object().unwrap();
+    let mut named: Vec<&str> = letters.values().map(|v| v.as_str().unwrap()).collect();
+    named.sort();
+    assert_eq!(named, want);
+    assert!(letters.keys().all(|k| k.len() == 1), "{letters:?}");
     for name in list("kinds") {
         let (status, _, body) = call(&format!("/folded?kind={name}&seconds=30")).await;
         assert_eq!(status, 200, "{name}: {body}");

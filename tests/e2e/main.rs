@@ -54,3 +54,4 @@ mod trace;
 mod unwind;
 mod unwind_crowded;
 mod web_ui;
+mod web_ui_host;

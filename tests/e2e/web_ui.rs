@@ -8,10 +8,19 @@ use std::{path::PathBuf, thread, time::Duration};
 use crate::support::{browser::Browser, *};
 use serde_json::Value;
 
-const LOAD: Duration = Duration::from_secs(60);
+pub(crate) const LOAD: Duration = Duration::from_secs(60);
 
-fn artifact(name: &str) -> PathBuf {
+pub(crate) fn artifact(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("target/ui-artifacts/{name}.png"))
+}
+
+/// CPUs online, as the kernel's account lists them.
+pub(crate) fn online_cpus() -> usize {
+    std::fs::read_to_string("/proc/stat")
+        .unwrap()
+        .lines()
+        .filter(|l| l.starts_with("cpu") && !l.starts_with("cpu "))
+        .count()
 }
 
 /// Waits until the process page has loaded every panel (again, after
@@ -87,11 +96,7 @@ fn the_pages_show_threads_timeline_flame_graph_and_runqueue() {
     // The summary line has the kernel's CPU count, and the threads pinned
     // four to a CPU lead the processes that waited for one, kept off it
     // by each other.
-    let online = std::fs::read_to_string("/proc/stat")
-        .unwrap()
-        .lines()
-        .filter(|l| l.starts_with("cpu") && !l.starts_with("cpu "))
-        .count();
+    let online = online_cpus();
     let summary = b.wait_for(
         "the host summary",
         "document.getElementById('host').dataset.state === 'ready' && [document.getElementById('host-summary').dataset.cpus, document.getElementById('host-summary').textContent]",

@@ -1,7 +1,7 @@
 // A hung lock, as in an incident: the holder takes a mutex, then blocks
 // reading a pipe nobody writes; four waiters pile up on the mutex; a
 // bystander burns CPU (so the kernel's account has something to agree with).
-// Usage: hung SECONDS. Prints "ready <pid>", then "holder <tid>" and
+// Usage: hung SECONDS [WAITERS] (4 waiters by default, at most 4). Prints "ready <pid>", then "holder <tid>" and
 // "waiter <tid>" lines once every thread is in place; after SECONDS the main
 // thread writes the pipe and everything ends, each thread printing its
 // kernel account (account.h).
@@ -15,7 +15,7 @@
 
 #include "account.h"
 
-#define WAITERS 4
+#define MAX_WAITERS 4
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_barrier_t placed;
@@ -81,7 +81,11 @@ static void *bystander(void *arg)
 int main(int argc, char **argv)
 {
 	int seconds = argc > 1 ? atoi(argv[1]) : 60;
-	pthread_t threads[WAITERS + 2];
+	int waiters = argc > 2 ? atoi(argv[2]) : MAX_WAITERS;
+	pthread_t threads[MAX_WAITERS + 2];
+
+	if (waiters < 1 || waiters > MAX_WAITERS)
+		return 2;
 
 	if (pipe(pipefd))
 		return 1;
@@ -92,18 +96,18 @@ int main(int argc, char **argv)
 	pthread_create(&threads[0], NULL, holder, NULL);
 	pthread_barrier_wait(&placed);
 	pthread_barrier_destroy(&placed);
-	pthread_barrier_init(&placed, NULL, WAITERS + 1);
-	for (int i = 0; i < WAITERS; i++)
+	pthread_barrier_init(&placed, NULL, waiters + 1);
+	for (int i = 0; i < waiters; i++)
 		pthread_create(&threads[i + 1], NULL, waiter, NULL);
 	pthread_barrier_wait(&placed);
-	pthread_create(&threads[WAITERS + 1], NULL, bystander, NULL);
+	pthread_create(&threads[waiters + 1], NULL, bystander, NULL);
 	printf("placed\n");
 	fflush(stdout);
 	sleep(seconds);
 	if (write(pipefd[1], "x", 1) != 1)
 		return 1;
 	stop = 1;
-	for (int i = 0; i < WAITERS + 2; i++)
+	for (int i = 0; i < waiters + 2; i++)
 		pthread_join(threads[i], NULL);
 	print_account();
 	return 0;

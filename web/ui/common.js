@@ -12,6 +12,8 @@ const WS = (() => {
   const KINDS = [];
   const GROUPS = [];
   const SORTS = [];
+  /** `/processes?strip=1` letters, by the state each stands for. */
+  const STRIP_LETTERS = {};
   const WINDOWS = [["30", "30 s"], ["60", "1 min"], ["300", "5 min"], ["600", "10 min"]];
 
   /** The page's view: its query string, which is what a pasted link keeps. */
@@ -268,11 +270,12 @@ const WS = (() => {
     KINDS.push(...meta.kinds);
     GROUPS.push(...meta.groups);
     SORTS.push(...meta.sorts);
+    Object.assign(STRIP_LETTERS, meta.strip_letters);
   });
   ready.catch((e) => document.body.prepend(el("p", { className: "panel-error", textContent: e.message })));
 
   return {
-    STATES, KINDS, GROUPS, SORTS, ready, view, setView, windowQuery, describeWindow, resolutionNote, query, getJSON, getText, panel,
+    STATES, KINDS, GROUPS, SORTS, STRIP_LETTERS, ready, view, setView, windowQuery, describeWindow, resolutionNote, query, getJSON, getText, panel,
     ms, pct, dominant, stateBar, legend, el, sizeCanvas, windowPicker, autoRefresh, sortable,
   };
 })();

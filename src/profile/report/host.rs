@@ -2,7 +2,7 @@
 //! how long threads waited for them, which cgroups ran out of quota, and
 //! which processes waited most for a CPU with who kept it from them.
 
-use std::fmt::Write as _;
+use std::{collections::HashMap, fmt::Write as _, time::Duration};
 
 use serde::Serialize;
 
@@ -10,17 +10,24 @@ use super::{
     culprits::{self, Culprit},
     processes::{self, SortBy},
     query::ns_to_us,
-    runqueue,
+    runqueue, stuck,
 };
 use crate::{
     bpf::abi::State,
-    profile::model::{store::Snapshot, window::Window},
+    profile::model::{live::LiveView, store::Snapshot, window::Window},
 };
 
 /// Processes listed as waiting most for a CPU.
 pub const STARVED: usize = 5;
 /// Culprits listed per such process (and a `[rest]`).
 const CULPRITS: usize = 3;
+/// How long a thread has been held up before the summary counts it.
+pub const STUCK_MIN: Duration = Duration::from_secs(10);
+/// Processes listed with held-up threads.
+pub const STUCK_PROCESSES: usize = 10;
+/// Processes whose kernel-thread flag one report reads, at most (each is a
+/// read of `/proc`); past that, threads in I/O are counted as they are.
+const KERNEL_CHECKS: usize = 256;
 
 /// CPU time of every thread in a window, over the time it spans.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -48,6 +55,30 @@ pub struct Starved {
     pub kept_off_cpu_by: Vec<Culprit>,
 }
 
+/// A process with threads held up now (see [`stuck_now`]).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct StuckProcess {
+    pub pid: u32,
+    pub comm: String,
+    /// Its threads held up for at least [`STUCK_MIN`].
+    pub threads: usize,
+    /// The longest of them, in seconds.
+    pub longest_s: f64,
+}
+
+/// Threads held up at the last drain: blocked for at least [`STUCK_MIN`]
+/// in I/O, or on a futex in a lock or a join ([`stuck::held_up`]); kernel
+/// threads and threads waiting for work, a poll or a timer are not.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct StuckNow {
+    pub min_s: u64,
+    /// Every such thread of the host (of the processes the asker sees).
+    pub threads: usize,
+    /// Their processes, most such threads first, at most
+    /// [`STUCK_PROCESSES`].
+    pub processes: Vec<StuckProcess>,
+}
+
 /// What `/host` answers.
 #[derive(Debug, Clone, Serialize)]
 pub struct HostReport {
@@ -70,6 +101,8 @@ pub struct HostReport {
     /// The processes that waited most for a CPU, most first (those the
     /// asker may see), at most [`STARVED`].
     pub starved: Vec<Starved>,
+    /// Threads held up now.
+    pub stuck: StuckNow,
 }
 
 /// CPUs online (1 if the kernel will not say).
@@ -148,13 +181,74 @@ pub fn report(
         history_s,
         retention_s: store.retention().as_secs(),
         starved,
+        stuck: StuckNow::default(),
+    }
+}
+
+/// The threads of `live` held up for at least [`STUCK_MIN`], of the
+/// processes `sees` lets the asker see; `is_kernel` says whether a pid is
+/// a kernel thread (asked only of threads in I/O: a kernel thread never
+/// waits on a futex).
+pub fn stuck_now(
+    live: &LiveView,
+    sees: impl Fn(u32) -> bool,
+    mut is_kernel: impl FnMut(u32) -> bool,
+) -> StuckNow {
+    let mut kernel: HashMap<u32, bool> = HashMap::new();
+    let mut by_pid: HashMap<u32, StuckProcess> = HashMap::new();
+    let mut threads = 0;
+    for t in live.threads.iter().filter(|t| t.in_state >= STUCK_MIN) {
+        if !matches!(t.state, State::Io | State::Futex) || !sees(t.pid) {
+            continue;
+        }
+        if t.state == State::Io {
+            let room = kernel.len() < KERNEL_CHECKS;
+            let is = match kernel.get(&t.pid) {
+                Some(is) => *is,
+                None if room => *kernel.entry(t.pid).or_insert_with(|| is_kernel(t.pid)),
+                None => false,
+            };
+            if is {
+                continue;
+            }
+        }
+        let stack: Vec<String> = t.stack.iter().rev().map(|f| f.to_string()).collect();
+        if !stuck::held_up(t.state, &stack) {
+            continue;
+        }
+        threads += 1;
+        let p = by_pid.entry(t.pid).or_insert_with(|| StuckProcess {
+            pid: t.pid,
+            comm: live
+                .processes
+                .get(&t.pid)
+                .map(|n| n.to_string())
+                .unwrap_or_default(),
+            threads: 0,
+            longest_s: 0.0,
+        });
+        p.threads += 1;
+        p.longest_s = p.longest_s.max(t.in_state.as_secs_f64().round());
+    }
+    let mut processes: Vec<StuckProcess> = by_pid.into_values().collect();
+    processes.sort_by(|a, b| {
+        b.threads
+            .cmp(&a.threads)
+            .then(b.longest_s.total_cmp(&a.longest_s))
+            .then(a.pid.cmp(&b.pid))
+    });
+    processes.truncate(STUCK_PROCESSES);
+    StuckNow {
+        min_s: STUCK_MIN.as_secs(),
+        threads,
+        processes,
     }
 }
 
 /// The report as text: the summary line, then the starved processes.
 pub fn render_text(r: &HostReport) -> String {
     let mut out = format!(
-        "host, {}: {} CPUs, {:.0}% busy, runqueue p99 {:.1} ms ({} waits, {} in all), {} cgroups throttled, history {} of {} s\n",
+        "host, {}: {} CPUs, {:.0}% busy, runqueue p99 {:.1} ms ({} waits, {} in all), {} cgroups throttled, {} threads held up > {} s, history {} of {} s\n",
         r.window,
         r.cpu.cpus,
         r.cpu.utilization * 100.0,
@@ -162,9 +256,18 @@ pub fn render_text(r: &HostReport) -> String {
         r.runqueue_waits,
         duration(r.runqueue_us),
         r.throttled_cgroups,
+        r.stuck.threads,
+        r.stuck.min_s,
         r.history_s,
         r.retention_s,
     );
+    for p in &r.stuck.processes {
+        let _ = writeln!(
+            out,
+            "held up now: {} (pid {}): {} threads, longest {} s",
+            p.comm, p.pid, p.threads, p.longest_s
+        );
+    }
     if r.starved.is_empty() {
         return out;
     }
@@ -199,3 +302,7 @@ fn duration(us: u64) -> String {
         format!("{:.1} ms", us as f64 / 1e3)
     }
 }
+
+#[cfg(test)]
+#[path = "host_tests.rs"]
+mod tests;

@@ -16,6 +16,7 @@ pub mod render;
 pub mod rows;
 pub mod runqueue;
 pub mod sleeps;
+pub mod strip;
 pub mod stuck;
 pub mod threads;
 pub mod timeline;

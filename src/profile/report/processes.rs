@@ -27,13 +27,18 @@ pub enum SortBy {
     Blocked,
     /// Every state together.
     Wall,
+    /// Time that is not plain idle: CPU, runqueue, throttled and I/O, then
+    /// (between equals, such as processes that only wait) futex: a busy or
+    /// starved process comes before one with many idle threads. The web
+    /// UI's default.
+    Active,
 }
 
 impl SortBy {
     /// Every order, as the API lists them: sampled CPU, the other states
-    /// ([`STATES_CPU_FIRST`]), then the unions.
-    pub const ALL: [SortBy; State::COUNT + 2] = {
-        let mut all = [SortBy::Wall; State::COUNT + 2];
+    /// ([`STATES_CPU_FIRST`]), then the unions (`blocked`, `wall`, `active`).
+    pub const ALL: [SortBy; State::COUNT + 3] = {
+        let mut all = [SortBy::Wall; State::COUNT + 3];
         // STATES_CPU_FIRST[0] is the CPU: sampled, it is `SortBy::Cpu`.
         let mut i = 1;
         while i < State::COUNT {
@@ -42,6 +47,7 @@ impl SortBy {
         }
         all[0] = SortBy::Cpu;
         all[i] = SortBy::Blocked;
+        all[i + 2] = SortBy::Active;
         all
     };
 
@@ -54,7 +60,7 @@ impl SortBy {
     }
 
     /// Names accepted by the API, in [`SortBy::ALL`] order.
-    pub fn names() -> [&'static str; State::COUNT + 2] {
+    pub fn names() -> [&'static str; State::COUNT + 3] {
         SortBy::ALL.map(SortBy::name)
     }
 
@@ -63,13 +69,14 @@ impl SortBy {
         SortBy::ALL.into_iter().find(|s| s.name() == name)
     }
 
-    fn key(self, row: &ProcessSummary) -> u64 {
+    fn key(self, row: &ProcessSummary) -> u128 {
         self.key_of(row.cpu_us, &row.time)
     }
 
-    /// The value sorted on, of a row with sampled CPU `cpu_us` and `time`.
-    pub(super) fn key_of(self, cpu_us: u64, time: &StateTimes) -> u64 {
-        match self {
+    /// The value sorted on, of a row with sampled CPU `cpu_us` and `time`
+    /// (wide enough for [`SortBy::Active`]'s two figures).
+    pub(super) fn key_of(self, cpu_us: u64, time: &StateTimes) -> u128 {
+        let figure = match self {
             SortBy::Cpu => cpu_us,
             SortBy::State(State::Cpu) => time.cpu_us,
             SortBy::State(State::Runqueue) => time.runqueue_us,
@@ -79,7 +86,11 @@ impl SortBy {
             SortBy::State(State::Sleep) => time.sleep_us,
             SortBy::Blocked => time.blocked_us,
             SortBy::Wall => time.wall_us,
-        }
+            SortBy::Active => {
+                return (u128::from(time.active_us) << 64) | u128::from(time.futex_us);
+            }
+        };
+        u128::from(figure)
     }
 }
 
@@ -95,6 +106,8 @@ pub struct StateTimes {
     pub sleep_us: u64,
     /// `futex_us + io_us + sleep_us`.
     pub blocked_us: u64,
+    /// `cpu_us + runqueue_us + throttled_us + io_us`: not idle, not parked.
+    pub active_us: u64,
     pub wall_us: u64,
 }
 
@@ -110,6 +123,12 @@ impl StateTimes {
             sleep_us: us(State::Sleep),
             blocked_us: ns_to_us(
                 ns[State::Futex as usize] + ns[State::Io as usize] + ns[State::Sleep as usize],
+            ),
+            active_us: ns_to_us(
+                [State::Cpu, State::Runqueue, State::Throttled, State::Io]
+                    .iter()
+                    .map(|s| ns[*s as usize])
+                    .sum(),
             ),
             wall_us: ns_to_us(ns.iter().sum()),
         }
@@ -131,6 +150,13 @@ pub struct ProcessSummary {
     /// Its container and pod, when it runs in one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub container: Option<Arc<Container>>,
+    /// A kernel thread (set by the API, which reads `/proc`; sent when true).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub kernel: bool,
+    /// Its state over the window, one letter a stretch (see
+    /// [`super::strip`]), when asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub strip: Option<String>,
 }
 
 /// What the window holds of one process.
@@ -198,6 +224,8 @@ pub fn processes(
             time: StateTimes::of(&acc.counters.ns),
             jvm: None,
             container: acc.container,
+            kernel: false,
+            strip: None,
         })
         .filter(|r| comm.is_none_or(|c| r.comm.contains(c)))
         .collect();
@@ -293,7 +321,10 @@ mod tests {
             "blocked",
         ];
         assert_eq!(names[..7], want);
-        assert_eq!(names[7], "wall");
+        assert_eq!(names[7..], ["wall", "active"]);
+        // Active: the burner (CPU), then the napper (I/O), then the one
+        // that only waits on a futex.
+        assert_eq!(order(SortBy::Active), [1, 3, 2]);
         for name in names {
             assert_eq!(SortBy::parse(name).map(SortBy::name), Some(name));
         }

@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use serde::Serialize;
 
 use super::blocked::BlockedThread;
-use crate::profile::model::kind::pool_name;
+use crate::{bpf::abi::State, profile::model::kind::pool_name};
 
 /// A pool (threads named alike in one process) with blocked threads.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -129,9 +129,13 @@ fn is_java(frame: &str) -> bool {
 /// the innermost such Java frame: the JVM's own native frames below it are
 /// how it parks) and its caller.
 fn place(t: &BlockedThread) -> (Option<String>, Option<String>) {
-    let java = t.stack.iter().any(|f| is_java(f));
-    let mut frames = t
-        .stack
+    place_in(&t.stack)
+}
+
+/// [`place`] of a stack, innermost frame first.
+fn place_in(stack: &[String]) -> (Option<String>, Option<String>) {
+    let java = stack.iter().any(|f| is_java(f));
+    let mut frames = stack
         .iter()
         .skip_while(|f| is_machinery(f) || (java && !is_java(f)));
     let at = frames.next().map(|f| plain(f).to_string());
@@ -141,6 +145,33 @@ fn place(t: &BlockedThread) -> (Option<String>, Option<String>) {
 
 fn waits_on_others(at: &str) -> bool {
     WAITS_ON_OTHERS.iter().any(|w| at.contains(w))
+}
+
+/// Whether a thread's stack (innermost first) waits in a lock or a join:
+/// named among the wait machinery's frames (glibc's `___pthread_mutex_lock`
+/// reads as machinery), or where [`place_in`] finds it waits.
+fn in_lock_or_join(stack: &[String]) -> bool {
+    for f in stack {
+        if waits_on_others(plain(f)) {
+            return true;
+        }
+        if !is_machinery(f) {
+            break;
+        }
+    }
+    place_in(stack).0.is_some_and(|at| waits_on_others(&at))
+}
+
+/// Whether a thread blocked in `state` with `stack` (innermost frame
+/// first) is held up by another thread or a device: in I/O, or on a futex
+/// in a lock or a join. A pool waiting for work, a poll or a timer is at
+/// rest and is not.
+pub fn held_up(state: State, stack: &[String]) -> bool {
+    match state {
+        State::Io => true,
+        State::Futex => in_lock_or_join(stack),
+        _ => false,
+    }
 }
 
 /// What the host says of the blocked threads' processes, read when the

@@ -322,7 +322,11 @@ impl Daemon {
     /// [`Daemon::start`] without the wait: it may still be loading.
     pub fn spawn(args: &[&str]) -> Daemon {
         let port = free_port();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_wallscope"));
+        // Another build of the daemon may stand in, e.g. the last release
+        // for a page's "before" screenshot.
+        let bin = std::env::var_os("WALLSCOPE_E2E_BIN")
+            .unwrap_or_else(|| env!("CARGO_BIN_EXE_wallscope").into());
+        let mut cmd = Command::new(bin);
         cmd.args(["serve", "--listen", &format!("127.0.0.1:{port}")])
             .args(args);
         if caps::requested() {
