@@ -294,6 +294,12 @@ impl Pusher {
     /// with the process); what was not sent is counted as dropped.
     pub fn stop(self, grace: Duration) {
         let deadline = Instant::now() + grace;
+        // Drops before the shutdown (an outage) are not its doing.
+        let dropped_before: Vec<u64> = self
+            .sinks
+            .iter()
+            .map(|s| s.stats.report().dropped_profiles)
+            .collect();
         for s in &self.sinks {
             s.outbox.close(deadline);
         }
@@ -301,12 +307,12 @@ impl Pusher {
         while Instant::now() < deadline && !done(&self.threads) {
             thread::sleep(Duration::from_millis(10));
         }
-        for s in &self.sinks {
+        for (s, before) in self.sinks.iter().zip(dropped_before) {
             s.outbox.stop(&s.stats);
             let r = s.stats.report();
-            if r.dropped_profiles > 0 || !done(&self.threads) {
+            if r.dropped_profiles > before || !done(&self.threads) {
                 tracing::warn!(
-                    dropped_profiles = r.dropped_profiles,
+                    dropped_profiles = r.dropped_profiles - before,
                     "pushing to {} stopped after {grace:?} with profiles unsent",
                     s.server
                 );
