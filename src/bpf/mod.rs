@@ -262,14 +262,9 @@ pub fn load(opts: &ProbeOptions) -> Result<(Probes, ProbeMaps), LoadError> {
         .chain(switch_in_hook.then_some(&names::SWITCH_IN_PROGRAM))
         .chain((!switch_in_hook).then_some(&names::SWITCH_OUT_PROGRAM));
     for &(name, tracepoint) in hooks {
-        let err = |source| LoadError::Program { name, source };
-        let program: &mut BtfTracePoint = ebpf
-            .program_mut(name)
-            .ok_or(LoadError::MissingProgram { name })?
-            .try_into()
-            .map_err(err)?;
-        program.load(tracepoint, &btf).map_err(err)?;
-        program.attach().map_err(err)?;
+        loaded_tp_btf(&mut ebpf, &btf, (name, tracepoint))?
+            .attach()
+            .map_err(|source| LoadError::Program { name, source })?;
         attached.push((name.to_string(), 1));
     }
 
@@ -340,14 +335,23 @@ fn attach_iter(
         .map_err(err)?;
     program.load("task", btf).map_err(err)?;
     let fd = program.fd().map_err(err)?;
-    iter::TaskIter::attach(fd.as_fd()).map_err(|e| {
-        err(aya::programs::ProgramError::SyscallError(
-            aya::sys::SyscallError {
-                call: "bpf_link_create",
-                io_error: e,
-            },
-        ))
-    })
+    iter::TaskIter::attach(fd.as_fd()).map_err(|e| syscall_error(name, "bpf_link_create", e))
+}
+
+/// Loads the `tp_btf` program `(name, tracepoint)`.
+fn loaded_tp_btf<'a>(
+    ebpf: &'a mut Ebpf,
+    btf: &Btf,
+    (name, tracepoint): (&'static str, &'static str),
+) -> Result<&'a mut BtfTracePoint, LoadError> {
+    let err = |source| LoadError::Program { name, source };
+    let program: &mut BtfTracePoint = ebpf
+        .program_mut(name)
+        .ok_or(LoadError::MissingProgram { name })?
+        .try_into()
+        .map_err(err)?;
+    program.load(tracepoint, btf).map_err(err)?;
+    Ok(program)
 }
 
 /// Loads the `tp_btf` program `(name, tracepoint)` without attaching it;
@@ -357,21 +361,22 @@ fn load_tp_btf(
     btf: &Btf,
     (name, tracepoint): (&'static str, &'static str),
 ) -> Result<aya::programs::ProgramFd, LoadError> {
-    let err = |source| LoadError::Program { name, source };
-    let program: &mut BtfTracePoint = ebpf
-        .program_mut(name)
-        .ok_or(LoadError::MissingProgram { name })?
-        .try_into()
-        .map_err(err)?;
-    program.load(tracepoint, btf).map_err(err)?;
-    program.fd().map_err(err)?.try_clone().map_err(|io_error| {
-        err(aya::programs::ProgramError::SyscallError(
-            aya::sys::SyscallError {
-                call: "dup",
-                io_error,
-            },
-        ))
-    })
+    let program = loaded_tp_btf(ebpf, btf, (name, tracepoint))?;
+    let fd = program
+        .fd()
+        .map_err(|source| LoadError::Program { name, source })?;
+    fd.try_clone().map_err(|e| syscall_error(name, "dup", e))
+}
+
+/// A failed syscall made here rather than through aya, as aya reports one.
+fn syscall_error(name: &'static str, call: &'static str, io_error: std::io::Error) -> LoadError {
+    LoadError::Program {
+        name,
+        source: aya::programs::ProgramError::SyscallError(aya::sys::SyscallError {
+            call,
+            io_error,
+        }),
+    }
 }
 
 /// Takes map `name` out of the object, typed.
