@@ -10,6 +10,7 @@ pub mod fixture;
 pub mod java;
 pub mod java_frames;
 pub mod kernel;
+pub mod memcg;
 pub mod otlp;
 pub mod pyroscope;
 pub mod rows;
@@ -321,6 +322,12 @@ impl Daemon {
 
     /// [`Daemon::start`] without the wait: it may still be loading.
     pub fn spawn(args: &[&str]) -> Daemon {
+        Daemon::spawn_with(args, |_| {})
+    }
+
+    /// [`Daemon::spawn`], with `prepare` given the command last (e.g. to
+    /// move the child into a cgroup before it execs).
+    pub fn spawn_with(args: &[&str], prepare: impl FnOnce(&mut Command)) -> Daemon {
         let port = free_port();
         // Another build of the daemon may stand in, e.g. the last release
         // for a page's "before" screenshot.
@@ -343,6 +350,7 @@ impl Daemon {
         }
         // PDEATHSIG fires when the spawning *thread* exits: spawn from a
         // thread that never does.
+        prepare(&mut cmd);
         let (tx, rx) = mpsc::channel();
         spawner().send((cmd, tx)).unwrap();
         let child = rx.recv().unwrap().expect("starting wallscope serve");
@@ -386,6 +394,11 @@ impl Daemon {
     /// The daemon's process id.
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// Whether it still runs.
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
     }
 }
 
