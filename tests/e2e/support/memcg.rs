@@ -40,8 +40,8 @@ impl MemoryCgroup {
             (v1_root.join(&name), true)
         } else {
             let (v2, _) = super::cgroup::mounts();
-            let controllers = fs::read_to_string(v2.join("cgroup.subtree_control"))
-                .unwrap_or_default();
+            let controllers =
+                fs::read_to_string(v2.join("cgroup.subtree_control")).unwrap_or_default();
             if !controllers.split_whitespace().any(|c| c == "memory") {
                 let _ = fs::write(v2.join("cgroup.subtree_control"), "+memory");
             }
