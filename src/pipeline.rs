@@ -15,7 +15,7 @@
 //! - `ws-collect`: drains the BPF maps every interval, raised above the
 //!   other threads ([`priority`]). Sends each batch to `ws-symbolize` on a
 //!   bounded channel of [`BATCH_QUEUE`] (when full it keeps the batch and
-//!   merges the next drains into it, up to [`MAX_WAITING_RECORDS`] rows)
+//!   merges the next drains into it, up to [`max_waiting_records`] rows)
 //!   and each drain's pids to `ws-unwind` (a channel of 1; skipped while
 //!   busy). Its health updates never wait for the lock (`Updates`).
 //! - `ws-symbolize`: names the frames (reading the [`ProcessTable`] and
@@ -70,6 +70,7 @@ use thiserror::Error;
 pub use crate::state::{Health, Shared};
 use crate::{
     bpf::{self, LoadError, ProbeOptions},
+    budget,
     collect::{Drainer, RawBatch},
     held::{self, Holder},
     jvm::{agent, agent::JvmMode, JvmFrames},
@@ -130,17 +131,17 @@ fn thread_cpu_us() -> u64 {
 /// summed by key, rather than holding BPF data back or growing without
 /// bound.
 pub const BATCH_QUEUE: usize = 1;
-/// Rows a batch waiting for the symbolizer may hold (~200 bytes each
-/// before symbolization, ~26 MB): four drains' worth of the counts map
-/// (`WS_COUNTS_ENTRIES`). Rows are summed by key, so it is reached only
-/// when the waiting drains together saw that many distinct stacks; then
-/// the rows lose their stacks and, if still past it, the batch is dropped.
-pub const MAX_WAITING_RECORDS: usize = 4 * 32768;
-/// Bytes a drained row is estimated at before symbolization, for the
-/// bound of the `batches` holder.
-const RAW_ROW_BYTES: u64 = 200;
-/// Rows of the largest counts map (`bpf::counts_entries`).
-const MAX_COUNTS_ROWS: u64 = 256 * 1024;
+/// Rows a batch waiting for the symbolizer may hold, drained from counts
+/// maps of `counts_rows` rows: what the budget's `batches` part leaves
+/// after the queued batch (at most one drain of the counts map), at least
+/// one drain's worth. Rows are summed by key, so it is reached only when
+/// the waiting drains together saw that many distinct stacks; then the rows
+/// lose their stacks and, if still past it, the batch is dropped.
+pub fn max_waiting_records(counts_rows: u64) -> usize {
+    let rows = budget::batch_rows();
+    rows.saturating_sub(BATCH_QUEUE as u64 * counts_rows)
+        .max(counts_rows) as usize
+}
 
 /// Drains the duration percentiles are taken over (10 minutes).
 pub const DRAIN_WINDOW: usize = 600;
@@ -335,10 +336,12 @@ fn collect_loop(
     let mut updates = Updates::default();
     let label = applied.label();
     updates.push(move |h| h.drain_priority = label);
+    let counts_rows = u64::from(drainer.counts_entries());
+    let max_waiting = max_waiting_records(counts_rows);
     held::set(
         Holder::Batches,
         0,
-        Some((BATCH_QUEUE as u64 * MAX_COUNTS_ROWS + MAX_WAITING_RECORDS as u64) * RAW_ROW_BYTES),
+        Some((BATCH_QUEUE as u64 * counts_rows + max_waiting as u64) * budget::RAW_ROW_BYTES),
     );
     let mut next = Instant::now() + interval;
     // A drained batch the symbolizer had no room for yet.
@@ -387,11 +390,11 @@ fn collect_loop(
                         // The symbolizer is behind: keep the data, merged
                         // with the next drain's, up to a bound.
                         Err(mpsc::TrySendError::Full(mut batch)) => {
-                            if batch.records.len() > MAX_WAITING_RECORDS {
+                            if batch.records.len() > max_waiting {
                                 updates.push(|h| h.batches_stripped += 1);
                                 batch.strip_stacks();
                             }
-                            if batch.records.len() <= MAX_WAITING_RECORDS {
+                            if batch.records.len() <= max_waiting {
                                 updates.push(|h| h.batches_merged += 1);
                                 held::change(Holder::Batches, batch.estimated_bytes(), true);
                                 waiting = Some(batch);

@@ -60,7 +60,7 @@ pub struct Health {
     /// Drained batches dropped because the symbolizer was that far behind
     /// (its queue holds `pipeline::BATCH_QUEUE`, and one more batch waits
     /// in the collector, its rows summed by key; past
-    /// `pipeline::MAX_WAITING_RECORDS` rows it loses its stacks, and only
+    /// `pipeline::max_waiting_records` rows it loses its stacks, and only
     /// if that is not enough is it dropped).
     pub batches_dropped: u64,
     /// Rows of the dropped batches.
