@@ -71,20 +71,21 @@ impl Part {
 
 /// Every part with its per mille of the budget, in `/healthz` order.
 /// Why these: the store and the names grow with the host's activity; the
-/// ELF files are mapped whole; the reserve holds the daemon's binary and
-/// the allocator's slack (about 60 MiB measured under load).
+/// ELF files are mapped whole; a drained batch of 10,000 threads' stacks
+/// is estimated at about 20 MB, and three may be held at once; the
+/// reserve holds the daemon's binary and the allocator's slack.
 const SPLIT: [(Part, u64); 11] = [
-    (Part::Store, 140),
-    (Part::Names, 140),
+    (Part::Store, 130),
+    (Part::Names, 130),
     (Part::PerfMapNames, 50),
-    (Part::ElfSymbols, 150),
+    (Part::ElfSymbols, 130),
     (Part::UnwindTables, 70),
     (Part::JvmCode, 50),
     (Part::ProcessTable, 40),
     (Part::QueryBuffers, 50),
     (Part::PushOutbox, 40),
-    (Part::Batches, 90),
-    (Part::Reserve, 180),
+    (Part::Batches, 160),
+    (Part::Reserve, 150),
 ];
 const _: () = {
     let mut sum = 0;
@@ -260,21 +261,24 @@ pub fn bytes(part: Part) -> usize {
     current().of(part) as usize
 }
 
-/// Bytes a drained row is estimated at before symbolization (it errs
-/// high), for the `batches` part.
+/// Drained batches held at once: one queued for the symbolizer, one it
+/// symbolizes, one waiting in the collector. A counts map's drain is sized
+/// to a third of the part.
+const BATCHES_HELD: u64 = 3;
+/// Bytes a drained row is estimated at before symbolization, its stacks
+/// aside, for the size of the counts maps.
 pub const RAW_ROW_BYTES: u64 = 200;
 
-/// Drained rows the budget's `batches` part holds.
-pub fn batch_rows() -> u64 {
-    bytes(Part::Batches) as u64 / RAW_ROW_BYTES
+/// One batch's share of the `batches` part.
+fn batch_bytes() -> u64 {
+    bytes(Part::Batches) as u64 / BATCHES_HELD
 }
 
-/// Most rows of a counts map (a power of two): at most half the `batches`
-/// part, one drain of it being queued for the symbolizer while the next
-/// drains wait beside.
+/// Most rows of a counts map (a power of two): as many as one batch's
+/// share of the `batches` part holds at [`RAW_ROW_BYTES`] a row.
 pub fn max_counts_rows() -> u32 {
-    let half = (batch_rows() / 2).clamp(4096, u64::from(u32::MAX));
-    1u32 << (63 - half.leading_zeros())
+    let rows = (batch_bytes() / RAW_ROW_BYTES).clamp(4096, u64::from(u32::MAX));
+    1u32 << (63 - rows.leading_zeros())
 }
 
 #[cfg(test)]
@@ -287,7 +291,7 @@ mod tests {
         assert_eq!(s.split.len(), SPLIT.len());
         assert!(s.sum() <= s.budget_bytes);
         assert!(s.sum() > s.budget_bytes - 1024, "{}", s.sum());
-        assert_eq!(s.of(Part::Store), (DEFAULT_MB << 20) * 140 / 1000);
+        assert_eq!(s.of(Part::Store), (DEFAULT_MB << 20) * 130 / 1000);
     }
 
     #[test]
@@ -335,11 +339,14 @@ mod tests {
     }
 
     #[test]
-    fn counts_maps_take_at_most_half_the_batches_part() {
+    fn a_counts_map_fits_one_batchs_share() {
         let rows = max_counts_rows();
         assert!(rows.is_power_of_two());
-        assert!(u64::from(rows) <= batch_rows() / 2, "{rows}");
-        assert!(u64::from(rows) * 4 > batch_rows(), "{rows}");
+        let fit = batch_bytes() / RAW_ROW_BYTES;
+        assert!(
+            u64::from(rows) <= fit && u64::from(rows) * 2 > fit,
+            "{rows}"
+        );
     }
 
     #[test]
