@@ -61,8 +61,7 @@ pub struct Health {
     /// and one more batch waits in the collector, its rows summed by key;
     /// a batch past what the others leave of `pipeline::max_batch_bytes`,
     /// the symbolizer behind or not, loses its stacks, and only if that is
-    /// not enough is it
-    /// dropped).
+    /// not enough is it dropped).
     pub batches_dropped: u64,
     /// Rows of the dropped batches.
     pub rows_dropped: u64,

@@ -133,13 +133,16 @@ fn a_busy_host_keeps_the_daemon_within_its_budget_in_512_mib() {
     println!(
         "{answers} answers, slowest {slowest:?}; held at most {} MiB, bounds {} MiB of {} MiB; \
          cgroup peak {} MiB, VmHWM {} MiB; messaging rounds {rounds:?}\nmemory: {memory}\n\
-         store: {}",
+         store: {}\nbatches stripped {}, dropped {} ({} rows)",
         most_held >> 20,
         bounds >> 20,
         memory["budget"]["budget_bytes"].as_u64().unwrap_or(0) >> 20,
         peak >> 20,
         memory["hwm_bytes"].as_u64().unwrap_or(0) >> 20,
-        last["store"]
+        last["store"],
+        last["pipeline"]["batches_stripped"],
+        last["pipeline"]["batches_dropped"],
+        last["pipeline"]["rows_dropped"]
     );
     // The load reached the daemon: the 10,000 threads were seen.
     let (_, processes) = get(&format!("{}/processes", ws.url()));
