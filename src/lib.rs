@@ -13,6 +13,7 @@
 
 pub mod api;
 pub mod bpf;
+pub mod budget;
 pub mod caps;
 pub mod collect;
 pub mod export;

@@ -13,10 +13,11 @@ use clap::{Parser, Subcommand};
 use wallscope::{
     api,
     bpf::ProbeOptions,
+    budget::{self, Override, Part, Split},
     export::{
         otlp::Otlp,
         pprof::{self, Detail},
-        push::{self, PushOptions, Pusher, SeriesLabels, Sink},
+        push::{self, squat, PushOptions, Pusher, SeriesLabels, Sink},
     },
     jvm::{agent::JvmMode, JvmFrames},
     pipeline::{priority, Pipeline, PipelineOptions},
@@ -25,7 +26,6 @@ use wallscope::{
         kind::Group,
         query::{self, Filter},
         render::{self, GraphLabels},
-        store::DEFAULT_MAX_BYTES,
         window::Window,
     },
 };
@@ -191,12 +191,14 @@ impl Push {
     fn options(&self) -> Result<Option<PushOptions>> {
         let mut sinks = Vec::new();
         if let Some(url) = &self.push_url {
+            squat::warn_if_squattable("--push-url", url);
             let token = push_token("--push-token-file", self.push_token_file.as_ref())?;
             let labels = SeriesLabels::for_this_host(self.push_label.clone())
                 .map_err(|e| Usage(format!("--push-label: {e}")))?;
             sinks.push(Sink::pyroscope(url.clone(), labels, token));
         }
         if let Some(url) = &self.otlp_url {
+            squat::warn_if_squattable("--otlp-url", url);
             let token = push_token("--otlp-token-file", self.otlp_token_file.as_ref())?;
             sinks.push(Otlp::sink(url.clone(), token));
         }
@@ -248,11 +250,21 @@ enum Command {
         /// Minutes of history kept in memory.
         #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=1440))]
         retention: u64,
-        /// Bound, in MiB, of the history's estimated size: past it the
+        /// The daemon's memory budget in MiB: every holder's bound (history,
+        /// frame names, ELF symbols, unwind tables, JVM code, process
+        /// table, query answers, push outbox, drained batches) is a fixed
+        /// share of it (see README, "Resource use"; /healthz
+        /// `memory.budget`). The default fits the unit's MemoryMax=512M
+        /// with a margin for the kernel's share (BPF maps).
+        #[arg(long, default_value_t = budget::DEFAULT_MB, value_parser = clap::value_parser!(u64).range(budget::MIN_MB..=65_536))]
+        memory_mb: u64,
+        /// Bound, in MiB, of the history's estimated size, instead of its
+        /// share of --memory-mb (the other holders share the rest; refused
+        /// if it leaves them less than half their share): past it the
         /// oldest seconds are dropped (counted in /healthz and /metrics),
         /// so less than --retention may be kept on a busy host.
-        #[arg(long, default_value_t = (DEFAULT_MAX_BYTES >> 20) as u64, value_parser = clap::value_parser!(u64).range(1..=65_536))]
-        max_memory_mb: u64,
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=65_536))]
+        max_memory_mb: Option<u64>,
         /// The kubelet's pod log directory, where pod and container names
         /// are read (`NAMESPACE_POD_UID/CONTAINER/`).
         #[arg(long, default_value = "/var/log/pods")]
@@ -309,18 +321,19 @@ fn main() -> ExitCode {
             listen,
             security,
             retention,
+            memory_mb,
             max_memory_mb,
             pod_logs_dir,
             sampling,
             push,
-        } => {
+        } => install_budget(memory_mb, max_memory_mb).and_then(|()| {
             wallscope::process::container::set_pod_logs_dir(&pod_logs_dir);
             let history = History {
                 retention: Duration::from_secs(retention * 60),
-                max_bytes: (max_memory_mb << 20) as usize,
+                max_bytes: budget::bytes(Part::Store),
             };
             serve(listen, &security, history, &sampling, &push)
-        }
+        }),
         Command::Record {
             pid,
             duration,
@@ -342,7 +355,33 @@ fn main() -> ExitCode {
 #[error("{0}")]
 struct Usage(String);
 
-/// What the store keeps: `--retention` and `--max-memory-mb`.
+/// Splits `--memory-mb` among the holders, `--max-memory-mb` taken for the
+/// store, before anything reads a bound: one that does not fit is a usage
+/// error.
+fn install_budget(memory_mb: u64, store_mb: Option<u64>) -> Result<()> {
+    let overrides: Vec<Override> = store_mb
+        .map(|mb| Override {
+            part: Part::Store,
+            bytes: mb << 20,
+            flag: "--max-memory-mb",
+        })
+        .into_iter()
+        .collect();
+    let split =
+        Split::new(memory_mb, &budget::bases(), &overrides).map_err(|e| Usage(e.to_string()))?;
+    let parts: Vec<String> = split
+        .split
+        .iter()
+        .map(|s| format!("{} {} MiB", s.part.name(), s.bytes >> 20))
+        .collect();
+    tracing::info!("memory budget {memory_mb} MiB: {}", parts.join(", "));
+    if !budget::install(split) {
+        bail!("the memory budget was read before it was set");
+    }
+    Ok(())
+}
+
+/// What the store keeps: `--retention` and its bytes.
 struct History {
     retention: Duration,
     max_bytes: usize,
@@ -484,7 +523,7 @@ fn record(pid: u32, duration: Duration, output: &Path, sampling: &Sampling) -> R
     let retention = duration + Duration::from_secs(60);
     let history = History {
         retention,
-        max_bytes: DEFAULT_MAX_BYTES,
+        max_bytes: budget::bytes(Part::Store),
     };
     wallscope::caps::check().map_err(anyhow::Error::msg)?;
     let pipeline = Pipeline::start(&pipeline_options(sampling, history))?;

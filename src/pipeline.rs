@@ -15,7 +15,7 @@
 //! - `ws-collect`: drains the BPF maps every interval, raised above the
 //!   other threads ([`priority`]). Sends each batch to `ws-symbolize` on a
 //!   bounded channel of [`BATCH_QUEUE`] (when full it keeps the batch and
-//!   merges the next drains into it, up to [`MAX_WAITING_RECORDS`] rows)
+//!   merges the next drains into it, up to [`max_batch_bytes`])
 //!   and each drain's pids to `ws-unwind` (a channel of 1; skipped while
 //!   busy). Its health updates never wait for the lock (`Updates`).
 //! - `ws-symbolize`: names the frames (reading the [`ProcessTable`] and
@@ -70,6 +70,7 @@ use thiserror::Error;
 pub use crate::state::{Health, Shared};
 use crate::{
     bpf::{self, LoadError, ProbeOptions},
+    budget,
     collect::{Drainer, RawBatch},
     held::{self, Holder},
     jvm::{agent, agent::JvmMode, JvmFrames},
@@ -130,17 +131,35 @@ fn thread_cpu_us() -> u64 {
 /// summed by key, rather than holding BPF data back or growing without
 /// bound.
 pub const BATCH_QUEUE: usize = 1;
-/// Rows a batch waiting for the symbolizer may hold (~200 bytes each
-/// before symbolization, ~26 MB): four drains' worth of the counts map
-/// (`WS_COUNTS_ENTRIES`). Rows are summed by key, so it is reached only
-/// when the waiting drains together saw that many distinct stacks; then
-/// the rows lose their stacks and, if still past it, the batch is dropped.
-pub const MAX_WAITING_RECORDS: usize = 4 * 32768;
-/// Bytes a drained row is estimated at before symbolization, for the
-/// bound of the `batches` holder.
-const RAW_ROW_BYTES: u64 = 200;
-/// Rows of the largest counts map (`bpf::counts_entries`).
-const MAX_COUNTS_ROWS: u64 = 256 * 1024;
+/// Bytes the drained batches may hold together (by their estimate, which
+/// errs high): the budget's `batches` part, shared by the batch queued for
+/// the symbolizer, the one it symbolizes and the one waiting in the
+/// collector. A new batch gets what the others leave.
+pub fn max_batch_bytes() -> u64 {
+    budget::bytes(budget::Part::Batches) as u64
+}
+
+/// Keeps `batch` within `max` bytes: past it its rows lose their stacks
+/// and are summed again (counted, `batches_stripped`), which keeps every
+/// thread's time by state exact; if still past it, it is dropped
+/// (counted, `batches_dropped`, `rows_dropped`). False if dropped.
+fn fit(batch: &mut RawBatch, max: u64, updates: &mut Updates) -> bool {
+    if batch.estimated_bytes() <= max {
+        return true;
+    }
+    updates.push(|h| h.batches_stripped += 1);
+    batch.strip_stacks();
+    if batch.estimated_bytes() <= max {
+        return true;
+    }
+    tracing::warn!("drained batch past its bound even without stacks: dropped");
+    let rows = batch.records.len() as u64;
+    updates.push(move |h| {
+        h.batches_dropped += 1;
+        h.rows_dropped += rows;
+    });
+    false
+}
 
 /// Drains the duration percentiles are taken over (10 minutes).
 pub const DRAIN_WINDOW: usize = 600;
@@ -335,11 +354,8 @@ fn collect_loop(
     let mut updates = Updates::default();
     let label = applied.label();
     updates.push(move |h| h.drain_priority = label);
-    held::set(
-        Holder::Batches,
-        0,
-        Some((BATCH_QUEUE as u64 * MAX_COUNTS_ROWS + MAX_WAITING_RECORDS as u64) * RAW_ROW_BYTES),
-    );
+    let max_bytes = max_batch_bytes();
+    held::set(Holder::Batches, 0, Some(max_bytes));
     let mut next = Instant::now() + interval;
     // A drained batch the symbolizer had no room for yet.
     let mut waiting: Option<RawBatch> = None;
@@ -373,7 +389,7 @@ fn collect_loop(
                     let mut pids: Vec<u32> = batch.records.iter().map(|r| r.pid).collect();
                     pids.sort_unstable();
                     pids.dedup();
-                    let batch = match waiting.take() {
+                    let mut batch = match waiting.take() {
                         Some(mut earlier) => {
                             held::change(Holder::Batches, earlier.estimated_bytes(), false);
                             earlier.absorb(batch);
@@ -381,28 +397,22 @@ fn collect_loop(
                         }
                         None => batch,
                     };
-                    let bytes = batch.estimated_bytes();
-                    match tx.try_send(batch) {
-                        Ok(()) => held::change(Holder::Batches, bytes, true),
+                    // What the batches queued and being symbolized leave.
+                    let room = max_bytes.saturating_sub(held::get(Holder::Batches).0);
+                    let sent = if fit(&mut batch, room, &mut updates) {
+                        let bytes = batch.estimated_bytes();
+                        tx.try_send(batch).map(|()| bytes)
+                    } else {
+                        Ok(0)
+                    };
+                    match sent {
+                        Ok(bytes) => held::change(Holder::Batches, bytes, true),
                         // The symbolizer is behind: keep the data, merged
-                        // with the next drain's, up to a bound.
-                        Err(mpsc::TrySendError::Full(mut batch)) => {
-                            if batch.records.len() > MAX_WAITING_RECORDS {
-                                updates.push(|h| h.batches_stripped += 1);
-                                batch.strip_stacks();
-                            }
-                            if batch.records.len() <= MAX_WAITING_RECORDS {
-                                updates.push(|h| h.batches_merged += 1);
-                                held::change(Holder::Batches, batch.estimated_bytes(), true);
-                                waiting = Some(batch);
-                            } else {
-                                tracing::warn!("symbolizer behind: batch dropped");
-                                let rows = batch.records.len() as u64;
-                                updates.push(move |h| {
-                                    h.batches_dropped += 1;
-                                    h.rows_dropped += rows;
-                                });
-                            }
+                        // with the next drain's, within the bound.
+                        Err(mpsc::TrySendError::Full(batch)) => {
+                            updates.push(|h| h.batches_merged += 1);
+                            held::change(Holder::Batches, batch.estimated_bytes(), true);
+                            waiting = Some(batch);
                         }
                         Err(mpsc::TrySendError::Disconnected(_)) => return,
                     }

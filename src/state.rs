@@ -57,11 +57,11 @@ pub struct Health {
     pub walk_cost: Vec<WalkCostRow>,
     /// The same by kind, all depths together.
     pub walk_cost_by_kind: Vec<WalkCostRow>,
-    /// Drained batches dropped because the symbolizer was that far behind
-    /// (its queue holds `pipeline::BATCH_QUEUE`, and one more batch waits
-    /// in the collector, its rows summed by key; past
-    /// `pipeline::MAX_WAITING_RECORDS` rows it loses its stacks, and only
-    /// if that is not enough is it dropped).
+    /// Drained batches dropped (its queue holds `pipeline::BATCH_QUEUE`,
+    /// and one more batch waits in the collector, its rows summed by key;
+    /// a batch past what the others leave of `pipeline::max_batch_bytes`,
+    /// the symbolizer behind or not, loses its stacks, and only if that is
+    /// not enough is it dropped).
     pub batches_dropped: u64,
     /// Rows of the dropped batches.
     pub rows_dropped: u64,

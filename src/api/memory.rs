@@ -1,6 +1,7 @@
 //! The daemon's own resident memory: by kind, from its status,
 //! and by holder (`/healthz` `memory.holders`), so that a spike names the
-//! holder it came from.
+//! holder it came from; and the memory budget's split ([`crate::budget`])
+//! that every holder's bound comes from.
 //!
 //! Each holder reports its bytes and the bound enforced on them (before
 //! the allocation). The figures are running counters the holders keep
@@ -16,8 +17,9 @@ use std::{
 
 use serde::Serialize;
 
-use super::limit::QueryStats;
+use super::limit::{QueryStats, MAX_RUNNING};
 use crate::{
+    budget::{self, Part, Split},
     export::push::{outbox, PushReport},
     held::{self, Holder},
     process::own,
@@ -84,6 +86,19 @@ pub struct Memory {
     /// `rss_bytes` less the holders' sum (allocator overhead and free
     /// lists, thread stacks, libraries, what no holder counts).
     pub unaccounted_bytes: u64,
+    /// The budget (`--memory-mb`) and its split among the holders.
+    pub budget: &'static Split,
+    /// The holders' bounds together, `stacks` (within the store's) and
+    /// `binary` (file pages, within the budget's reserve) aside: at most
+    /// the budget less its reserve.
+    pub bounds_bytes: u64,
+}
+
+/// Queries that may run at once: as many answers of [`Limits::API`] bytes
+/// as the budget's `query_buffers` part holds, one at least, at most
+/// [`MAX_RUNNING`].
+pub fn query_slots() -> usize {
+    (budget::bytes(Part::QueryBuffers) / Limits::API.bytes).clamp(1, MAX_RUNNING)
 }
 
 /// What the daemon's smaps say of the file-backed holders.
@@ -120,24 +135,22 @@ pub fn report(store: &StoreStats, queries: &QueryStats, sinks: &[PushReport]) ->
             (store.slice_bytes + store.live_bytes) as u64,
             store_bound,
         ),
-        // Within the store's bound, which counts slices, stacks and the
-        // names they hold together.
-        holder("stacks", store.stack_bytes as u64, store_bound),
+        // Within the store's bound, which counts slices and stacks
+        // together: no bound of its own.
+        holder("stacks", store.stack_bytes as u64, None),
         // The store's names are the interner's allocations (counted once),
         // but thread and process names are the store's own: the larger
         // of the two, and the perf maps' names beside.
         holder(
             "names",
             interned.max(store.name_bytes as u64) + perf_maps,
-            Some(
-                interned_bound.unwrap_or(0) + perf_maps_bound.unwrap_or(0) + store.max_bytes as u64,
-            ),
+            Some(interned_bound.unwrap_or(0) + perf_maps_bound.unwrap_or(0)),
         ),
         // The ELF files' resident pages, and the kernel's symbols.
         holder(
             "elf_symbols",
             mapped.elf + ksyms,
-            Some(elf_files::MAX_MAPPED_BYTES + ksyms_bound.unwrap_or(0)),
+            Some(elf_files::max_mapped_bytes() + ksyms_bound.unwrap_or(0)),
         ),
         from_counter("unwind_tables", Holder::UnwindTables),
         from_counter("jvm_code", Holder::JvmCode),
@@ -153,19 +166,26 @@ pub fn report(store: &StoreStats, queries: &QueryStats, sinks: &[PushReport]) ->
         holder(
             "push_outbox",
             sinks.iter().map(|p| p.queued_bytes).sum(),
-            Some(outbox::MAX_BYTES as u64 * sinks.len().max(1) as u64),
+            Some(outbox::max_bytes() as u64 * sinks.len().max(1) as u64),
         ),
         // Drained rows not yet symbolized (an estimate that errs high).
         from_counter("batches", Holder::Batches),
         holder("binary", mapped.binary, Some(exe_size)),
     ];
     let accounted: u64 = holders.iter().map(|h| h.bytes).sum();
+    let bounds_bytes = holders
+        .iter()
+        .filter(|h| h.name != "binary")
+        .filter_map(|h| h.bound)
+        .sum();
     Some(Memory {
         rss,
         rss_bytes,
         hwm_bytes,
         holders,
         unaccounted_bytes: rss_bytes.saturating_sub(accounted),
+        budget: budget::current(),
+        bounds_bytes,
     })
 }
 
@@ -238,5 +258,28 @@ mod tests {
         let sum: u64 = m.holders.iter().map(|h| h.bytes).sum();
         assert_eq!(m.unaccounted_bytes, m.rss_bytes.saturating_sub(sum));
         assert!(m.hwm_bytes >= m.rss_bytes);
+    }
+
+    #[test]
+    fn the_bounds_fit_the_budget_less_its_reserve() {
+        let store = StoreStats {
+            max_bytes: budget::bytes(Part::Store),
+            ..StoreStats::default()
+        };
+        let queries = QueryStats {
+            max_running: query_slots(),
+            ..QueryStats::default()
+        };
+        let m = report(&store, &queries, &[]).unwrap();
+        let reserve = m.budget.of(Part::Reserve);
+        assert!(
+            m.bounds_bytes <= m.budget.budget_bytes - reserve,
+            "{} > {}",
+            m.bounds_bytes,
+            m.budget.budget_bytes - reserve
+        );
+        let part = |name: &str| m.holders.iter().find(|h| h.name == name).unwrap().bound;
+        let query = part("query_buffers").unwrap();
+        assert!(query <= m.budget.of(Part::QueryBuffers), "{query}");
     }
 }

@@ -314,6 +314,15 @@ fn holder_series(out: &mut Out, store: &StoreStats, queries: &QueryStats, sinks:
             out.sample(name, &label("holder", h.name), bound);
         }
     }
+    let name = "wallscope_memory_budget_bytes";
+    out.family(name, "gauge", "The daemon's memory budget (--memory-mb)");
+    out.sample(name, "", memory.budget.budget_bytes);
+    let name = "wallscope_memory_budget_part_bytes";
+    let help = "Each part of the memory budget, which bounds its holder";
+    out.family(name, "gauge", help);
+    for s in &memory.budget.split {
+        out.sample(name, &label("part", s.part.name()), s.bytes);
+    }
 }
 
 /// The bound on concurrent queries.

@@ -83,7 +83,12 @@ fn routes(shared: Arc<Shared>) -> Router {
         .published();
     let state = ApiState {
         shared,
-        queries: Arc::new(Queries::default()),
+        // As many running queries as the budget's `query_buffers` holds.
+        queries: Arc::new(Queries::new(
+            memory::query_slots(),
+            limit::MAX_WAITING,
+            limit::MAX_WAIT,
+        )),
         store,
     };
     Router::new()
@@ -153,6 +158,7 @@ async fn healthz(State(state): State<ApiState>) -> Json<serde_json::Value> {
     Json(json!({
         "status": if degraded.is_empty() { "ok" } else { "degraded" },
         "degraded": degraded,
+        "warnings": crate::export::push::squat::warnings(),
         "uptime_s": shared.started.elapsed().as_secs(),
         "programs": shared.attached.iter().map(|(name, links)| json!({"name": name, "links": links})).collect::<Vec<_>>(),
         "samples": totals[Stat::Samples as usize],

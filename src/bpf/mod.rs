@@ -189,7 +189,7 @@ pub fn load(opts: &ProbeOptions) -> Result<(Probes, ProbeMaps), LoadError> {
     raise_memlock_limit();
 
     let include_idle = u8::from(opts.include_idle);
-    let counts_entries = counts_entries(opts.host_threads);
+    let counts_entries = counts_entries(opts.host_threads).min(crate::budget::max_counts_rows());
     let merge_at = u64::from(counts_entries - counts_entries / 8);
     let strip_at = u64::from(counts_entries - counts_entries / 16);
     let unwind_tables = u8::from(opts.unwind_tables);

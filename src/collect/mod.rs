@@ -191,6 +191,11 @@ pub struct Drainer {
 }
 
 impl Drainer {
+    /// Rows of each counts map (`bpf::counts_entries`).
+    pub fn counts_entries(&self) -> u32 {
+        self.maps.counts_entries
+    }
+
     /// Takes the maps; programs start out writing to buffer 0, generation 0.
     /// The first drain's interval starts at `since` (see
     /// [`crate::bpf::Probes::recording_since`]).

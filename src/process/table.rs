@@ -1,8 +1,9 @@
 //! Processes by pid, each with its recent images, newest last.
 //!
 //! Bounds: at most [`MAX_IMAGES`] images in all and [`IMAGES_PER_PID`] per
-//! pid; an image that ended (its process exited or exec'd) is dropped
-//! [`KEEP_ENDED`] after it ended, and past [`MAX_IMAGES`] the ones that
+//! pid, and the budget's `process_table` part in bytes (see [`bytes`]); an
+//! image that ended (its process exited or exec'd) is dropped
+//! [`KEEP_ENDED`] after it ended, and past either bound the ones that
 //! ended first go first, then the oldest live ones (counted as evicted).
 
 use super::container::{self, Container};
@@ -166,7 +167,8 @@ pub struct TableStats {
     /// Reads not made: the process had exited (its event applied) before
     /// its maps were due.
     pub maps_reads_skipped: u64,
-    /// Images dropped to stay under [`MAX_IMAGES`] while still wanted.
+    /// Images dropped to stay within [`MAX_IMAGES`] or the table's bytes
+    /// while still wanted.
     pub evicted: u64,
     /// Changes not delivered to a subscriber whose queue was full.
     pub changes_dropped: u64,
@@ -176,6 +178,9 @@ pub struct TableStats {
 struct Inner {
     pids: FxHashMap<u32, Vec<Arc<Image>>>,
     images: usize,
+    /// Bytes the images hold, kept as they come and go, and counted again
+    /// once a batch ([`ProcessTable::stats`]).
+    bytes: usize,
     /// Maps to read once the image has settled: (when, pid, start_ns).
     due: BinaryHeap<Reverse<(Instant, u32, u64)>>,
     stats: TableStats,
@@ -438,12 +443,14 @@ impl ProcessTable {
 
     /// The table's counters.
     pub fn stats(&self) -> TableStats {
-        let inner = self.lock();
+        let mut inner = self.lock();
         // Read once a batch (not by `/healthz`): the walk is of at most
         // MAX_IMAGES entries, which hold no lock but the table's.
+        inner.bytes = inner.bytes();
+        inner.make_room(0);
         crate::held::set(
             crate::held::Holder::ProcessTable,
-            inner.bytes() as u64,
+            inner.bytes as u64,
             Some(bytes::max_bytes() as u64),
         );
         TableStats {
@@ -531,9 +538,12 @@ impl Inner {
             self.evict();
         }
         let image = Arc::new(image);
+        self.make_room(bytes::of_image(&image));
+        self.bytes += bytes::of_image(&image);
         let images = self.pids.entry(image.pid).or_default();
         if images.len() >= IMAGES_PER_PID {
-            images.remove(0);
+            let gone = images.remove(0);
+            self.bytes = self.bytes.saturating_sub(bytes::of_image(&gone));
         } else {
             self.images += 1;
         }
@@ -542,8 +552,8 @@ impl Inner {
     }
 
     /// Makes room for one image: the one that ended first, else the
-    /// oldest live one.
-    fn evict(&mut self) {
+    /// oldest live one; false if there was none.
+    fn evict(&mut self) -> bool {
         let oldest = |want_ended: bool| {
             self.pids
                 .iter()
@@ -553,16 +563,18 @@ impl Inner {
                 .map(|(pid, k, _)| (pid, k))
         };
         let Some((pid, k)) = oldest(true).or_else(|| oldest(false)) else {
-            return;
+            return false;
         };
         if let Some(images) = self.pids.get_mut(&pid) {
-            images.remove(k);
+            let gone = images.remove(k);
+            self.bytes = self.bytes.saturating_sub(bytes::of_image(&gone));
             if images.is_empty() {
                 self.pids.remove(&pid);
             }
         }
         self.images -= 1;
         self.stats.evicted += 1;
+        true
     }
 }
 

@@ -21,7 +21,7 @@
 //!
 //! Memory: blazesym maps each file it symbolizes whole and keeps what it
 //! parsed of it, so the files with a symbolizer alive are bounded by their
-//! size: at most [`MAX_MAPPED_BYTES`] together, enforced before a
+//! size: at most [`max_mapped_bytes`] together, enforced before a
 //! symbolizer is created (other files' symbolizers are dropped first,
 //! least recently used first; a file larger than the bound alone is
 //! refused, counted as `elf`/`budget`). Their resident pages count in the
@@ -46,8 +46,14 @@ pub const MAX_OPEN: usize = 64;
 /// Batches (seconds) after which an unused file is closed.
 pub const IDLE_BATCHES: u64 = 60;
 /// Bytes of the files with a symbolizer alive (mapped, and what blazesym
-/// parsed of them, at most as much), together.
-pub const MAX_MAPPED_BYTES: u64 = 256 << 20;
+/// parsed of them, at most as much), together: the budget's `elf_symbols`
+/// part less the kernel's symbols (parsed at the first kernel frame).
+pub fn max_mapped_bytes() -> u64 {
+    static KSYMS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let ksyms = *KSYMS.get_or_init(crate::process::own::kallsyms_bytes);
+    let part = crate::budget::bytes(crate::budget::Part::ElfSymbols) as u64;
+    part.saturating_sub(ksyms).max(part / 2)
+}
 /// Files larger than this are unmapped at the end of every batch.
 pub const KEEP_MAPPED_BYTES: u64 = 16 << 20;
 /// Batches a smaller file stays mapped unused. Mapping a file takes the
@@ -172,7 +178,7 @@ impl ElfFiles {
             .sum()
     }
 
-    /// Makes room within [`MAX_MAPPED_BYTES`] for `key`'s symbolizer
+    /// Makes room within [`max_mapped_bytes`] for `key`'s symbolizer
     /// before it is created, dropping the least recently used others;
     /// false if the file alone is larger than the bound.
     fn map_room(&mut self, key: FileKey) -> bool {
@@ -183,10 +189,11 @@ impl ElfFiles {
             return true;
         }
         let size = me.size;
-        if size > MAX_MAPPED_BYTES {
+        let max = max_mapped_bytes();
+        if size > max {
             return false;
         }
-        while self.mapped_bytes() + size > MAX_MAPPED_BYTES {
+        while self.mapped_bytes() + size > max {
             let Some(f) = self
                 .open
                 .iter_mut()
@@ -208,7 +215,7 @@ impl ElfFiles {
         crate::held::set(
             crate::held::Holder::ElfSymbols,
             self.mapped_bytes(),
-            Some(MAX_MAPPED_BYTES),
+            Some(max_mapped_bytes()),
         );
     }
 
@@ -328,12 +335,12 @@ mod tests {
         let mut files = ElfFiles::default();
         let mut symbolize =
             |name: &str, size: u64| symbolize_sized(&mut files, dir.path(), name, size);
-        let third = MAX_MAPPED_BYTES / 3 + 1;
+        let third = max_mapped_bytes() / 3 + 1;
         assert_eq!(symbolize("a", third), third);
         assert_eq!(symbolize("b", third), 2 * third);
         assert_eq!(symbolize("c", third), 2 * third, "`a` was dropped first");
         let refused = refusals::get(What::Elf, Reason::Budget);
-        assert_eq!(symbolize("huge", MAX_MAPPED_BYTES + 1), 2 * third);
+        assert_eq!(symbolize("huge", max_mapped_bytes() + 1), 2 * third);
         assert_eq!(refusals::get(What::Elf, Reason::Budget), refused + 1);
         files.end_batch();
         assert_eq!(

@@ -4,8 +4,8 @@
 //! else holds any more (the store drops slices as they age out).
 //!
 //! Every name is counted when it is inserted, against the whole set's
-//! bound ([`MAX_BYTES`]) and against the share of the process that brought
-//! it ([`SHARE_BYTES`]) and of its user ([`USER_SHARE_BYTES`], so that many
+//! bound ([`max_bytes`]) and against the share of the process that brought
+//! it ([`share_bytes`]) and of its user ([`user_share_bytes`], so that many
 //! processes of one user cannot fill the set together): a process past a
 //! share gets [`OVER_BUDGET`] for its new names (counted,
 //! `names`/`budget`), so it can degrade only its own (and its user's)
@@ -26,13 +26,20 @@ use crate::{
 /// Longest frame name kept; longer ones are cut and end in `…`. Demangled
 /// C++ templates can run to a few KiB; 2 KiB keeps them recognisable.
 pub const MAX_FRAME_BYTES: usize = 2048;
-/// Bytes of names the interner ever holds.
-pub const MAX_BYTES: usize = 128 << 20;
+/// Bytes of names the interner ever holds: three fifths of the budget's
+/// `names` part (the address caches that hand them out take the rest).
+pub fn max_bytes() -> usize {
+    crate::budget::bytes(crate::budget::Part::Names) / 5 * 3
+}
 /// Bytes of names one process may have brought among those held.
-pub const SHARE_BYTES: usize = MAX_BYTES / 8;
+pub fn share_bytes() -> usize {
+    max_bytes() / 8
+}
 /// Bytes of names all processes of one user may have brought among those
 /// held: four users' worth fill the set, root's processes being one user.
-pub const USER_SHARE_BYTES: usize = MAX_BYTES / 4;
+pub fn user_share_bytes() -> usize {
+    max_bytes() / 4
+}
 /// The user names are charged to when a process's user cannot be read
 /// (it has exited).
 const UNKNOWN_USER: u32 = u32::MAX;
@@ -101,11 +108,11 @@ impl Interner {
             return Ok(f.clone());
         }
         let len = name.len();
-        let room = self.bytes + len <= MAX_BYTES;
+        let room = self.bytes + len <= max_bytes();
         let over_share = pid != 0 && {
             let user = self.user_of(pid);
-            self.by_pid.get(&pid).copied().unwrap_or(0) + len > SHARE_BYTES
-                || self.by_user.get(&user).copied().unwrap_or(0) + len > USER_SHARE_BYTES
+            self.by_pid.get(&pid).copied().unwrap_or(0) + len > share_bytes()
+                || self.by_user.get(&user).copied().unwrap_or(0) + len > user_share_bytes()
         };
         if !room || over_share {
             self.full |= !room;
@@ -225,11 +232,11 @@ mod tests {
         let name = |i: usize| format!("{i:0>2000}");
         let mut held = Vec::new();
         let mut i = 0;
-        while held.len() < SHARE_BYTES / 2000 {
+        while held.len() < share_bytes() / 2000 {
             held.push(names.get_for(7, &name(i)));
             i += 1;
         }
-        assert!(names.bytes_of(7) <= SHARE_BYTES);
+        assert!(names.bytes_of(7) <= share_bytes());
         let refused = names.try_get_for(7, &name(i));
         assert_eq!(refused.as_deref().map_err(|f| &**f), Err(OVER_BUDGET));
         assert!(refusals::get(What::Names, Reason::Budget) > before);
@@ -245,11 +252,11 @@ mod tests {
     fn the_whole_bound_holds_whatever_the_processes() {
         let mut names = interner();
         let mut held = Vec::new();
-        let per_pid = SHARE_BYTES / 2000;
-        for i in 0..(MAX_BYTES / 2000 + 10) {
+        let per_pid = share_bytes() / 2000;
+        for i in 0..(max_bytes() / 2000 + 10) {
             let pid = (i / per_pid) as u32 * 100 + 1;
             held.push(names.get_for(pid, &format!("{i:0>2000}")));
-            assert!(names.bytes() <= MAX_BYTES);
+            assert!(names.bytes() <= max_bytes());
         }
         assert!(names.full());
         assert_eq!(
@@ -267,7 +274,7 @@ mod tests {
     fn many_processes_of_one_user_fill_only_that_users_share() {
         let mut names = interner();
         let mut held = Vec::new();
-        let per_pid = SHARE_BYTES / 2000;
+        let per_pid = share_bytes() / 2000;
         // Eight processes of user 5, each up to its own share: together
         // they stop at the user's share.
         for i in 0..8 * per_pid {
@@ -278,8 +285,8 @@ mod tests {
             }
         }
         let of_user: usize = (500..508).map(|pid| names.bytes_of(pid)).sum();
-        assert!(of_user <= USER_SHARE_BYTES, "{of_user}");
-        assert!(of_user + 2000 > USER_SHARE_BYTES, "{of_user}");
+        assert!(of_user <= user_share_bytes(), "{of_user}");
+        assert!(of_user + 2000 > user_share_bytes(), "{of_user}");
         let other = names.get_for(601, &"x".repeat(2000));
         assert_ne!(&*other, OVER_BUDGET, "another user is not affected");
         drop(other);

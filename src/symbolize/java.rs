@@ -7,7 +7,7 @@
 //!
 //! Bounds: per JVM at most [`MAX_NMETHODS`] decoded nmethods and
 //! [`MAX_METHODS`] method names (each set starts over when full), all
-//! JVMs' nmethods together at most [`NMETHOD_BUDGET_BYTES`] (past it the
+//! JVMs' nmethods together at most [`nmethod_budget_bytes`] (past it the
 //! JVM being read starts over, then all). JVMs are kept per process (pid
 //! and start time: a reused pid never gets the previous JVM's layout) and
 //! forgotten by the process table's rule (see
@@ -46,8 +46,11 @@ pub const READ_BYTES: u64 = 4 << 20;
 
 const MAX_NMETHODS: usize = 32_768;
 /// Bytes of decoded nmethods of all JVMs together (a JVM's memory is its
-/// user's to fill: sizes are only bounded per nmethod).
-pub const NMETHOD_BUDGET_BYTES: usize = 128 << 20;
+/// user's to fill: sizes are only bounded per nmethod): the budget's
+/// `jvm_code` part.
+pub fn nmethod_budget_bytes() -> usize {
+    crate::budget::bytes(crate::budget::Part::JvmCode)
+}
 const MAX_METHODS: usize = 65_536;
 /// Batches a method's name is trusted for.
 const METHOD_NAMES_FOR_BATCHES: u64 = 300;
@@ -89,7 +92,7 @@ pub struct JavaFrames {
 }
 
 impl JavaFrames {
-    /// Bytes of the JVMs' decoded nmethods, within [`NMETHOD_BUDGET_BYTES`].
+    /// Bytes of the JVMs' decoded nmethods, within [`nmethod_budget_bytes`].
     pub fn bytes(&self) -> usize {
         self.nmethod_bytes
     }
@@ -199,7 +202,7 @@ impl JavaFrames {
         interner: &mut Interner,
     ) -> Option<Vec<Frame>> {
         let batch = self.batch;
-        if self.nmethod_bytes > NMETHOD_BUDGET_BYTES {
+        if self.nmethod_bytes > nmethod_budget_bytes() {
             self.jvms.values_mut().for_each(|j| {
                 j.clear_nmethods();
             });
@@ -231,7 +234,7 @@ impl JavaFrames {
             _ => {
                 let nm = Arc::new(code.nmethod(blob).ok()?);
                 let mut freed = 0;
-                if j.nmethods.len() >= MAX_NMETHODS || total + nm.bytes() > NMETHOD_BUDGET_BYTES {
+                if j.nmethods.len() >= MAX_NMETHODS || total + nm.bytes() > nmethod_budget_bytes() {
                     freed = j.clear_nmethods();
                 }
                 j.bytes += nm.bytes();

@@ -7,7 +7,7 @@
 //! rule (see [`crate::process::Subscription`]).
 //!
 //! Bounds: all maps together hold at most
-//! [`BUDGET_BYTES`] of names (least recently used maps are dropped first;
+//! [`budget_bytes`] of names (least recently used maps are dropped first;
 //! each is at most [`super::perfmap::MAX_BYTES`]).
 //!
 //! Reading is budgeted per process: [`READ_BYTES_PER_S`] on average, in
@@ -32,8 +32,11 @@ use crate::{
     },
 };
 
-/// Names held by all perf maps together.
-pub const BUDGET_BYTES: usize = 256 << 20;
+/// Names held by all perf maps together: the budget's `perf_map_names`
+/// part.
+pub fn budget_bytes() -> usize {
+    crate::budget::bytes(crate::budget::Part::PerfMapNames)
+}
 /// Perf-map bytes read per second per process, on average.
 pub const READ_BYTES_PER_S: f64 = (1 << 20) as f64;
 /// Most perf-map bytes one process's budget holds: a fresh map of a few
@@ -172,7 +175,7 @@ impl JitMaps {
     }
 
     /// Bytes of names the maps hold (those read aside for a rewritten map
-    /// included), within [`BUDGET_BYTES`].
+    /// included), within [`budget_bytes`].
     pub fn bytes(&self) -> usize {
         self.maps.values().map(|e| e.bytes).sum()
     }
@@ -234,10 +237,10 @@ impl JitMaps {
     }
 
     /// Drops the least recently used maps other than `keep`'s while all
-    /// maps hold more than [`BUDGET_BYTES`] of names.
+    /// maps hold more than [`budget_bytes`] of names.
     fn enforce_budget(&mut self, keep: ProcKey) {
         let mut total: usize = self.maps.values().map(|e| e.bytes).sum();
-        while total > BUDGET_BYTES {
+        while total > budget_bytes() {
             let Some((&oldest, e)) = self
                 .maps
                 .iter()

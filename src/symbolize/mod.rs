@@ -45,21 +45,27 @@ use crate::{
 use elf_files::ElfFiles;
 pub use elf_files::MAX_OPEN as MAX_OPEN_ELF_FILES;
 use interner::Interner;
-pub use interner::{
-    MAX_FRAME_BYTES, OVER_BUDGET as NAMES_OVER_BUDGET, SHARE_BYTES as NAME_SHARE_BYTES,
-};
+pub use interner::{MAX_FRAME_BYTES, OVER_BUDGET as NAMES_OVER_BUDGET};
 use live::Names;
 use procs::Procs;
 use stacks::StackSource;
 
-/// Caches grow with the code that runs; past this many entries they start over.
-const CACHE_LIMIT: usize = 1 << 20;
+/// Bytes an address cache's slot holds, its key being `key` bytes: the
+/// frame it hands out and hashbrown's control byte.
+fn cache_slot(key: usize) -> usize {
+    key + std::mem::size_of::<Frame>() + 1
+}
+
+/// Caches grow with the code that runs; past this many entries they start
+/// over. Two caches, each of at most twice this many slots once it grew
+/// past it, again doubled by one batch's growth, within the two fifths of
+/// the budget's `names` part that the interner leaves them.
+fn cache_limit() -> usize {
+    let caches = crate::budget::bytes(crate::budget::Part::Names) / 5 * 2;
+    (caches / (2 * 4 * cache_slot(32))).max(1024)
+}
 /// Batches between two prunings of the name interner.
 const PRUNE_EVERY_BATCHES: u64 = 30;
-/// Bytes of frame names the interner ever holds (checked as each name is
-/// inserted); near it after pruning, the frame caches start over, so that
-/// names no slice uses any more go.
-pub const NAME_BUDGET_BYTES: usize = interner::MAX_BYTES;
 
 /// Where the symbolizer reports the JVMs it sees and reads their thread
 /// names from.
@@ -158,10 +164,11 @@ impl Symbolizer {
     /// Symbolizes one drained batch: its slice of history, and the live
     /// view of the threads that were off-CPU when it was drained.
     pub fn symbolize(&mut self, batch: RawBatch) -> Named {
-        if self.user_cache.len() > CACHE_LIMIT {
+        let limit = cache_limit();
+        if self.user_cache.len() > limit {
             self.user_cache.clear();
         }
-        if self.kernel_cache.len() > CACHE_LIMIT {
+        if self.kernel_cache.len() > limit {
             self.kernel_cache.clear();
         }
         self.batches += 1;
@@ -366,10 +373,11 @@ impl Symbolizer {
     }
 
     /// Lets go of names no stored slice uses; when that is not enough to
-    /// get under [`NAME_BUDGET_BYTES`], the frame caches start over too.
+    /// get near [`interner::max_bytes`] (checked as each name is inserted),
+    /// the frame caches start over too, so that names no slice uses go.
     fn prune_names(&mut self) {
         self.interner.prune();
-        if self.interner.bytes() > NAME_BUDGET_BYTES / 10 * 9 {
+        if self.interner.bytes() > interner::max_bytes() / 10 * 9 {
             self.user_cache.clear();
             self.kernel_cache.clear();
             self.jit.clear_frames();
@@ -390,17 +398,16 @@ impl Symbolizer {
         // The address caches that hand the names out count with them:
         // by capacity (one control byte per slot), at most 1 Mi entries
         // each (cleared past it).
-        let slot = |key: usize| key + std::mem::size_of::<Frame>() + 1;
-        let caches = self.user_cache.capacity() * slot(std::mem::size_of::<(FileKey, u64)>())
-            + self.kernel_cache.capacity() * slot(std::mem::size_of::<u64>())
+        let caches = self.user_cache.capacity() * cache_slot(std::mem::size_of::<(FileKey, u64)>())
+            + self.kernel_cache.capacity() * cache_slot(std::mem::size_of::<u64>())
             + self.python.held_bytes();
-        // Cleared past CACHE_LIMIT at the start of a batch; one batch may
+        // Cleared past cache_limit() at the start of a batch; one batch may
         // grow a table once more (it doubles).
-        let max_caches = 2 * 4 * CACHE_LIMIT * slot(32);
+        let max_caches = 2 * 4 * cache_limit() * cache_slot(32);
         set(
             Holder::SymbolizerNames,
             (self.interner.bytes() + caches) as u64,
-            Some((interner::MAX_BYTES + max_caches) as u64),
+            Some((interner::max_bytes() + max_caches) as u64),
         );
         if !self.kernel_cache.is_empty() {
             // blazesym parsed kallsyms at the first kernel frame.
@@ -411,12 +418,12 @@ impl Symbolizer {
         set(
             Holder::PerfMapNames,
             self.jit.bytes() as u64,
-            Some(jit::BUDGET_BYTES as u64),
+            Some(jit::budget_bytes() as u64),
         );
         set(
             Holder::JvmCode,
             self.java.bytes() as u64,
-            Some(java::NMETHOD_BUDGET_BYTES as u64),
+            Some(java::nmethod_budget_bytes() as u64),
         );
     }
 

@@ -26,6 +26,12 @@ pub const MAX_ENTRIES: usize = 1 << 20;
 /// Most bytes of names kept from one map; the lines past it are not read
 /// (counted, `perf_map`/`budget`): a busy JVM's map holds a few MiB.
 pub const MAX_NAME_BYTES: usize = 16 << 20;
+
+/// [`MAX_NAME_BYTES`], or half the budget's `perf_map_names` part if less:
+/// a map being read anew beside its last read then holds at most the part.
+pub fn max_name_bytes() -> usize {
+    MAX_NAME_BYTES.min(super::jit::budget_bytes() / 2)
+}
 /// A map written this long before the process started is an earlier
 /// process's with the same pid (the slack covers clock granularity): the
 /// start from the process table is exact (file times are a few ms
@@ -79,7 +85,7 @@ struct Lines {
     consumed: u64,
     name_bytes: usize,
     cut: bool,
-    /// Left out for [`MAX_NAME_BYTES`] (the caller counts it for the pid).
+    /// Left out for [`max_name_bytes`] (the caller counts it for the pid).
     names_cut: bool,
     /// The end was reached (or the caps: nothing more is read).
     eof: bool,
@@ -130,11 +136,11 @@ impl PerfMap {
 
     /// Parses perf map text from `reader`, keeping lines up to
     /// [`MAX_LINE`] bytes, at most [`MAX_ENTRIES`] entries and
-    /// [`MAX_NAME_BYTES`] of names (all counted when exceeded). Never holds
+    /// [`max_name_bytes`] of names (all counted when exceeded). Never holds
     /// more than one line besides the entries.
     #[cfg(test)]
     pub fn from_reader(reader: impl Read) -> io::Result<PerfMap> {
-        let lines = read_lines(reader, 0, MAX_ENTRIES, MAX_NAME_BYTES, MAX_BYTES)?;
+        let lines = read_lines(reader, 0, MAX_ENTRIES, max_name_bytes(), MAX_BYTES)?;
         let mut map = PerfMap {
             cut: lines.cut,
             ..PerfMap::default()
@@ -216,7 +222,7 @@ impl PerfMap {
             (&mut file).take(MAX_BYTES - from),
             old_entries,
             MAX_ENTRIES.saturating_sub(old_entries),
-            MAX_NAME_BYTES.saturating_sub(old_names),
+            max_name_bytes().saturating_sub(old_names),
             max_bytes,
         )?;
         if lines.names_cut {

@@ -5,8 +5,10 @@
 //! built again from its file when it may come back. So the registry holds
 //! its file and process entries, and a table only while it is built.
 
+use crate::budget::{self, Part};
 use crate::held::{set, Holder};
 
+use super::registry::{MAX_IDLE_FILES, MAX_PROCS};
 use super::{files::FileEntry, procs::ProcState, table::UnwindRow};
 use crate::bpf::abi::UNWIND_MAX_MAPPINGS;
 use crate::process::files::ExecMapping;
@@ -29,19 +31,26 @@ fn file_bytes() -> usize {
     std::mem::size_of::<FileEntry>() + 128
 }
 
+/// Bytes the registry's entries hold at most: [`MAX_PROCS`] processes,
+/// the files they map plus [`MAX_IDLE_FILES`] idle ones. Fixed by the BPF
+/// maps' sizes, so taken off the memory budget before it is split (the
+/// base of its `unwind_tables` part).
+pub fn entries_bound() -> usize {
+    MAX_PROCS * proc_bytes() + (MAX_PROCS * UNWIND_MAX_MAPPINGS + MAX_IDLE_FILES) * file_bytes()
+}
+
+/// Rows one table build may yield: at most `share_rows` (its share of the
+/// row array), and what the budget's `unwind_tables` part leaves after the
+/// entries.
+pub(super) fn max_build_rows(share_rows: usize) -> usize {
+    let part = budget::bytes(Part::UnwindTables);
+    share_rows.min(part.saturating_sub(entries_bound()) / BUILD_BYTES_PER_ROW)
+}
+
 /// Publishes what `files` and `procs` entries hold, at most, and the
-/// bound: `max_procs` processes, the files they map plus `max_idle` idle
-/// ones, and one build of at most `max_rows` rows.
-pub(super) fn publish(
-    files: usize,
-    procs: usize,
-    max_procs: usize,
-    max_idle: usize,
-    max_rows: usize,
-) {
+/// bound: [`entries_bound`] and one build of at most `max_rows` rows.
+pub(super) fn publish(files: usize, procs: usize, max_rows: usize) {
     let bytes = files * file_bytes() + procs * proc_bytes();
-    let bound = max_procs * proc_bytes()
-        + (max_procs * UNWIND_MAX_MAPPINGS + max_idle) * file_bytes()
-        + max_rows * BUILD_BYTES_PER_ROW;
+    let bound = entries_bound() + max_rows * BUILD_BYTES_PER_ROW;
     set(Holder::UnwindTables, bytes as u64, Some(bound as u64));
 }

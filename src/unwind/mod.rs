@@ -13,3 +13,5 @@ pub mod registry;
 mod space;
 pub mod stats;
 pub mod table;
+
+pub use held::entries_bound as registry_bytes_bound;

@@ -67,11 +67,11 @@ const UPDATE_BUDGET: Duration = Duration::from_millis(100);
 const JAVA_RETRY_EVERY: Duration = Duration::from_secs(1);
 const JAVA_RETRY_FOR: Duration = Duration::from_secs(120);
 /// Processes registered at most: the capacity of `unwind_procs`.
-const MAX_PROCS: usize = crate::bpf::abi::UNWIND_PROCS;
+pub(super) const MAX_PROCS: usize = crate::bpf::abi::UNWIND_PROCS;
 /// Files no registered process maps whose verdict (no table needed,
 /// failed...) is kept, so that short-lived programs run again and again
 /// are not parsed again; the least recently used go first.
-const MAX_IDLE_FILES: usize = 4096;
+pub(super) const MAX_IDLE_FILES: usize = 4096;
 
 /// Keeps `unwind_procs` and `unwind_rows` up to date with the processes seen.
 pub struct Registry {
@@ -437,14 +437,8 @@ impl Registry {
             .filter(|p| !p.written.is_empty())
             .count() as u64;
         s.processes_pending = self.queue.len() as u64;
-        let max_rows = (self.maps.capacity / MAX_TABLE_SHARE) as usize;
-        held::publish(
-            files.len(),
-            procs.len(),
-            MAX_PROCS,
-            MAX_IDLE_FILES,
-            max_rows,
-        );
+        let max_rows = held::max_build_rows((self.maps.capacity / MAX_TABLE_SHARE) as usize);
+        held::publish(files.len(), procs.len(), max_rows);
         s.last_update_us = now.elapsed().as_micros() as u64;
         s.max_update_us = s.max_update_us.max(s.last_update_us);
     }

@@ -34,6 +34,7 @@ mod jvm_noflags;
 mod jvm_start;
 mod lifecycle;
 mod memory_bounds;
+mod memory_governor;
 mod offcpu;
 mod otlp;
 mod pid_reuse;

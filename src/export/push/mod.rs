@@ -27,6 +27,7 @@ pub mod outbox;
 pub mod proto;
 pub mod send;
 pub mod service;
+pub mod squat;
 pub mod stats;
 
 use std::{

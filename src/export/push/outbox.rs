@@ -16,8 +16,12 @@ use super::stats::PushStats;
 /// Intervals' worth of requests kept while the server does not take them:
 /// the newest and the one before.
 pub const MAX_INTERVALS: u64 = 2;
-/// Bytes of requests kept while the server does not take them.
-pub const MAX_BYTES: usize = 32 << 20;
+/// Bytes of requests kept while the server does not take them: half the
+/// budget's `push_outbox` part (a daemon runs at most two sinks, Pyroscope
+/// and OTLP).
+pub fn max_bytes() -> usize {
+    crate::budget::bytes(crate::budget::Part::PushOutbox) / 2
+}
 /// The first wait after a failed try; it doubles up to the interval.
 pub const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 
@@ -264,13 +268,13 @@ impl Outbox {
 }
 
 /// Drops the oldest requests while more than [`MAX_INTERVALS`] intervals
-/// or [`MAX_BYTES`] are queued.
+/// or [`max_bytes`] are queued.
 fn bound(q: &mut Queue, stats: &PushStats) {
     let newest = q.requests.iter().map(|r| r.interval).max().unwrap_or(0);
     let mut dropped = 0;
     while let Some(old) = q.requests.front() {
         let too_old = old.interval + MAX_INTERVALS <= newest;
-        if !too_old && q.bytes <= MAX_BYTES {
+        if !too_old && q.bytes <= max_bytes() {
             break;
         }
         q.bytes -= old.body.len();
@@ -358,10 +362,10 @@ mod tests {
     #[test]
     fn bytes_are_bounded() {
         let (outbox, stats) = (Outbox::default(), PushStats::default());
-        outbox.add(vec![request(1, MAX_BYTES / 2 + 1); 3], &stats);
+        outbox.add(vec![request(1, max_bytes() / 2 + 1); 3], &stats);
         let r = stats.report();
         assert_eq!((r.queued_requests, r.dropped_profiles), (1, 4));
-        assert!(r.queued_bytes <= MAX_BYTES as u64);
+        assert!(r.queued_bytes <= max_bytes() as u64);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::{Image, Inner, ProcMaps, MAX_IMAGES};
+use super::{Image, Inner, ProcMaps};
 
 /// Bytes of an image, its mappings aside.
 fn image_bytes(image: &Image) -> usize {
@@ -20,16 +20,18 @@ fn maps_bytes(maps: &ProcMaps) -> usize {
         .sum()
 }
 
-/// The table's bound: [`MAX_IMAGES`] images of at most
-/// [`super::super::maps::MAX_MAPPINGS`] mappings (names cut to 16 bytes, paths
-/// to `PATH_MAX`), each with a cgroup path of at most `PATH_MAX`.
+/// The table's bound: the budget's `process_table` part. An image's maps
+/// may run to [`super::super::maps::MAX_MAPPINGS`] mappings with paths of
+/// `PATH_MAX` each, so the count of images alone ([`super::MAX_IMAGES`]) does not
+/// bound the bytes: images are evicted past this too.
 pub(super) fn max_bytes() -> usize {
-    MAX_IMAGES
-        * (std::mem::size_of::<Image>()
-            + 32
-            + crate::process::cgroups::MAX_PATH
-            + super::super::maps::MAX_MAPPINGS
-                * (std::mem::size_of::<super::super::maps::Mapping>() + 4096))
+    crate::budget::bytes(crate::budget::Part::ProcessTable)
+}
+
+/// What dropping `image` frees, its mapping list shared with others
+/// (a fork's) counted by share.
+pub(super) fn of_image(image: &Arc<Image>) -> usize {
+    maps_bytes(&image.maps) / Arc::strong_count(&image.maps).max(1) + image_bytes(image)
 }
 
 impl Inner {
@@ -37,10 +39,12 @@ impl Inner {
     /// counted once in all.
     pub(super) fn bytes(&self) -> usize {
         let images = self.pids.values().flatten();
-        let shared = |i: &Arc<Image>| {
-            maps_bytes(&i.maps) / Arc::strong_count(&i.maps).max(1) + image_bytes(i)
-        };
-        images.map(shared).sum::<usize>()
+        images.map(of_image).sum::<usize>()
             + self.pids.capacity() * std::mem::size_of::<(u32, Vec<Arc<Image>>)>()
+    }
+
+    /// Evicts images until `more` bytes fit within [`max_bytes`].
+    pub(super) fn make_room(&mut self, more: usize) {
+        while self.bytes + more > max_bytes() && self.evict() {}
     }
 }

@@ -144,3 +144,33 @@ fn an_exec_is_a_new_program_and_ends_the_old_ones_key() {
     assert_eq!(table.newest(PID).map(|k| k.exec), Some(1));
     assert_eq!(changes.poll(t0 + KEEP_ENDED).forget, [sh]);
 }
+
+#[test]
+fn images_are_bounded_by_their_bytes() {
+    // 1,000 executable mappings of 1,000-byte paths: about 1 MiB an image.
+    let path = format!("/{}", "p".repeat(999));
+    let maps: String = (0..1000u64)
+        .map(|k| {
+            let start = 0x7f00_0000_0000 + k * 0x1000;
+            format!(
+                "{start:x}-{:x} r-xp 00000000 08:01 {k} {path}\n",
+                start + 0x1000
+            )
+        })
+        .collect();
+    let table = ProcessTable::default();
+    let t0 = Instant::now();
+    let max = bytes::max_bytes();
+    let images = max / (1 << 20) + 8;
+    let mut inner = table.lock();
+    for k in 0..images as u32 {
+        let image = Image::new(PID - 1 - k, 1, "p".into(), t0);
+        inner.push(image.with_maps(ProcMaps::parse(&maps), t0), t0);
+        assert!(inner.bytes <= max, "{} > {max}", inner.bytes);
+    }
+    assert!(inner.stats.evicted >= 8, "{}", inner.stats.evicted);
+    assert!(inner.images < images);
+    drop(inner);
+    let _ = table.stats();
+    assert!(table.lock().bytes <= max);
+}

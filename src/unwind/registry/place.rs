@@ -7,6 +7,7 @@ use super::{
     super::{
         batch::set_rows,
         files::{layout, TablePlace, TableState},
+        held,
         space::{cheapest_room, Placed},
         stats::Missing,
         table::{load_bias_of, TableError, UnwindTable},
@@ -116,7 +117,8 @@ impl Registry {
                         f.deltas.push((m.offset, delta));
                     }
                 }
-                let max_rows = (self.maps.capacity / MAX_TABLE_SHARE) as usize;
+                let max_rows =
+                    held::max_build_rows((self.maps.capacity / MAX_TABLE_SHARE) as usize);
                 match UnwindTable::from_file_within(&file, max_rows) {
                     Err(TableError::TooManyRows(_)) => TableState::TooBig,
                     Ok(t) => {
