@@ -278,7 +278,7 @@ impl Registry {
                     start,
                     len,
                     key: *k,
-                    cost: f.yields_to(me, &over).then(|| f.cost(len, now)),
+                    cost: f.yields_to(me, over).then(|| f.cost(len, now)),
                 }),
                 _ => None,
             })
