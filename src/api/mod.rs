@@ -177,7 +177,7 @@ async fn healthz(State(state): State<ApiState>) -> Json<serde_json::Value> {
         "capabilities": crate::caps::report(),
         "push": push,
         "otlp": otlp,
-        "trace": shared.trace.get().map(|t| t.stats.report()),
+        "trace": shared.trace.get().map(|t| t.report()),
     }))
 }
 

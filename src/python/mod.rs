@@ -20,6 +20,7 @@ mod tests;
 use std::sync::{Arc, Mutex};
 
 pub mod registry;
+pub mod shares;
 
 use crate::{bpf::abi::UnwindPython, process::files::ExecMapping, process::remote::Remote};
 use layout::{Entry, Layout};

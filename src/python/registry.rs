@@ -22,8 +22,8 @@ use aya::maps::{HashMap as BpfHashMap, MapData};
 use crate::{
     bpf::abi::{PyThreadKey, UnwindPython, PY_THREADS},
     process::remote::{Budget, Remote},
-    process::{files::ExecMapping, ProcKey},
-    python::{self, Interpreter, PyError, PyThread},
+    process::{files::ExecMapping, status::Status, ProcKey},
+    python::{self, shares::Shares, Interpreter, PyError, PyThread},
     untrusted::refusals::{self, Reason, What},
     unwind::python::{PythonSide, PythonStats},
 };
@@ -89,6 +89,8 @@ impl Pythons {
 /// What the registry keeps of one Python process.
 struct PyState {
     key: ProcKey,
+    /// Its effective uid when registered: whose share its entries take.
+    uid: u32,
     interp: Interpreter,
     /// Its entries in `python_threads`: thread id -> thread state.
     written: HashMap<u64, u64>,
@@ -110,6 +112,8 @@ pub struct PythonThreads {
     name_bytes: usize,
     /// Processes whose interpreter was tried for [`RETRY_FOR`] in vain.
     given_up: HashMap<u32, ProcKey>,
+    /// The entries of `python_threads` each user holds.
+    shares: Shares,
 }
 
 impl PythonThreads {
@@ -124,6 +128,7 @@ impl PythonThreads {
             stats: PythonStats::default(),
             name_bytes: 0,
             given_up: HashMap::new(),
+            shares: Shares::new(PY_THREADS),
         }
     }
 
@@ -158,23 +163,55 @@ impl PythonThreads {
             }
         };
         let now_ids: HashMap<u64, u64> = threads.iter().map(|t| (t.thread_id, t.tstate)).collect();
-        for (&id, _) in p.written.iter().filter(|(id, _)| !now_ids.contains_key(id)) {
-            let _ = self.map.remove(&thread_key(pid, id));
+        let gone: Vec<u64> = p
+            .written
+            .keys()
+            .filter(|id| !now_ids.contains_key(id))
+            .copied()
+            .collect();
+        for id in &gone {
+            p.written.remove(id);
+            let _ = self.map.remove(&thread_key(pid, *id));
         }
-        p.written.retain(|id, _| now_ids.contains_key(id));
+        let uid = p.uid;
+        self.shares.remove(uid, gone.len());
+        let fresh: Vec<PyThread> = threads
+            .iter()
+            .filter(|t| p.written.get(&t.thread_id) != Some(&t.tstate))
+            .copied()
+            .collect();
+        let new = fresh
+            .iter()
+            .filter(|t| !p.written.contains_key(&t.thread_id))
+            .count();
+        let mut allowed = new.min(self.shares.room(uid, p.written.len()));
+        if new > allowed {
+            // Past its user's share (or its own): its other threads walk
+            // without Python frames; the degraded marker names it.
+            self.stats.threads_left_out += (new - allowed) as u64;
+            refusals::count_for(What::Python, Reason::Budget, pid);
+        }
+        self.take_back(pid, uid, allowed);
+        let Some(p) = self.procs.get_mut(&pid) else {
+            return false;
+        };
         let mut added = false;
-        for t in &threads {
-            if p.written.get(&t.thread_id) == Some(&t.tstate) {
+        for t in &fresh {
+            let is_new = !p.written.contains_key(&t.thread_id);
+            if is_new && allowed == 0 {
                 continue;
             }
-            if p.written.len() >= python::MAX_THREADS
-                || self
-                    .map
-                    .insert(thread_key(pid, t.thread_id), t.tstate, 0)
-                    .is_err()
+            if self
+                .map
+                .insert(thread_key(pid, t.thread_id), t.tstate, 0)
+                .is_err()
             {
                 self.stats.threads_left_out += 1;
                 continue;
+            }
+            if is_new {
+                allowed -= 1;
+                self.shares.add(uid, 1);
             }
             added |= p.written.insert(t.thread_id, t.tstate).is_none();
         }
@@ -200,10 +237,44 @@ impl PythonThreads {
         added
     }
 
+    /// Takes back from the users above their share (see [`Shares`]) the
+    /// entries `want` more of `uid`'s need, from their processes holding
+    /// most (each counted and named as degraded), but never `pid`'s.
+    fn take_back(&mut self, pid: u32, uid: u32, want: usize) {
+        for (victim, n) in self.shares.reclaim(uid, want) {
+            let mut theirs: Vec<(usize, u32)> = self
+                .procs
+                .iter()
+                .filter(|(&q, s)| s.uid == victim && q != pid)
+                .map(|(&q, s)| (s.written.len(), q))
+                .collect();
+            theirs.sort_unstable_by(|a, b| b.cmp(a));
+            let mut left = n;
+            for (_, q) in theirs {
+                let Some(s) = self.procs.get_mut(&q) else {
+                    continue;
+                };
+                if left == 0 {
+                    break;
+                }
+                let ids: Vec<u64> = s.written.keys().take(left).copied().collect();
+                for id in &ids {
+                    s.written.remove(id);
+                    let _ = self.map.remove(&thread_key(q, *id));
+                }
+                left -= ids.len();
+                self.shares.remove(victim, ids.len());
+                self.stats.threads_taken_back += ids.len() as u64;
+                refusals::count_for(What::Python, Reason::Budget, q);
+            }
+        }
+    }
+
     /// Forgets `pid` and its threads: its program changed.
     fn forget(&mut self, pid: u32) {
         self.retry.remove(&pid);
         if let Some(p) = self.procs.remove(&pid) {
+            self.shares.remove(p.uid, p.written.len());
             self.name_bytes -= names_bytes(&p.names);
             for id in p.written.keys() {
                 let _ = self.map.remove(&thread_key(pid, *id));
@@ -315,11 +386,14 @@ impl PythonSide for PythonThreads {
         match python::find(pid, mappings) {
             Ok(interp) => {
                 self.retry.remove(&pid);
+                // Gone already if its status cannot be read.
+                let uid = Status::read(pid)?.euid;
                 let layout = interp.walk_layout();
                 self.procs.insert(
                     pid,
                     PyState {
                         key,
+                        uid,
                         interp,
                         written: HashMap::new(),
                         names: HashMap::new(),

@@ -1,19 +1,20 @@
 //! Exact thread timelines on demand (`/trace`): every state change of one
 //! process's threads for a few seconds, as a Perfetto trace. One recording
-//! at a time: the BPF side has one target; a second request is refused
-//! ([`TraceError::Busy`]) rather than queued behind a 30 s recording.
+//! at a time (the BPF side has one target): the others wait their turn in
+//! a [`queue`] of one request per user, root first.
 //!
 //! [`record`] reads the BPF ring buffer (bounded), [`timeline`] turns the
 //! events into gapless per-thread intervals, [`perfetto`] encodes them.
 
 pub mod perfetto;
+pub mod queue;
 pub mod record;
 pub mod timeline;
 
 use std::{
     sync::{
         atomic::{AtomicU64, Ordering},
-        Mutex,
+        Arc, Mutex,
     },
     time::Duration,
 };
@@ -23,6 +24,7 @@ use thiserror::Error;
 
 use crate::bpf::TraceMaps;
 use perfetto::Names;
+use queue::{Queue, Stop};
 use record::Limits;
 
 /// Longest recording.
@@ -41,6 +43,8 @@ pub enum TraceError {
     Snapshot(#[source] std::io::Error),
     #[error("attaching the switch hook: {0}")]
     Attach(#[source] std::io::Error),
+    #[error("the recording was cancelled: its client hung up")]
+    Cancelled,
 }
 
 /// A trace ready to serve, with what it holds.
@@ -60,6 +64,8 @@ pub struct Trace {
     pub cut: u64,
     /// Events the kernel could not send (ring buffer full).
     pub lost: u64,
+    /// Ended early: root asked for a recording.
+    pub preempted: bool,
 }
 
 /// Recordings made and what they held, since start.
@@ -70,6 +76,11 @@ pub struct TraceStats {
     cut: AtomicU64,
     lost: AtomicU64,
     busy: AtomicU64,
+    waited: AtomicU64,
+    refused_queued: AtomicU64,
+    refused_wait: AtomicU64,
+    cancelled: AtomicU64,
+    preempted: AtomicU64,
 }
 
 /// [`TraceStats`] at one moment (for `/healthz` and `/metrics`).
@@ -85,6 +96,29 @@ pub struct TraceReport {
     pub events_lost: u64,
     /// Requests refused because a recording was running.
     pub refused_busy: u64,
+    /// Requests that waited for another's recording to end.
+    pub waited: u64,
+    /// Requests refused: their user had one running or waiting already,
+    /// or the queue was full.
+    pub refused_queued: u64,
+    /// Requests that got no turn within the queue's wait bound.
+    pub refused_wait: u64,
+    /// Recordings cancelled (or requests that left the queue) because
+    /// their client hung up.
+    pub cancelled: u64,
+    /// Users' recordings ended early for root's.
+    pub preempted: u64,
+    /// Requests recording or waiting now.
+    pub queued: u64,
+}
+
+/// What happened to a request in the queue, counted in [`TraceStats`].
+#[derive(Debug, Clone, Copy)]
+pub enum QueueEvent {
+    Waited,
+    RefusedQueued,
+    RefusedWait,
+    Cancelled,
 }
 
 impl TraceStats {
@@ -96,14 +130,32 @@ impl TraceStats {
             events_cut: get(&self.cut),
             events_lost: get(&self.lost),
             refused_busy: get(&self.busy),
+            waited: get(&self.waited),
+            refused_queued: get(&self.refused_queued),
+            refused_wait: get(&self.refused_wait),
+            cancelled: get(&self.cancelled),
+            preempted: get(&self.preempted),
+            queued: 0,
         }
+    }
+
+    pub fn count(&self, event: QueueEvent) {
+        let counter = match event {
+            QueueEvent::Waited => &self.waited,
+            QueueEvent::RefusedQueued => &self.refused_queued,
+            QueueEvent::RefusedWait => &self.refused_wait,
+            QueueEvent::Cancelled => &self.cancelled,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
     }
 }
 
-/// Makes recordings with the BPF trace maps, one at a time.
+/// Makes recordings with the BPF trace maps, one at a time, in the turns
+/// its [`Queue`] gives.
 pub struct Recorder {
     maps: Mutex<Option<TraceMaps>>,
     pub stats: TraceStats,
+    pub queue: Arc<Queue>,
 }
 
 /// Hands the maps back however the recording ends.
@@ -119,20 +171,31 @@ impl Drop for Lease<'_> {
 }
 
 impl Recorder {
+    /// What it did, and how many requests it has now.
+    pub fn report(&self) -> TraceReport {
+        TraceReport {
+            queued: self.queue.len() as u64,
+            ..self.stats.report()
+        }
+    }
+
     pub fn new(maps: TraceMaps) -> Recorder {
         Recorder {
             maps: Mutex::new(Some(maps)),
             stats: TraceStats::default(),
+            queue: Arc::new(Queue::default()),
         }
     }
 
     /// Records `pid` for `length` (at most [`MAX_SECONDS`]) and encodes the
     /// trace; `names` gives the process's and its threads' names once the
-    /// threads are known. Blocks for the whole recording.
+    /// threads are known. Blocks for the whole recording, or until `stop`:
+    /// preempted, it serves what it recorded; cancelled, nothing.
     pub fn record(
         &self,
         pid: u32,
         length: Duration,
+        stop: &Stop,
         names: impl FnOnce(&[u32]) -> Names,
     ) -> Result<Trace, TraceError> {
         let taken = self.maps.lock().unwrap_or_else(|e| e.into_inner()).take();
@@ -148,8 +211,16 @@ impl Recorder {
             return Err(TraceError::Busy);
         };
         let length = length.min(Duration::from_secs(MAX_SECONDS));
-        let rec = record::record(maps, pid, length, Limits::DEFAULT)?;
+        let rec = record::record(maps, pid, length, Limits::DEFAULT, stop)?;
         drop(lease);
+        if stop.cancelled() {
+            self.stats.count(QueueEvent::Cancelled);
+            return Err(TraceError::Cancelled);
+        }
+        let preempted = stop.preempted();
+        if preempted {
+            self.stats.preempted.fetch_add(1, Ordering::Relaxed);
+        }
         let events = rec.events.len();
         let lines = timeline::build(pid, rec.events, rec.start, rec.end);
         let tids: Vec<u32> = lines.threads.keys().copied().collect();
@@ -171,6 +242,7 @@ impl Recorder {
             events,
             cut: rec.cut,
             lost: rec.lost,
+            preempted,
         })
     }
 }

@@ -13,7 +13,7 @@ use crate::bpf::{
     TraceMaps,
 };
 
-use super::TraceError;
+use super::{queue::Stop, TraceError};
 
 /// How much one recording may keep.
 #[derive(Debug, Clone, Copy)]
@@ -167,13 +167,15 @@ fn set(maps: &mut TraceMaps, index: u32, value: u32) -> Result<(), TraceError> {
         .map_err(TraceError::Control)
 }
 
-/// Records `pid`'s threads for `length` (blocking: run on a thread of
-/// its own). The target is cleared however the recording ends.
+/// Records `pid`'s threads for `length`, or until `stop` is set (blocking:
+/// run on a thread of its own). The target is cleared however the
+/// recording ends.
 pub fn record(
     maps: &mut TraceMaps,
     pid: u32,
     length: Duration,
     limits: Limits,
+    stop: &Stop,
 ) -> Result<Recording, TraceError> {
     // Whatever a previous recording left unread is not this one's.
     while maps.events.next().is_some() {}
@@ -183,7 +185,7 @@ pub fn record(
     // after it is missed; detached when the link drops.
     let result = match crate::bpf::iter::attach_tp_btf(maps.switch.as_fd()) {
         Ok(link) => {
-            let recorded = run(maps, pid, length, limits);
+            let recorded = run(maps, pid, length, limits, stop);
             drop(link);
             recorded
         }
@@ -208,6 +210,7 @@ fn run(
     pid: u32,
     length: Duration,
     limits: Limits,
+    stop: &Stop,
 ) -> Result<Recording, TraceError> {
     let mut kept = Bounded::new(limits.events);
     let mut snapshot = Vec::new();
@@ -217,7 +220,8 @@ fn run(
     // Every thread's state is known from here on.
     let clocks = Clocks::now();
     let started = Instant::now();
-    while started.elapsed() < length {
+    // Looked at every 20 ms at most: a stop ends the recording that soon.
+    while started.elapsed() < length && !stop.is_set() {
         let left = length.saturating_sub(started.elapsed());
         wait_readable(maps, left.min(Duration::from_millis(20)));
         if !read_ring(maps, &mut kept) {

@@ -38,7 +38,9 @@ pub enum What {
     /// Frame and thread names a process brings (symbols, perf maps, Java
     /// thread names).
     Names,
-    /// Room in the store (history) and report slots (`/metrics`, push).
+    /// Room in the store (history), report slots (`/metrics`, push) and
+    /// turns of the `/trace` recorder (a user's second request, a wait
+    /// past its bound).
     Share,
     /// HTTP clients asking for data they have no authority over.
     Client,

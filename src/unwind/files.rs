@@ -1,6 +1,7 @@
 //! What the registry knows of each file: its table's state, how many
 //! processes use it, and how a table is laid out in the row array.
 
+use std::collections::HashMap;
 use std::{sync::Arc, time::Instant};
 
 use crate::process::files::ExecMapping;
@@ -63,6 +64,8 @@ pub(super) struct FileEntry {
     pub state: TableState,
     /// Registered processes mapping it.
     pub users: u32,
+    /// The same by user (euid): how many of each user's processes.
+    pub owners: HashMap<u32, u32>,
     /// Last time one of them was seen.
     pub used: Instant,
     /// When it was first seen.
@@ -79,6 +82,7 @@ impl FileEntry {
             path,
             state: TableState::Pending,
             users: 0,
+            owners: HashMap::new(),
             used: now,
             since: now,
             tried: None,
@@ -104,12 +108,51 @@ impl FileEntry {
             .map(|(_, d)| *d)
     }
 
+    /// One more process of `uid` maps it.
+    pub fn attach(&mut self, uid: u32) {
+        self.users += 1;
+        *self.owners.entry(uid).or_insert(0) += 1;
+    }
+
+    /// One process of `uid` no longer maps it.
+    pub fn detach(&mut self, uid: u32) {
+        self.users = self.users.saturating_sub(1);
+        if let Some(n) = self.owners.get_mut(&uid) {
+            *n -= 1;
+            if *n == 0 {
+                self.owners.remove(&uid);
+            }
+        }
+    }
+
+    /// The one user whose processes map it, if only one's do.
+    pub fn owner(&self) -> Option<u32> {
+        let mut owners = self.owners.keys();
+        match (owners.next(), owners.next()) {
+            (Some(&uid), None) => Some(uid),
+            _ => None,
+        }
+    }
+
     /// Whether this loaded table may be evicted for `other`'s: only for
-    /// one that more processes map, or as many of which one ran more lately
-    /// (seen in a later update). So a library every process maps never
-    /// leaves for one program's binary, and among tables of one program
-    /// each, those of programs that stopped running go first.
-    pub fn yields_to(&self, other: &FileEntry) -> bool {
+    /// one that more users' processes map, or as many users' and more
+    /// processes, or as many of which one ran more lately (seen in a later
+    /// update). So a library every user's processes map never leaves for
+    /// tables of files one user brings, however many processes that user
+    /// runs; among tables of programs, those of programs that stopped
+    /// running go first. A table only one user's processes map gives way
+    /// to another user's only while its user is over its share of the
+    /// array (`over_share`), so one user cannot push out the others.
+    pub fn yields_to(&self, other: &FileEntry, over_share: impl Fn(u32) -> bool) -> bool {
+        let (mine, theirs) = (self.owners.len(), other.owners.len());
+        if mine != theirs {
+            return mine < theirs;
+        }
+        if let (Some(a), Some(b)) = (self.owner(), other.owner()) {
+            if a != b && !over_share(a) {
+                return false;
+            }
+        }
         self.users < other.users || (self.users == other.users && self.used < other.used)
     }
 
@@ -186,23 +229,58 @@ mod tests {
     #[test]
     fn shared_tables_never_yield_to_less_shared_ones() {
         let now = Instant::now() + Duration::from_secs(100);
-        let file = |users, idle: u64| FileEntry {
-            users,
-            used: now - Duration::from_secs(idle),
-            ..FileEntry::new("f".into(), now)
+        let file = |users, idle: u64| {
+            let mut f = FileEntry {
+                used: now - Duration::from_secs(idle),
+                ..FileEntry::new("f".into(), now)
+            };
+            for _ in 0..users {
+                f.attach(1000);
+            }
+            f
         };
+        let fair = |_| false;
         let libc = file(300, 50);
         let binary = file(1, 0);
-        assert!(!libc.yields_to(&binary), "idle or not, libc stays");
-        assert!(binary.yields_to(&libc));
+        assert!(!libc.yields_to(&binary, fair), "idle or not, libc stays");
+        assert!(binary.yields_to(&libc, fair));
         // Equal worth: the table whose processes ran less lately gives way,
         // and not back.
         let (idle, busy) = (file(1, 30), file(1, 0));
-        assert!(idle.yields_to(&busy));
-        assert!(!busy.yields_to(&idle));
+        assert!(idle.yields_to(&busy, fair));
+        assert!(!busy.yields_to(&idle, fair));
         assert!(
-            !file(1, 0).yields_to(&busy),
+            !file(1, 0).yields_to(&busy, fair),
             "seen in the same update: no turns"
         );
+    }
+
+    #[test]
+    fn one_users_many_processes_push_out_neither_shared_nor_other_users_tables() {
+        let now = Instant::now();
+        let of = |uids: &[(u32, u32)]| {
+            let mut f = FileEntry::new("f".into(), now);
+            for &(uid, n) in uids {
+                (0..n).for_each(|_| f.attach(uid));
+            }
+            f
+        };
+        // libc, mapped by two users' 30 processes; the attacker's file by
+        // 1,000 of nobody's.
+        let libc = of(&[(0, 20), (1, 10)]);
+        let forged = of(&[(65534, 1000)]);
+        let within = |_| false;
+        assert!(!libc.yields_to(&forged, within));
+        // Another user's program: only while that user is over its share.
+        let program = of(&[(1, 1)]);
+        assert!(!program.yields_to(&forged, within));
+        assert!(program.yields_to(&forged, |uid| uid == 1));
+        // Among one user's own tables, the old rule.
+        let old = of(&[(65534, 1)]);
+        assert!(old.yields_to(&forged, within));
+        let mut gone = of(&[(1, 1)]);
+        gone.detach(1);
+        assert_eq!((gone.users, gone.owner()), (0, None));
+        assert!(gone.yields_to(&program, within));
     }
 }

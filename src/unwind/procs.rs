@@ -17,6 +17,9 @@ use crate::process::{
 pub(super) struct ProcState {
     /// The process, as the table knows it.
     pub key: ProcKey,
+    /// Its effective uid when registered: whose share of the row array
+    /// tables only its user's processes map take.
+    pub uid: u32,
     /// The table's maps it was registered with: when the table reads them
     /// again (a library loaded since), it is registered again.
     pub maps: Arc<ProcMaps>,

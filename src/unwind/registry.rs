@@ -37,6 +37,7 @@ use crate::bpf::{
 };
 use crate::process::{
     files::{exec_mappings_in, ExecMapping, FileKey},
+    status::Status,
     ProcessTable, Subscription,
 };
 
@@ -218,7 +219,7 @@ impl Registry {
                 py.ended(key.pid);
             }
             if let Some(p) = self.procs.remove(&key.pid) {
-                self.detach(&p.mappings);
+                self.detach(&p.mappings, p.uid);
                 if p.has_entry() {
                     let _ = self.maps.procs.remove(&key.pid);
                 }
@@ -242,7 +243,7 @@ impl Registry {
         }
     }
 
-    fn attach(&mut self, mappings: &[ExecMapping], now: Instant) {
+    fn attach(&mut self, mappings: &[ExecMapping], uid: u32, now: Instant) {
         for key in unique_keys(mappings) {
             let Some(m) = mappings.iter().find(|m| m.key == key) else {
                 continue;
@@ -251,15 +252,15 @@ impl Registry {
                 .files
                 .entry(key)
                 .or_insert_with(|| FileEntry::new(m.path.clone(), now));
-            f.users += 1;
+            f.attach(uid);
             f.used = now;
         }
     }
 
-    fn detach(&mut self, mappings: &[ExecMapping]) {
+    fn detach(&mut self, mappings: &[ExecMapping], uid: u32) {
         for key in unique_keys(mappings) {
             if let Some(f) = self.files.get_mut(&key) {
-                f.users = f.users.saturating_sub(1);
+                f.detach(uid);
             }
         }
     }
@@ -269,6 +270,10 @@ impl Registry {
     /// left to [`Registry::build`].
     fn register(&mut self, pid: u32, now: Instant) {
         let Some(image) = self.changes.table().live(pid) else {
+            return;
+        };
+        // Gone already if its status cannot be read.
+        let Some(uid) = Status::read(pid).map(|s| s.euid) else {
             return;
         };
         let mappings = exec_mappings_in(&image.maps);
@@ -287,7 +292,7 @@ impl Registry {
             .and_then(|o| o.java_retry)
             .map_or(now + JAVA_RETRY_FOR, |(_, until)| until);
         if let Some(old) = old {
-            self.detach(&old.mappings);
+            self.detach(&old.mappings, old.uid);
             seen = old.seen;
             // An entry still there need not be written again if unchanged
             // (a new epoch would empty BPF's cache of its rules).
@@ -309,11 +314,12 @@ impl Registry {
             .python
             .as_mut()
             .and_then(|py| py.register(pid, image.key(), &mappings, now));
-        self.attach(&mappings, now);
+        self.attach(&mappings, uid, now);
         self.procs.insert(
             pid,
             ProcState {
                 key: image.key(),
+                uid,
                 maps: image.maps.clone(),
                 name: image.name.clone(),
                 seen,

@@ -24,6 +24,10 @@ pub struct UnwindStats {
     pub tables_no_room: u64,
     /// Tables larger than a quarter of the row array (not loaded).
     pub tables_too_big: u64,
+    /// Tables only one user's processes map, evicted for another user's
+    /// table while that user's own tables held more than its share of the
+    /// array (an even share among the users with such tables).
+    pub tables_taken_back: u64,
     /// Files waiting for their table to be built (most shared first).
     pub tables_pending: u64,
     /// Rows of the array in use, and its capacity.
@@ -137,6 +141,10 @@ pub struct PythonStats {
     pub threads: u64,
     /// Interpreters that could not be read (each attempt).
     pub refused: u64,
-    /// Threads left out: `python_threads` full, or past the thread bound.
+    /// Threads left out: `python_threads` full, or past the thread bound
+    /// or their user's share of the map (`python::shares`), at each scan.
     pub threads_left_out: u64,
+    /// Entries taken back from users above their share, for a user within
+    /// theirs.
+    pub threads_taken_back: u64,
 }

@@ -1,7 +1,7 @@
 //! Where tables go: which file to build next, placing a built table in
 //! the row array, and which tables give way when it does not fit.
 
-use std::{cmp::Reverse, time::Instant};
+use std::{cmp::Reverse, collections::HashMap, time::Instant};
 
 use super::{
     super::{
@@ -17,8 +17,28 @@ use super::{
 use crate::{
     bpf::abi::UNWIND_MAX_TABLE_ROWS,
     process::files::{ExecMapping, FileKey},
-    untrusted::OpenError,
+    untrusted::{
+        refusals::{self, Reason, What},
+        OpenError,
+    },
 };
+
+/// The least share of the row array tables only one user's processes map
+/// may keep however many users have such tables (a fraction: 1/N).
+const MIN_USER_SHARE: u64 = 8;
+
+/// Rows of the loaded tables only one user's processes map, by user.
+type OwnRows = HashMap<u32, u64>;
+
+/// Whether `uid`'s own tables hold more than its share of `capacity`
+/// rows when `asking` (the user whose table is placed, if only one's
+/// processes map it) is counted among the users: an even share among
+/// them, at least 1/[`MIN_USER_SHARE`] of the array.
+fn over_share(own: &OwnRows, uid: u32, asking: Option<u32>, capacity: u64) -> bool {
+    let users = own.len() as u64 + u64::from(asking.is_some_and(|a| !own.contains_key(&a)));
+    let share = (capacity / users.max(1)).max(capacity / MIN_USER_SHARE);
+    own.get(&uid).copied().unwrap_or(0) > share
+}
 
 impl Registry {
     /// The next table to build: the newest file (a process started now
@@ -178,6 +198,7 @@ impl Registry {
                         at: now,
                     };
                 };
+                self.count_taken_back(key, &victims);
                 for victim in victims {
                     self.evict(victim, now);
                 }
@@ -211,10 +232,46 @@ impl Registry {
         }
     }
 
+    fn own_rows(&self) -> OwnRows {
+        let mut own = OwnRows::new();
+        for f in self.files.values() {
+            if let (TableState::Loaded { len, .. }, Some(uid)) = (f.state, f.owner()) {
+                *own.entry(uid).or_insert(0) += u64::from(len);
+            }
+        }
+        own
+    }
+
+    /// Counts the `victims` of `key`'s table that only another user's
+    /// processes map (taken back: that user was over its share), naming
+    /// one of its processes as degraded.
+    fn count_taken_back(&mut self, key: FileKey, victims: &[FileKey]) {
+        let asking = self.files.get(&key).and_then(|f| f.owner());
+        for victim in victims {
+            let Some(uid) = self.files.get(victim).and_then(|f| f.owner()) else {
+                continue;
+            };
+            if Some(uid) == asking {
+                continue;
+            }
+            self.stats.tables_taken_back += 1;
+            let pid = self
+                .procs
+                .iter()
+                .find(|(_, p)| p.uid == uid)
+                .map(|(pid, _)| *pid);
+            refusals::count_for(What::Elf, Reason::Budget, pid.unwrap_or(0));
+        }
+    }
+
     /// The loaded tables to evict so that `key`'s table (`len` slots) fits,
     /// among those worth less; `None` if that cannot make room.
     fn victims(&self, key: FileKey, len: u32, now: Instant) -> Option<Vec<FileKey>> {
         let me = self.files.get(&key)?;
+        let own = self.own_rows();
+        let capacity = u64::from(self.maps.capacity);
+        let asking = me.owner();
+        let over = |uid: u32| over_share(&own, uid, asking, capacity);
         let tables: Vec<Placed<FileKey>> = self
             .files
             .iter()
@@ -223,7 +280,7 @@ impl Registry {
                     start,
                     len,
                     key: *k,
-                    cost: f.yields_to(me).then(|| f.cost(len, now)),
+                    cost: f.yields_to(me, over).then(|| f.cost(len, now)),
                 }),
                 _ => None,
             })
@@ -252,5 +309,26 @@ impl Registry {
         self.space.release(start, len);
         self.stats.rows_in_use -= u64::from(len);
         self.stats.tables_evicted += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_user_is_over_its_share_once_another_user_asks() {
+        let own: OwnRows = [(65534, 1000)].into_iter().collect();
+        // Alone, nobody may hold the whole array...
+        assert!(!over_share(&own, 65534, Some(65534), 1000));
+        assert!(!over_share(&own, 65534, None, 1000));
+        // ... but not once another user's table asks for room.
+        assert!(over_share(&own, 65534, Some(1), 1000));
+        let two: OwnRows = [(65534, 600), (1, 400)].into_iter().collect();
+        assert!(over_share(&two, 65534, Some(1), 1000));
+        assert!(!over_share(&two, 1, Some(65534), 1000));
+        // The floor: among many users each keeps an eighth.
+        let many: OwnRows = (0..20).map(|u| (u, 125)).collect();
+        assert!(!over_share(&many, 3, Some(99), 1000));
     }
 }
