@@ -112,7 +112,7 @@ pub fn report(store: &StoreStats, queries: &QueryStats, sinks: &[PushReport]) ->
     let (perf_maps, perf_maps_bound) = counter(Holder::PerfMapNames);
     let (ksyms, ksyms_bound) = counter(Holder::KernelSymbols);
     let store_bound = Some(store.max_bytes as u64);
-    let answer = Limits::API.bytes as u64;
+    let answer = Limits::API.memory() as u64;
     let holder = |name, bytes: u64, bound| HolderBytes { name, bytes, bound };
     let holders = vec![
         holder(
@@ -142,8 +142,9 @@ pub fn report(store: &StoreStats, queries: &QueryStats, sinks: &[PushReport]) ->
         from_counter("unwind_tables", Holder::UnwindTables),
         from_counter("jvm_code", Holder::JvmCode),
         from_counter("process_table", Holder::ProcessTable),
-        // An estimate: each running query may build an answer of at most
-        // the API's truncation bytes.
+        // An estimate: each running query may hold its fold table and an
+        // answer of at most the API's truncation bytes (twice: its lines
+        // and their text).
         holder(
             "query_buffers",
             queries.running as u64 * answer,

@@ -27,7 +27,7 @@ use crate::{
         sleeps,
         store::{Recorded, ResolutionPart, Snapshot},
         threads,
-        truncate::{self, Limits, Truncation},
+        truncate::{Limits, Truncation},
         window::Window,
     },
     state::Shared,
@@ -101,13 +101,12 @@ struct Profile {
 /// nothing in the window; 404 when it was never seen.
 fn profile(shared: &Shared, filter: Filter) -> Result<Profile, ApiError> {
     let store = snapshot(shared);
-    let mut folded = query::folded(&store, &filter);
+    let (folded, truncated) = query::folded_within(&store, &filter, Limits::API);
     let note = if folded.stacks.is_empty() {
         Some(empty_note(&store, &filter)?)
     } else {
         None
     };
-    let truncated = truncate::truncate(&mut folded, Limits::API);
     let recorded = store.recorded(filter.window, SystemTime::now());
     Ok(Profile {
         filter,
@@ -227,16 +226,24 @@ fn folded_response(text: String) -> Response {
 }
 
 /// Marks a response whose profile lost stacks to the size bounds, e.g.
-/// `x-wallscope-truncated: stacks=1234 us=5678 max_stacks=20000 max_bytes=8388608`.
+/// `x-wallscope-truncated: stacks=1234 us=5678 max_stacks=20000 max_bytes=8388608`,
+/// then, when the fold's memory budget was spent, ` over_budget=N` (rows
+/// merged unseen) and, when lines were cut, ` elided_lines=N`.
 fn with_truncation(mut response: Response, truncated: Option<Truncation>) -> Response {
     if let Some(t) = truncated {
-        let value = format!(
+        let mut value = format!(
             "stacks={} us={} max_stacks={} max_bytes={}",
             t.stacks,
             query::ns_to_us(t.ns),
             Limits::API.stacks,
             Limits::API.bytes
         );
+        if t.over_budget > 0 {
+            value.push_str(&format!(" over_budget={}", t.over_budget));
+        }
+        if t.elided_lines > 0 {
+            value.push_str(&format!(" elided_lines={}", t.elided_lines));
+        }
         if let Ok(value) = HeaderValue::from_str(&value) {
             response.headers_mut().insert(TRUNCATED_HEADER, value);
         }
