@@ -48,6 +48,7 @@ mod security_auth;
 mod security_containers;
 mod security_jvm;
 mod security_names;
+mod security_queries;
 mod security_slots;
 mod stuck;
 mod trace;
