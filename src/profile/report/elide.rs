@@ -18,6 +18,13 @@ pub struct Plan {
     pub len: usize,
 }
 
+impl Plan {
+    /// Frames of the line written: those kept and the marker.
+    pub fn frames(&self) -> usize {
+        self.front + self.back + usize::from(self.elided > 0)
+    }
+}
+
 /// Room the marker may take: `[… N frames]` with N of at most 20 digits.
 const MARKER_MAX: usize = "[… 18446744073709551615 frames]".len();
 

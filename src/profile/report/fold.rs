@@ -219,12 +219,12 @@ pub fn fold(
         .map(|e| elide::plan(&table.frames(e), limits.line_bytes))
         .collect();
     let mut order: Vec<usize> = (0..table.entries.len()).collect();
-    let all = truncate::kept(plans.iter().map(|p| p.len), limits);
+    let all = truncate::kept(plans.iter().map(|p| (p.len, p.frames())), limits);
     let cut = all < order.len() || !table.over.is_empty();
     if cut {
         order.sort_unstable_by(|&a, &b| heavier(&table, a, b));
     }
-    let kept = truncate::kept(order.iter().map(|&i| plans[i].len), limits);
+    let kept = truncate::kept(order.iter().map(|&i| (plans[i].len, plans[i].frames())), limits);
     let mut truncation = Truncation::default();
     for &i in &order[..kept] {
         let e = &table.entries[i];

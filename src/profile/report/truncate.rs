@@ -19,6 +19,9 @@ pub struct Limits {
     /// Bytes the fold by stack identity may hold (its table and the names
     /// it makes) before the rest of the rows merge into `[truncated]`.
     pub table_bytes: usize,
+    /// Frames in all kept lines: what a flame graph draws from (inferno
+    /// holds a few dozen bytes per frame, and the SVG a rectangle).
+    pub frames: usize,
 }
 
 impl Limits {
@@ -30,6 +33,14 @@ impl Limits {
         bytes: 8 << 20,
         line_bytes: 32 << 10,
         table_bytes: 16 << 20,
+        frames: usize::MAX,
+    };
+
+    /// The API's bounds for an SVG flame graph: those of [`Limits::API`]
+    /// and 250,000 frames (8 MiB of one-letter frames would be 4 million).
+    pub const GRAPH: Limits = Limits {
+        frames: 250_000,
+        ..Limits::API
     };
 
     /// No bounds: the command line's own recordings.
@@ -38,6 +49,7 @@ impl Limits {
         bytes: usize::MAX,
         line_bytes: usize::MAX,
         table_bytes: usize::MAX,
+        frames: usize::MAX,
     };
 
     /// What one query within these limits holds at most: its fold table,
@@ -69,15 +81,18 @@ pub struct Truncation {
 pub const LINE_EXTRA: usize = 22;
 
 /// How many lines, heaviest first, fit `limits` given each one's bytes
-/// (without [`LINE_EXTRA`]): they stop at the first one that does not.
-pub fn kept(lines: impl Iterator<Item = usize>, limits: Limits) -> usize {
-    let (mut n, mut used) = (0usize, 0usize);
-    for len in lines {
+/// (without [`LINE_EXTRA`]) and frames: they stop at the first one that
+/// does not.
+pub fn kept(lines: impl Iterator<Item = (usize, usize)>, limits: Limits) -> usize {
+    let (mut n, mut used, mut frames) = (0usize, 0usize, 0usize);
+    for (len, f) in lines {
         let line = len.saturating_add(LINE_EXTRA);
-        if n >= limits.stacks || used.saturating_add(line) > limits.bytes {
+        let over = used.saturating_add(line) > limits.bytes
+            || frames.saturating_add(f) > limits.frames;
+        if n >= limits.stacks || over {
             break;
         }
-        used += line;
+        (used, frames) = (used + line, frames + f);
         n += 1;
     }
     n
@@ -104,18 +119,20 @@ mod tests {
             bytes: 2 * (5 + LINE_EXTRA),
             ..Limits::API
         };
-        assert_eq!(
-            kept([5, 205, 5].into_iter(), limits),
-            1,
-            "not the short third"
-        );
-        assert_eq!(kept([5, 5, 5].into_iter(), limits), 2);
+        let lines = |lens: [usize; 3]| lens.into_iter().map(|l| (l, 1));
+        assert_eq!(kept(lines([5, 205, 5]), limits), 1, "not the short third");
+        assert_eq!(kept(lines([5, 5, 5]), limits), 2);
+        let frames = Limits {
+            frames: 10,
+            ..Limits::API
+        };
+        assert_eq!(kept([(1, 4), (1, 4), (1, 4)].into_iter(), frames), 2);
         let two = Limits {
             stacks: 2,
             ..Limits::API
         };
-        assert_eq!(kept([1; 5].into_iter(), two), 2);
-        assert_eq!(kept([1; 5].into_iter(), Limits::NONE), 5);
+        assert_eq!(kept([(1, 1); 5].into_iter(), two), 2);
+        assert_eq!(kept([(1, 1); 5].into_iter(), Limits::NONE), 5);
     }
 
     #[test]
