@@ -167,8 +167,10 @@ impl Table {
         }
         let b = &mut self.budget;
         let n = self.entries.len();
+        // An entry later has its line's plan and a place in the order too.
+        let entry = size_of::<Entry>() + size_of::<elide::Plan>() + size_of::<usize>();
         let fits = b.take_entry(n, self.index.capacity(), table_slot::<(Key, u32)>())
-            && b.take_entry(n, self.entries.capacity(), size_of::<Entry>());
+            && b.take_entry(n, self.entries.capacity(), entry);
         if !fits {
             return self.overflow(key.words[0], row.ns);
         }
