@@ -226,7 +226,10 @@ pub fn fold(
     if cut {
         order.sort_unstable_by(|&a, &b| heavier(&table, a, b));
     }
-    let kept = truncate::kept(order.iter().map(|&i| (plans[i].len, plans[i].frames())), limits);
+    let kept = truncate::kept(
+        order.iter().map(|&i| (plans[i].len, plans[i].frames())),
+        limits,
+    );
     let mut truncation = Truncation::default();
     for &i in &order[..kept] {
         let e = &table.entries[i];
@@ -234,17 +237,21 @@ pub fn fold(
         let line = elide::render(&table.frames(e), plans[i]);
         *out.stacks.entry(line).or_default() += e.ns;
     }
-    let mut merged = std::mem::take(&mut table.over);
-    truncation.over_budget = merged.values().map(|o| o.0).sum();
+    // Per root: stacks merged, their time, and how many of them unseen.
+    let mut merged: BTreeMap<u32, (usize, u64, usize)> = std::mem::take(&mut table.over)
+        .into_iter()
+        .map(|(root, (n, ns))| (root, (n, ns, n)))
+        .collect();
     for &i in &order[kept..] {
         let e = &table.entries[i];
         let m = merged.entry(e.key.words[0]).or_default();
         m.0 += 1;
         m.1 += e.ns;
     }
-    for (root, (n, ns)) in merged {
+    for (root, (n, ns, unseen)) in merged {
+        truncation.over_budget += unseen;
         let root = table.words.get(root).unwrap_or("[unknown]");
-        let frame = truncate::merged_frame(n, truncation.over_budget > 0);
+        let frame = truncate::merged_frame(n, unseen > 0);
         *out.stacks.entry(format!("{root};{frame}")).or_default() += ns;
         truncation.stacks += n;
         truncation.ns += ns;
