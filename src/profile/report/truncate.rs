@@ -87,8 +87,8 @@ pub fn kept(lines: impl Iterator<Item = (usize, usize)>, limits: Limits) -> usiz
     let (mut n, mut used, mut frames) = (0usize, 0usize, 0usize);
     for (len, f) in lines {
         let line = len.saturating_add(LINE_EXTRA);
-        let over = used.saturating_add(line) > limits.bytes
-            || frames.saturating_add(f) > limits.frames;
+        let over =
+            used.saturating_add(line) > limits.bytes || frames.saturating_add(f) > limits.frames;
         if n >= limits.stacks || over {
             break;
         }
