@@ -94,11 +94,12 @@ pub struct Memory {
     pub bounds_bytes: u64,
 }
 
-/// Queries that may run at once: as many answers of [`Limits::API`] bytes
-/// as the budget's `query_buffers` part holds, one at least, at most
+/// Queries that may run at once: as many queries holding at most
+/// [`Limits::API`]'s memory (fold table, kept lines, their text) as the
+/// budget's `query_buffers` part holds, one at least, at most
 /// [`MAX_RUNNING`].
 pub fn query_slots() -> usize {
-    (budget::bytes(Part::QueryBuffers) / Limits::API.bytes).clamp(1, MAX_RUNNING)
+    (budget::bytes(Part::QueryBuffers) / Limits::API.memory()).clamp(1, MAX_RUNNING)
 }
 
 /// What the daemon's smaps say of the file-backed holders.
@@ -127,7 +128,7 @@ pub fn report(store: &StoreStats, queries: &QueryStats, sinks: &[PushReport]) ->
     let (perf_maps, perf_maps_bound) = counter(Holder::PerfMapNames);
     let (ksyms, ksyms_bound) = counter(Holder::KernelSymbols);
     let store_bound = Some(store.max_bytes as u64);
-    let answer = Limits::API.bytes as u64;
+    let answer = Limits::API.memory() as u64;
     let holder = |name, bytes: u64, bound| HolderBytes { name, bytes, bound };
     let holders = vec![
         holder(
@@ -155,8 +156,9 @@ pub fn report(store: &StoreStats, queries: &QueryStats, sinks: &[PushReport]) ->
         from_counter("unwind_tables", Holder::UnwindTables),
         from_counter("jvm_code", Holder::JvmCode),
         from_counter("process_table", Holder::ProcessTable),
-        // An estimate: each running query may build an answer of at most
-        // the API's truncation bytes.
+        // An estimate: each running query may hold its fold table and an
+        // answer of at most the API's truncation bytes (twice: its lines
+        // and their text).
         holder(
             "query_buffers",
             queries.running as u64 * answer,

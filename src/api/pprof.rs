@@ -5,25 +5,29 @@ use std::time::SystemTime;
 
 use axum::{
     extract::{RawQuery, State},
-    http::header,
+    http::{header, HeaderValue},
     response::{IntoResponse, Response},
 };
 
 use super::{
     error::ApiError,
     params::Params,
-    queries::{empty_note, filter, snapshot, with_note, with_recorded, PROFILE_PARAMS},
+    queries::{
+        empty_note, filter, snapshot, with_note, with_recorded, PROFILE_PARAMS, TRUNCATED_HEADER,
+    },
     ApiState,
 };
 use crate::{
     export::pprof::{self, Detail},
-    profile::kind::Group,
+    profile::{kind::Group, query},
 };
 
 /// `/pprof?pid=&tid=&kind=&group=&seconds=|from=&until=`: samples labelled
 /// by thread unless `group` says otherwise. An empty profile (with a
 /// note header) for a known process with nothing in the window; 404 for
-/// an unknown one.
+/// an unknown one. Past the profile's memory bound, the lightest rows are
+/// merged into `[truncated]` samples and the `x-wallscope-truncated`
+/// header says `rows=N us=T max_bytes=B`.
 pub(super) async fn pprof(
     State(state): State<ApiState>,
     RawQuery(q): RawQuery,
@@ -31,21 +35,22 @@ pub(super) async fn pprof(
     let p = Params::parse(q.as_deref(), &PROFILE_PARAMS)?;
     let filter = filter(&state.shared, &p, Group::Thread)?;
     let shared = state.shared.clone();
-    let (bytes, note, recorded) = state
+    let (bytes, note, recorded, cut) = state
         .queries
         .run(move || {
             let store = snapshot(&shared);
-            let profile = pprof::build(&store, &filter, Detail::Threads);
+            let (profile, cut) =
+                pprof::build_within(&store, &filter, Detail::Threads, pprof::MAX_TABLE_BYTES);
             let note = if profile.sample.is_empty() {
                 Some(empty_note(&store, &filter)?)
             } else {
                 None
             };
             let recorded = store.recorded(filter.window, SystemTime::now());
-            Ok::<_, ApiError>((pprof::encode_gzip(&profile), note, recorded))
+            Ok::<_, ApiError>((pprof::encode_gzip(&profile), note, recorded, cut))
         })
         .await??;
-    let response = (
+    let mut response = (
         [
             (header::CONTENT_TYPE, "application/octet-stream"),
             (
@@ -56,6 +61,18 @@ pub(super) async fn pprof(
         bytes,
     )
         .into_response();
+    // Rows past the profile's memory bound, merged into `[truncated]`.
+    if let Some(cut) = cut {
+        let value = format!(
+            "rows={} us={} max_bytes={}",
+            cut.rows,
+            query::ns_to_us(cut.ns),
+            pprof::MAX_TABLE_BYTES
+        );
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            response.headers_mut().insert(TRUNCATED_HEADER, value);
+        }
+    }
     Ok(with_recorded(
         with_note(response, note.as_deref()),
         &recorded,

@@ -27,7 +27,7 @@ use crate::{
         sleeps,
         store::{Recorded, ResolutionPart, Snapshot},
         threads,
-        truncate::{self, Limits, Truncation},
+        truncate::{Limits, Truncation},
         window::Window,
     },
     state::Shared,
@@ -84,7 +84,7 @@ pub(super) fn filter(shared: &Shared, p: &Params, group: Group) -> Result<Filter
     })
 }
 
-/// A folded profile within [`Limits::API`].
+/// A folded profile within its [`Limits`].
 struct Profile {
     filter: Filter,
     folded: Folded,
@@ -99,15 +99,14 @@ struct Profile {
 /// Folds the samples `filter` selects (on a blocking thread). Empty, with
 /// a note saying why, when the process or thread is known but recorded
 /// nothing in the window; 404 when it was never seen.
-fn profile(shared: &Shared, filter: Filter) -> Result<Profile, ApiError> {
+fn profile(shared: &Shared, filter: Filter, limits: Limits) -> Result<Profile, ApiError> {
     let store = snapshot(shared);
-    let mut folded = query::folded(&store, &filter);
+    let (folded, truncated) = query::folded_within(&store, &filter, limits);
     let note = if folded.stacks.is_empty() {
         Some(empty_note(&store, &filter)?)
     } else {
         None
     };
-    let truncated = truncate::truncate(&mut folded, Limits::API);
     let recorded = store.recorded(filter.window, SystemTime::now());
     Ok(Profile {
         filter,
@@ -210,12 +209,12 @@ pub(super) async fn folded(
     let (text, truncated, note, recorded) = state
         .queries
         .run(move || {
-            let profile = profile(&shared, filter)?;
+            let profile = profile(&shared, filter, Limits::API)?;
             let text = render::folded_text(&profile.folded);
             Ok::<_, ApiError>((text, profile.truncated, profile.note, profile.recorded))
         })
         .await??;
-    let response = with_truncation(folded_response(text), truncated);
+    let response = with_truncation(folded_response(text), truncated, Limits::API);
     Ok(with_recorded(
         with_note(response, note.as_deref()),
         &recorded,
@@ -227,16 +226,32 @@ fn folded_response(text: String) -> Response {
 }
 
 /// Marks a response whose profile lost stacks to the size bounds, e.g.
-/// `x-wallscope-truncated: stacks=1234 us=5678 max_stacks=20000 max_bytes=8388608`.
-fn with_truncation(mut response: Response, truncated: Option<Truncation>) -> Response {
+/// `x-wallscope-truncated: stacks=1234 us=5678 max_stacks=20000 max_bytes=8388608`,
+/// then ` max_frames=N` for a flame graph ([`Limits::GRAPH`]), when the
+/// fold's memory budget was spent, ` over_budget=N` (rows
+/// merged unseen) and, when lines were cut, ` elided_lines=N`.
+fn with_truncation(
+    mut response: Response,
+    truncated: Option<Truncation>,
+    limits: Limits,
+) -> Response {
     if let Some(t) = truncated {
-        let value = format!(
+        let mut value = format!(
             "stacks={} us={} max_stacks={} max_bytes={}",
             t.stacks,
             query::ns_to_us(t.ns),
-            Limits::API.stacks,
-            Limits::API.bytes
+            limits.stacks,
+            limits.bytes
         );
+        if limits.frames != usize::MAX {
+            value.push_str(&format!(" max_frames={}", limits.frames));
+        }
+        if t.over_budget > 0 {
+            value.push_str(&format!(" over_budget={}", t.over_budget));
+        }
+        if t.elided_lines > 0 {
+            value.push_str(&format!(" elided_lines={}", t.elided_lines));
+        }
         if let Ok(value) = HeaderValue::from_str(&value) {
             response.headers_mut().insert(TRUNCATED_HEADER, value);
         }
@@ -252,10 +267,12 @@ pub(super) async fn flamegraph(
     let svg = p.choice("format", &["svg", "folded"])?.unwrap_or("svg") == "svg";
     let filter = filter(&state.shared, &p, Group::Process)?;
     let shared = state.shared.clone();
+    // What inferno and the SVG hold grows with the frames drawn.
+    let limits = if svg { Limits::GRAPH } else { Limits::API };
     let (body, truncated) = state
         .queries
         .run(move || {
-            let profile = profile(&shared, filter)?;
+            let profile = profile(&shared, filter, limits)?;
             let note = profile.note.as_deref();
             let recorded = &profile.recorded;
             if !svg {
@@ -280,7 +297,7 @@ pub(super) async fn flamegraph(
             Ok::<_, ApiError>((response, profile.truncated))
         })
         .await??;
-    Ok(with_truncation(body, truncated))
+    Ok(with_truncation(body, truncated, limits))
 }
 
 /// What a graph shows, e.g. `stress (pid 42), tid 43` or `all processes`.

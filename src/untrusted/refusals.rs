@@ -47,11 +47,14 @@ pub enum What {
     /// Reads of a CPython interpreter's memory (its runtime, threads,
     /// frames' code objects and thread names).
     Python,
+    /// What one query over the store may hold and answer (its fold
+    /// table, its stacks, its lines).
+    Query,
 }
 
 impl What {
     /// Every kind, in report order.
-    pub const ALL: [What; 11] = [
+    pub const ALL: [What; 12] = [
         What::PerfMap,
         What::Elf,
         What::AttachTrigger,
@@ -63,6 +66,7 @@ impl What {
         What::Share,
         What::Client,
         What::Python,
+        What::Query,
     ];
 
     /// Name in reports.
@@ -79,6 +83,7 @@ impl What {
             What::Share => "share",
             What::Client => "client",
             What::Python => "python",
+            What::Query => "query",
         }
     }
 }

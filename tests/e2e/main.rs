@@ -49,6 +49,7 @@ mod security_auth;
 mod security_containers;
 mod security_jvm;
 mod security_names;
+mod security_queries;
 mod security_shares;
 mod security_slots;
 mod stuck;

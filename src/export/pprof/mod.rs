@@ -12,6 +12,7 @@
 //! Samples carry their process's container labels
 //! ([`crate::process::container::Container::labels`]).
 
+mod admit;
 pub mod proto;
 mod tables;
 
@@ -29,7 +30,9 @@ use crate::{
         store::Snapshot,
         window::unix_nanos,
     },
+    untrusted::refusals::{self, Reason, What},
 };
+pub use admit::MAX_TABLE_BYTES;
 use proto::{Label, Profile, Sample, ValueType};
 pub use tables::FrameKind;
 use tables::Tables;
@@ -55,8 +58,29 @@ pub fn sample_types(kind: Kind) -> [(&'static str, &'static str); 2] {
     }
 }
 
-/// The profile of what `filter` selects in `store`.
+/// Rows a profile left out to stay within [`MAX_TABLE_BYTES`], merged
+/// into one `[truncated]` sample per state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Cut {
+    pub rows: usize,
+    pub ns: u64,
+}
+
+/// The profile of what `filter` selects in `store`, within
+/// [`MAX_TABLE_BYTES`].
 pub fn build(store: &Snapshot, filter: &Filter, detail: Detail) -> Profile {
+    build_within(store, filter, detail, MAX_TABLE_BYTES).0
+}
+
+/// The profile of what `filter` selects in `store`: the heaviest rows
+/// whose tables fit `bytes`, the others merged (the cut, counted as a
+/// query's budget spent).
+pub fn build_within(
+    store: &Snapshot,
+    filter: &Filter,
+    detail: Detail,
+    bytes: usize,
+) -> (Profile, Option<Cut>) {
     let per_thread = detail == Detail::Threads && filter.group != Group::Process;
     let (mut rows, names) = rows::select(store, filter, per_thread);
     // Rows come in hash order: sorted, equal windows give equal bytes.
@@ -71,9 +95,10 @@ pub fn build(store: &Snapshot, filter: &Filter, detail: Detail) -> Profile {
         };
         key(a)
             .cmp(&key(b))
-            .then_with(|| a.stack.cmp(&b.stack))
+            .then_with(|| admit::stack_order(&a.stack, &b.stack))
             .then_with(|| a.leaf.cmp(&b.leaf))
     });
+    let (kept, budget) = admit::admit(&rows, &names, bytes);
     let mut t = Tables::default();
     let mut profile = Profile::default();
     let types = sample_types(filter.kind);
@@ -100,25 +125,68 @@ pub fn build(store: &Snapshot, filter: &Filter, detail: Detail) -> Profile {
     // pool, an off-CPU stack in two states under `Series`...) are one
     // sample.
     let mut samples: HashMap<(Vec<u64>, Vec<Label>), usize> = HashMap::new();
-    for row in &rows {
+    let mut cut: Vec<(Option<State>, u64, u64)> = Vec::new();
+    for (row, _) in rows.iter().zip(&kept).filter(|(_, k)| **k) {
         let locations = locations(&mut t, row);
         let labels = labels(&mut t, &names, row, filter.group, detail);
-        let at = *samples
-            .entry((locations.clone(), labels.clone()))
-            .or_insert_with(|| {
-                profile.sample.push(Sample {
-                    location_id: locations,
-                    value: vec![0, 0],
-                    label: labels,
-                });
-                profile.sample.len() - 1
-            });
-        let value = &mut profile.sample[at].value;
-        value[0] += row.count as i64;
-        value[1] += row.ns as i64;
+        add(
+            &mut profile,
+            &mut samples,
+            (locations, labels),
+            (row.count, row.ns),
+        );
+    }
+    let mut left_out = Cut::default();
+    for (row, _) in rows.iter().zip(&kept).filter(|(_, k)| !**k) {
+        left_out.rows += 1;
+        left_out.ns += row.ns;
+        match cut.iter_mut().find(|c| c.0 == row.state) {
+            Some(c) => (c.1, c.2) = (c.1 + row.count, c.2 + row.ns),
+            None => cut.push((row.state, row.count, row.ns)),
+        }
+    }
+    for (state, count, ns) in cut {
+        let locations = vec![t.location(TRUNCATED)];
+        let labels = state
+            .map(|s| vec![t.label("state", s.name())])
+            .unwrap_or_default();
+        add(&mut profile, &mut samples, (locations, labels), (count, ns));
+    }
+    if budget.exhausted() {
+        refusals::count(What::Query, Reason::Budget);
+        let note = format!(
+            "wallscope truncated: {} rows ({} ns) past the profile's {bytes} bytes, merged into {TRUNCATED}",
+            left_out.rows, left_out.ns
+        );
+        profile.comment.push(t.string(&note));
     }
     t.fill(&mut profile);
-    profile
+    (profile, (left_out.rows > 0).then_some(left_out))
+}
+
+/// The frame that carries the time of the rows a profile left out.
+pub const TRUNCATED: &str = "[truncated]";
+
+/// Adds a count and a time to the sample of `locations` and `labels`.
+fn add(
+    profile: &mut Profile,
+    samples: &mut HashMap<(Vec<u64>, Vec<Label>), usize>,
+    (locations, labels): (Vec<u64>, Vec<Label>),
+    (count, ns): (u64, u64),
+) {
+    let at = *samples
+        .entry((locations.clone(), labels.clone()))
+        .or_insert_with(|| {
+            profile.sample.push(Sample {
+                location_id: locations,
+                value: vec![0, 0],
+                label: labels,
+            });
+            profile.sample.len() - 1
+        });
+    let value = &mut profile.sample[at].value;
+    value[0] += count as i64;
+    value[1] += ns as i64;
 }
 
 /// The sampling period: the time one on-CPU sample stands for, which every

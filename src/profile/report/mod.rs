@@ -2,10 +2,13 @@
 //! exporters and the command line give.
 
 pub mod blocked;
+pub mod budget;
 pub mod cgroup_list;
 pub mod culprits;
+pub mod elide;
 pub mod fair;
 pub mod filter;
+pub mod fold;
 pub mod gil;
 pub mod groups;
 pub mod hist;

@@ -6,14 +6,14 @@ use std::{
 };
 
 pub use super::filter::Filter;
-use super::rows::{self, Names, Row};
+use super::{
+    fold,
+    rows::{self, Names},
+    truncate::{Limits, Truncation},
+};
 use crate::{
     bpf::abi::State,
-    profile::model::{
-        kind::{pool_name, state_frame, thread_frame, Group, Kind},
-        store::Snapshot,
-        window::Window,
-    },
+    profile::model::{store::Snapshot, window::Window},
 };
 
 /// Stacks folded root-first, with nanoseconds per stack.
@@ -26,58 +26,33 @@ pub struct Folded {
     pub processes: BTreeMap<u32, Arc<str>>,
 }
 
-impl Folded {
-    fn add(&mut self, frames: &[&str], ns: u64) {
-        if ns == 0 {
-            return;
-        }
-        *self.stacks.entry(frames.join(";")).or_default() += ns;
-        self.total_ns += ns;
-    }
-}
-
-/// Frames above the stack: the process, then the thread or pool if asked.
-fn prefix(names: &Names, filter: &Filter, row: &Row) -> Vec<String> {
-    let process = names.process_of(row).to_string();
-    let tid = row.tid;
-    match filter.group {
-        Group::Process => vec![process],
-        Group::Thread => vec![process, thread_frame(names.thread(tid), tid)],
-        Group::Pool => vec![process, pool_name(names.thread(tid))],
-    }
-}
-
-/// Folds the samples that match `filter`; the root frame is the process
-/// name (or, for wakeups raised in interrupt context, the interrupt).
+/// Folds the samples that match `filter`, whole (no bounds: tests and the
+/// command line's own recordings); the root frame is the process name
+/// (or, for wakeups raised in interrupt context, the interrupt).
 pub fn folded(store: &Snapshot, filter: &Filter) -> Folded {
-    let mut out = Folded::default();
+    folded_within(store, filter, Limits::NONE).0
+}
+
+/// Folds the samples that match `filter` within `limits` (see
+/// [`super::fold`]); the truncation says what the bounds merged away.
+pub fn folded_within(
+    store: &Snapshot,
+    filter: &Filter,
+    limits: Limits,
+) -> (Folded, Option<Truncation>) {
     let (rows, names) = rows::select(store, filter, false);
-    for row in rows {
-        let mut frames = match row.interrupt {
-            // Not the interrupted thread, nor pid 0's name: the
-            // interrupt's kernel path is the whole story.
-            Some(irq) => vec![irq.frame().to_string()],
-            // Nor a hidden process's thread: that it woke, not who.
-            None if row.is_other_process() => vec![rows::OTHER_PROCESS.to_string()],
-            None => {
-                note_process(&mut out, &names, row.pid);
-                prefix(&names, filter, &row)
-            }
-        };
-        if filter.kind == Kind::Wall {
-            frames.extend(row.state.map(state_frame));
+    let (mut out, truncated) = fold::fold(&rows, &names, filter, limits);
+    for row in rows.iter().filter(|r| r.ns > 0) {
+        if row.interrupt.is_none() && !row.is_other_process() {
+            note_process(&mut out, &names, row.pid);
         }
-        let mut all: Vec<&str> = frames.iter().map(String::as_str).collect();
-        all.extend(row.stack.iter().map(|f| &**f));
-        all.extend(row.leaf.as_deref());
-        out.add(&all, row.ns);
     }
     // The process asked for names the graph even when it only shows as a
     // wakee (`kind=wakeup`, woken by others or by interrupts).
     if let (Some(pid), false) = (filter.pid, out.stacks.is_empty()) {
         note_process(&mut out, &names, pid);
     }
-    out
+    (out, truncated)
 }
 
 fn note_process(out: &mut Folded, names: &Names, pid: u32) {
@@ -133,6 +108,7 @@ pub(crate) mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::profile::model::kind::{Group, Kind};
     use crate::profile::model::{store::Store, Sample, Slice, Stack, Wakeup};
     use crate::profile::model::{RawThread, ThreadCounters};
 

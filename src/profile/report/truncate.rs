@@ -1,136 +1,144 @@
-//! Bounds on the size of a folded answer. A whole-host query over a long
-//! window can fold to hundreds of thousands of stacks (tens of MB of text
-//! that no browser or flame graph can show); past the bounds the lightest
-//! stacks are merged, per process, into one `[truncated: N smaller stacks]`
-//! frame, so widths and totals stay right and nothing is dropped silently.
+//! Bounds on the size of a folded answer and on what building it holds. A
+//! whole-host query over a long window can fold to hundreds of thousands
+//! of stacks (tens of MB of text that no browser or flame graph can show),
+//! and one process can make every sample a new stack of huge frames; past
+//! the bounds the lightest stacks are merged, per process, into one
+//! `[truncated: N smaller stacks]` frame, so widths and totals stay right
+//! and nothing is dropped silently.
 
-use std::collections::BTreeMap;
-
-use super::query::Folded;
-
-/// How much of a folded answer is kept.
+/// How much of a folded answer is kept, and what building it may hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// Distinct stacks kept, heaviest first.
     pub stacks: usize,
     /// Bytes of folded text those stacks take.
     pub bytes: usize,
+    /// Bytes of one folded line: past it, middle frames are elided
+    /// ([`super::elide`]).
+    pub line_bytes: usize,
+    /// Bytes the fold by stack identity may hold (its table and the names
+    /// it makes) before the rest of the rows merge into `[truncated]`.
+    pub table_bytes: usize,
+    /// Frames in all kept lines: what a flame graph draws from (inferno
+    /// holds a few dozen bytes per frame, and the SVG a rectangle).
+    pub frames: usize,
 }
 
 impl Limits {
     /// The API's bounds: 20,000 stacks and 8 MiB of folded text (plus one
-    /// `[truncated]` line per process that lost stacks).
+    /// `[truncated]` line per process that lost stacks), lines of 32 KiB,
+    /// 16 MiB of fold table.
     pub const API: Limits = Limits {
         stacks: 20_000,
         bytes: 8 << 20,
+        line_bytes: 32 << 10,
+        table_bytes: 16 << 20,
+        frames: usize::MAX,
     };
+
+    /// The API's bounds for an SVG flame graph: those of [`Limits::API`]
+    /// and 250,000 frames (8 MiB of one-letter frames would be 4 million).
+    pub const GRAPH: Limits = Limits {
+        frames: 250_000,
+        ..Limits::API
+    };
+
+    /// No bounds: the command line's own recordings.
+    pub const NONE: Limits = Limits {
+        stacks: usize::MAX,
+        bytes: usize::MAX,
+        line_bytes: usize::MAX,
+        table_bytes: usize::MAX,
+        frames: usize::MAX,
+    };
+
+    /// What one query within these limits holds at most: its fold table,
+    /// the kept lines, and the answer's text rendered from them (each line
+    /// costs its bytes plus [`LINE_EXTRA`] in both).
+    pub const fn memory(&self) -> usize {
+        self.table_bytes
+            .saturating_add(self.bytes)
+            .saturating_add(self.bytes)
+    }
 }
 
-/// What [`truncate`] merged away.
+/// What the bounds merged away.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Truncation {
     /// Stacks merged into `[truncated]` frames.
     pub stacks: usize,
     /// Their time.
     pub ns: u64,
+    /// Of those, rows merged unseen because the fold table was full
+    /// ([`Limits::table_bytes`]): not necessarily the lightest.
+    pub over_budget: usize,
+    /// Kept lines whose middle frames were elided.
+    pub elided_lines: usize,
 }
 
 /// Upper bound of a folded line's bytes beyond its stack: a space, the
 /// value (at most 20 digits) and the newline.
-const LINE_EXTRA: usize = 22;
+pub const LINE_EXTRA: usize = 22;
 
-/// Keeps the heaviest stacks of `folded` within `limits`; the others (all
-/// of them lighter than any kept one) are summed per root frame (the
-/// process) into `ROOT;[truncated: N smaller stacks]`. `None` when all fit.
-pub fn truncate(folded: &mut Folded, limits: Limits) -> Option<Truncation> {
-    let line = |stack: &str| stack.len() + LINE_EXTRA;
-    let bytes: usize = folded.stacks.keys().map(|s| line(s)).sum();
-    if folded.stacks.len() <= limits.stacks && bytes <= limits.bytes {
-        return None;
-    }
-    let mut heaviest: Vec<(String, u64)> = std::mem::take(&mut folded.stacks).into_iter().collect();
-    heaviest.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-    let (mut used, mut full) = (0, false);
-    let mut cut = Truncation::default();
-    // Per root: stacks merged and their time.
-    let mut merged: BTreeMap<String, (usize, u64)> = BTreeMap::new();
-    for (stack, ns) in heaviest {
-        full = full || folded.stacks.len() >= limits.stacks || used + line(&stack) > limits.bytes;
-        if !full {
-            used += line(&stack);
-            folded.stacks.insert(stack, ns);
-            continue;
+/// How many lines, heaviest first, fit `limits` given each one's bytes
+/// (without [`LINE_EXTRA`]) and frames: they stop at the first one that
+/// does not.
+pub fn kept(lines: impl Iterator<Item = (usize, usize)>, limits: Limits) -> usize {
+    let (mut n, mut used, mut frames) = (0usize, 0usize, 0usize);
+    for (len, f) in lines {
+        let line = len.saturating_add(LINE_EXTRA);
+        let over =
+            used.saturating_add(line) > limits.bytes || frames.saturating_add(f) > limits.frames;
+        if n >= limits.stacks || over {
+            break;
         }
-        let root = stack.split(';').next().unwrap_or_default();
-        let entry = merged.entry(root.to_string()).or_default();
-        entry.0 += 1;
-        entry.1 += ns;
-        cut.stacks += 1;
-        cut.ns += ns;
+        (used, frames) = (used + line, frames + f);
+        n += 1;
     }
-    for (root, (n, ns)) in merged {
-        let frame = format!("{root};[truncated: {n} smaller stacks]");
-        *folded.stacks.entry(frame).or_default() += ns;
+    n
+}
+
+/// The frame under a process that carries the time of its `n` merged
+/// stacks: `[truncated: N smaller stacks]`, or `[truncated: N stacks]`
+/// when some were merged unseen (over the fold's budget).
+pub fn merged_frame(n: usize, over_budget: bool) -> String {
+    match over_budget {
+        false => format!("[truncated: {n} smaller stacks]"),
+        true => format!("[truncated: {n} stacks]"),
     }
-    Some(cut)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn folded(stacks: &[(&str, u64)]) -> Folded {
-        Folded {
-            stacks: stacks.iter().map(|(s, ns)| (s.to_string(), *ns)).collect(),
-            total_ns: stacks.iter().map(|s| s.1).sum(),
-            processes: BTreeMap::new(),
-        }
-    }
-
     #[test]
-    fn within_limits_nothing_changes() {
-        let mut f = folded(&[("a;x", 5), ("b;y", 3)]);
-        let before = f.clone();
-        assert_eq!(truncate(&mut f, Limits::API), None);
-        assert_eq!(f, before);
-    }
-
-    #[test]
-    fn lightest_stacks_merge_per_process_keeping_totals() {
-        let mut f = folded(&[
-            ("a;big", 100),
-            ("a;small1", 2),
-            ("a;small2", 1),
-            ("b;mid", 50),
-            ("b;tiny", 1),
-        ]);
-        let limits = Limits {
-            stacks: 2,
-            bytes: usize::MAX,
-        };
-        let cut = truncate(&mut f, limits).unwrap();
-        assert_eq!(cut, Truncation { stacks: 3, ns: 4 });
-        assert_eq!(f.stacks["a;big"], 100);
-        assert_eq!(f.stacks["b;mid"], 50);
-        assert_eq!(f.stacks["a;[truncated: 2 smaller stacks]"], 3);
-        assert_eq!(f.stacks["b;[truncated: 1 smaller stacks]"], 1);
-        assert_eq!(f.stacks.values().sum::<u64>(), f.total_ns, "no time lost");
-    }
-
-    #[test]
-    fn byte_limit_stops_at_the_first_stack_that_does_not_fit() {
-        let long = format!("a;{}", "f;".repeat(100));
-        let mut f = folded(&[("a;one", 10), (&long, 5), ("a;two", 1)]);
+    fn lines_stop_at_the_first_that_does_not_fit() {
         let limits = Limits {
             stacks: 100,
-            bytes: 2 * ("a;one".len() + LINE_EXTRA),
+            bytes: 2 * (5 + LINE_EXTRA),
+            ..Limits::API
         };
-        let cut = truncate(&mut f, limits).unwrap();
-        assert_eq!(
-            cut.stacks, 2,
-            "the short `a;two` is lighter than the long one"
-        );
-        assert_eq!(f.stacks["a;[truncated: 2 smaller stacks]"], 6);
-        assert_eq!(f.stacks.len(), 2);
+        let lines = |lens: [usize; 3]| lens.into_iter().map(|l| (l, 1));
+        assert_eq!(kept(lines([5, 205, 5]), limits), 1, "not the short third");
+        assert_eq!(kept(lines([5, 5, 5]), limits), 2);
+        let frames = Limits {
+            frames: 10,
+            ..Limits::API
+        };
+        assert_eq!(kept([(1, 4), (1, 4), (1, 4)].into_iter(), frames), 2);
+        let two = Limits {
+            stacks: 2,
+            ..Limits::API
+        };
+        assert_eq!(kept([(1, 1); 5].into_iter(), two), 2);
+        assert_eq!(kept([(1, 1); 5].into_iter(), Limits::NONE), 5);
+    }
+
+    #[test]
+    fn the_api_bounds_hold_a_fixed_memory() {
+        assert_eq!(Limits::API.memory(), 32 << 20);
+        assert_eq!(Limits::NONE.memory(), usize::MAX);
+        assert_eq!(merged_frame(3, false), "[truncated: 3 smaller stacks]");
     }
 }
