@@ -4,6 +4,7 @@
 pub mod blocked;
 pub mod cgroup_list;
 pub mod culprits;
+pub mod disclosure;
 pub mod fair;
 pub mod filter;
 pub mod gil;
