@@ -31,6 +31,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fork_as.h"
+
 static double until;
 static volatile unsigned long sink;
 
@@ -81,33 +83,19 @@ static int reuse(int want, int uid, const char *seconds)
 	if (n <= 0)
 		return 2;
 	self[n] = 0;
-	for (int tries = 0; tries < 1000; tries++) {
-		FILE *f = fopen("/proc/sys/kernel/ns_last_pid", "w");
-		if (!f)
-			return 2;
-		fprintf(f, "%d", want - 1);
-		fclose(f);
-		pid_t child = fork();
-		if (child == 0) {
-			if (getpid() != want)
-				_exit(3);
-			prctl(PR_SET_PDEATHSIG, SIGKILL);
-			if (setgroups(0, NULL) || setresgid(uid, uid, uid) ||
-			    setresuid(uid, uid, uid))
-				_exit(4);
-			execl(self, self, "sleep", seconds, (char *)NULL);
-			_exit(2);
-		}
-		if (child == want) {
-			waitpid(child, NULL, 0);
-			return 0;
-		}
-		if (child > 0)
-			waitpid(child, NULL, 0);
-		usleep(1000);
+	pid_t child = fork_as(want);
+	if (child < 0)
+		return 2;
+	if (child == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (setgroups(0, NULL) || setresgid(uid, uid, uid) ||
+		    setresuid(uid, uid, uid))
+			_exit(4);
+		execl(self, self, "sleep", seconds, (char *)NULL);
+		_exit(2);
 	}
-	fprintf(stderr, "pid %d stayed taken\n", want);
-	return 2;
+	waitpid(child, NULL, 0);
+	return 0;
 }
 
 int main(int argc, char **argv)
