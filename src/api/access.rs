@@ -319,6 +319,28 @@ mod tests {
     }
 
     #[test]
+    fn healthz_without_the_token_is_read_as_the_client_not_as_root() {
+        let a = Access::new(Vec::new(), Some(Token::new("tok").unwrap()));
+        let authority = |uid: Option<u32>, addr: &str, token: bool| {
+            let mut req = Request::builder().uri("/healthz");
+            if token {
+                req = req.header(header::AUTHORIZATION, "Bearer tok");
+            }
+            let mut req = req.body(axum::body::Body::empty()).unwrap();
+            req.extensions_mut().insert(Client {
+                addr: addr.parse().unwrap(),
+                uid,
+            });
+            a.authority(&req).unwrap().0
+        };
+        assert_eq!(authority(Some(7), "127.0.0.1:1", false), Authority::Own(7));
+        assert_eq!(authority(Some(0), "127.0.0.1:1", false), Authority::All);
+        assert_eq!(authority(None, "10.0.0.5:1", false), Authority::Open);
+        assert_eq!(authority(None, "10.0.0.5:1", true), Authority::All);
+        assert_eq!(authority(Some(7), "127.0.0.1:1", true), Authority::All);
+    }
+
+    #[test]
     fn allowed_host_flag_takes_names_only() {
         assert_eq!(parse_allowed_host("Prof.example").unwrap(), "prof.example");
         for bad in ["", "prof:7070", "http://prof", "a b"] {
