@@ -4,6 +4,10 @@
 //! count, `[other users] ×N`: culprits, wakers, `/healthz` and
 //! `/processes` tell them that others ran, never who (pid, name, path).
 //!
+//! Folded stacks (`/folded`, `/flamegraph`, `/pprof`) of such a user
+//! already name no process but the one asked about ([`OTHER_PROCESS`],
+//! `Filter::others_hidden`).
+//!
 //! A pid is the reader's only if its process is theirs now *and* had
 //! started by the time in question: a pid the reader's process took after
 //! another user's process ended does not bring that process's name or
@@ -19,6 +23,13 @@ use std::{
 /// What stands for the processes a reader may not see; [`Hidden::label`]
 /// adds how many.
 pub const OTHER_USERS: &str = "[other users]";
+
+/// What stands, in the folded stacks of a user other than root (wakers
+/// and wakees, see [`super::rows`]), for any process but the one asked
+/// about: a stack's weight is time, not processes, so no count; and the
+/// reader's own other processes are left out too, as the query is about
+/// one process.
+pub const OTHER_PROCESS: &str = "[another process]";
 
 /// Processes one answer remembers the owner of, and counts hidden: a
 /// fork storm's pids are looked up again, or counted as "more", past it
@@ -114,7 +125,8 @@ impl Hidden {
         }
     }
 
-    /// How many processes were left unnamed (at least, if [`Hidden::more`]).
+    /// How many processes were left unnamed (at least: past
+    /// [`MAX_REMEMBERED`], more are not counted).
     pub fn count(&self) -> usize {
         self.pids.len()
     }
