@@ -20,6 +20,8 @@ use std::{
     time::SystemTime,
 };
 
+use crate::untrusted::refusals::{count, Reason, What};
+
 /// What stands for the processes a reader may not see; [`Hidden::label`]
 /// adds how many.
 pub const OTHER_USERS: &str = "[other users]";
@@ -33,7 +35,7 @@ pub const OTHER_PROCESS: &str = "[another process]";
 
 /// Processes one answer remembers the owner of, and counts hidden: a
 /// fork storm's pids are looked up again, or counted as "more", past it
-/// (about 2 MiB).
+/// (about 2 MiB); either is counted (`client`/`too_many_entries`).
 pub const MAX_REMEMBERED: usize = 1 << 16;
 
 /// A process's owner (its one uid) and when it started, never earlier
@@ -99,6 +101,9 @@ impl Sight {
                 let mut owners = self.owners.borrow_mut();
                 if owners.len() < MAX_REMEMBERED {
                     owners.insert(pid, owner);
+                    if owners.len() == MAX_REMEMBERED {
+                        count(What::Client, Reason::TooManyEntries);
+                    }
                 }
                 owner
             }
@@ -120,8 +125,9 @@ impl Hidden {
     pub fn note(&mut self, pid: u32) {
         if self.pids.len() < MAX_REMEMBERED {
             self.pids.insert(pid);
-        } else if !self.pids.contains(&pid) {
+        } else if !self.more && !self.pids.contains(&pid) {
             self.more = true;
+            count(What::Client, Reason::TooManyEntries);
         }
     }
 
@@ -215,5 +221,13 @@ pub(crate) mod tests {
         }
         assert_eq!(hidden.label(), "[other users] ×3");
         assert_eq!(label(2, true), "[other users] ×2+");
+        let before = crate::untrusted::refusals::get(What::Client, Reason::TooManyEntries);
+        let mut crowd = Hidden::default();
+        for pid in 0..MAX_REMEMBERED as u32 + 2 {
+            crowd.note(pid);
+        }
+        assert_eq!(crowd.label(), format!("[other users] ×{MAX_REMEMBERED}+"));
+        let after = crate::untrusted::refusals::get(What::Client, Reason::TooManyEntries);
+        assert!(after > before, "the count past its bound is counted");
     }
 }
