@@ -13,13 +13,7 @@ use axum::{
     Extension, Json,
 };
 
-use super::{
-    authority::{self, Authority},
-    error::ApiError,
-    params::Params,
-    window::WINDOW_PARAMS,
-    ApiState,
-};
+use super::{authority, error::ApiError, params::Params, window::WINDOW_PARAMS, ApiState};
 use crate::{
     bpf::abi,
     process::{cgroups, tasks},
@@ -325,7 +319,7 @@ const THREAD_CULPRITS: usize = 3;
 
 pub(super) async fn threads(
     State(state): State<ApiState>,
-    authority: Option<Extension<Authority>>,
+    authority: Option<Extension<authority::Authority>>,
     RawQuery(q): RawQuery,
 ) -> Result<Response, ApiError> {
     let reader = authority::reader_of(authority);
@@ -384,7 +378,7 @@ pub(super) async fn threads(
 
 pub(super) async fn runqueue(
     State(state): State<ApiState>,
-    authority: Option<Extension<Authority>>,
+    authority: Option<Extension<authority::Authority>>,
     RawQuery(q): RawQuery,
 ) -> Result<Response, ApiError> {
     let reader = authority::reader_of(authority);
@@ -553,7 +547,7 @@ pub const MAX_BLOCKED_LIMIT: u64 = 2_000;
 /// `min_seconds`, longest first.
 pub(super) async fn blocked(
     State(state): State<ApiState>,
-    authority: Option<Extension<Authority>>,
+    authority: Option<Extension<authority::Authority>>,
     RawQuery(q): RawQuery,
 ) -> Result<Response, ApiError> {
     let reader = authority::reader_of(authority);

@@ -87,10 +87,13 @@ static int reuse(int want, int uid, const char *seconds)
 	if (child < 0)
 		return 2;
 	if (child == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		// After the change of user, which clears the death signal.
 		if (setgroups(0, NULL) || setresgid(uid, uid, uid) ||
 		    setresuid(uid, uid, uid))
 			_exit(4);
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() == 1)
+			_exit(5);
 		execl(self, self, "sleep", seconds, (char *)NULL);
 		_exit(2);
 	}
