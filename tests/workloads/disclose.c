@@ -10,7 +10,7 @@
 //   disclose own FIFO SECONDS    a thread `own-spin` spins on CPU 0, the
 //                                main thread reads FIFO (woken by a waker)
 //   disclose sleep SECONDS       sleeps
-//   disclose reuse PID UID SECONDS
+//   disclose reuse PID UID SECONDS (run by its full path)
 //                                (root) starts `disclose sleep SECONDS` as
 //                                pid PID and user UID, by setting
 //                                ns_last_pid before forking, retrying while
@@ -76,13 +76,9 @@ static void *own_spin(void *arg)
 	return NULL;
 }
 
-static int reuse(int want, int uid, const char *seconds)
+// Runs `self` (this program, by the path it was started with) as above.
+static int reuse(const char *self, int want, int uid, const char *seconds)
 {
-	char self[4096];
-	ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-	if (n <= 0)
-		return 2;
-	self[n] = 0;
 	pid_t child = fork_as(want);
 	if (child < 0)
 		return 2;
@@ -110,7 +106,7 @@ int main(int argc, char **argv)
 	const char *role = argv[1];
 	until = now() + atof(argv[argc - 1]);
 	if (!strcmp(role, "reuse") && argc == 5)
-		return reuse(atoi(argv[2]), atoi(argv[3]), argv[4]);
+		return reuse(argv[0], atoi(argv[2]), atoi(argv[3]), argv[4]);
 	if (!strcmp(role, "spin")) {
 		ready();
 		spin();
