@@ -88,13 +88,21 @@ impl Access {
     fn authority(&self, req: &Request) -> Result<(Authority, Option<SystemTime>), ApiError> {
         let path = req.uri().path();
         if self.token.is_some() {
+            let valid = self.token_ok(req.headers());
             if path != OPEN_PATH {
-                if let Err(reason) = self.token_ok(req.headers()) {
+                if let Err(reason) = valid {
                     STATS.count_rejected_token();
                     return Err(ApiError::Unauthorized(reason.into()));
                 }
             }
-            return Ok((Authority::All, None));
+            // `/healthz` without the token: the processes it names are
+            // only for root's eyes (or a local user's own).
+            let authority = match (valid, req.extensions().get::<Client>()) {
+                (Ok(()), _) => Authority::All,
+                (Err(_), Some(c)) if c.uid.is_some() => authority::of_client(Some(c)),
+                (Err(_), _) => Authority::Open,
+            };
+            return Ok((authority, None));
         }
         if !self.local_auth {
             return Ok((Authority::All, None));
@@ -308,6 +316,28 @@ mod tests {
         assert!(with("tok").is_err());
         assert!(a.token_ok(&HeaderMap::new()).is_err());
         assert!(Access::local().token_ok(&HeaderMap::new()).is_ok());
+    }
+
+    #[test]
+    fn healthz_without_the_token_is_read_as_the_client_not_as_root() {
+        let a = Access::new(Vec::new(), Some(Token::new("tok").unwrap()));
+        let authority = |uid: Option<u32>, addr: &str, token: bool| {
+            let mut req = Request::builder().uri("/healthz");
+            if token {
+                req = req.header(header::AUTHORIZATION, "Bearer tok");
+            }
+            let mut req = req.body(axum::body::Body::empty()).unwrap();
+            req.extensions_mut().insert(Client {
+                addr: addr.parse().unwrap(),
+                uid,
+            });
+            a.authority(&req).unwrap().0
+        };
+        assert_eq!(authority(Some(7), "127.0.0.1:1", false), Authority::Own(7));
+        assert_eq!(authority(Some(0), "127.0.0.1:1", false), Authority::All);
+        assert_eq!(authority(None, "10.0.0.5:1", false), Authority::Open);
+        assert_eq!(authority(None, "10.0.0.5:1", true), Authority::All);
+        assert_eq!(authority(Some(7), "127.0.0.1:1", true), Authority::All);
     }
 
     #[test]

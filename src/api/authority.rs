@@ -6,15 +6,18 @@
 //! must name one whose uids are all theirs; host-wide answers (`/metrics`,
 //! `/folded` without a pid, `/runqueue` of the host or of a cgroup) are
 //! refused; `/processes` lists their own processes only; the pages, the
-//! scripts and `/healthz` (counters, no process data) are open.
+//! scripts and `/healthz` are open. Wherever an answer would name another
+//! user's process (culprits, wakers, `/healthz`), such a user reads a
+//! count instead ([`reader`]).
 
 use std::{
     future::Future,
+    sync::Arc,
     time::{Duration, SystemTime},
 };
 
 use super::peer::Client;
-use crate::profile::window::Window;
+use crate::profile::{disclosure::Reader, window::Window};
 
 tokio::task_local! {
     /// While a request of a user other than root is handled: when the
@@ -120,13 +123,25 @@ fn unknown_client() -> Refusal {
     )
 }
 
-/// Whether `authority` lets its holder see process `pid` (in lists).
-pub fn sees(authority: Authority, pid: u32) -> bool {
-    match authority {
-        Authority::All => true,
-        Authority::Own(uid) => process_uid(pid) == Some(uid),
-        Authority::Open => false,
+/// Who reads an answer, for what it may name of other processes
+/// ([`crate::profile::disclosure`]): a user other than root (or one whose
+/// uid is unknown) sees other users' processes only as a count.
+pub fn reader(authority: Authority) -> Reader {
+    let uid = match authority {
+        Authority::All => return Reader::All,
+        Authority::Own(uid) => Some(uid),
+        Authority::Open => None,
+    };
+    Reader::User {
+        uid,
+        owner_of: Arc::new(|pid| Some((process_uid(pid)?, start_of(pid)?))),
     }
+}
+
+/// The reader of a request the access check handed `authority`; none
+/// (a router without the check) reads no other process.
+pub fn reader_of(authority: Option<axum::Extension<Authority>>) -> Reader {
+    reader(authority.map_or(Authority::Open, |a| a.0))
 }
 
 /// Whether `authority` may ask for `path?query`; `uid_of` gives a

@@ -48,9 +48,10 @@ pub(super) async fn host(
         .history_s;
     let (report, recorded) = over_snapshot(&state, move |store| {
         let recorded = store.recorded(window, SystemTime::now());
-        let sees = |pid| authority::sees(authority, pid);
+        let sight = authority::reader(authority).sight();
+        let sees = |pid| sight.sees(pid, SystemTime::now());
         let cpus = host::online_cpus();
-        let mut report = host::report(store, window, cpus, recorded.seconds, history_s, sees);
+        let mut report = host::report(store, window, cpus, recorded.seconds, history_s, &sight);
         report.stuck = host::stuck_now(store.live(), sees, status::is_kernel_thread);
         (report, recorded)
     })

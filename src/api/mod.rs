@@ -3,6 +3,7 @@
 
 pub mod access;
 pub mod authority;
+mod disclosed;
 pub mod error;
 pub mod headers;
 mod host;
@@ -33,7 +34,7 @@ use axum::{
     http::header,
     response::{IntoResponse, Response},
     routing::get,
-    Json, Router,
+    Extension, Json, Router,
 };
 use serde_json::json;
 use tower_http::compression::{
@@ -43,6 +44,7 @@ use tower_http::compression::{
 
 use crate::{bpf::abi::Stat, profile::store::Published, state::Shared};
 pub use access::Access;
+use authority::Authority;
 use error::ApiError;
 use limit::Queries;
 pub use queries::TRUNCATED_HEADER;
@@ -135,8 +137,13 @@ async fn metrics(State(state): State<ApiState>) -> Result<Response, ApiError> {
 }
 
 /// Counters only, read under short locks and never the store's: it answers
-/// while queries run and while the symbolizer pushes.
-async fn healthz(State(state): State<ApiState>) -> Json<serde_json::Value> {
+/// while queries run and while the symbolizer pushes. A user other than
+/// root reads other users' processes in it only as counts ([`disclosed`]).
+async fn healthz(
+    State(state): State<ApiState>,
+    authority: Option<Extension<Authority>>,
+) -> Json<serde_json::Value> {
+    let sight = authority::reader_of(authority).sight();
     let shared = &state.shared;
     let Published {
         stats: store,
@@ -144,6 +151,8 @@ async fn healthz(State(state): State<ApiState>) -> Json<serde_json::Value> {
         retention,
     } = *state.store.lock().unwrap_or_else(|e| e.into_inner());
     let health = shared.health().clone();
+    // Outside the lock: it reads `/proc` for the processes listed.
+    let health = disclosed::health(health, &sight);
     let counters = |loss: bool| -> serde_json::Map<String, serde_json::Value> {
         Stat::ALL
             .iter()
@@ -154,7 +163,7 @@ async fn healthz(State(state): State<ApiState>) -> Json<serde_json::Value> {
     let lost_samples = totals[Stat::CountsFull as usize];
     let push = shared.push.get().map(|p| p.report());
     let otlp = shared.otlp.get().map(|p| p.report());
-    let degraded = crate::untrusted::refusals::degraded();
+    let degraded = crate::untrusted::refusals::degraded(&sight);
     Json(json!({
         "status": if degraded.is_empty() { "ok" } else { "degraded" },
         "degraded": degraded,

@@ -29,13 +29,14 @@ use crate::{
 };
 
 /// `/processes`: every process recorded in the window, or for a local user
-/// other than root, their own ([`authority::sees`]).
+/// other than root, their own (each with its own process's time only) and
+/// a count of the others ([`authority::reader`]).
 pub(super) async fn processes(
     State(state): State<ApiState>,
     authority: Option<Extension<Authority>>,
     RawQuery(q): RawQuery,
 ) -> Result<Response, ApiError> {
-    let authority = authority.map_or(Authority::Open, |a| a.0);
+    let reader = authority::reader_of(authority);
     let p = Params::parse(
         q.as_deref(),
         &with_window(&["sort", "comm", "group", "strip"]),
@@ -51,8 +52,8 @@ pub(super) async fn processes(
         let by: GroupBy = by.parse().expect("a listed name");
         let (rows, recorded) = over_snapshot(&state, move |store| {
             // A user other than root sums their own processes only.
-            let sees = |pid| authority::sees(authority, pid);
-            let rows = groups::groups(store, window, by, sort, comm.as_deref(), sees);
+            let sight = reader.sight();
+            let rows = groups::groups(store, window, by, sort, comm.as_deref(), &sight);
             let cpu = host::cpu_use(store, window);
             (rows, (store.recorded(window, SystemTime::now()), cpu))
         })
@@ -61,10 +62,10 @@ pub(super) async fn processes(
         return Ok(host::with_cpu_use(response, &recorded.1));
     }
     let (mut rows, recorded) = over_snapshot(&state, move |store| {
-        let mut rows = processes::processes(store, window, sort, comm.as_deref());
-        rows.retain(|row| authority::sees(authority, row.pid));
+        let sight = reader.sight();
+        let mut rows = processes::processes(store, window, sort, comm.as_deref(), &sight);
         if with_strips {
-            let mut strips = strip::strips(store, window);
+            let mut strips = strip::strips(store, window, &sight);
             for row in &mut rows {
                 row.strip = strips.remove(&row.pid);
             }

@@ -10,7 +10,7 @@ use axum::{
     extract::{RawQuery, State},
     http::{header, HeaderValue},
     response::{IntoResponse, Response},
-    Json,
+    Extension, Json,
 };
 
 use super::{authority, error::ApiError, params::Params, window::WINDOW_PARAMS, ApiState};
@@ -336,8 +336,10 @@ const THREAD_CULPRITS: usize = 3;
 
 pub(super) async fn threads(
     State(state): State<ApiState>,
+    authority: Option<Extension<authority::Authority>>,
     RawQuery(q): RawQuery,
 ) -> Result<Response, ApiError> {
+    let reader = authority::reader_of(authority);
     let p = Params::parse(q.as_deref(), &with_window(&["pid", "format"]))?;
     let pid = p
         .id("pid")?
@@ -347,8 +349,9 @@ pub(super) async fn threads(
     let report = over_snapshot(&state, move |store| {
         let recorded = store.recorded(window, SystemTime::now());
         if let Some(mut report) = threads::report(store, pid, window) {
-            let mut culprits = culprits::by_thread(store, window, pid, THREAD_CULPRITS);
-            let mut sleeps = sleeps::by_thread(store, window, pid);
+            let sight = reader.sight();
+            let mut culprits = culprits::by_thread(store, window, pid, THREAD_CULPRITS, &sight);
+            let mut sleeps = sleeps::by_thread(store, window, pid, &sight);
             let gil = gil::share_by_thread(store, window, pid);
             for t in &mut report.threads {
                 t.kept_off_cpu_by = culprits.remove(&t.tid).unwrap_or_default();
@@ -392,8 +395,10 @@ pub(super) async fn threads(
 
 pub(super) async fn runqueue(
     State(state): State<ApiState>,
+    authority: Option<Extension<authority::Authority>>,
     RawQuery(q): RawQuery,
 ) -> Result<Response, ApiError> {
+    let reader = authority::reader_of(authority);
     let p = Params::parse(
         q.as_deref(),
         &with_window(&["pid", "cgroup", "container", "format"]),
@@ -499,7 +504,9 @@ pub(super) async fn runqueue(
         report.recorded_seconds = recorded.seconds;
         report.resolution = recorded.resolution;
         if let Some(pid) = pid {
-            report.kept_off_cpu_by = culprits::kept_off(store, window, pid, None, culprits::LISTED);
+            let sight = reader.sight();
+            report.kept_off_cpu_by =
+                culprits::kept_off(store, window, pid, None, culprits::LISTED, &sight);
         }
         Ok::<_, ApiError>(report)
     })
@@ -557,8 +564,10 @@ pub const MAX_BLOCKED_LIMIT: u64 = 2_000;
 /// `min_seconds`, longest first.
 pub(super) async fn blocked(
     State(state): State<ApiState>,
+    authority: Option<Extension<authority::Authority>>,
     RawQuery(q): RawQuery,
 ) -> Result<Response, ApiError> {
+    let reader = authority::reader_of(authority);
     let p = Params::parse(q.as_deref(), &["pid", "min_seconds", "limit", "format"])?;
     let filter = BlockedFilter {
         pid: p.id("pid")?,
@@ -579,7 +588,14 @@ pub(super) async fn blocked(
             }
         }
         let facts = super::wait_facts::read(store, &blocked::matched(live, &filter));
-        Ok(blocked::report(live, &filter, &facts, SystemTime::now()))
+        let sight = reader.sight();
+        Ok(blocked::report(
+            live,
+            &filter,
+            &facts,
+            SystemTime::now(),
+            &sight,
+        ))
     })
     .await??;
     Ok(json_or_text(text, report, blocked::render_text))

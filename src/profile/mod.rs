@@ -8,6 +8,6 @@ pub mod report;
 // and the benches use.
 pub use model::{kind, live, size, store, window, *};
 pub use report::{
-    blocked, cgroup_list, culprits, fair, gil, groups, hist, host, processes, query, render, rows,
-    runqueue, sleeps, strip, stuck, threads, timeline, truncate,
+    blocked, cgroup_list, culprits, disclosure, fair, gil, groups, hist, host, processes, query,
+    render, rows, runqueue, sleeps, strip, stuck, threads, timeline, truncate,
 };

@@ -15,8 +15,10 @@ use std::{
         atomic::{AtomicU64, Ordering},
         Mutex,
     },
-    time::{Duration, Instant},
+    time::{Duration, Instant, SystemTime},
 };
+
+use crate::profile::disclosure::{Hidden, Sight};
 
 /// What was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -245,9 +247,11 @@ pub fn count_for(what: What, reason: Reason, pid: u32) {
 
 /// Why the daemon is degraded now: one line per (what, reason) refused in
 /// the last [`DEGRADED_FOR`], naming the processes refused most there
-/// (how often each) and how long ago the last was. Empty when it is not.
-pub fn degraded() -> Vec<String> {
+/// (how often each; those `sight` may not see, as of their last refusal,
+/// only counted) and how long ago the last was. Empty when it is not.
+pub fn degraded(sight: &Sight) -> Vec<String> {
     let payers = *PAYERS_BY_CELL.lock().unwrap_or_else(|e| e.into_inner());
+    let now = SystemTime::now();
     What::ALL
         .iter()
         .flat_map(|&w| Reason::ALL.iter().map(move |&r| (w, r)))
@@ -260,11 +264,19 @@ pub fn degraded() -> Vec<String> {
                 .collect();
             let ago = recent.iter().map(|p| p.last.elapsed()).min()?;
             recent.sort_by_key(|p| (std::cmp::Reverse(p.times), p.last.elapsed()));
-            let whose: Vec<String> = recent
-                .iter()
-                .filter(|p| p.pid != 0)
-                .map(|p| format!("pid {} ({}x)", p.pid, p.times))
-                .collect();
+            let mut hidden = Hidden::default();
+            let mut whose: Vec<String> = Vec::new();
+            for p in recent.iter().filter(|p| p.pid != 0) {
+                let at = now.checked_sub(p.last.elapsed()).unwrap_or(now);
+                if sight.sees(p.pid, at) {
+                    whose.push(format!("pid {} ({}x)", p.pid, p.times));
+                } else {
+                    hidden.note(p.pid);
+                }
+            }
+            if !hidden.is_empty() {
+                whose.push(hidden.label());
+            }
             let whose = if whose.is_empty() {
                 String::new()
             } else {
@@ -331,9 +343,11 @@ mod tests {
     #[test]
     fn a_budget_exhausted_degrades_and_names_the_process() {
         count_for(What::Names, Reason::Timeout, 7);
-        assert!(!degraded().iter().any(|d| d.starts_with("names timeout")));
+        assert!(!degraded(&Sight::all())
+            .iter()
+            .any(|d| d.starts_with("names timeout")));
         count_for(What::Names, Reason::Budget, 4242);
-        let why = degraded();
+        let why = degraded(&Sight::all());
         assert!(
             // Other tests of this process may be named there too.
             why.iter().any(|d| d.starts_with("names budget for ")
@@ -341,6 +355,27 @@ mod tests {
                 && d.contains(" 0s ago")),
             "{why:?}"
         );
+    }
+
+    #[test]
+    fn a_user_reads_other_users_degraded_processes_as_a_count() {
+        for pid in [5151, 5252, 5353, 5252] {
+            count_for(What::Elf, Reason::Budget, pid);
+        }
+        let reader = crate::profile::disclosure::Reader::User {
+            uid: Some(1000),
+            owner_of: std::sync::Arc::new(|pid| {
+                (pid == 5151).then_some((1000, SystemTime::UNIX_EPOCH))
+            }),
+        };
+        let why = degraded(&reader.sight()).join("\n");
+        assert!(
+            why.contains("elf budget for pid 5151 (1x), [other users] ×2 0s ago"),
+            "{why}"
+        );
+        assert!(!why.contains("5252") && !why.contains("5353"), "{why}");
+        let root = degraded(&Sight::all()).join("\n");
+        assert!(root.contains("pid 5252 (2x)"), "{root}");
     }
 
     #[test]

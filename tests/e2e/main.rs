@@ -47,6 +47,7 @@ mod security;
 mod security_attach;
 mod security_auth;
 mod security_containers;
+mod security_disclosure;
 mod security_jvm;
 mod security_names;
 mod security_queries;

@@ -4,37 +4,20 @@
 //! answers, and a `/processes` without root's processes; root reads
 //! everything as before. Needs root.
 
-use std::{fs, path::PathBuf, process::Command, time::Duration};
+use std::{fs, path::PathBuf, time::Duration};
 
 use crate::support::{
     get,
     rows::json_at,
     rows::within,
     settle,
-    users::{self, NOBODY},
+    users::{self, curl, NOBODY},
     Daemon, Fixture, Workload,
 };
 
 /// `mixed` where `nobody` can run it.
 fn shared_workload() -> PathBuf {
     users::runnable_copy("mixed", &users::shared_dir("auth", 0o755))
-}
-
-/// `GET url` with curl, as `nobody` or as ourselves (root): status, body.
-fn curl(url: &str, nobody: bool) -> (u16, String) {
-    let mut cmd = if nobody {
-        users::as_nobody("curl")
-    } else {
-        Command::new("curl")
-    };
-    let out = cmd
-        .args(["-sS", "--max-time", "30", "-w", "\n%{http_code}", url])
-        .output()
-        .expect("running curl");
-    assert!(out.status.success(), "curl {url}: {out:?}");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let (body, code) = text.rsplit_once('\n').unwrap();
-    (code.trim().parse().unwrap(), body.to_string())
 }
 
 fn pids_of(body: &str) -> Vec<u64> {

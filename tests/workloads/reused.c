@@ -27,6 +27,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "fork_as.h"
+
 #define CODE_AT ((void *)0x7e5500000000UL)
 
 static volatile sig_atomic_t exec_now;
@@ -52,32 +54,18 @@ static int launch_as(int want, char **argv) {
     if (n <= 0)
         return 2;
     self[n] = 0;
-    for (int tries = 0; tries < 1000; tries++) {
-        FILE *f = fopen("/proc/sys/kernel/ns_last_pid", "w");
-        if (!f)
-            return 2;
-        fprintf(f, "%d", want - 1);
-        fclose(f);
-        pid_t child = fork();
-        if (child == 0) {
-            if (getpid() != want)
-                _exit(3);
-            // Gone with the launcher, whatever it runs by then.
-            prctl(PR_SET_PDEATHSIG, SIGKILL);
-            execv(self, argv);
-            _exit(2);
-        }
-        if (child == want) {
-            int status;
-            waitpid(child, &status, 0);
-            return 0;
-        }
-        if (child > 0)
-            waitpid(child, NULL, 0);
-        usleep(1000);
+    pid_t child = fork_as(want);
+    if (child < 0)
+        return 2;
+    if (child == 0) {
+        // Gone with the launcher, whatever it runs by then.
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        execv(self, argv);
+        _exit(2);
     }
-    fprintf(stderr, "pid %d stayed taken\n", want);
-    return 2;
+    int status;
+    waitpid(child, &status, 0);
+    return 0;
 }
 
 int main(int argc, char **argv) {

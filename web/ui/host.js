@@ -127,8 +127,10 @@ WS.ready.then(() => {
 
   function processRow(p, cols, extra = {}) {
     const folded = p.folded !== undefined;
+    // Pid 0: the count of other users' processes a user other than root reads.
     const name = folded
       ? el("button", { className: "fold", textContent: `${kernelOpen ? "▾" : "▸"} ${KERNEL_ROW} ×${p.folded.length}` })
+      : p.pid === 0 ? el("span", { textContent: p.comm })
       : el("a", { href: `/process/${p.pid}?${WS.query({ ...WS.windowQuery() })}`, textContent: p.comm || "?" });
     if (folded) name.addEventListener("click", () => { kernelOpen = !kernelOpen; draw(); });
     const held = stuck.get(p.pid);

@@ -9,7 +9,10 @@ use std::{
 
 use serde::Serialize;
 
-use super::stuck::{Finding, PoolSummary, WaitFacts};
+use super::{
+    disclosure::Sight,
+    stuck::{Finding, PoolSummary, WaitFacts},
+};
 use crate::profile::model::live::{longest_first, LiveThread, LiveView, LiveWaker};
 
 /// What `/blocked` selects.
@@ -88,6 +91,10 @@ pub enum WokenBy {
     },
     /// A hard or soft interrupt (a timer, a device).
     Interrupt,
+    /// A thread of a process the reader may not see: another user's
+    /// ([`super::disclosure`]).
+    #[serde(rename = "other_users")]
+    OtherUsers,
 }
 
 /// The threads of `view` that `filter` selects.
@@ -105,13 +112,14 @@ pub fn report(
     filter: &BlockedFilter,
     facts: &WaitFacts,
     now: SystemTime,
+    sight: &Sight,
 ) -> BlockedReport {
     let mut matched = matched(view, filter);
     matched.sort_by(|a, b| longest_first(a.order_key(), b.order_key()));
     let as_of = view.as_of.unwrap_or(now);
     let all: Vec<BlockedThread> = matched
         .iter()
-        .map(|t| thread(view, t, as_of, facts))
+        .map(|t| thread(view, t, as_of, facts, sight))
         .collect();
     let (pools, findings) = super::stuck::summarize(&all, facts);
     BlockedReport {
@@ -131,8 +139,15 @@ pub fn report(
     }
 }
 
-fn thread(view: &LiveView, t: &LiveThread, as_of: SystemTime, facts: &WaitFacts) -> BlockedThread {
+fn thread(
+    view: &LiveView,
+    t: &LiveThread,
+    as_of: SystemTime,
+    facts: &WaitFacts,
+    sight: &Sight,
+) -> BlockedThread {
     let process = view.processes.get(&t.pid).map(|n| n.to_string());
+    let since = as_of.checked_sub(t.in_state).unwrap_or(as_of);
     BlockedThread {
         pid: t.pid,
         process: process.unwrap_or_default(),
@@ -140,11 +155,12 @@ fn thread(view: &LiveView, t: &LiveThread, as_of: SystemTime, facts: &WaitFacts)
         name: t.name.to_string(),
         state: t.state.name(),
         in_state_s: seconds(t.in_state),
-        since: rfc3339(as_of.checked_sub(t.in_state).unwrap_or(as_of)),
+        since: rfc3339(since),
         syscall: t.syscall.and_then(|s| s.name),
         syscall_nr: t.syscall.map(|s| s.nr),
         stack: t.stack.iter().rev().map(|f| f.to_string()).collect(),
         woken_by: t.waker.as_ref().map(|w| match w {
+            LiveWaker::Thread { pid, .. } if !sight.sees(*pid, since) => WokenBy::OtherUsers,
             LiveWaker::Thread { pid, tid, name } => WokenBy::Thread {
                 pid: *pid,
                 tid: *tid,
@@ -244,6 +260,7 @@ fn thread_block(out: &mut String, t: &BlockedThread) {
             writeln!(out, "    woken last by {name}tid={tid} pid={pid}")
         }
         Some(WokenBy::Interrupt) => writeln!(out, "    woken last by an interrupt"),
+        Some(WokenBy::OtherUsers) => writeln!(out, "    woken last by another user's process"),
         None => writeln!(out, "    woken last by: no wakeup seen"),
     };
     if let Some(owner) = t.waits_for_tid {
@@ -258,6 +275,7 @@ mod tests {
     use super::*;
     use crate::{
         bpf::abi::State,
+        profile::disclosure::Reader,
         profile::model::live::{Syscall, MAX_LIVE_THREADS},
     };
 
@@ -331,6 +349,7 @@ mod tests {
             &filter(None, 1000, 100),
             &WaitFacts::default(),
             now,
+            &Sight::all(),
         );
         assert_eq!(tids(&r), [11, 13, 20], "ties by pid, then tid");
         assert_eq!((r.matched, r.age_s), (3, Some(1.25)));
@@ -339,6 +358,7 @@ mod tests {
             &filter(Some(1), 0, 100),
             &WaitFacts::default(),
             now,
+            &Sight::all(),
         );
         assert_eq!(tids(&r), [11, 13, 12]);
         let r = report(
@@ -346,6 +366,7 @@ mod tests {
             &filter(Some(1), 500, 1),
             &WaitFacts::default(),
             now,
+            &Sight::all(),
         );
         assert_eq!((tids(&r), r.matched), (vec![11], 2), "limit");
         let r = report(
@@ -353,6 +374,7 @@ mod tests {
             &filter(Some(3), 0, 100),
             &WaitFacts::default(),
             now,
+            &Sight::all(),
         );
         assert!(r.threads.is_empty() && r.matched == 0);
         let r = report(
@@ -360,6 +382,7 @@ mod tests {
             &filter(None, 12_346, 100),
             &WaitFacts::default(),
             now,
+            &Sight::all(),
         );
         assert!(r.threads.is_empty(), "12.345 s < 12.346 s");
     }
@@ -371,6 +394,7 @@ mod tests {
             &filter(Some(1), 10_000, 100),
             &WaitFacts::default(),
             at(1001),
+            &Sight::all(),
         );
         let t = &r.threads[0];
         assert_eq!(r.as_of.as_deref(), Some("1970-01-01T00:16:40.000Z"));
@@ -392,6 +416,7 @@ mod tests {
             &filter(Some(2), 0, 100),
             &WaitFacts::default(),
             at(1001),
+            &Sight::all(),
         );
         let json = serde_json::to_value(&r.threads[0]).unwrap();
         assert_eq!(json["woken_by"], serde_json::json!({"kind": "interrupt"}));
@@ -408,6 +433,7 @@ mod tests {
             &filter(None, 1000, 2),
             &WaitFacts::default(),
             at(1001),
+            &Sight::all(),
         );
         let text = render_text(&r);
         let expected = "\
@@ -430,6 +456,7 @@ Threads off-CPU for at least 1 s, as of 1970-01-01T00:16:40.000Z (1 s ago): 2 sh
             &filter(Some(2), 100, 5),
             &WaitFacts::default(),
             at(1001),
+            &Sight::all(),
         );
         let text = render_text(&r);
         assert!(
@@ -454,11 +481,35 @@ Threads off-CPU for at least 1 s, as of 1970-01-01T00:16:40.000Z (1 s ago): 2 sh
             &filter(None, 0, MAX_LIVE_THREADS),
             &WaitFacts::default(),
             at(5),
+            &Sight::all(),
         );
         assert_eq!((r.as_of.as_deref(), r.age_s, r.matched), (None, None, 0));
         assert_eq!(
             render_text(&r),
             "No live view yet: the first drain has not happened.\n"
         );
+    }
+
+    #[test]
+    fn a_waker_the_reader_may_not_see_is_another_users() {
+        // Pid 1 is the reader's, but only since 1000 s: the wakeup of
+        // 987.655 s came from an earlier process with that pid.
+        let reader = |since: u64| Reader::User {
+            uid: Some(1000),
+            owner_of: Arc::new(move |pid| (pid == 1).then_some((1000, at(since)))),
+        };
+        let woken_by = |since| {
+            let facts = WaitFacts::default();
+            let r = report(
+                &view(),
+                &filter(Some(1), 10_000, 100),
+                &facts,
+                at(1001),
+                &reader(since).sight(),
+            );
+            serde_json::to_value(&r.threads[0]).unwrap()["woken_by"].clone()
+        };
+        assert_eq!(woken_by(1000), serde_json::json!({"kind": "other_users"}));
+        assert_eq!(woken_by(0)["kind"], "thread");
     }
 }

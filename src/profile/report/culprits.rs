@@ -1,13 +1,18 @@
 //! Who kept a process's threads off the CPU while they waited in a
 //! runqueue: the processes that ran meanwhile on the CPU each wait ended
 //! on (see `bpf/culprits.bpf.h`), summed by name and cgroup, so that a
-//! script's thousand short-lived children count as one culprit.
+//! script's thousand short-lived children count as one culprit. Culprits
+//! the reader may not see are one `[other users] ×N` row
+//! ([`super::disclosure`]).
 
 use std::collections::HashMap;
 
 use serde::Serialize;
 
-use super::query::ns_to_us;
+use super::{
+    disclosure::{self, Sight},
+    query::ns_to_us,
+};
 use crate::{
     bpf::abi::State,
     profile::model::{store::Snapshot, window::Window, KeptOff},
@@ -26,7 +31,8 @@ pub struct Culprit {
     /// run of the CPU covered (the thread waited on another CPU's queue),
     /// `[others]` for processes past a thread's first eight in one drain
     /// (not told apart), `[rest]` for the culprits past the first
-    /// [`LISTED`].
+    /// [`LISTED`], `[other users] ×N` for the processes the reader may not
+    /// see (no cgroup, no pids).
     pub name: String,
     /// Its cgroup (v2 path), when known.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -49,11 +55,20 @@ struct Sum {
     by_pid: HashMap<u32, u64>,
 }
 
+/// A wait's row, and whether its culprit stays unnamed to the reader.
+type Row = (KeptOff, bool);
+
 /// Names and cgroups of the processes of `window`, and the rows of
-/// `pid`'s waits.
-fn collect(store: &Snapshot, window: Window, pid: impl Fn(u32) -> bool) -> (Names, Vec<KeptOff>) {
+/// `pid`'s waits, each marked hidden when `sight` may not name its culprit
+/// as it was in the row's slice.
+fn collect(
+    store: &Snapshot,
+    window: Window,
+    pid: impl Fn(u32) -> bool,
+    sight: &Sight,
+) -> (Names, Vec<Row>) {
     let mut names: Names = Names::default();
-    let mut rows: Vec<KeptOff> = Vec::new();
+    let mut rows: Vec<Row> = Vec::new();
     for slice in store.within(window) {
         for t in slice
             .thread_totals
@@ -69,10 +84,21 @@ fn collect(store: &Snapshot, window: Window, pid: impl Fn(u32) -> bool) -> (Name
                 .and_then(|o| o.cgroup.as_deref().map(str::to_string));
             names.of.insert(*p, (name.to_string(), cgroup));
         }
-        rows.extend(slice.kept_off.iter().filter(|k| pid(k.pid)));
+        let hidden = |by: u32| !NOT_PROCESSES.contains(&by) && !sight.sees(by, slice.start);
+        rows.extend(
+            slice
+                .kept_off
+                .iter()
+                .filter(|k| pid(k.pid))
+                .map(|k| (*k, hidden(k.by))),
+        );
     }
     (names, rows)
 }
+
+/// Culprits that are no process: the idle task, the part of a wait no run
+/// covered, the processes past a thread's slots.
+const NOT_PROCESSES: [u32; 3] = [0, KeptOff::UNSEEN, KeptOff::OTHERS];
 
 /// Process names and cgroups by pid, and the processes that ran.
 #[derive(Default)]
@@ -102,10 +128,11 @@ pub fn kept_off(
     pid: u32,
     tid: Option<u32>,
     limit: usize,
+    sight: &Sight,
 ) -> Vec<Culprit> {
-    let (names, mut rows) = collect(store, window, |p| p == pid);
-    rows.retain(|k| tid.is_none_or(|t| k.tid == t));
-    summarize(&rows, &names, limit)
+    let (names, mut rows) = collect(store, window, |p| p == pid, sight);
+    rows.retain(|(k, _)| tid.is_none_or(|t| k.tid == t));
+    summarize(&rows, &names, limit, sight.limited())
 }
 
 /// The culprits of each process of `pids` within `window`, at most
@@ -115,15 +142,16 @@ pub fn by_process(
     window: Window,
     pids: &[u32],
     limit: usize,
+    sight: &Sight,
 ) -> HashMap<u32, Vec<Culprit>> {
-    let (names, rows) = collect(store, window, |p| pids.contains(&p));
-    let mut by_pid: HashMap<u32, Vec<KeptOff>> = HashMap::new();
-    for k in rows {
-        by_pid.entry(k.pid).or_default().push(k);
+    let (names, rows) = collect(store, window, |p| pids.contains(&p), sight);
+    let mut by_pid: HashMap<u32, Vec<Row>> = HashMap::new();
+    for row in rows {
+        by_pid.entry(row.0.pid).or_default().push(row);
     }
     by_pid
         .into_iter()
-        .map(|(pid, rows)| (pid, summarize(&rows, &names, limit)))
+        .map(|(pid, rows)| (pid, summarize(&rows, &names, limit, sight.limited())))
         .collect()
 }
 
@@ -134,46 +162,70 @@ pub fn by_thread(
     window: Window,
     pid: u32,
     top: usize,
+    sight: &Sight,
 ) -> HashMap<u32, Vec<Culprit>> {
-    let (names, rows) = collect(store, window, |p| p == pid);
-    let mut by_tid: HashMap<u32, Vec<KeptOff>> = HashMap::new();
-    for k in rows {
-        by_tid.entry(k.tid).or_default().push(k);
+    let (names, rows) = collect(store, window, |p| p == pid, sight);
+    let mut by_tid: HashMap<u32, Vec<Row>> = HashMap::new();
+    for row in rows {
+        by_tid.entry(row.0.tid).or_default().push(row);
     }
     by_tid
         .into_iter()
-        .map(|(tid, rows)| (tid, summarize(&rows, &names, top)))
+        .map(|(tid, rows)| (tid, summarize(&rows, &names, top, sight.limited())))
         .collect()
 }
 
-/// `rows` summed by culprit name and cgroup, most first, at most `limit`
-/// and a `[rest]`.
-fn summarize(rows: &[KeptOff], names: &Names, limit: usize) -> Vec<Culprit> {
-    let mut sums: HashMap<(String, Option<String>), Sum> = HashMap::new();
-    let total: u64 = rows.iter().map(|k| k.ns).sum();
-    for k in rows {
+/// A culprit's name and cgroup; `None` for those the reader may not see.
+type Who = Option<(String, Option<String>)>;
+
+/// `rows` summed by culprit name and cgroup (the hidden ones together),
+/// most first, at most `limit` and a `[rest]`. A `limited` reader's
+/// culprits count only the pids of its rows: how many processes of a name
+/// ran host-wide would tell of other users'.
+fn summarize(rows: &[Row], names: &Names, limit: usize, limited: bool) -> Vec<Culprit> {
+    let mut sums: HashMap<Who, Sum> = HashMap::new();
+    let total: u64 = rows.iter().map(|(k, _)| k.ns).sum();
+    for (k, hidden) in rows {
         let who = match k.by {
-            0 => ("[idle]".to_string(), None),
-            KeptOff::UNSEEN => ("[other CPU]".to_string(), None),
-            KeptOff::OTHERS => ("[others]".to_string(), None),
-            by => names
-                .of
-                .get(&by)
-                .cloned()
-                .unwrap_or_else(|| (format!("[pid {by}]"), None)),
+            _ if *hidden => None,
+            0 => Some(("[idle]".to_string(), None)),
+            KeptOff::UNSEEN => Some(("[other CPU]".to_string(), None)),
+            KeptOff::OTHERS => Some(("[others]".to_string(), None)),
+            by => Some(
+                names
+                    .of
+                    .get(&by)
+                    .cloned()
+                    .unwrap_or_else(|| (format!("[pid {by}]"), None)),
+            ),
         };
         let sum = sums.entry(who).or_default();
         sum.ns += k.ns;
-        if ![0, KeptOff::UNSEEN, KeptOff::OTHERS].contains(&k.by) {
+        if !NOT_PROCESSES.contains(&k.by) {
             *sum.by_pid.entry(k.by).or_default() += k.ns;
         }
     }
-    let counts = names.counts();
+    let counts = if limited {
+        HashMap::new()
+    } else {
+        names.counts()
+    };
     let mut culprits: Vec<(u64, Culprit)> = sums
         .into_iter()
-        .map(|((name, cgroup), sum)| {
+        .map(|(who, sum)| {
             let mut pids: Vec<(u32, u64)> = sum.by_pid.into_iter().collect();
             pids.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            let Some((name, cgroup)) = who else {
+                let culprit = Culprit {
+                    name: disclosure::label(pids.len(), false),
+                    cgroup: None,
+                    processes: pids.len() as u64,
+                    pids: Vec::new(),
+                    us: ns_to_us(sum.ns),
+                    share: share(sum.ns, total),
+                };
+                return (sum.ns, culprit);
+            };
             let ran = counts.get(&(name.clone(), cgroup.clone())).copied();
             let culprit = Culprit {
                 processes: ran.unwrap_or(0).max(pids.len() as u64),
@@ -223,8 +275,10 @@ mod tests {
     use super::*;
     use crate::profile::model::{store::Store, Origin, Slice};
 
-    #[test]
-    fn culprits_are_summed_by_name_and_cgroup_and_share_the_waits() {
+    /// Victim 7 (threads 8, 9) kept off by two short-lived `hasher`s,
+    /// a `hog` in another cgroup, the idle task, and a wait elsewhere;
+    /// in one slice ending at 100 s.
+    fn waits() -> (Store, Window) {
         let end = SystemTime::UNIX_EPOCH + Duration::from_secs(100);
         let mut store = Store::new(Duration::from_secs(600));
         let mut slice = Slice::empty(end - Duration::from_secs(1), end);
@@ -234,8 +288,6 @@ mod tests {
             by,
             ns: ms * 1_000_000,
         };
-        // Victim 7 (threads 8, 9) kept off by two short-lived `hasher`s,
-        // a `hog` in another cgroup, the idle task, and a wait elsewhere.
         slice.kept_off = vec![
             kept(8, 20, 100),
             kept(8, 21, 100),
@@ -264,8 +316,13 @@ mod tests {
             );
         }
         store.push(slice);
-        let window = Window::last(30, end);
-        let c = kept_off(&store.snapshot(), window, 7, None, LISTED);
+        (store, Window::last(30, end))
+    }
+
+    #[test]
+    fn culprits_are_summed_by_name_and_cgroup_and_share_the_waits() {
+        let (store, window) = waits();
+        let c = kept_off(&store.snapshot(), window, 7, None, LISTED, &Sight::all());
         let row = |name: &str| c.iter().find(|c| c.name == name).unwrap().clone();
         assert_eq!(c[0].name, "hog");
         assert_eq!(
@@ -276,13 +333,46 @@ mod tests {
         assert_eq!(row("hasher").pids, [20, 21]);
         assert_eq!((row("[other CPU]").share, row("[idle]").share), (0.2, 0.1));
         assert_eq!(c.iter().map(|c| c.us).sum::<u64>(), 1_000_000);
-        let one = kept_off(&store.snapshot(), window, 7, Some(8), LISTED);
+        let one = kept_off(&store.snapshot(), window, 7, Some(8), LISTED, &Sight::all());
         assert_eq!((one.len(), one[0].share), (1, 1.0));
-        let threads = by_thread(&store.snapshot(), window, 7, 2);
+        let threads = by_thread(&store.snapshot(), window, 7, 2, &Sight::all());
         assert_eq!(threads[&8][0].name, "hasher");
         // Thread 9: the hog, [other CPU], and the idle task as the rest.
         let nine: Vec<&str> = threads[&9].iter().map(|c| c.name.as_str()).collect();
         assert_eq!(nine, ["hog", "[other CPU]", "[rest]"]);
         assert_eq!(threads[&9][2].share, 0.125);
+    }
+
+    #[test]
+    fn a_user_sees_other_users_culprits_only_as_a_count() {
+        let (store, window) = waits();
+        let started = |secs| SystemTime::UNIX_EPOCH + Duration::from_secs(secs);
+        // The user's: the victim and one hasher. Another user's: the other
+        // hasher; pid 30 is the user's now but started after the slice
+        // (the hog's pid reused).
+        let reader = disclosure::Reader::User {
+            uid: Some(1000),
+            owner_of: Arc::new(move |pid| match pid {
+                7 | 20 => Some((1000, started(0))),
+                21 => Some((1, started(0))),
+                30 => Some((1000, started(100))),
+                _ => None,
+            }),
+        };
+        let c = kept_off(&store.snapshot(), window, 7, None, LISTED, &reader.sight());
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("hog") && !shown.contains("/b"), "{shown}");
+        assert!(c
+            .iter()
+            .all(|c| !c.pids.contains(&21) && !c.pids.contains(&30)));
+        let others = c.iter().find(|c| c.name == "[other users] ×2").unwrap();
+        assert_eq!((others.us, others.processes), (600_000, 2));
+        assert!(others.pids.is_empty() && others.cgroup.is_none());
+        // Its own hasher by name, counted by its own pids only.
+        let hasher = c.iter().find(|c| c.name == "hasher").unwrap();
+        assert_eq!((hasher.processes, hasher.pids.as_slice()), (1, &[20][..]));
+        assert_eq!(c.iter().map(|c| c.us).sum::<u64>(), 1_000_000);
+        let threads = by_thread(&store.snapshot(), window, 7, 2, &reader.sight());
+        assert_eq!(threads[&9][0].name, "[other users] ×1");
     }
 }

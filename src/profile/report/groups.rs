@@ -4,11 +4,12 @@
 //! rows. Each process is in exactly one group: a group's time is the sum of
 //! its members'.
 
-use std::collections::HashMap;
+use std::{collections::HashMap, time::SystemTime};
 
 use serde::Serialize;
 
 use super::{
+    disclosure::Sight,
     processes::{accumulate, Acc, SortBy, StateTimes},
     query::ns_to_us,
 };
@@ -66,24 +67,34 @@ struct Sum {
     ns: [u64; State::COUNT],
 }
 
-/// The processes of `window` that `sees` lets in (and whose name contains
-/// `comm`, if given) summed by `by`, by `sort` (most first, then by name).
+/// What a reader who may not see a group's parent reads as its name.
+const HIDDEN_PARENT: &str = "[another user's process]";
+
+/// The processes of `window` that `sight` sees (and whose name contains
+/// `comm`, if given) summed by `by`, by `sort` (most first, then by name);
+/// without `comm`, the processes it does not see as one
+/// `[other users] ×N` group, last.
 pub fn groups(
     store: &Snapshot,
     window: Window,
     by: GroupBy,
     sort: SortBy,
     comm: Option<&str>,
-    sees: impl Fn(u32) -> bool,
+    sight: &Sight,
 ) -> Vec<ProcessGroup> {
-    let all = accumulate(store, window);
+    let (all, unseen) = accumulate(store, window, sight);
     let mut sums: HashMap<String, Sum> = HashMap::new();
     for (pid, acc) in &all {
         let name = acc.comm();
-        if comm.is_some_and(|c| !name.contains(c)) || !sees(*pid) {
+        if comm.is_some_and(|c| !name.contains(c)) {
             continue;
         }
-        let (key, parent_pid) = key_of(by, &name, acc, &all);
+        let (key, parent_pid) = match key_of(by, &name, acc, &all) {
+            (_, Some(parent)) if !sight.sees(parent, SystemTime::now()) => {
+                (HIDDEN_PARENT.to_string(), None)
+            }
+            key => key,
+        };
         let sum = sums.entry(key).or_default();
         sum.parent_pid = parent_pid;
         sum.members.push((acc.cpu_ns, *pid));
@@ -116,6 +127,16 @@ pub fn groups(
         let key = |r: &ProcessGroup| sort.key_of(r.cpu_us, &r.time);
         key(b).cmp(&key(a)).then_with(|| a.group.cmp(&b.group))
     });
+    if comm.is_none() && !unseen.hidden.is_empty() {
+        rows.push(ProcessGroup {
+            group: unseen.hidden.label(),
+            parent_pid: None,
+            processes: unseen.hidden.count() as u64,
+            pids: Vec::new(),
+            cpu_us: ns_to_us(unseen.cpu_ns),
+            time: StateTimes::of(&unseen.counters.ns),
+        });
+    }
     rows
 }
 
@@ -210,7 +231,7 @@ mod tests {
             by,
             sort,
             None,
-            |_| true,
+            &Sight::all(),
         )
     }
 
@@ -248,5 +269,41 @@ mod tests {
         let by_cgroup = grouped(GroupBy::Cgroup);
         assert_eq!(by_cgroup[0].group, "/user.slice/s.scope");
         assert_eq!(grouped(GroupBy::Container)[0].group, "[no container]");
+    }
+
+    #[test]
+    fn a_user_reads_other_users_processes_and_parents_as_counts() {
+        let (store, now) = forks();
+        // The reader's: two of the script's hashers; the script is not.
+        let reader = crate::profile::disclosure::Reader::User {
+            uid: Some(1000),
+            owner_of: Arc::new(|pid| {
+                [11, 12]
+                    .contains(&pid)
+                    .then_some((1000, SystemTime::UNIX_EPOCH))
+            }),
+        };
+        let window = Window::last(30, now);
+        let sort = SortBy::State(State::Cpu);
+        let rows = groups(
+            &store.snapshot(),
+            window,
+            GroupBy::Parent,
+            sort,
+            None,
+            &reader.sight(),
+        );
+        let shown: Vec<(&str, u64, u64)> = rows
+            .iter()
+            .map(|r| (r.group.as_str(), r.processes, r.time.cpu_us))
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                ("[another user's process]", 2, 500_000),
+                ("[other users] ×3", 3, 505_000)
+            ]
+        );
+        assert!(rows.iter().all(|r| r.parent_pid.is_none()));
     }
 }

@@ -2,12 +2,17 @@
 //! how long threads waited for them, which cgroups ran out of quota, and
 //! which processes waited most for a CPU with who kept it from them.
 
-use std::{collections::HashMap, fmt::Write as _, time::Duration};
+use std::{
+    collections::HashMap,
+    fmt::Write as _,
+    time::{Duration, SystemTime},
+};
 
 use serde::Serialize;
 
 use super::{
     culprits::{self, Culprit},
+    disclosure::Sight,
     processes::{self, SortBy},
     query::ns_to_us,
     runqueue, stuck,
@@ -138,7 +143,7 @@ pub fn cpu_use(store: &Snapshot, window: Window, cpus: u32) -> CpuUse {
     }
 }
 
-/// The host report of `window`; `sees` says which processes the asker
+/// The host report of `window`; `sight` says which processes the asker
 /// may see named.
 pub fn report(
     store: &Snapshot,
@@ -146,7 +151,7 @@ pub fn report(
     cpus: u32,
     recorded_seconds: u64,
     history_s: u64,
-    sees: impl Fn(u32) -> bool,
+    sight: &Sight,
 ) -> HostReport {
     let runq = runqueue::host_report(store, window);
     let throttled_cgroups = super::cgroup_list::list(store, window)
@@ -154,11 +159,12 @@ pub fn report(
         .iter()
         .filter(|c| c.throttled_intervals > 0)
         .count() as u64;
-    let mut rows = processes::processes(store, window, SortBy::State(State::Runqueue), None);
-    rows.retain(|r| r.time.runqueue_us > 0 && sees(r.pid));
+    let mut rows = processes::processes(store, window, SortBy::State(State::Runqueue), None, sight);
+    let now = SystemTime::now();
+    rows.retain(|r| r.time.runqueue_us > 0 && sight.sees(r.pid, now));
     rows.truncate(STARVED);
     let pids: Vec<u32> = rows.iter().map(|r| r.pid).collect();
-    let mut kept = culprits::by_process(store, window, &pids, CULPRITS);
+    let mut kept = culprits::by_process(store, window, &pids, CULPRITS, sight);
     let starved = rows
         .iter()
         .map(|r| Starved {

@@ -5,6 +5,7 @@ pub mod blocked;
 pub mod budget;
 pub mod cgroup_list;
 pub mod culprits;
+pub mod disclosure;
 pub mod elide;
 pub mod fair;
 pub mod filter;

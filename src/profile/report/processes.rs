@@ -1,12 +1,18 @@
 //! `/processes`: every process recorded in a window with its time by
 //! state, sorted by the state asked for and filtered by name, so that an
-//! idle or stuck process is as easy to find as a busy one.
+//! idle or stuck process is as easy to find as a busy one. A reader who
+//! may not see every process gets their own, each with its own process's
+//! time only (not an earlier one's of the same pid), and the rest as one
+//! `[other users] ×N` row ([`super::disclosure`]).
 
 use std::{collections::HashMap, sync::Arc};
 
 use serde::Serialize;
 
-use super::query::ns_to_us;
+use super::{
+    disclosure::{Hidden, Sight},
+    query::ns_to_us,
+};
 use crate::{
     bpf::abi::State,
     process::container::Container,
@@ -175,16 +181,44 @@ impl Acc {
     }
 }
 
-/// Every process with samples or thread totals within `window`, by pid.
-pub(super) fn accumulate(store: &Snapshot, window: Window) -> HashMap<u32, Acc> {
+/// What the window holds of the processes a reader may not see: how many,
+/// and their time together.
+#[derive(Default)]
+pub(super) struct Unseen {
+    pub hidden: Hidden,
+    pub cpu_ns: u64,
+    pub counters: ThreadCounters,
+}
+
+/// Every process with samples or thread totals within `window` that
+/// `sight` sees (in each slice, as the process was then), by pid; the
+/// others summed.
+pub(super) fn accumulate(
+    store: &Snapshot,
+    window: Window,
+    sight: &Sight,
+) -> (HashMap<u32, Acc>, Unseen) {
     let mut by_pid: HashMap<u32, Acc> = HashMap::new();
+    let mut unseen = Unseen::default();
     for slice in store.within(window) {
+        // Monotone in time (seen once started): a pid seen in a slice is
+        // seen in every later one, so names below come from seen slices.
+        let sees = |pid: u32| sight.sees(pid, slice.start);
         for s in slice.samples.iter().filter(|s| s.state == State::Cpu) {
-            by_pid.entry(s.pid).or_default().cpu_ns += s.ns;
+            if sees(s.pid) {
+                by_pid.entry(s.pid).or_default().cpu_ns += s.ns;
+            } else {
+                unseen.hidden.note(s.pid);
+                unseen.cpu_ns += s.ns;
+            }
         }
         for t in &slice.thread_totals {
-            let acc = by_pid.entry(t.pid).or_default();
-            acc.counters += &t.counters;
+            if sees(t.pid) {
+                by_pid.entry(t.pid).or_default().counters += &t.counters;
+            } else {
+                unseen.hidden.note(t.pid);
+                unseen.counters += &t.counters;
+            }
         }
         // Slices come oldest first: the newest name wins (a program
         // exec'd under the same pid, or a pid reused).
@@ -204,18 +238,22 @@ pub(super) fn accumulate(store: &Snapshot, window: Window) -> HashMap<u32, Acc> 
             }
         }
     }
-    by_pid
+    (by_pid, unseen)
 }
 
 /// Every process with samples or thread totals within `window` whose name
-/// contains `comm` (all without), by `sort` (most first, then by pid).
+/// contains `comm` (all without), by `sort` (most first, then by pid);
+/// those `sight` may not see in one `[other users] ×N` row (pid 0) last,
+/// unless `comm` is given (their names are not theirs to match).
 pub fn processes(
     store: &Snapshot,
     window: Window,
     sort: SortBy,
     comm: Option<&str>,
+    sight: &Sight,
 ) -> Vec<ProcessSummary> {
-    let mut rows: Vec<ProcessSummary> = accumulate(store, window)
+    let (seen, unseen) = accumulate(store, window, sight);
+    let mut rows: Vec<ProcessSummary> = seen
         .into_iter()
         .map(|(pid, acc)| ProcessSummary {
             pid,
@@ -230,6 +268,18 @@ pub fn processes(
         .filter(|r| comm.is_none_or(|c| r.comm.contains(c)))
         .collect();
     rows.sort_by(|a, b| sort.key(b).cmp(&sort.key(a)).then(a.pid.cmp(&b.pid)));
+    if comm.is_none() && !unseen.hidden.is_empty() {
+        rows.push(ProcessSummary {
+            pid: 0,
+            comm: unseen.hidden.label(),
+            cpu_us: ns_to_us(unseen.cpu_ns),
+            time: StateTimes::of(&unseen.counters.ns),
+            jvm: None,
+            container: None,
+            kernel: false,
+            strip: None,
+        });
+    }
     rows
 }
 
@@ -247,7 +297,13 @@ mod tests {
     #[test]
     fn processes_sorted_by_cpu() {
         let (store, now) = store();
-        let rows = processes(&store.snapshot(), Window::last(30, now), SortBy::Cpu, None);
+        let rows = processes(
+            &store.snapshot(),
+            Window::last(30, now),
+            SortBy::Cpu,
+            None,
+            &Sight::all(),
+        );
         assert_eq!(
             (rows[0].pid, rows[0].comm.as_str(), rows[0].cpu_us),
             (20, "twenty", 9)
@@ -298,7 +354,7 @@ mod tests {
         let (store, now) = mixed();
         let window = Window::last(30, now);
         let order = |sort| -> Vec<u32> {
-            let rows = processes(&store.snapshot(), window, sort, None);
+            let rows = processes(&store.snapshot(), window, sort, None, &Sight::all());
             rows.iter().map(|r| r.pid).collect()
         };
         assert_eq!(order(SortBy::parse("futex").unwrap()), [2, 1, 3]);
@@ -306,7 +362,13 @@ mod tests {
         assert_eq!(order(SortBy::parse("sleep").unwrap()), [3, 1, 2]);
         assert_eq!(order(SortBy::parse("io").unwrap()), [3, 1, 2]);
         assert_eq!(order(SortBy::parse("wall").unwrap()), [2, 1, 3]);
-        let rows = processes(&store.snapshot(), window, SortBy::Blocked, None);
+        let rows = processes(
+            &store.snapshot(),
+            window,
+            SortBy::Blocked,
+            None,
+            &Sight::all(),
+        );
         assert_eq!(rows[0].time.futex_us, 2_000_000);
         assert_eq!(rows[0].time.blocked_us, 2_000_000);
         assert_eq!(rows[1].time.blocked_us, 800_000);
@@ -335,9 +397,82 @@ mod tests {
     fn comm_filters_by_name() {
         let (store, now) = mixed();
         let window = Window::last(30, now);
-        let rows = processes(&store.snapshot(), window, SortBy::Cpu, Some("db"));
+        let rows = processes(
+            &store.snapshot(),
+            window,
+            SortBy::Cpu,
+            Some("db"),
+            &Sight::all(),
+        );
         assert_eq!(rows.len(), 1);
         assert_eq!(rows[0].comm, "stuck-db");
-        assert!(processes(&store.snapshot(), window, SortBy::Cpu, Some("nope")).is_empty());
+        assert!(processes(
+            &store.snapshot(),
+            window,
+            SortBy::Cpu,
+            Some("nope"),
+            &Sight::all()
+        )
+        .is_empty());
+    }
+
+    /// Pid 5 was another user's process (`victim`, 900 ms) until the
+    /// reader's own (`mine`, 300 ms) took it at 95 s; pid 6 is another
+    /// user's (100 ms).
+    #[test]
+    fn a_reused_pid_shows_only_the_readers_process_and_others_are_a_count() {
+        let at = |secs| SystemTime::UNIX_EPOCH + Duration::from_secs(secs);
+        let mut store = Store::new(Duration::from_secs(600));
+        let slice = |end: u64, rows: &[(u32, &str, u64)]| {
+            let mut slice = Slice::empty(at(end - 1), at(end));
+            for (pid, name, ms) in rows {
+                let mut ns = [0; State::COUNT];
+                ns[State::Sleep as usize] = ms * 1_000_000;
+                slice.thread_totals.push(RawThread {
+                    tid: *pid,
+                    pid: *pid,
+                    comm: String::new(),
+                    counters: ThreadCounters {
+                        ns,
+                        ..ThreadCounters::default()
+                    },
+                });
+                slice.processes.insert(*pid, Arc::from(*name));
+            }
+            slice
+        };
+        store.push(slice(91, &[(5, "victim", 900), (6, "other", 100)]));
+        store.push(slice(100, &[(5, "mine", 300)]));
+        let reader = crate::profile::disclosure::Reader::User {
+            uid: Some(1000),
+            owner_of: Arc::new(move |pid| (pid == 5).then_some((1000, at(95)))),
+        };
+        let window = Window::last(30, at(100));
+        let rows = processes(
+            &store.snapshot(),
+            window,
+            SortBy::Wall,
+            None,
+            &reader.sight(),
+        );
+        let shown: Vec<(u32, &str, u64)> = rows
+            .iter()
+            .map(|r| (r.pid, r.comm.as_str(), r.time.wall_us))
+            .collect();
+        assert_eq!(
+            shown,
+            [(5, "mine", 300_000), (0, "[other users] ×2", 1_000_000)]
+        );
+        // Asked by name: no count row (other users' names are not matched).
+        let named = processes(
+            &store.snapshot(),
+            window,
+            SortBy::Wall,
+            Some("i"),
+            &reader.sight(),
+        );
+        assert_eq!(named.len(), 1);
+        let root = processes(&store.snapshot(), window, SortBy::Wall, None, &Sight::all());
+        assert_eq!((root.len(), root[0].time.wall_us), (2, 1_200_000));
     }
 }

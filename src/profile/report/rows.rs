@@ -271,11 +271,10 @@ pub fn select(store: &Snapshot, filter: &Filter, per_thread: bool) -> (Vec<Row>,
     (out, names)
 }
 
+pub use super::disclosure::OTHER_PROCESS;
+
 /// The wakeups of one slice that `filter` selects: those the process or
 /// thread sent, and those it received.
-/// What stands for a process a user other than root may not see.
-pub const OTHER_PROCESS: &str = "[another process]";
-
 fn wakeups(slice: &Slice, filter: &Filter, keep_tid: bool, out: &mut Vec<Row>) {
     for w in &slice.wakeups {
         if !filter.matches(w.pid, w.tid) && !filter.matches(w.peer_pid, w.peer_tid) {

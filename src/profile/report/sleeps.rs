@@ -1,13 +1,18 @@
 //! How each thread of a process blocks: how many blocked intervals
 //! (switch-out to the wakeup that ended it) ended in a window, their
 //! median and p90, and who woke it: a timer (a thread polling with
-//! `usleep` is woken by nothing else), another interrupt, or which thread.
+//! `usleep` is woken by nothing else), another interrupt, or which thread
+//! (of another user's process: `[other users] ×N`, see
+//! [`super::disclosure`]).
 
 use std::collections::HashMap;
 
 use serde::Serialize;
 
-use super::hist::{quantile_us, Slots};
+use super::{
+    disclosure::{Hidden, Sight, OTHER_USERS},
+    hist::{quantile_us, Slots},
+};
 use crate::profile::model::{store::Snapshot, window::Window, Interrupt, Slice, Wakeup};
 
 /// Wakers listed per thread, at most; the rest are summed into `[rest]`.
@@ -42,16 +47,24 @@ pub struct WokenBy {
     /// `[timer]`, `[irq]` or `[softirq]` (another interrupt, or one whose
     /// kernel stack the per-CPU walk budget left out), a thread as
     /// `name (tid N)` or, of another process, `name (pid P, tid N)`;
+    /// `[other users] ×N` for the processes the reader may not see;
     /// `[rest]` past the first [`WAKERS`].
     pub by: String,
     pub share: f64,
 }
 
 /// The blocked intervals of each thread of `pid` within `window`, by tid
-/// (threads with none are absent).
-pub fn by_thread(store: &Snapshot, window: Window, pid: u32) -> HashMap<u32, SleepSummary> {
+/// (threads with none are absent); wakers `sight` may not see are summed
+/// into one.
+pub fn by_thread(
+    store: &Snapshot,
+    window: Window,
+    pid: u32,
+    sight: &Sight,
+) -> HashMap<u32, SleepSummary> {
     let mut slots: HashMap<u32, Slots> = HashMap::new();
     let mut wakers: HashMap<u32, HashMap<String, u64>> = HashMap::new();
+    let mut hidden: HashMap<u32, Hidden> = HashMap::new();
     for slice in store.within(window) {
         for s in slice.sleeps.iter().filter(|s| s.pid == pid) {
             let into = slots
@@ -66,14 +79,25 @@ pub fn by_thread(store: &Snapshot, window: Window, pid: u32) -> HashMap<u32, Sle
             .iter()
             .filter(|w| w.peer_pid == pid && w.ns > 0)
         {
-            let by = waker_name(slice, w, pid);
+            let by = if w.interrupt.is_none() && !sight.sees(w.pid, slice.start) {
+                hidden.entry(w.peer_tid).or_default().note(w.pid);
+                OTHER_USERS.to_string()
+            } else {
+                waker_name(slice, w, pid)
+            };
             *wakers.entry(w.peer_tid).or_default().entry(by).or_default() += w.ns;
         }
     }
     slots
         .into_iter()
         .map(|(tid, slots)| {
-            let woken_by = wakers.remove(&tid).map(top).unwrap_or_default();
+            let mut woken_by = wakers.remove(&tid).map(top).unwrap_or_default();
+            if let Some(hidden) = hidden.get(&tid) {
+                // Named thread wakers end in `(tid N)`: none is this key.
+                for w in woken_by.iter_mut().filter(|w| w.by == OTHER_USERS) {
+                    w.by = hidden.label();
+                }
+            }
             let summary = SleepSummary {
                 intervals: slots.iter().sum(),
                 median_us: round(quantile_us(&slots, 0.5).unwrap_or(0.0)),
@@ -202,7 +226,7 @@ mod tests {
             },
         );
         store.push(slice);
-        let s = by_thread(&store.snapshot(), Window::last(30, end), 7);
+        let s = by_thread(&store.snapshot(), Window::last(30, end), 7, &Sight::all());
         let poll = &s[&8];
         assert_eq!(poll.intervals, 1000);
         assert!((1024.0..2048.0).contains(&poll.median_us), "{poll:?}");
@@ -225,5 +249,44 @@ mod tests {
             }
         );
         assert!(!s.contains_key(&10));
+    }
+
+    #[test]
+    fn a_user_reads_other_users_wakers_as_a_count() {
+        let end = SystemTime::UNIX_EPOCH + Duration::from_secs(100);
+        let mut store = Store::new(Duration::from_secs(600));
+        let mut slice = Slice::empty(end - Duration::from_secs(1), end);
+        let mut slots = [0; crate::bpf::abi::SLEEP_SLOTS];
+        slots[5] = 10;
+        slice.sleeps = vec![Sleeps {
+            pid: 7,
+            tid: 9,
+            slots,
+        }];
+        // Thread 9 of pid 7 woken by its own thread 8, and by threads of
+        // pids 20 and 30 (another user's), one of them twice.
+        let from = |pid, tid, ns| Wakeup {
+            pid,
+            ..wakeup(tid, 9, None, &["write"], ns)
+        };
+        slice.wakeups = vec![
+            from(7, 8, 100),
+            from(20, 21, 300),
+            from(30, 31, 500),
+            from(20, 22, 100),
+        ];
+        for (tid, pid, name) in [(8, 7, "own"), (21, 20, "victim"), (31, 30, "victim")] {
+            let name = Arc::from(name);
+            slice.threads.insert(tid, ThreadInfo { pid, name });
+        }
+        store.push(slice);
+        let reader = crate::profile::disclosure::Reader::User {
+            uid: Some(1000),
+            owner_of: Arc::new(|pid| (pid == 7).then_some((1000, SystemTime::UNIX_EPOCH))),
+        };
+        let s = by_thread(&store.snapshot(), Window::last(30, end), 7, &reader.sight());
+        let by: Vec<&str> = s[&9].woken_by.iter().map(|w| w.by.as_str()).collect();
+        assert_eq!(by, ["[other users] ×2", "own (tid 8)"]);
+        assert_eq!(s[&9].woken_by[0].share, 0.9);
     }
 }

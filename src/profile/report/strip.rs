@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 
+use super::disclosure::Sight;
 use crate::{
     bpf::abi::State,
     profile::model::{store::Snapshot, window::Window},
@@ -60,7 +61,7 @@ fn mark(ns: &[u64; State::COUNT]) -> char {
 }
 
 /// The strip of every process with thread time in `window`, by pid.
-pub fn strips(store: &Snapshot, window: Window) -> HashMap<u32, String> {
+pub fn strips(store: &Snapshot, window: Window, sight: &Sight) -> HashMap<u32, String> {
     let length = window.length().as_nanos().max(1);
     let mut cells: HashMap<u32, [[u64; State::COUNT]; STRIP_CELLS]> = HashMap::new();
     for slice in store.within(window) {
@@ -69,7 +70,12 @@ pub fn strips(store: &Snapshot, window: Window) -> HashMap<u32, String> {
         let into = slice.end.duration_since(window.from).unwrap_or_default();
         let at = (into.as_nanos().saturating_sub(1) * STRIP_CELLS as u128 / length) as usize;
         let at = at.min(STRIP_CELLS - 1);
-        for t in &slice.thread_totals {
+        // A reused pid's strip is its reader's process's only.
+        for t in slice
+            .thread_totals
+            .iter()
+            .filter(|t| sight.sees(t.pid, slice.start))
+        {
             let cell = &mut cells
                 .entry(t.pid)
                 .or_insert([[0; State::COUNT]; STRIP_CELLS])[at];
@@ -111,7 +117,7 @@ mod tests {
             }];
             store.push(slice);
         }
-        let strips = strips(&store.snapshot(), Window::last(30, end));
+        let strips = strips(&store.snapshot(), Window::last(30, end), &Sight::all());
         assert_eq!(strips[&7], format!("{}{}", "c".repeat(20), "f".repeat(10)));
         // A window twice as long: the first half had nothing recorded.
         let strips = strips_of(&store, Window::last(60, end));
@@ -122,7 +128,9 @@ mod tests {
     }
 
     fn strips_of(store: &Store, window: Window) -> String {
-        strips(&store.snapshot(), window).remove(&7).unwrap()
+        strips(&store.snapshot(), window, &Sight::all())
+            .remove(&7)
+            .unwrap()
     }
 
     fn ns(pairs: &[(State, u64)]) -> [u64; State::COUNT] {

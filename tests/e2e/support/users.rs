@@ -72,3 +72,20 @@ pub fn runnable_copy(name: &str, dir: &Path) -> PathBuf {
     }
     bin
 }
+
+/// `GET url` with curl, as `nobody` or as ourselves (root): status, body.
+pub fn curl(url: &str, nobody: bool) -> (u16, String) {
+    let mut cmd = if nobody {
+        as_nobody("curl")
+    } else {
+        Command::new("curl")
+    };
+    let out = cmd
+        .args(["-sS", "--max-time", "30", "-w", "\n%{http_code}", url])
+        .output()
+        .expect("running curl");
+    assert!(out.status.success(), "curl {url}: {out:?}");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap();
+    (code.trim().parse().unwrap(), body.to_string())
+}

@@ -1,0 +1,83 @@
+//! What `/healthz`, open to every local user, shows a reader of the
+//! processes it names: a user other than root reads their own processes,
+//! and the others only as a count ([`crate::profile::disclosure`]).
+
+use std::time::SystemTime;
+
+use crate::{
+    profile::disclosure::{Hidden, Sight},
+    state::Health,
+    unwind::stats::ProcessMissing,
+};
+
+/// `health` with the processes lacking unwind tables that `sight` may not
+/// see summed into one entry: `[other users] ×N` (pid 0), their files
+/// counted in `more_files`, none named.
+pub fn health(mut health: Health, sight: &Sight) -> Health {
+    if !sight.limited() {
+        return health;
+    }
+    let now = SystemTime::now();
+    let mut hidden = Hidden::default();
+    let mut files = 0;
+    health.unwind.missing.retain(|m| {
+        let shown = sight.sees(m.pid, now);
+        if !shown {
+            hidden.note(m.pid);
+            files += m.files.len() + m.more_files;
+        }
+        shown
+    });
+    if !hidden.is_empty() {
+        health.unwind.missing.push(ProcessMissing {
+            pid: 0,
+            name: hidden.label(),
+            files: Vec::new(),
+            more_files: files,
+        });
+    }
+    health
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::{
+        profile::disclosure::Reader,
+        unwind::stats::{Missing, MissingFile},
+    };
+
+    #[test]
+    fn other_users_processes_lacking_tables_are_a_count() {
+        let mut health = Health::default();
+        let lacking = |pid: u32, name: &str| ProcessMissing {
+            pid,
+            name: name.into(),
+            files: vec![MissingFile {
+                path: format!("/home/{name}/bin"),
+                reason: Missing::Pending,
+            }],
+            more_files: 2,
+        };
+        health.unwind.missing = vec![lacking(10, "mine"), lacking(20, "secret"), lacking(30, "x")];
+        let reader = Reader::User {
+            uid: Some(1000),
+            owner_of: Arc::new(|pid| (pid == 10).then_some((1000, SystemTime::UNIX_EPOCH))),
+        };
+        let shown = health_of(&health, &reader);
+        let text = format!("{:?}", shown.unwind.missing);
+        assert!(!text.contains("secret") && !text.contains("20"), "{text}");
+        assert_eq!(shown.unwind.missing.len(), 2);
+        assert_eq!(shown.unwind.missing[0].pid, 10);
+        let others = &shown.unwind.missing[1];
+        assert_eq!((others.pid, others.name.as_str()), (0, "[other users] ×2"));
+        assert_eq!((others.files.len(), others.more_files), (0, 6));
+        assert_eq!(health_of(&health, &Reader::All).unwind.missing.len(), 3);
+    }
+
+    fn health_of(health: &Health, reader: &Reader) -> Health {
+        self::health(health.clone(), &reader.sight())
+    }
+}
