@@ -2,6 +2,7 @@
 //! breakdowns, blocked threads, health, and the web UI at `/`.
 
 pub mod access;
+pub mod answers;
 pub mod authority;
 pub mod error;
 pub mod headers;
@@ -104,6 +105,8 @@ fn routes(shared: Arc<Shared>) -> Router {
         .route("/metrics", get(metrics))
         .route("/trace", get(trace::trace))
         .with_state(state)
+        // Inside the compression: it sees each answer's exact size.
+        .layer(axum::middleware::from_fn(answers::charge))
         .layer(compression())
 }
 
@@ -168,6 +171,7 @@ async fn healthz(State(state): State<ApiState>) -> Json<serde_json::Value> {
         "memory": memory::report(&store, &state.queries.stats(), &push.iter().chain(&otlp).cloned().collect::<Vec<_>>()),
         "queries": state.queries.stats(),
         "http": server::STATS.snapshot(),
+        "answers": answers::BUDGET.stats(),
         "capabilities": crate::caps::report(),
         "push": push,
         "otlp": otlp,

@@ -45,11 +45,14 @@ pub enum What {
     /// Reads of a CPython interpreter's memory (its runtime, threads,
     /// frames' code objects and thread names).
     Python,
+    /// HTTP answers: refused past the answer budget, or closed when their
+    /// client stopped reading (`api::answers`, `api::server`).
+    Answers,
 }
 
 impl What {
     /// Every kind, in report order.
-    pub const ALL: [What; 11] = [
+    pub const ALL: [What; 12] = [
         What::PerfMap,
         What::Elf,
         What::AttachTrigger,
@@ -61,6 +64,7 @@ impl What {
         What::Share,
         What::Client,
         What::Python,
+        What::Answers,
     ];
 
     /// Name in reports.
@@ -77,6 +81,7 @@ impl What {
             What::Share => "share",
             What::Client => "client",
             What::Python => "python",
+            What::Answers => "answers",
         }
     }
 }
