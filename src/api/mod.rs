@@ -180,13 +180,20 @@ async fn healthz(State(state): State<ApiState>) -> Json<serde_json::Value> {
 }
 
 /// Serves the API behind `access` until ctrl-c or SIGTERM, then returns
-/// within about a second whatever the clients do (see [`server`]).
+/// within [`server::SHUTDOWN_GRACE`] whatever the clients do (see
+/// [`server`]). `on_signal` runs as the signal arrives, so that the rest of
+/// the daemon stops meanwhile rather than after.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     shared: Arc<Shared>,
     access: Access,
+    on_signal: impl FnOnce(),
 ) -> std::io::Result<()> {
-    server::serve(listener, router_with(shared, access), shutdown_signal()).await
+    let shutdown = async {
+        shutdown_signal().await;
+        on_signal();
+    };
+    server::serve(listener, router_with(shared, access), shutdown).await
 }
 
 async fn shutdown_signal() {
