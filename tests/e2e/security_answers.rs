@@ -7,19 +7,25 @@
 //! stuck and a `/trace` recording running. Needs root and eBPF.
 
 use std::{
+    os::unix::process::CommandExt,
     thread,
     time::{Duration, Instant},
 };
 
 use serde_json::Value;
-use wallscope::api::server::WRITE_STALL;
+use wallscope::api::server::{FD_RESERVE, WRITE_STALL};
 
 use crate::support::{
-    get, memcg::ConfinedDaemon, rows::within, users, Fixture, Workload, CATCH_UP,
+    get,
+    memcg::{ConfinedDaemon, UNIT_MEMORY_MAX},
+    rows::within,
+    users, Fixture, Workload, CATCH_UP,
 };
 
-/// The attacker's connections, all asking at once.
-const CONNECTIONS: &str = "48";
+/// The attacker's connections, all asking at once: more than the cap.
+const CONNECTIONS: &str = "80";
+/// The daemon's fd limit: its connection cap is 64.
+const FD_LIMIT: u64 = FD_RESERVE + 64;
 /// Threads of the attacker's own process: its `/threads` answer is
 /// megabytes.
 const THREADS: &str = "3000";
@@ -44,6 +50,26 @@ fn healthz(url: &str) -> (Duration, Result<Value, String>) {
     (started.elapsed(), answer)
 }
 
+/// The confined daemon, started under [`FD_LIMIT`].
+fn start_capped() -> ConfinedDaemon {
+    ConfinedDaemon::start_with(&[], UNIT_MEMORY_MAX, |cmd| {
+        // SAFETY: setrlimit is async-signal-safe and reads only its
+        // argument, prepared before the fork.
+        unsafe {
+            cmd.pre_exec(|| {
+                let capped = libc::rlimit {
+                    rlim_cur: FD_LIMIT,
+                    rlim_max: FD_LIMIT,
+                };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &capped) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    })
+}
+
 /// The value of the `/metrics` sample that starts with `series`.
 fn metric(url: &str, series: &str) -> u64 {
     let (_, body) = get(&format!("{url}/metrics"));
@@ -57,7 +83,7 @@ fn unread_answers_are_bounded_cut_and_never_hold_root_or_the_exit() {
     let Some(_fx) = Fixture::ebpf_alone() else {
         return;
     };
-    let mut d = ConfinedDaemon::start(&[]);
+    let mut d = start_capped();
     let url = d.url().to_string();
     let dir = users::shared_dir("answers", 0o755);
     let mut own = users::as_nobody(users::runnable_copy("many_threads", &dir));
@@ -117,6 +143,7 @@ fn unread_answers_are_bounded_cut_and_never_hold_root_or_the_exit() {
         let counts = [
             n(&h["answers"]["refused"]),
             n(&h["http"]["closed_write_stalled"]),
+            n(&h["http"]["closed_evicted"]),
             n(&h["refused"]["answers"]["budget"]),
             n(&h["refused"]["answers"]["timeout"]),
         ];
@@ -130,6 +157,7 @@ fn unread_answers_are_bounded_cut_and_never_hold_root_or_the_exit() {
         )
     });
     eprintln!("answers: {}\nhttp: {}", h["answers"], h["http"]);
+    assert_eq!(h["http"]["connection_limit"], 64, "{}", h["http"]);
     let budget = h["answers"]["total"].as_u64().unwrap();
     let peak = h["answers"]["peak"].as_u64().unwrap();
     assert!(
@@ -139,6 +167,7 @@ fn unread_answers_are_bounded_cut_and_never_hold_root_or_the_exit() {
     for series in [
         "wallscope_http_answers_total{outcome=\"refused\"}",
         "wallscope_http_events_total{event=\"closed_write_stalled\"}",
+        "wallscope_http_events_total{event=\"closed_evicted\"}",
         "wallscope_refused_total{what=\"answers\",reason=\"budget\"}",
     ] {
         assert!(metric(&url, series) > 0, "{series} is 0 in /metrics");
