@@ -256,10 +256,7 @@ impl Connections {
         let stalled_since = now.checked_sub(EVICTABLE_STALL);
         while table.entries.len() >= self.cap {
             if !table.close_oldest_waiting(None) {
-                let writer = stalled_since.and_then(|limit| table.most_stalled_writer(limit));
-                let Some(id) = writer else {
-                    return None;
-                };
+                let id = stalled_since.and_then(|limit| table.most_stalled_writer(limit))?;
                 table.close(id);
             }
             bump(&STATS.closed_evicted);
