@@ -339,7 +339,7 @@ fn http_series(out: &mut Out) {
     out.family(name, "gauge", "Open HTTP connections");
     out.sample(name, "", http.connections_open);
     let name = "wallscope_http_events_total";
-    let help = "HTTP connections accepted, closed (idle_timeout, evicted), refused (full) and requests rejected (host, token) since start";
+    let help = "HTTP connections accepted, closed (idle_timeout, evicted, write_stalled: an answer not taken), refused (full) and requests rejected (host, token) since start";
     out.family(name, "counter", help);
     for (event, n) in http.events() {
         out.sample(name, &label("event", event), n);
