@@ -18,21 +18,22 @@
 use std::{
     collections::BTreeMap,
     net::IpAddr,
+    pin::Pin,
     sync::{
         atomic::{AtomicU64, Ordering},
         Mutex,
     },
+    task::{Context, Poll},
 };
 
 use axum::{
-    body::Body,
+    body::{Body, Bytes},
     extract::Request,
     http::{header, HeaderMap},
     middleware::Next,
     response::{IntoResponse, Response},
 };
-use http_body_util::BodyExt;
-use hyper::body::Body as _;
+use hyper::body::{Body as _, Frame, SizeHint};
 use serde::Serialize;
 
 use super::{error::ApiError, peer::Client};
@@ -289,6 +290,34 @@ impl AnswerBudget {
     }
 }
 
+/// An answer's body holding its [`Charge`]; everything else is the
+/// body's own (its exact size above all: hyper sends it as the
+/// `Content-Length`, and the compression layer decides by it).
+struct Charged {
+    body: Body,
+    _charge: Charge,
+}
+
+impl hyper::body::Body for Charged {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
 /// Whether the request accepts gzip (and its answer may then be
 /// compressed, holding gzip state).
 fn accepts_gzip(headers: &HeaderMap) -> bool {
@@ -318,11 +347,10 @@ pub async fn charge(req: Request, next: Next) -> Response {
     }
     match BUDGET.take(holder, bytes) {
         Ok(charge) => response.map(|body| {
-            Body::new(body.map_frame(move |frame| {
-                // Held by the body: given back when hyper drops it.
-                let _ = &charge;
-                frame
-            }))
+            Body::new(Charged {
+                body,
+                _charge: charge,
+            })
         }),
         Err(refused) => refused.into_response(),
     }
@@ -381,6 +409,21 @@ mod tests {
         drop((big, fits, root));
         // An empty budget gives root its answer whatever its size.
         assert!(budget.take(Holder::Uid(0), 100 * MIB).is_ok());
+    }
+
+    #[test]
+    fn a_charged_answer_keeps_its_size_and_gives_back_when_dropped() {
+        let budget = leaked(64 * MIB);
+        let charge = budget.take(Holder::Uid(1), MIB).unwrap();
+        let body = Charged {
+            body: Body::from(vec![7u8; 3000]),
+            _charge: charge,
+        };
+        assert_eq!(body.size_hint().exact(), Some(3000));
+        assert!(!body.is_end_stream());
+        assert_eq!(budget.stats().held, MIB);
+        drop(body);
+        assert_eq!(budget.stats().held, 0);
     }
 
     #[test]
