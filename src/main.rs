@@ -476,14 +476,31 @@ fn serve(
         .transpose()
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     tracing::info!(%listen, frequency = sampling.frequency, "wallscope serving on http://{listen}/");
-    let served = runtime.block_on(api::serve(listener, pipeline.shared(), access));
-    let stopping = Instant::now();
-    // A flame graph still rendering on a blocking thread must not hold the
-    // exit: its client is gone.
+    // The pipeline's last drain runs while the server gives its requests
+    // their grace, not after: one after the other they took over a second.
+    let shared = pipeline.shared();
+    let (signalled, signal) = std::sync::mpsc::channel::<Instant>();
+    let stopper = std::thread::Builder::new()
+        .name("ws-stop".into())
+        .spawn(move || {
+            // A server that failed drops the sender: stop as well.
+            let since = signal.recv().unwrap_or_else(|_| Instant::now());
+            pipeline.stop();
+            since
+        })
+        .context("starting the stop thread")?;
+    let served = runtime.block_on(api::serve(listener, shared, access, move || {
+        let _ = signalled.send(Instant::now());
+    }));
+    // A flame graph still rendering on a blocking thread (or a recording)
+    // must not hold the exit: its client is gone.
     runtime.shutdown_background();
-    // The pipeline's last drain first: the pusher's last interval ends
-    // with it. A hung server holds the exit at most --push-grace.
-    pipeline.stop();
+    let stopping = match stopper.join() {
+        Ok(since) => since,
+        Err(_) => bail!("the pipeline's stop panicked"),
+    };
+    // The pusher's last interval ends with the pipeline's last drain. A
+    // hung server holds the exit at most --push-grace.
     if let Some(pusher) = pusher {
         pusher.stop(grace);
     }

@@ -172,7 +172,8 @@ pub struct Pipeline {
     stop: Arc<AtomicBool>,
     /// Every thread the pipeline started, joined by [`Pipeline::stop`].
     threads: Vec<JoinHandle<()>>,
-    /// Dropped last: detaches the programs.
+    /// Detaches the programs when dropped (at [`Pipeline::stop`]; the
+    /// drainer holds the maps it reads).
     _probes: bpf::Probes,
 }
 
@@ -302,13 +303,21 @@ impl Pipeline {
     /// the programs are detached either way. False when a thread was still
     /// busy (its last batch is then lost; the threads end with the process).
     pub fn stop_within(self, timeout: Duration) -> bool {
+        let started = Instant::now();
         self.stop.store(true, Ordering::SeqCst);
-        let deadline = Instant::now() + timeout;
-        let done = |p: &Pipeline| p.threads.iter().all(|t| t.is_finished());
-        while !done(&self) && Instant::now() < deadline {
+        // Detached meanwhile, not after: on a busy host closing the links
+        // took up to a second (the kernel waits for RCU grace periods), and
+        // the last drains read maps the drainer holds, not the programs.
+        let probes = self._probes;
+        let detach = thread::Builder::new()
+            .name("ws-detach".into())
+            .spawn(move || drop(probes));
+        let deadline = started + timeout;
+        let done = |threads: &[JoinHandle<()>]| threads.iter().all(|t| t.is_finished());
+        while !done(&self.threads) && Instant::now() < deadline {
             thread::sleep(Duration::from_millis(5));
         }
-        let finished = done(&self);
+        let finished = done(&self.threads);
         if finished {
             for t in self.threads {
                 let _ = t.join();
@@ -316,7 +325,12 @@ impl Pipeline {
         } else {
             tracing::warn!("pipeline threads still busy after {timeout:?}: not waiting for them");
         }
-        drop(self._probes);
+        let drained = started.elapsed();
+        // A failed spawn dropped the probes in place.
+        if let Ok(detach) = detach {
+            let _ = detach.join();
+        }
+        tracing::debug!(?drained, took = ?started.elapsed(), "pipeline stopped, programs detached");
         finished
     }
 }

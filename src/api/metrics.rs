@@ -348,11 +348,22 @@ fn http_series(out: &mut Out) {
     out.family(name, "gauge", "Open HTTP connections");
     out.sample(name, "", http.connections_open);
     let name = "wallscope_http_events_total";
-    let help = "HTTP connections accepted, closed (idle_timeout, evicted), refused (full) and requests rejected (host, token) since start";
+    let help = "HTTP connections accepted, closed (idle_timeout, evicted, write_stalled: an answer not taken), refused (full) and requests rejected (host, token) since start";
     out.family(name, "counter", help);
     for (event, n) in http.events() {
         out.sample(name, &label("event", event), n);
     }
+    let answers = super::answers::BUDGET.stats();
+    let name = "wallscope_http_answer_bytes";
+    let help = "Bytes of HTTP answers being written (held), and the answer budget";
+    out.family(name, "gauge", help);
+    out.sample(name, &label("state", "held"), answers.held);
+    out.sample(name, &label("state", "budget"), answers.limits.total);
+    let name = "wallscope_http_answers_total";
+    let help = "HTTP answers charged to the answer budget, and requests refused with 503 past it";
+    out.family(name, "counter", help);
+    out.sample(name, &label("outcome", "charged"), answers.answers);
+    out.sample(name, &label("outcome", "refused"), answers.refused);
 }
 
 /// A push sink's counters: `wallscope_push_*` for Pyroscope

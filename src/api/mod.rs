@@ -2,6 +2,7 @@
 //! breakdowns, blocked threads, health, and the web UI at `/`.
 
 pub mod access;
+pub mod answers;
 pub mod authority;
 mod disclosed;
 pub mod error;
@@ -111,6 +112,8 @@ fn routes(shared: Arc<Shared>) -> Router {
         .route("/metrics", get(metrics))
         .route("/trace", get(trace::trace))
         .with_state(state)
+        // Inside the compression: it sees each answer's exact size.
+        .layer(axum::middleware::from_fn(answers::charge))
         .layer(compression())
 }
 
@@ -183,6 +186,7 @@ async fn healthz(
         "memory": memory::report(&store, &state.queries.stats(), &push.iter().chain(&otlp).cloned().collect::<Vec<_>>()),
         "queries": state.queries.stats(),
         "http": server::STATS.snapshot(),
+        "answers": answers::BUDGET.stats(),
         "capabilities": crate::caps::report(),
         "push": push,
         "otlp": otlp,
@@ -191,13 +195,20 @@ async fn healthz(
 }
 
 /// Serves the API behind `access` until ctrl-c or SIGTERM, then returns
-/// within about a second whatever the clients do (see [`server`]).
+/// within [`server::SHUTDOWN_GRACE`] whatever the clients do (see
+/// [`server`]). `on_signal` runs as the signal arrives, so that the rest of
+/// the daemon stops meanwhile rather than after.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     shared: Arc<Shared>,
     access: Access,
+    on_signal: impl FnOnce(),
 ) -> std::io::Result<()> {
-    server::serve(listener, router_with(shared, access), shutdown_signal()).await
+    let shutdown = async {
+        shutdown_signal().await;
+        on_signal();
+    };
+    server::serve(listener, router_with(shared, access), shutdown).await
 }
 
 async fn shutdown_signal() {

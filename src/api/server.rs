@@ -7,30 +7,34 @@
 //! socket forever. Here connections are capped, a connection waiting for a
 //! request is closed after [`IDLE_TIMEOUT`] however many bytes it trickles,
 //! and when the cap is reached the connection that has waited longest makes
-//! room for the new one. Requests being served are never cut by these rules.
+//! room for the new one.
+//!
+//! A client that asks for a big answer and stops reading held it (7.5 MB
+//! each) for ever: 34 of them got the daemon OOM-killed. Answers are handed
+//! to hyper in chunks ([`body`]), so the client's reading is seen, and an
+//! answer that stops moving for [`WRITE_STALL`], or takes longer than
+//! [`WRITE_DEADLINE`], closes its connection; at the cap, one stalled for
+//! [`EVICTABLE_STALL`] makes room. Handlers still computing are never cut.
 
+mod body;
 mod connections;
 
 use std::{
     convert::Infallible,
     future::Future,
     io,
-    pin::Pin,
     sync::{
         atomic::{AtomicU64, Ordering},
         Arc,
     },
-    task::{Context, Poll},
     time::{Duration, Instant},
 };
 
-use axum::{
-    body::{Body, Bytes},
-    Router,
-};
-use connections::{Admitted, Connections, InFlight};
+use axum::Router;
+use body::TrackedBody;
+use connections::{Admitted, Connections};
 use hyper::{
-    body::{Frame, Incoming, SizeHint},
+    body::Incoming,
     server::conn::http1,
     service::{service_fn, Service as _},
     Request,
@@ -72,16 +76,37 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(15);
 /// are closed at most this much after their deadline.
 pub const REAP_INTERVAL: Duration = Duration::from_millis(500);
 
+/// Longest an answer may go without its client taking any of it: the
+/// client stopped reading (or reads a few bytes a minute), and the answer's
+/// bytes must not be held for it. A browser or curl on a slow link takes a
+/// chunk far more often.
+pub const WRITE_STALL: Duration = Duration::from_secs(10);
+
+/// Longest one answer may take to write however it trickles: the answers
+/// are at most megabytes, minutes even at a modem's pace.
+pub const WRITE_DEADLINE: Duration = Duration::from_secs(120);
+
+/// At the connection cap, an answer that has not moved for this long may be
+/// closed to make room: a crowd of stalled readers must not keep root's
+/// `/healthz` out until [`WRITE_STALL`].
+pub const EVICTABLE_STALL: Duration = Duration::from_secs(1);
+
 /// After ctrl-c or SIGTERM, how long requests in progress may finish before
-/// every connection is dropped: under a second, so that the daemon stops
-/// promptly whatever its clients do.
-pub const SHUTDOWN_GRACE: Duration = Duration::from_millis(800);
+/// every connection is dropped: short, since the whole exit (this, the
+/// pipeline's last drain, detaching the programs) must take under a second
+/// whatever the clients do.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_millis(300);
 
 /// Buffer size past which hyper stops reading a request header and answers
 /// 431 (its default is about 400 KiB; the last read may take it up to twice
 /// this). The API's requests are GETs with a few small headers; at the
 /// connection cap this bounds header memory to some 64 MiB, not 400.
 const MAX_HEADER_BUFFER: usize = 64 * 1024;
+
+/// Send buffer of each connection (the kernel doubles it): what the kernel
+/// holds of an answer its client does not read. Room for 128 KiB in flight
+/// still fills a LAN, and a 50 ms path at some 2.5 MB/s.
+const SEND_BUFFER: usize = 64 * 1024;
 
 /// Pause after an accept that failed for lack of resources (no fd left,
 /// no memory): retrying at once would spin a CPU.
@@ -99,6 +124,7 @@ pub struct Stats {
     connections_accepted: AtomicU64,
     closed_idle_timeout: AtomicU64,
     closed_evicted: AtomicU64,
+    closed_write_stalled: AtomicU64,
     refused_full: AtomicU64,
     rejected_host: AtomicU64,
     rejected_token: AtomicU64,
@@ -113,6 +139,7 @@ pub static STATS: Stats = Stats {
     connections_accepted: AtomicU64::new(0),
     closed_idle_timeout: AtomicU64::new(0),
     closed_evicted: AtomicU64::new(0),
+    closed_write_stalled: AtomicU64::new(0),
     refused_full: AtomicU64::new(0),
     rejected_host: AtomicU64::new(0),
     rejected_token: AtomicU64::new(0),
@@ -128,8 +155,12 @@ pub struct Snapshot {
     pub connections_accepted: u64,
     /// Closed after waiting for a request longer than [`IDLE_TIMEOUT`].
     pub closed_idle_timeout: u64,
-    /// Closed, while waiting for a request, to make room for a new one.
+    /// Closed to make room for a new one: waiting for a request, or its
+    /// answer stalled for [`EVICTABLE_STALL`].
     pub closed_evicted: u64,
+    /// Closed because their answer stopped moving ([`WRITE_STALL`]) or took
+    /// longer than [`WRITE_DEADLINE`].
+    pub closed_write_stalled: u64,
     /// New connections closed at once: at the cap, every one busy.
     pub refused_full: u64,
     /// Requests refused for their `Host` (421).
@@ -140,11 +171,12 @@ pub struct Snapshot {
 
 impl Snapshot {
     /// The event counters by name, as `/metrics` labels them.
-    pub fn events(&self) -> [(&'static str, u64); 6] {
+    pub fn events(&self) -> [(&'static str, u64); 7] {
         [
             ("connections_accepted", self.connections_accepted),
             ("closed_idle_timeout", self.closed_idle_timeout),
             ("closed_evicted", self.closed_evicted),
+            ("closed_write_stalled", self.closed_write_stalled),
             ("refused_full", self.refused_full),
             ("rejected_host", self.rejected_host),
             ("rejected_token", self.rejected_token),
@@ -162,6 +194,7 @@ impl Stats {
             connections_accepted: get(&self.connections_accepted),
             closed_idle_timeout: get(&self.closed_idle_timeout),
             closed_evicted: get(&self.closed_evicted),
+            closed_write_stalled: get(&self.closed_write_stalled),
             refused_full: get(&self.refused_full),
             rejected_host: get(&self.rejected_host),
             rejected_token: get(&self.rejected_token),
@@ -233,34 +266,6 @@ pub fn connection_cap(fd_limit: u64) -> usize {
         .clamp(MIN_CONNECTIONS, MAX_CONNECTIONS)
 }
 
-/// A response body that ends its request's [`InFlight`] when dropped:
-/// hyper drops the body once its last byte is written (or the connection
-/// is gone), which is when the connection starts waiting again.
-struct TrackedBody {
-    body: Body,
-    _in_flight: InFlight,
-}
-
-impl hyper::body::Body for TrackedBody {
-    type Data = Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
-        Pin::new(&mut self.body).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
-    }
-}
-
 /// Serves `router` on `listener` until `shutdown` completes, then lets
 /// requests in progress finish for at most [`SHUTDOWN_GRACE`] and drops
 /// every connection. Raises the process's fd limit first
@@ -276,6 +281,7 @@ pub async fn serve(
     tracing::info!(
         max_connections = cap,
         idle_timeout_s = IDLE_TIMEOUT.as_secs(),
+        write_stall_s = WRITE_STALL.as_secs(),
         fd_reserve = FD_RESERVE,
         "HTTP connection limits"
     );
@@ -290,7 +296,11 @@ pub async fn serve(
         tokio::select! {
             biased;
             () = &mut shutdown => break,
-            _ = reap.tick() => connections.close_idle(Instant::now()),
+            _ = reap.tick() => {
+                let now = Instant::now();
+                connections.close_idle(now);
+                connections.close_stuck_writers(now);
+            }
             Some(_) = tasks.join_next() => {}
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => match connections.admit(Instant::now()) {
@@ -347,6 +357,9 @@ async fn run_connection(
 ) {
     // Responses are written whole; Nagle would only delay the last segment.
     let _ = stream.set_nodelay(true);
+    // Autotuned, the kernel queued 3 MB of answer for a client that reads
+    // nothing, charged to the daemon's memory cgroup.
+    let _ = socket2::SockRef::from(&stream).set_send_buffer_size(SEND_BUFFER);
     // Who the client is, found once per connection and while our end is
     // open (see `super::peer`).
     let client = match (stream.peer_addr(), stream.local_addr()) {
@@ -368,10 +381,8 @@ async fn run_connection(
             let response = router.call(req);
             async move {
                 let response = response.await?;
-                Ok::<_, Infallible>(response.map(|body| TrackedBody {
-                    body,
-                    _in_flight: in_flight,
-                }))
+                in_flight.writing(Instant::now());
+                Ok::<_, Infallible>(response.map(|body| TrackedBody::new(body, in_flight)))
             }
         })
     };

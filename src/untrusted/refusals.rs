@@ -52,11 +52,14 @@ pub enum What {
     /// What one query over the store may hold and answer (its fold
     /// table, its stacks, its lines).
     Query,
+    /// HTTP answers: refused past the answer budget, or closed when their
+    /// client stopped reading (`api::answers`, `api::server`).
+    Answers,
 }
 
 impl What {
     /// Every kind, in report order.
-    pub const ALL: [What; 12] = [
+    pub const ALL: [What; 13] = [
         What::PerfMap,
         What::Elf,
         What::AttachTrigger,
@@ -69,6 +72,7 @@ impl What {
         What::Client,
         What::Python,
         What::Query,
+        What::Answers,
     ];
 
     /// Name in reports.
@@ -86,6 +90,7 @@ impl What {
             What::Client => "client",
             What::Python => "python",
             What::Query => "query",
+            What::Answers => "answers",
         }
     }
 }

@@ -44,6 +44,7 @@ mod push_pace;
 mod python;
 mod scale;
 mod security;
+mod security_answers;
 mod security_attach;
 mod security_auth;
 mod security_containers;

@@ -1,5 +1,6 @@
 //! The open connections and where each one is (waiting for a request or
-//! serving one), for the idle timeout and the eviction at the cap.
+//! serving one, and whether its answer is being written and still moves),
+//! for the idle timeout, the write deadlines and the eviction at the cap.
 
 use std::{
     collections::{BTreeSet, HashMap},
@@ -9,7 +10,8 @@ use std::{
 
 use tokio::sync::Notify;
 
-use super::{bump, IDLE_TIMEOUT, STATS};
+use super::{bump, EVICTABLE_STALL, IDLE_TIMEOUT, STATS, WRITE_DEADLINE, WRITE_STALL};
+use crate::untrusted::refusals::{self, Reason, What};
 
 /// Where an open connection is, for the idle and eviction rules.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,10 +31,30 @@ pub(super) struct Connection {
     pub(super) close: Notify,
 }
 
+/// An answer being written: since when, and when the client last took
+/// some of it (hyper asked for the next chunk).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Writing {
+    since: Instant,
+    progress: Instant,
+}
+
+impl Writing {
+    /// Whether the answer is stuck at `now`: no progress for
+    /// [`WRITE_STALL`], or written for longer than [`WRITE_DEADLINE`].
+    fn stuck(&self, now: Instant) -> bool {
+        now.saturating_duration_since(self.progress) >= WRITE_STALL
+            || now.saturating_duration_since(self.since) >= WRITE_DEADLINE
+    }
+}
+
 /// An open connection in the table.
 #[derive(Debug)]
 struct Entry {
     phase: Phase,
+    /// The answer being written, while its handler is done and its body
+    /// not fully handed to hyper.
+    writing: Option<Writing>,
     conn: Arc<Connection>,
 }
 
@@ -64,10 +86,27 @@ impl Table {
         if limit.is_some_and(|limit| since > limit) {
             return false;
         }
+        self.close(id);
+        true
+    }
+
+    /// Removes connection `id` and tells its task to drop it.
+    fn close(&mut self, id: u64) {
         if let Some(conn) = self.remove(id) {
             conn.close.notify_one();
         }
-        true
+    }
+
+    /// The connection whose answer has made no progress the longest, if
+    /// that was at `limit` or earlier. A scan: writers are at most the
+    /// connection cap, and this runs only at the cap.
+    fn most_stalled_writer(&self, limit: Instant) -> Option<u64> {
+        self.entries
+            .iter()
+            .filter_map(|(&id, e)| Some((e.writing?.progress, id)))
+            .filter(|&(progress, _)| progress <= limit)
+            .min()
+            .map(|(_, id)| id)
     }
 }
 
@@ -99,6 +138,7 @@ impl Admitted {
             Some(entry) => match entry.phase {
                 Phase::Waiting(since) => {
                     entry.phase = Phase::Serving(1);
+                    entry.writing = None;
                     Some(since)
                 }
                 Phase::Serving(n) => {
@@ -146,6 +186,34 @@ pub(super) struct InFlight {
     connections: Arc<Connections>,
 }
 
+impl InFlight {
+    /// The handler is done: its answer is being written from `now` on,
+    /// under the write deadlines.
+    pub(super) fn writing(&self, now: Instant) {
+        self.update(|w| {
+            *w = Some(Writing {
+                since: now,
+                progress: now,
+            })
+        });
+    }
+
+    /// The client took more of the answer at `now`.
+    pub(super) fn progress(&self, now: Instant) {
+        self.update(|w| {
+            if let Some(w) = w {
+                w.progress = now;
+            }
+        });
+    }
+
+    fn update(&self, change: impl FnOnce(&mut Option<Writing>)) {
+        if let Some(entry) = self.connections.table().entries.get_mut(&self.id) {
+            change(&mut entry.writing);
+        }
+    }
+}
+
 impl Drop for InFlight {
     fn drop(&mut self) {
         let now = Instant::now();
@@ -157,6 +225,7 @@ impl Drop for InFlight {
             Phase::Serving(n) if n > 1 => entry.phase = Phase::Serving(n - 1),
             Phase::Serving(_) => {
                 entry.phase = Phase::Waiting(now);
+                entry.writing = None;
                 table.waiting.insert((now, self.id));
             }
             Phase::Waiting(_) => {}
@@ -177,14 +246,18 @@ impl Connections {
     }
 
     /// Registers a new connection. At the cap, the connection that has
-    /// been waiting for a request the longest is closed to make room;
-    /// `None` if every connection is serving a request (the new one must
-    /// then be closed).
+    /// been waiting for a request the longest is closed to make room, else
+    /// the one whose answer has not moved for longest if that is
+    /// [`EVICTABLE_STALL`] or more (a client that stopped reading must not
+    /// keep others out until its deadline); `None` if every connection is
+    /// busy (the new one must then be closed).
     pub(super) fn admit(self: &Arc<Self>, now: Instant) -> Option<Admitted> {
         let mut table = self.table();
+        let stalled_since = now.checked_sub(EVICTABLE_STALL);
         while table.entries.len() >= self.cap {
             if !table.close_oldest_waiting(None) {
-                return None;
+                let id = stalled_since.and_then(|limit| table.most_stalled_writer(limit))?;
+                table.close(id);
             }
             bump(&STATS.closed_evicted);
         }
@@ -193,6 +266,7 @@ impl Connections {
         let conn = Arc::new(Connection::default());
         let entry = Entry {
             phase: Phase::Waiting(now),
+            writing: None,
             conn: conn.clone(),
         };
         table.entries.insert(id, entry);
@@ -215,6 +289,24 @@ impl Connections {
         let mut table = self.table();
         while table.close_oldest_waiting(Some(limit)) {
             bump(&STATS.closed_idle_timeout);
+        }
+    }
+
+    /// Closes every connection whose answer is stuck at `now` (see
+    /// [`WRITE_STALL`], [`WRITE_DEADLINE`]): its client stopped reading, and
+    /// the answer's bytes must not be held for it.
+    pub(super) fn close_stuck_writers(&self, now: Instant) {
+        let mut table = self.table();
+        let stuck: Vec<u64> = table
+            .entries
+            .iter()
+            .filter(|(_, e)| e.writing.is_some_and(|w| w.stuck(now)))
+            .map(|(&id, _)| id)
+            .collect();
+        for id in stuck {
+            table.close(id);
+            bump(&STATS.closed_write_stalled);
+            refusals::count(What::Answers, Reason::Timeout);
         }
     }
 }
@@ -283,5 +375,89 @@ mod tests {
         drop(young);
         drop(old);
         assert_eq!(conns.table().entries.len(), 1);
+    }
+
+    #[test]
+    fn answers_that_stop_moving_or_take_too_long_are_closed() {
+        let t0 = Instant::now()
+            .checked_sub(Duration::from_secs(600))
+            .unwrap();
+        let conns = Arc::new(Connections::new(10));
+        let [reader, stopped, handler] = [0, 1, 2].map(|_| conns.admit(t0).unwrap());
+        let requests = [&reader, &stopped, &handler].map(|c| c.request_started());
+        requests[0].writing(t0);
+        requests[1].writing(t0);
+        let half = WRITE_STALL / 2;
+        requests[0].progress(t0 + half);
+        // A reader that keeps taking bytes, and a handler still computing,
+        // stay; the one that stopped reading goes.
+        conns.close_stuck_writers(t0 + WRITE_STALL);
+        assert_eq!(phase(&stopped), None);
+        assert_eq!(phase(&reader), Some(Phase::Serving(1)));
+        assert_eq!(phase(&handler), Some(Phase::Serving(1)));
+        // Progress postpones the stall, never the total deadline.
+        let mut at = t0 + half;
+        while at + half < t0 + WRITE_DEADLINE {
+            at += half;
+            requests[0].progress(at);
+            conns.close_stuck_writers(at);
+            assert_eq!(phase(&reader), Some(Phase::Serving(1)), "{:?}", at - t0);
+        }
+        conns.close_stuck_writers(t0 + WRITE_DEADLINE);
+        assert_eq!(phase(&reader), None);
+        assert_eq!(phase(&handler), Some(Phase::Serving(1)));
+        // The closed ones' tasks were told.
+        for c in [&reader, &stopped] {
+            let closing = c.conn.close.notified();
+            tokio::pin!(closing);
+            assert!(closing.as_mut().enable(), "a stored permit");
+        }
+    }
+
+    #[test]
+    fn at_the_cap_a_stalled_answer_makes_room() {
+        let t0 = Instant::now().checked_sub(Duration::from_secs(60)).unwrap();
+        let conns = Arc::new(Connections::new(2));
+        let at = |ms| t0 + Duration::from_millis(ms);
+        let stalled = conns.admit(t0).unwrap();
+        let moving = conns.admit(t0).unwrap();
+        let (a, b) = (stalled.request_started(), moving.request_started());
+        a.writing(t0);
+        b.writing(t0);
+        b.progress(at(900));
+        // Nobody has stalled long enough yet: no room.
+        assert!(conns.admit(at(900)).is_none());
+        let first = conns.admit(t0 + EVICTABLE_STALL).unwrap();
+        assert_eq!(phase(&stalled), None);
+        assert_eq!(phase(&moving), Some(Phase::Serving(1)));
+        // A handler still computing is not evicted: only answers stall.
+        let _computing = first.request_started();
+        b.progress(t0 + EVICTABLE_STALL);
+        assert!(conns.admit(t0 + EVICTABLE_STALL * 3 / 2).is_none());
+        assert!(conns.admit(t0 + EVICTABLE_STALL * 2).is_some());
+        assert_eq!(phase(&moving), None);
+    }
+
+    #[test]
+    fn a_finished_answer_leaves_the_write_rules() {
+        let t0 = Instant::now()
+            .checked_sub(Duration::from_secs(600))
+            .unwrap();
+        let conns = Arc::new(Connections::new(4));
+        let c = conns.admit(t0).unwrap();
+        let r = c.request_started();
+        r.writing(t0);
+        drop(r);
+        // Waiting now: the idle rule applies, not the write stall.
+        conns.close_stuck_writers(t0 + WRITE_DEADLINE);
+        assert!(matches!(phase(&c), Some(Phase::Waiting(_))));
+        let next = c.request_started();
+        conns.close_stuck_writers(t0 + WRITE_DEADLINE * 2);
+        assert_eq!(
+            phase(&c),
+            Some(Phase::Serving(1)),
+            "its next request computes"
+        );
+        drop(next);
     }
 }

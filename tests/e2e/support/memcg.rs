@@ -135,9 +135,20 @@ impl ConfinedDaemon {
 
     /// As [`ConfinedDaemon::start`] with a cgroup of `bytes`.
     pub fn start_with_max(args: &[&str], bytes: u64) -> ConfinedDaemon {
+        ConfinedDaemon::start_with(args, bytes, |_| {})
+    }
+
+    /// As [`ConfinedDaemon::start_with_max`], with `prepare` given the
+    /// command first (e.g. a `pre_exec` that lowers a limit).
+    pub fn start_with(
+        args: &[&str],
+        bytes: u64,
+        prepare: impl FnOnce(&mut std::process::Command),
+    ) -> ConfinedDaemon {
         let cgroup = MemoryCgroup::create(bytes);
         let procs = CString::new(cgroup.procs().into_os_string().into_encoded_bytes()).unwrap();
         let daemon = Daemon::spawn_with(args, move |cmd| {
+            prepare(cmd);
             let procs = procs.clone();
             // SAFETY: only async-signal-safe calls (open, write, close)
             // between fork and exec, on memory prepared before the fork.
