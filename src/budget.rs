@@ -41,6 +41,8 @@ pub enum Part {
     ProcessTable,
     /// Answers being built by running queries.
     QueryBuffers,
+    /// Answers being written to their clients (`api::answers`).
+    Answers,
     /// The push sinks' outboxes together.
     PushOutbox,
     /// Drained batches waiting for the symbolizer.
@@ -62,6 +64,7 @@ impl Part {
             Part::JvmCode => "jvm_code",
             Part::ProcessTable => "process_table",
             Part::QueryBuffers => "query_buffers",
+            Part::Answers => "answers",
             Part::PushOutbox => "push_outbox",
             Part::Batches => "batches",
             Part::Reserve => "reserve",
@@ -71,21 +74,26 @@ impl Part {
 
 /// Every part with its per mille of the budget, in `/healthz` order.
 /// Why these: the store and the names grow with the host's activity; the
-/// ELF files are mapped whole; a drained batch of 10,000 threads' stacks
-/// is estimated at about 20 MB, and three may be held at once; the
-/// reserve holds the daemon's binary and the allocator's slack.
-const SPLIT: [(Part, u64); 11] = [
-    (Part::Store, 130),
-    (Part::Names, 130),
-    (Part::PerfMapNames, 50),
+/// ELF files are mapped whole (libjvm's 20 MB among them); two queries of
+/// 24 MiB each (their fold
+/// table, kept lines and text: `profile::report::truncate::Limits::API`)
+/// may run at once; answers being written hold two clients' largest
+/// answers and root's reserve; a drained batch of 10,000 threads' stacks
+/// is estimated at about 20 MB; the reserve holds the daemon's binary and
+/// the allocator's slack.
+const SPLIT: [(Part, u64); 12] = [
+    (Part::Store, 120),
+    (Part::Names, 120),
+    (Part::PerfMapNames, 40),
     (Part::ElfSymbols, 130),
-    (Part::UnwindTables, 70),
-    (Part::JvmCode, 50),
-    (Part::ProcessTable, 40),
-    (Part::QueryBuffers, 50),
-    (Part::PushOutbox, 40),
-    (Part::Batches, 160),
-    (Part::Reserve, 150),
+    (Part::UnwindTables, 60),
+    (Part::JvmCode, 40),
+    (Part::ProcessTable, 35),
+    (Part::QueryBuffers, 150),
+    (Part::Answers, 70),
+    (Part::PushOutbox, 35),
+    (Part::Batches, 110),
+    (Part::Reserve, 90),
 ];
 const _: () = {
     let mut sum = 0;
@@ -291,7 +299,7 @@ mod tests {
         assert_eq!(s.split.len(), SPLIT.len());
         assert!(s.sum() <= s.budget_bytes);
         assert!(s.sum() > s.budget_bytes - 1024, "{}", s.sum());
-        assert_eq!(s.of(Part::Store), (DEFAULT_MB << 20) * 130 / 1000);
+        assert_eq!(s.of(Part::Store), (DEFAULT_MB << 20) * 120 / 1000);
     }
 
     #[test]

@@ -378,6 +378,7 @@ fn install_budget(memory_mb: u64, store_mb: Option<u64>) -> Result<()> {
     if !budget::install(split) {
         bail!("the memory budget was read before it was set");
     }
+    wallscope::api::answers::BUDGET.set_total(budget::bytes(Part::Answers) as u64);
     Ok(())
 }
 

@@ -39,10 +39,11 @@ use serde::Serialize;
 use super::{error::ApiError, peer::Client};
 use crate::untrusted::refusals::{self, Reason, What};
 
-/// Bytes of answers held at once, all clients together. Two clients
-/// reading the largest answers (8 MiB of folded stacks, gzip state) at a
-/// time each, and root's reserve: a small part of the unit's 512 MiB. The
-/// one place the bound is set (see [`AnswerBudget::set_total`]).
+/// Bytes of answers held at once, all clients together, until the daemon
+/// sets the total from its memory budget's `answers` part at start
+/// ([`AnswerBudget::set_total`]; about 30 MiB at the default budget): two
+/// clients reading the largest answers (8 MiB of folded stacks, gzip
+/// state) at a time each, and root's reserve.
 pub const ANSWER_BUDGET_BYTES: u64 = 64 << 20;
 
 /// Answers this small are never refused (`/healthz`, error answers): the

@@ -81,7 +81,8 @@ pub struct Memory {
     /// `VmHWM`: the most resident memory since the daemon started.
     pub hwm_bytes: u64,
     /// In this order: store, stacks, names, elf_symbols, unwind_tables,
-    /// jvm_code, process_table, query_buffers, push_outbox, binary.
+    /// jvm_code, process_table, query_buffers, answers, push_outbox,
+    /// batches, binary.
     pub holders: Vec<HolderBytes>,
     /// `rss_bytes` less the holders' sum (allocator overhead and free
     /// lists, thread stacks, libraries, what no holder counts).
@@ -164,6 +165,12 @@ pub fn report(store: &StoreStats, queries: &QueryStats, sinks: &[PushReport]) ->
             queries.running as u64 * answer,
             Some(queries.max_running as u64 * answer),
         ),
+        // Answers being written to their clients, within the budget's
+        // `answers` part (`super::answers`).
+        {
+            let answers = super::answers::BUDGET.stats();
+            holder("answers", answers.held, Some(answers.limits.total))
+        },
         // Every sink's outbox (Pyroscope, OTLP), each within the bound.
         holder(
             "push_outbox",
@@ -247,6 +254,7 @@ mod tests {
                 "jvm_code",
                 "process_table",
                 "query_buffers",
+                "answers",
                 "push_outbox",
                 "batches",
                 "binary"
@@ -256,7 +264,7 @@ mod tests {
             (m.holders[0].bytes, m.holders[0].bound),
             (1024, Some(4 << 20))
         );
-        assert!(m.holders[10].bytes > 0, "the test binary is mapped");
+        assert!(m.holders[11].bytes > 0, "the test binary is mapped");
         let sum: u64 = m.holders.iter().map(|h| h.bytes).sum();
         assert_eq!(m.unaccounted_bytes, m.rss_bytes.saturating_sub(sum));
         assert!(m.hwm_bytes >= m.rss_bytes);

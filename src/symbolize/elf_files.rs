@@ -335,13 +335,21 @@ mod tests {
         let mut files = ElfFiles::default();
         let mut symbolize =
             |name: &str, size: u64| symbolize_sized(&mut files, dir.path(), name, size);
-        let third = max_mapped_bytes() / 3 + 1;
-        assert_eq!(symbolize("a", third), third);
-        assert_eq!(symbolize("b", third), 2 * third);
-        assert_eq!(symbolize("c", third), 2 * third, "`a` was dropped first");
+        // Two fit, a third does not: whatever the budget's part.
+        let half = max_mapped_bytes() / 2;
+        assert_eq!(symbolize("a", half), half);
+        assert_eq!(symbolize("b", half), 2 * half);
+        assert_eq!(symbolize("c", half), 2 * half, "`a` was dropped first");
         let refused = refusals::get(What::Elf, Reason::Budget);
-        assert_eq!(symbolize("huge", max_mapped_bytes() + 1), 2 * third);
+        assert_eq!(symbolize("huge", max_mapped_bytes() + 1), 2 * half);
         assert_eq!(refusals::get(What::Elf, Reason::Budget), refused + 1);
+        // Alone, a file over KEEP_MAPPED_BYTES is let go each batch.
+        let mut files = ElfFiles::default();
+        let large = KEEP_MAPPED_BYTES + 1;
+        assert_eq!(
+            symbolize_sized(&mut files, dir.path(), "large", large),
+            large
+        );
         files.end_batch();
         assert_eq!(
             files.mapped_bytes(),

@@ -375,7 +375,8 @@ mod tests {
         };
         let why = degraded(&reader.sight()).join("\n");
         assert!(
-            why.contains("elf budget for pid 5151 (1x), [other users] ×2 0s ago"),
+            // Other tests of this process may count `elf` `budget` too.
+            why.contains("elf budget for pid 5151 (1x), [other users] ×"),
             "{why}"
         );
         assert!(!why.contains("5252") && !why.contains("5353"), "{why}");

@@ -25,7 +25,7 @@ const UNACCOUNTED: u64 = 64 << 20;
 /// How long the attack runs once the daemon reads its map.
 const ATTACK: Duration = Duration::from_secs(30);
 
-const HOLDERS: [&str; 11] = [
+const HOLDERS: [&str; 12] = [
     "store",
     "stacks",
     "names",
@@ -34,6 +34,7 @@ const HOLDERS: [&str; 11] = [
     "jvm_code",
     "process_table",
     "query_buffers",
+    "answers",
     "push_outbox",
     "batches",
     "binary",

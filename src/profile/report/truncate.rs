@@ -27,12 +27,13 @@ pub struct Limits {
 impl Limits {
     /// The API's bounds: 20,000 stacks and 8 MiB of folded text (plus one
     /// `[truncated]` line per process that lost stacks), lines of 32 KiB,
-    /// 16 MiB of fold table.
+    /// 8 MiB of fold table (some 100,000 distinct stacks, five times
+    /// the lines kept).
     pub const API: Limits = Limits {
         stacks: 20_000,
         bytes: 8 << 20,
         line_bytes: 32 << 10,
-        table_bytes: 16 << 20,
+        table_bytes: 8 << 20,
         frames: usize::MAX,
     };
 
@@ -137,7 +138,7 @@ mod tests {
 
     #[test]
     fn the_api_bounds_hold_a_fixed_memory() {
-        assert_eq!(Limits::API.memory(), 32 << 20);
+        assert_eq!(Limits::API.memory(), 24 << 20);
         assert_eq!(Limits::NONE.memory(), usize::MAX);
         assert_eq!(merged_frame(3, false), "[truncated: 3 smaller stacks]");
     }
