@@ -7,8 +7,33 @@ use std::time::SystemTime;
 use crate::{
     profile::disclosure::{Hidden, Sight},
     state::Health,
+    untrusted::refusals,
     unwind::stats::ProcessMissing,
 };
+
+/// Why the daemon is degraded now ([`refusals::degradations`]), naming
+/// the processes `sight` may see and counting the others, as of their
+/// last refusal, in one `[other users] ×N`.
+pub fn degraded(sight: &Sight) -> Vec<String> {
+    refusals::degradations()
+        .iter()
+        .map(|d| {
+            let mut hidden = Hidden::default();
+            let mut whose: Vec<String> = Vec::new();
+            for &(pid, times, at) in &d.payers {
+                if sight.sees(pid, at) {
+                    whose.push(refusals::named(pid, times));
+                } else {
+                    hidden.note(pid);
+                }
+            }
+            if !hidden.is_empty() {
+                whose.push(hidden.label());
+            }
+            d.line(&whose)
+        })
+        .collect()
+}
 
 /// `health` with the processes lacking unwind tables that `sight` may not
 /// see summed into one entry: `[other users] ×N` (pid 0), their files
@@ -46,6 +71,7 @@ mod tests {
     use super::*;
     use crate::{
         profile::disclosure::Reader,
+        untrusted::refusals::{Reason, What},
         unwind::stats::{Missing, MissingFile},
     };
 
@@ -79,5 +105,27 @@ mod tests {
 
     fn health_of(health: &Health, reader: &Reader) -> Health {
         self::health(health.clone(), &reader.sight())
+    }
+
+    #[test]
+    fn a_user_reads_other_users_degraded_processes_as_a_count() {
+        for pid in [5151, 5252, 5353, 5252] {
+            refusals::count_for(What::Elf, Reason::Budget, pid);
+        }
+        let reader = crate::profile::disclosure::Reader::User {
+            uid: Some(1000),
+            owner_of: std::sync::Arc::new(|pid| {
+                (pid == 5151).then_some((1000, std::time::SystemTime::UNIX_EPOCH))
+            }),
+        };
+        let why = degraded(&reader.sight()).join("\n");
+        assert!(
+            // Other tests of this process may count `elf` `budget` too.
+            why.contains("elf budget for pid 5151 (1x), [other users] ×"),
+            "{why}"
+        );
+        assert!(!why.contains("5252") && !why.contains("5353"), "{why}");
+        let root = degraded(&Sight::all()).join("\n");
+        assert!(root.contains("pid 5252 (2x)"), "{root}");
     }
 }

@@ -166,7 +166,7 @@ async fn healthz(
     let lost_samples = totals[Stat::CountsFull as usize];
     let push = shared.push.get().map(|p| p.report());
     let otlp = shared.otlp.get().map(|p| p.report());
-    let degraded = crate::untrusted::refusals::degraded(&sight);
+    let degraded = disclosed::degraded(&sight);
     Json(json!({
         "status": if degraded.is_empty() { "ok" } else { "degraded" },
         "degraded": degraded,

@@ -18,8 +18,6 @@ use std::{
     time::{Duration, Instant, SystemTime},
 };
 
-use crate::profile::disclosure::{Hidden, Sight};
-
 /// What was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum What {
@@ -250,18 +248,53 @@ pub fn count_for(what: What, reason: Reason, pid: u32) {
     }
 }
 
-/// Why the daemon is degraded now: one line per (what, reason) refused in
-/// the last [`DEGRADED_FOR`], naming the processes refused most there
-/// (how often each; those `sight` may not see, as of their last refusal,
-/// only counted) and how long ago the last was. Empty when it is not.
-pub fn degraded(sight: &Sight) -> Vec<String> {
+/// One (what, reason) refused in the last [`DEGRADED_FOR`].
+#[derive(Debug, Clone)]
+pub struct Degradation {
+    pub what: What,
+    pub reason: Reason,
+    /// Since the last refusal.
+    pub ago: Duration,
+    /// The processes refused most there, most first: pid, how often, and
+    /// when last.
+    pub payers: Vec<(u32, u64, SystemTime)>,
+}
+
+impl Degradation {
+    /// Its `/healthz` line, naming `whose` (as [`named`] gives them, and
+    /// what stands for those left unnamed).
+    pub fn line(&self, whose: &[String]) -> String {
+        let whose = if whose.is_empty() {
+            String::new()
+        } else {
+            format!(" for {}", whose.join(", "))
+        };
+        format!(
+            "{} {}{whose} {}s ago ({} in all)",
+            self.what.name(),
+            self.reason.name(),
+            self.ago.as_secs(),
+            get(self.what, self.reason)
+        )
+    }
+}
+
+/// A payer as [`Degradation::line`] names it.
+pub fn named(pid: u32, times: u64) -> String {
+    format!("pid {pid} ({times}x)")
+}
+
+/// What the daemon is degraded by now, one entry per (what, reason)
+/// refused in the last [`DEGRADED_FOR`]; none when it is not. Who may
+/// read which process is the API's to decide (`api::disclosed`).
+pub fn degradations() -> Vec<Degradation> {
     let payers = *PAYERS_BY_CELL.lock().unwrap_or_else(|e| e.into_inner());
     let now = SystemTime::now();
     What::ALL
         .iter()
         .flat_map(|&w| Reason::ALL.iter().map(move |&r| (w, r)))
-        .filter_map(|(w, r)| {
-            let mut recent: Vec<Payer> = payers[cell(w, r)]
+        .filter_map(|(what, reason)| {
+            let mut recent: Vec<Payer> = payers[cell(what, reason)]
                 .iter()
                 .flatten()
                 .filter(|p| p.last.elapsed() < DEGRADED_FOR)
@@ -269,31 +302,32 @@ pub fn degraded(sight: &Sight) -> Vec<String> {
                 .collect();
             let ago = recent.iter().map(|p| p.last.elapsed()).min()?;
             recent.sort_by_key(|p| (std::cmp::Reverse(p.times), p.last.elapsed()));
-            let mut hidden = Hidden::default();
-            let mut whose: Vec<String> = Vec::new();
-            for p in recent.iter().filter(|p| p.pid != 0) {
-                let at = now.checked_sub(p.last.elapsed()).unwrap_or(now);
-                if sight.sees(p.pid, at) {
-                    whose.push(format!("pid {} ({}x)", p.pid, p.times));
-                } else {
-                    hidden.note(p.pid);
-                }
-            }
-            if !hidden.is_empty() {
-                whose.push(hidden.label());
-            }
-            let whose = if whose.is_empty() {
-                String::new()
-            } else {
-                format!(" for {}", whose.join(", "))
-            };
-            Some(format!(
-                "{} {}{whose} {}s ago ({} in all)",
-                w.name(),
-                r.name(),
-                ago.as_secs(),
-                get(w, r)
-            ))
+            let payers = recent
+                .iter()
+                .filter(|p| p.pid != 0)
+                .map(|p| {
+                    let at = now.checked_sub(p.last.elapsed()).unwrap_or(now);
+                    (p.pid, p.times, at)
+                })
+                .collect();
+            Some(Degradation {
+                what,
+                reason,
+                ago,
+                payers,
+            })
+        })
+        .collect()
+}
+
+/// Why the daemon is degraded now, every process named: one line per
+/// [`Degradation`].
+pub fn degraded() -> Vec<String> {
+    degradations()
+        .iter()
+        .map(|d| {
+            let whose: Vec<String> = d.payers.iter().map(|&(p, n, _)| named(p, n)).collect();
+            d.line(&whose)
         })
         .collect()
 }
@@ -348,11 +382,9 @@ mod tests {
     #[test]
     fn a_budget_exhausted_degrades_and_names_the_process() {
         count_for(What::Names, Reason::Timeout, 7);
-        assert!(!degraded(&Sight::all())
-            .iter()
-            .any(|d| d.starts_with("names timeout")));
+        assert!(!degraded().iter().any(|d| d.starts_with("names timeout")));
         count_for(What::Names, Reason::Budget, 4242);
-        let why = degraded(&Sight::all());
+        let why = degraded();
         assert!(
             // Other tests of this process may be named there too.
             why.iter().any(|d| d.starts_with("names budget for ")
@@ -360,28 +392,6 @@ mod tests {
                 && d.contains(" 0s ago")),
             "{why:?}"
         );
-    }
-
-    #[test]
-    fn a_user_reads_other_users_degraded_processes_as_a_count() {
-        for pid in [5151, 5252, 5353, 5252] {
-            count_for(What::Elf, Reason::Budget, pid);
-        }
-        let reader = crate::profile::disclosure::Reader::User {
-            uid: Some(1000),
-            owner_of: std::sync::Arc::new(|pid| {
-                (pid == 5151).then_some((1000, SystemTime::UNIX_EPOCH))
-            }),
-        };
-        let why = degraded(&reader.sight()).join("\n");
-        assert!(
-            // Other tests of this process may count `elf` `budget` too.
-            why.contains("elf budget for pid 5151 (1x), [other users] ×"),
-            "{why}"
-        );
-        assert!(!why.contains("5252") && !why.contains("5353"), "{why}");
-        let root = degraded(&Sight::all()).join("\n");
-        assert!(root.contains("pid 5252 (2x)"), "{root}");
     }
 
     #[test]

@@ -20,14 +20,14 @@ pub(super) const BUILD_BYTES_PER_ROW: usize = 12 + 18 + 12 + 12;
 const _: () = assert!(std::mem::size_of::<UnwindRow>() == 12);
 
 /// Bytes of one process entry, at most (its mappings, its written entry).
-fn proc_bytes() -> usize {
+const fn proc_bytes() -> usize {
     std::mem::size_of::<ProcState>()
         + 64
         + UNWIND_MAX_MAPPINGS * (std::mem::size_of::<ExecMapping>() + 64)
 }
 
 /// Bytes of one file entry with its path.
-fn file_bytes() -> usize {
+const fn file_bytes() -> usize {
     std::mem::size_of::<FileEntry>() + 128
 }
 
@@ -35,9 +35,11 @@ fn file_bytes() -> usize {
 /// the files they map plus [`MAX_IDLE_FILES`] idle ones. Fixed by the BPF
 /// maps' sizes, so taken off the memory budget before it is split (the
 /// base of its `unwind_tables` part).
-pub fn entries_bound() -> usize {
+pub const fn entries_bound() -> usize {
     MAX_PROCS * proc_bytes() + (MAX_PROCS * UNWIND_MAX_MAPPINGS + MAX_IDLE_FILES) * file_bytes()
 }
+
+const _: () = assert!(entries_bound() as u64 <= budget::UNWIND_REGISTRY_BYTES);
 
 /// Rows one table build may yield: at most `share_rows` (its share of the
 /// row array), and what the budget's `unwind_tables` part leaves after the

@@ -35,6 +35,7 @@ const LAYERS: &[&str] = &[
     "token",
     "untrusted",
     "bpf",
+    "budget",
 ];
 
 /// Where `/proc` may be named.
