@@ -84,7 +84,7 @@ impl Part {
 const SPLIT: [(Part, u64); 12] = [
     (Part::Store, 120),
     (Part::Names, 120),
-    (Part::PerfMapNames, 40),
+    (Part::PerfMapNames, 50),
     (Part::ElfSymbols, 130),
     (Part::UnwindTables, 60),
     (Part::JvmCode, 40),
@@ -93,7 +93,7 @@ const SPLIT: [(Part, u64); 12] = [
     (Part::Answers, 70),
     (Part::PushOutbox, 35),
     (Part::Batches, 110),
-    (Part::Reserve, 90),
+    (Part::Reserve, 80),
 ];
 const _: () = {
     let mut sum = 0;
