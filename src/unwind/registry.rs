@@ -35,6 +35,7 @@ use crate::bpf::{
     abi::{UnwindJava, UnwindProc, UNWIND_MAX_MAPPINGS},
     UnwindMaps,
 };
+use crate::budget::shares::Shares;
 use crate::process::{
     files::{exec_mappings_in, ExecMapping, FileKey},
     status::Status,
@@ -42,6 +43,7 @@ use crate::process::{
 };
 
 mod place;
+mod slots;
 
 use super::python::PythonSide;
 
@@ -79,6 +81,8 @@ pub struct Registry {
     maps: UnwindMaps,
     files: HashMap<FileKey, FileEntry>,
     procs: HashMap<u32, ProcState>,
+    /// The processes each user has in `procs` (see [`slots`]).
+    shares: Shares,
     /// Processes seen but not registered yet (new, or after an exec).
     queue: VecDeque<u32>,
     queued: HashSet<u32>,
@@ -104,6 +108,7 @@ impl Registry {
             maps,
             files: HashMap::new(),
             procs: HashMap::new(),
+            shares: Shares::new(MAX_PROCS, slots::FLOOR),
             queue: VecDeque::new(),
             queued: HashSet::new(),
             space: RowSpace::new(capacity),
@@ -215,15 +220,7 @@ impl Registry {
             if self.procs.get(&key.pid).is_none_or(|p| p.key != key) {
                 continue;
             }
-            if let Some(py) = &mut self.python {
-                py.ended(key.pid);
-            }
-            if let Some(p) = self.procs.remove(&key.pid) {
-                self.detach(&p.mappings, p.uid);
-                if p.has_entry() {
-                    let _ = self.maps.procs.remove(&key.pid);
-                }
-            }
+            self.unregister(key.pid);
         }
         // Nothing to build for a file nobody maps; keep a bounded number of
         // verdicts on idle files; loaded tables stay (the cheapest to evict).
@@ -276,12 +273,11 @@ impl Registry {
         let Some(uid) = Status::read(pid).map(|s| s.euid) else {
             return;
         };
-        let mappings = exec_mappings_in(&image.maps);
-        let old = self.procs.remove(&pid);
-        if old.is_none() && self.procs.len() >= MAX_PROCS {
-            self.stats.processes_over_limit += 1;
+        let old = self.take(pid);
+        if old.is_none() && self.procs.len() >= MAX_PROCS && !self.make_slot(pid, uid) {
             return;
         }
+        let mappings = exec_mappings_in(&image.maps);
         let mut seen = now;
         let mut written = Vec::new();
         let mut written_java = None;
@@ -315,7 +311,7 @@ impl Registry {
             .as_mut()
             .and_then(|py| py.register(pid, image.key(), &mappings, now));
         self.attach(&mappings, uid, now);
-        self.procs.insert(
+        self.keep(
             pid,
             ProcState {
                 key: image.key(),
