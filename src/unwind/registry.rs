@@ -83,6 +83,8 @@ pub struct Registry {
     procs: HashMap<u32, ProcState>,
     /// The processes each user has in `procs` (see [`slots`]).
     shares: Shares,
+    /// When `unwind_procs` was last swept of stale entries (see [`slots`]).
+    swept: Option<Instant>,
     /// Processes seen but not registered yet (new, or after an exec).
     queue: VecDeque<u32>,
     queued: HashSet<u32>,
@@ -109,6 +111,7 @@ impl Registry {
             files: HashMap::new(),
             procs: HashMap::new(),
             shares: Shares::new(MAX_PROCS, slots::FLOOR),
+            swept: None,
             queue: VecDeque::new(),
             queued: HashSet::new(),
             space: RowSpace::new(capacity),
@@ -384,18 +387,24 @@ impl Registry {
         for (slot, (_, m)) in proc.mappings.iter_mut().zip(&entry) {
             *slot = *m;
         }
-        proc.java = p.java.unwrap_or_default();
-        proc.python = p.python.unwrap_or_default();
-        if entry.is_empty() && p.java.is_none() && p.python.is_none() {
+        let (java, python) = (p.java, p.python);
+        proc.java = java.unwrap_or_default();
+        proc.python = python.unwrap_or_default();
+        if entry.is_empty() && java.is_none() && python.is_none() {
             let _ = self.maps.procs.remove(&pid);
-        } else if let Err(err) = self.maps.procs.insert(pid, proc, 0) {
+        } else if let Err(err) = self.insert_entry(pid, proc) {
             tracing::debug!(pid, "registering unwind tables: {err}");
-            p.written.clear();
+            if let Some(p) = self.procs.get_mut(&pid) {
+                p.written.clear();
+            }
             return;
         }
+        let Some(p) = self.procs.get_mut(&pid) else {
+            return;
+        };
         p.written = entry;
-        p.written_java = p.java;
-        p.written_python = p.python;
+        p.written_java = java;
+        p.written_python = python;
     }
 
     /// Processes mapping `key` (`in_entry`: whose entry holds its table).

@@ -46,6 +46,10 @@ pub struct UnwindStats {
     /// above its share of `unwind_procs`) for a new process of a user
     /// within theirs.
     pub procs_taken_back: u64,
+    /// Entries of `unwind_procs` deleted because no registered process
+    /// owned them and their process had ended (copies BPF made at fork
+    /// for children that ended before they were registered).
+    pub procs_stale_removed: u64,
     /// Mappings left out because a process had more than fit (counted at
     /// each registration; the most shared are kept).
     pub mappings_dropped: u64,

@@ -5,14 +5,25 @@
 //! The rule is [`crate::budget::shares`]'s: when the map is full, a new
 //! process of a user within its share takes the slot of the least
 //! recently active process of a user above theirs; others are refused.
+//!
+//! BPF also writes entries: a forked child gets a copy of its parent's.
+//! A child that ends before it is registered leaves its copy behind, so
+//! entries nobody owns are swept when the map refuses an entry.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+use aya::maps::MapError;
 
 use super::{ProcState, Registry};
 use crate::{
+    bpf::abi::UnwindProc,
     budget::shares::Shares,
+    process::tasks,
     untrusted::refusals::{self, Reason, What},
 };
+
+/// Sweeps at most this often: one stats every key's process.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// Processes a user may keep registered however many users have some: a
 /// 32nd of the map, enough for a busy service's workers.
@@ -88,6 +99,41 @@ impl Registry {
         self.stats.procs_taken_back += 1;
         refusals::count_for(What::Elf, Reason::Budget, victim);
         true
+    }
+
+    /// Writes `pid`'s entry; if the map is full, once more after a sweep
+    /// freed some.
+    pub(super) fn insert_entry(&mut self, pid: u32, entry: UnwindProc) -> Result<(), MapError> {
+        match self.maps.procs.insert(pid, entry, 0) {
+            Err(_) if self.sweep() => self.maps.procs.insert(pid, entry, 0),
+            result => result,
+        }
+    }
+
+    /// Deletes the entries no registered process owns whose process ended
+    /// (at most every [`SWEEP_EVERY`]); whether it deleted any.
+    fn sweep(&mut self) -> bool {
+        let now = Instant::now();
+        if self
+            .swept
+            .is_some_and(|at| now.duration_since(at) < SWEEP_EVERY)
+        {
+            return false;
+        }
+        self.swept = Some(now);
+        // At most the map's capacity of keys.
+        let stale: Vec<u32> = self
+            .maps
+            .procs
+            .keys()
+            .filter_map(Result::ok)
+            .filter(|pid| !self.procs.contains_key(pid) && !tasks::exists(*pid))
+            .collect();
+        for pid in &stale {
+            let _ = self.maps.procs.remove(pid);
+        }
+        self.stats.procs_stale_removed += stale.len() as u64;
+        !stale.is_empty()
     }
 }
 
