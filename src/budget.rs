@@ -6,7 +6,10 @@
 //!
 //! The split is installed once at start ([`install`]); holders read their
 //! part with [`bytes`]. Before that (unit tests, `record`), the default
-//! budget's split stands.
+//! budget's split stands. Tables the host's processes fill (shared BPF
+//! maps) are divided among users by [`shares`].
+
+pub mod shares;
 
 use std::sync::OnceLock;
 

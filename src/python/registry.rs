@@ -21,9 +21,10 @@ use aya::maps::{HashMap as BpfHashMap, MapData};
 
 use crate::{
     bpf::abi::{PyThreadKey, UnwindPython, PY_THREADS},
+    budget::shares::Shares,
     process::remote::{Budget, Remote},
     process::{files::ExecMapping, status::Status, ProcKey},
-    python::{self, shares::Shares, Interpreter, PyError, PyThread},
+    python::{self, shares, Interpreter, PyError, PyThread},
     untrusted::refusals::{self, Reason, What},
     unwind::python::{PythonSide, PythonStats},
 };
@@ -128,7 +129,7 @@ impl PythonThreads {
             stats: PythonStats::default(),
             name_bytes: 0,
             given_up: HashMap::new(),
-            shares: Shares::new(PY_THREADS),
+            shares: shares::shares(PY_THREADS),
         }
     }
 
@@ -184,7 +185,7 @@ impl PythonThreads {
             .iter()
             .filter(|t| !p.written.contains_key(&t.thread_id))
             .count();
-        let mut allowed = new.min(self.shares.room(uid, p.written.len()));
+        let mut allowed = new.min(shares::room(&self.shares, uid, p.written.len()));
         if new > allowed {
             // Past its user's share (or its own): its other threads walk
             // without Python frames; the degraded marker names it.

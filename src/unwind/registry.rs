@@ -35,6 +35,7 @@ use crate::bpf::{
     abi::{UnwindJava, UnwindProc, UNWIND_MAX_MAPPINGS},
     UnwindMaps,
 };
+use crate::budget::shares::Shares;
 use crate::process::{
     files::{exec_mappings_in, ExecMapping, FileKey},
     status::Status,
@@ -42,6 +43,7 @@ use crate::process::{
 };
 
 mod place;
+mod slots;
 
 use super::python::PythonSide;
 
@@ -79,6 +81,10 @@ pub struct Registry {
     maps: UnwindMaps,
     files: HashMap<FileKey, FileEntry>,
     procs: HashMap<u32, ProcState>,
+    /// The processes each user has in `procs` (see [`slots`]).
+    shares: Shares,
+    /// When `unwind_procs` was last swept of stale entries (see [`slots`]).
+    swept: Option<Instant>,
     /// Processes seen but not registered yet (new, or after an exec).
     queue: VecDeque<u32>,
     queued: HashSet<u32>,
@@ -104,6 +110,8 @@ impl Registry {
             maps,
             files: HashMap::new(),
             procs: HashMap::new(),
+            shares: Shares::new(MAX_PROCS, slots::FLOOR),
+            swept: None,
             queue: VecDeque::new(),
             queued: HashSet::new(),
             space: RowSpace::new(capacity),
@@ -215,15 +223,7 @@ impl Registry {
             if self.procs.get(&key.pid).is_none_or(|p| p.key != key) {
                 continue;
             }
-            if let Some(py) = &mut self.python {
-                py.ended(key.pid);
-            }
-            if let Some(p) = self.procs.remove(&key.pid) {
-                self.detach(&p.mappings, p.uid);
-                if p.has_entry() {
-                    let _ = self.maps.procs.remove(&key.pid);
-                }
-            }
+            self.unregister(key.pid);
         }
         // Nothing to build for a file nobody maps; keep a bounded number of
         // verdicts on idle files; loaded tables stay (the cheapest to evict).
@@ -276,12 +276,11 @@ impl Registry {
         let Some(uid) = Status::read(pid).map(|s| s.euid) else {
             return;
         };
-        let mappings = exec_mappings_in(&image.maps);
-        let old = self.procs.remove(&pid);
-        if old.is_none() && self.procs.len() >= MAX_PROCS {
-            self.stats.processes_over_limit += 1;
+        let old = self.take(pid);
+        if old.is_none() && self.procs.len() >= MAX_PROCS && !self.make_slot(pid, uid) {
             return;
         }
+        let mappings = exec_mappings_in(&image.maps);
         let mut seen = now;
         let mut written = Vec::new();
         let mut written_java = None;
@@ -315,7 +314,7 @@ impl Registry {
             .as_mut()
             .and_then(|py| py.register(pid, image.key(), &mappings, now));
         self.attach(&mappings, uid, now);
-        self.procs.insert(
+        self.keep(
             pid,
             ProcState {
                 key: image.key(),
@@ -388,18 +387,24 @@ impl Registry {
         for (slot, (_, m)) in proc.mappings.iter_mut().zip(&entry) {
             *slot = *m;
         }
-        proc.java = p.java.unwrap_or_default();
-        proc.python = p.python.unwrap_or_default();
-        if entry.is_empty() && p.java.is_none() && p.python.is_none() {
+        let (java, python) = (p.java, p.python);
+        proc.java = java.unwrap_or_default();
+        proc.python = python.unwrap_or_default();
+        if entry.is_empty() && java.is_none() && python.is_none() {
             let _ = self.maps.procs.remove(&pid);
-        } else if let Err(err) = self.maps.procs.insert(pid, proc, 0) {
+        } else if let Err(err) = self.insert_entry(pid, proc) {
             tracing::debug!(pid, "registering unwind tables: {err}");
-            p.written.clear();
+            if let Some(p) = self.procs.get_mut(&pid) {
+                p.written.clear();
+            }
             return;
         }
+        let Some(p) = self.procs.get_mut(&pid) else {
+            return;
+        };
         p.written = entry;
-        p.written_java = p.java;
-        p.written_python = p.python;
+        p.written_java = java;
+        p.written_python = python;
     }
 
     /// Processes mapping `key` (`in_entry`: whose entry holds its table).

@@ -39,8 +39,17 @@ pub struct UnwindStats {
     /// ahead of any table build or re-read).
     pub processes_pending: u64,
     /// New processes not registered because as many as `unwind_procs`
-    /// holds (8192) already were.
+    /// holds (8192) already were and their user held its share of it
+    /// (each attempt).
     pub processes_over_limit: u64,
+    /// Registered processes dropped (the least recently active of a user
+    /// above its share of `unwind_procs`) for a new process of a user
+    /// within theirs.
+    pub procs_taken_back: u64,
+    /// Entries of `unwind_procs` deleted because no registered process
+    /// owned them and their process had ended (copies BPF made at fork
+    /// for children that ended before they were registered).
+    pub procs_stale_removed: u64,
     /// Mappings left out because a process had more than fit (counted at
     /// each registration; the most shared are kept).
     pub mappings_dropped: u64,
