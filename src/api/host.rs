@@ -15,7 +15,8 @@ use super::{
     authority::{self, Authority},
     error::ApiError,
     params::Params,
-    queries::{json_or_text, over_snapshot, window, with_recorded, with_window},
+    queries::{json_or_text, over_snapshot, window, with_window},
+    recorded::with_recorded,
     ApiState,
 };
 use crate::{

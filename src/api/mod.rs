@@ -16,6 +16,7 @@ pub mod peer;
 mod pprof;
 mod processes;
 mod queries;
+mod recorded;
 pub mod server;
 mod timeline;
 mod trace;

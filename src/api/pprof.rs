@@ -12,9 +12,8 @@ use axum::{
 use super::{
     error::ApiError,
     params::Params,
-    queries::{
-        empty_note, filter, snapshot, with_note, with_recorded, PROFILE_PARAMS, TRUNCATED_HEADER,
-    },
+    queries::{empty_note, filter, snapshot, PROFILE_PARAMS, TRUNCATED_HEADER},
+    recorded::{with_note, with_recorded},
     ApiState,
 };
 use crate::{

@@ -16,7 +16,8 @@ use super::{
     error::ApiError,
     host,
     params::Params,
-    queries::{jvm_report, over_snapshot, window, with_recorded, with_window},
+    queries::{jvm_report, over_snapshot, window, with_window},
+    recorded::with_recorded,
     ApiState,
 };
 use crate::{

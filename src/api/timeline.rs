@@ -12,7 +12,8 @@ use axum::{
 use super::{
     error::ApiError,
     params::Params,
-    queries::{over_snapshot, recorded_of, unknown_pid, window, with_recorded, with_window},
+    queries::{over_snapshot, unknown_pid, window, with_window},
+    recorded::{recorded_of, with_recorded},
     ApiState,
 };
 use crate::profile::timeline::{self, Grouping, DEFAULT_ROWS, MAX_ROWS};
