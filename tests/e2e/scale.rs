@@ -83,7 +83,8 @@ fn ten_thousand_sleeping_threads_lose_no_rows() {
     // history (`recorded_seconds` counts from the oldest slice, not from
     // what one process still holds). Shedding is tested in
     // tests/e2e/security_names.rs.
-    let ws = Daemon::start(&["--max-memory-mb", "1024"]);
+    // The budget must hold that store and the other parts beside it.
+    let ws = Daemon::start(&["--memory-mb", "2048", "--max-memory-mb", "1024"]);
     let bin = workload("many_threads");
     let w = Workload::start(&bin, &[&THREADS.to_string(), "120"]);
     let pid = w.pid;
