@@ -88,8 +88,11 @@ pub const WRITE_DEADLINE: Duration = Duration::from_secs(120);
 
 /// At the connection cap, an answer that has not moved for this long may be
 /// closed to make room: a crowd of stalled readers must not keep root's
-/// `/healthz` out until [`WRITE_STALL`].
-pub const EVICTABLE_STALL: Duration = Duration::from_secs(1);
+/// `/healthz` out until [`WRITE_STALL`]. Short: attackers that reconnect
+/// at once kept every slot younger than a second (root's `/healthz` was
+/// refused at the cap); a reader taking nothing for a quarter second while
+/// the server is full is the one to go.
+pub const EVICTABLE_STALL: Duration = Duration::from_millis(250);
 
 /// After ctrl-c or SIGTERM, how long requests in progress may finish before
 /// every connection is dropped: short, since the whole exit (this, the

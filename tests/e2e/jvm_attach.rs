@@ -18,9 +18,23 @@ fn jvm_of_another_user_shows_named_java_stacks_within_30s() {
     let Some(_fx) = Fixture::ebpf_alone().filter(|_| java::jdk_available()) else {
         return;
     };
+    let started_at = std::time::SystemTime::now();
     let jvm = JavaRun::default().start("Pools", &["60", "1"]);
     // The JVM runs before wallscope starts: nothing asked it for a map yet.
-    assert!(!std::path::Path::new(&format!("/tmp/perf-{}.map", jvm.pid)).exists());
+    // A map older than it is an earlier process's with the same pid (the
+    // suite's thread and process storms reuse pids; a killed daemon
+    // leaves its JVMs' maps behind): not this JVM's, so out of the way.
+    let map = std::path::PathBuf::from(format!("/tmp/perf-{}.map", jvm.pid));
+    if let Ok(meta) = std::fs::metadata(&map) {
+        if meta.modified().is_ok_and(|m| m < started_at) {
+            let _ = std::fs::remove_file(&map);
+        }
+    }
+    assert!(
+        !map.exists(),
+        "{} written before wallscope ran",
+        map.display()
+    );
     let ws = Daemon::start(&[]);
     // Its first drains read every process on the host: on a busy host that
     // alone can take longer than 30 s. The clock starts once they are done.

@@ -2,7 +2,7 @@
 //! 38, point 2): `nobody` runs threads that sleep behind ever-new random
 //! 127-frame call chains through JIT-like code named with 2 KB perf-map
 //! names, so that every sleep is a new stack of huge frames; concurrent
-//! `/folded`, `/flamegraph` and `/pprof` of its sleep over 30 s leave the
+//! `/folded`, `/flamegraph` and `/pprof` of its sleep over 60 s leave the
 //! daemon, confined to the unit's 512 MiB, alive and well under it, each
 //! answer within its bounds and marked truncated, the bounds counted.
 
@@ -96,8 +96,10 @@ fn queries_over_endless_huge_stacks_stay_bounded() {
     let pid = attacker.pid;
 
     // The store fills with the attacker's stacks (a new one every sleep),
-    // until its sleep over 30 s folds to more than an answer holds.
-    let q = format!("pid={pid}&kind=sleep&seconds=30");
+    // until its sleep over 60 s folds to more than an answer holds.
+    // 60 s: the sampled walks store some eight new stacks a second, each a
+    // 32 KiB line; over 30 s that is just under the 8 MiB an answer holds.
+    let q = format!("pid={pid}&kind=sleep&seconds=60");
     // Merged by the answer's bounds, or past the fold table's: either
     // way the answer is full.
     let merged = within(Duration::from_secs(240), || {

@@ -418,15 +418,15 @@ mod tests {
     fn at_the_cap_a_stalled_answer_makes_room() {
         let t0 = Instant::now().checked_sub(Duration::from_secs(60)).unwrap();
         let conns = Arc::new(Connections::new(2));
-        let at = |ms| t0 + Duration::from_millis(ms);
         let stalled = conns.admit(t0).unwrap();
         let moving = conns.admit(t0).unwrap();
         let (a, b) = (stalled.request_started(), moving.request_started());
         a.writing(t0);
         b.writing(t0);
-        b.progress(at(900));
+        let almost = t0 + EVICTABLE_STALL * 9 / 10;
+        b.progress(almost);
         // Nobody has stalled long enough yet: no room.
-        assert!(conns.admit(at(900)).is_none());
+        assert!(conns.admit(almost).is_none());
         let first = conns.admit(t0 + EVICTABLE_STALL).unwrap();
         assert_eq!(phase(&stalled), None);
         assert_eq!(phase(&moving), Some(Phase::Serving(1)));
