@@ -144,12 +144,14 @@ fn a_busy_host_keeps_the_daemon_within_its_budget_in_512_mib() {
         last["pipeline"]["batches_dropped"],
         last["pipeline"]["rows_dropped"]
     );
-    // The load reached the daemon: the 10,000 threads were seen.
-    let (_, processes) = get(&format!("{}/processes", ws.url()));
+    // The load reached the daemon: the 10,000 sleeping threads were seen
+    // off-CPU at a drain. (Not `/processes`: a newcomer with more rows in
+    // one slice than anyone holds may lose even its newest rows to the
+    // store's fair share, by design; see `store/share.rs`.)
+    let live = last["store"]["live_threads"].as_u64().unwrap_or(0);
     assert!(
-        processes.contains(&format!("\"pid\":{}", threads.pid)),
-        "pid {} not in /processes",
-        threads.pid
+        live >= 1000,
+        "only {live} threads off-CPU at the last drain"
     );
     assert!(
         peak < UNIT_MEMORY_MAX,
