@@ -17,7 +17,7 @@ use super::{
     authority,
     error::ApiError,
     params::Params,
-    recorded::{recorded_of, with_note, with_recorded},
+    recorded::{with_note, with_recorded},
     window::WINDOW_PARAMS,
     ApiState,
 };
@@ -326,8 +326,7 @@ pub(super) async fn threads(
                     .get(&t.tid)
                     .map(|share| (share * t.time.futex_us as f64).round() as u64);
             }
-            report.recorded_seconds = recorded.seconds;
-            report.resolution = recorded.resolution;
+            report.recorded = recorded;
             return Ok(report);
         }
         if let Some(unknown) = unknown_pid(store, pid) {
@@ -345,14 +344,13 @@ pub(super) async fn threads(
                 .collect(),
         };
         let mut report = threads::empty_report(pid, now, window, note);
-        report.recorded_seconds = recorded.seconds;
-        report.resolution = recorded.resolution;
+        report.recorded = recorded;
         Ok(report)
     })
     .await?;
     let mut report = report?;
     report.jvm = jvm_report(&state.shared, pid);
-    let recorded = recorded_of(report.recorded_seconds, &report.resolution);
+    let recorded = report.recorded.clone();
     Ok(with_recorded(
         json_or_text(text, report, threads::render_text),
         &recorded,
@@ -384,12 +382,11 @@ pub(super) async fn runqueue(
         let list = over_snapshot(&state, move |store| {
             let mut list = cgroup_list::list(store, window);
             let recorded = store.recorded(window, SystemTime::now());
-            list.recorded_seconds = recorded.seconds;
-            list.resolution = recorded.resolution;
+            list.recorded = recorded;
             list
         })
         .await?;
-        let recorded = recorded_of(list.recorded_seconds, &list.resolution);
+        let recorded = list.recorded.clone();
         let response = json_or_text(text, list, cgroup_list::render_text);
         return Ok(with_recorded(response, &recorded));
     }
@@ -402,12 +399,11 @@ pub(super) async fn runqueue(
                 ))
             })?;
             let recorded = store.recorded(window, SystemTime::now());
-            report.recorded_seconds = recorded.seconds;
-            report.resolution = recorded.resolution;
+            report.recorded = recorded;
             Ok::<_, ApiError>(report)
         })
         .await??;
-        let recorded = recorded_of(report.recorded_seconds, &report.resolution);
+        let recorded = report.recorded.clone();
         let response = json_or_text(text, report, runqueue::render_text);
         return Ok(with_recorded(response, &recorded));
     }
@@ -437,8 +433,7 @@ pub(super) async fn runqueue(
                         ))
                     })?;
                 let recorded = store.recorded(window, SystemTime::now());
-                report.recorded_seconds = recorded.seconds;
-                report.resolution = recorded.resolution;
+                report.recorded = recorded;
                 return Ok(report);
             }
         }
@@ -460,15 +455,14 @@ pub(super) async fn runqueue(
                 match pid {
                     Some(pid) => match unknown_pid(store, pid) {
                         Some(unknown) => return Err(ApiError::NotFound(unknown)),
-                        None => runqueue::empty(who, window.seconds(), nothing),
+                        None => runqueue::empty(who, window, nothing),
                     },
                     None => return Err(ApiError::NotFound(nothing)),
                 }
             }
         };
         let recorded = store.recorded(window, SystemTime::now());
-        report.recorded_seconds = recorded.seconds;
-        report.resolution = recorded.resolution;
+        report.recorded = recorded;
         if let Some(pid) = pid {
             let sight = reader.sight();
             report.kept_off_cpu_by =
@@ -477,7 +471,7 @@ pub(super) async fn runqueue(
         Ok::<_, ApiError>(report)
     })
     .await??;
-    let recorded = recorded_of(report.recorded_seconds, &report.resolution);
+    let recorded = report.recorded.clone();
     let note = report.note.clone();
     let response = json_or_text(text, report, runqueue::render_text);
     Ok(with_note(
@@ -492,9 +486,10 @@ pub(super) async fn runqueue(
 fn container_cgroup(store: &Snapshot, name: &str) -> Result<String, ApiError> {
     let mut found: Vec<String> = store
         .all()
-        .flat_map(|s| s.containers.values())
-        .filter(|c| c.is_named(name))
-        .map(|c| c.cgroup.clone())
+        .flat_map(|s| {
+            let named = s.containers.values().filter(|c| c.is_named(name));
+            named.map(|c| c.cgroup.clone()).collect::<Vec<_>>()
+        })
         .collect();
     found.sort();
     found.dedup();

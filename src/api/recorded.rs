@@ -3,7 +3,7 @@
 
 use axum::{http::HeaderValue, response::Response};
 
-use crate::profile::store::{Recorded, ResolutionPart};
+use crate::profile::store::Recorded;
 
 /// Response header saying why an answer for a known process is empty.
 pub const NOTE_HEADER: &str = "x-wallscope-note";
@@ -19,23 +19,32 @@ pub const RECORDED_HEADER: &str = "x-wallscope-recorded-seconds";
 /// their per-thread stack rows into per-pool rows (`(pools)`).
 pub const RESOLUTION_HEADER: &str = "x-wallscope-resolution";
 
-/// Adds the [`RECORDED_HEADER`] and the [`RESOLUTION_HEADER`].
+/// Response header with the exact span the answer holds, `FROM/UNTIL` in
+/// RFC 3339 to the nanosecond: the asked window, less what the daemon has
+/// no records of.
+pub const COVERED_HEADER: &str = "x-wallscope-covered";
+
+/// Response header naming the slices an edge of the window cut, whose
+/// figures count pro rata: `start 2.500 s of a 10.000 s slice`.
+pub const PRORATED_HEADER: &str = "x-wallscope-prorated";
+
+/// Adds the [`RECORDED_HEADER`], the [`RESOLUTION_HEADER`], and the
+/// [`COVERED_HEADER`] and [`PRORATED_HEADER`] when they apply.
 pub(super) fn with_recorded(mut response: Response, recorded: &Recorded) -> Response {
     let headers = response.headers_mut();
     headers.insert(RECORDED_HEADER, HeaderValue::from(recorded.seconds));
-    if let Ok(line) = HeaderValue::from_str(&recorded.describe()) {
-        headers.insert(RESOLUTION_HEADER, line);
+    let covered = recorded.covered.as_ref();
+    let lines = [
+        (RESOLUTION_HEADER, Some(recorded.describe())),
+        (COVERED_HEADER, covered.map(|c| c.line())),
+        (PRORATED_HEADER, covered.and_then(|c| c.prorated_line())),
+    ];
+    for (name, line) in lines {
+        if let Some(value) = line.and_then(|l| HeaderValue::from_str(&l).ok()) {
+            headers.insert(name, value);
+        }
     }
     response
-}
-
-/// The seconds a report says it recorded and its resolution, for
-/// [`with_recorded`].
-pub(super) fn recorded_of(seconds: u64, resolution: &[ResolutionPart]) -> Recorded {
-    Recorded {
-        seconds,
-        resolution: resolution.to_vec(),
-    }
 }
 
 /// Adds the [`NOTE_HEADER`] when there is a note.

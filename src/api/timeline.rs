@@ -13,7 +13,7 @@ use super::{
     error::ApiError,
     params::Params,
     queries::{over_snapshot, unknown_pid, window, with_window},
-    recorded::{recorded_of, with_recorded},
+    recorded::with_recorded,
     ApiState,
 };
 use crate::profile::timeline::{self, Grouping, DEFAULT_ROWS, MAX_ROWS};
@@ -41,21 +41,19 @@ pub(super) async fn timeline(
         let recorded = store.recorded(window, SystemTime::now());
         match timeline::timeline(store, pid, window, group, limit) {
             Some(mut t) => {
-                t.recorded_seconds = recorded.seconds;
-                t.resolution = recorded.resolution;
+                t.recorded = recorded;
                 Ok(t)
             }
             None => match unknown_pid(store, pid) {
                 Some(unknown) => Err(ApiError::NotFound(unknown)),
                 None => Ok(timeline::Timeline {
-                    recorded_seconds: recorded.seconds,
-                    resolution: recorded.resolution,
+                    recorded,
                     ..timeline::Timeline::empty(pid, window, group)
                 }),
             },
         }
     })
     .await??;
-    let recorded = recorded_of(answer.recorded_seconds, &answer.resolution);
+    let recorded = answer.recorded.clone();
     Ok(with_recorded(Json(answer).into_response(), &recorded))
 }

@@ -6,6 +6,7 @@
 pub mod counters;
 pub mod kind;
 pub mod live;
+pub mod prorate;
 pub mod size;
 pub mod store;
 pub mod window;

@@ -62,8 +62,10 @@ pub mod kept_off_totals;
 pub mod merge;
 mod resolution;
 mod share;
+mod snapshot;
 
 pub use resolution::{describe as describe_resolution, Part as ResolutionPart, Recorded};
+pub use snapshot::Snapshot;
 
 /// One slice with its estimated size, fixed when it was pushed (or its
 /// rows of a process shed), and what of it each process's rows cost.
@@ -178,55 +180,6 @@ pub struct Store {
     published: Arc<Mutex<Published>>,
 }
 
-/// The slices of a store at one instant, readable without its lock.
-#[derive(Clone, Default)]
-pub struct Snapshot {
-    slices: Vec<Arc<Slice>>,
-    /// Each slice's step (seconds) and whether its rows are folded.
-    steps: Vec<(u32, bool)>,
-    retention: Duration,
-    live: Arc<LiveView>,
-}
-
-impl Snapshot {
-    /// Slices that ended within `window`.
-    pub fn within(&self, window: Window) -> impl Iterator<Item = &Slice> {
-        self.all().filter(move |s| window.holds(s))
-    }
-
-    /// Every slice the store held.
-    pub fn all(&self) -> impl Iterator<Item = &Slice> {
-        self.slices.iter().map(|s| &**s)
-    }
-
-    /// How much history the store keeps.
-    pub fn retention(&self) -> Duration {
-        self.retention
-    }
-
-    /// Whole seconds of `window` that lie within what the store holds:
-    /// from the start of its oldest slice (the daemon's start, or the
-    /// retention: compaction keeps all of it, merged in time; only the last
-    /// resort, eviction, cuts it) to `now`; less than the window's length
-    /// when it reaches further back. At what resolution: [`Self::recorded`].
-    pub fn recorded_seconds(&self, window: Window, now: SystemTime) -> u64 {
-        let Some(oldest) = self.slices.first() else {
-            return 0;
-        };
-        let from = window.from.max(oldest.start);
-        let until = window.until.min(now);
-        until
-            .duration_since(from)
-            .map_or(0, |d| (d.as_secs_f64().round()) as u64)
-    }
-
-    /// The threads off-CPU at the last drain (empty, without `as_of`,
-    /// before the first).
-    pub fn live(&self) -> &LiveView {
-        &self.live
-    }
-}
-
 impl Store {
     /// An empty store that keeps `retention` of history, within
     /// [`DEFAULT_MAX_BYTES`].
@@ -278,12 +231,12 @@ impl Store {
     /// The slices as they are now, for a query to read without the lock.
     /// Costs one reference count per slice.
     pub fn snapshot(&self) -> Snapshot {
-        Snapshot {
-            slices: self.slices.iter().map(|h| h.slice.clone()).collect(),
-            steps: self.slices.iter().map(|h| (h.step_s, h.folded)).collect(),
-            retention: self.retention,
-            live: self.live.clone(),
-        }
+        let held = self.slices.iter().map(|h| snapshot::Entry {
+            body: h.slice.clone(),
+            step_s: h.step_s,
+            folded: h.folded,
+        });
+        Snapshot::new(held.collect(), self.retention, self.live.clone())
     }
 
     /// Replaces the live view with the newest drain's; past `max_bytes`

@@ -4,11 +4,10 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::Slice;
-
-/// The slices whose end lies in `(from, until]`. Slices are whole drain
-/// intervals (about a second): a window takes every slice that ended in it
-/// and none other, so windows that tile time never count a slice twice.
+/// A span of time `from..until` a query reads. A slice (a drain interval,
+/// or a merged block) inside it counts whole, one its edge falls inside
+/// pro rata: windows that tile time never count anything twice, and an
+/// answer holds exactly the time asked for (where recorded).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Window {
     pub from: SystemTime,
@@ -19,6 +18,15 @@ pub struct Window {
     /// Slices that started before this are left out too (see
     /// [`Window::since`]).
     pub not_before: Option<SystemTime>,
+}
+
+/// How much of a slice a window covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Overlap {
+    None,
+    /// Part of it: cut to the window (see [`super::prorate`]).
+    Part,
+    Whole,
 }
 
 impl Window {
@@ -55,11 +63,23 @@ impl Window {
         }
     }
 
-    /// Whether `slice` belongs to the window.
-    pub fn holds(&self, slice: &Slice) -> bool {
-        slice.end > self.from
-            && slice.end <= self.until
-            && self.not_before.is_none_or(|t| slice.start >= t)
+    /// How much of a slice spanning `start..end` the window covers: an
+    /// answer holds exactly its window, so a slice its edge falls inside
+    /// counts pro rata (see [`super::prorate`]). A slice that started
+    /// before [`Window::not_before`] is left out whole.
+    pub fn overlap(&self, start: SystemTime, end: SystemTime) -> Overlap {
+        if self.not_before.is_some_and(|t| start < t) || end <= self.from || start >= self.until {
+            // An instant slice exactly at `until` is the window's.
+            if start == end && end == self.until {
+                return Overlap::Whole;
+            }
+            return Overlap::None;
+        }
+        if start >= self.from && end <= self.until {
+            Overlap::Whole
+        } else {
+            Overlap::Part
+        }
     }
 
     /// The window's length.
@@ -95,6 +115,11 @@ pub fn rfc3339(t: SystemTime) -> String {
     }
 }
 
+/// `t` in RFC 3339, UTC, to the nanosecond: what an answer covers exactly.
+pub fn rfc3339_nanos(t: SystemTime) -> String {
+    humantime::format_rfc3339_nanos(t).to_string()
+}
+
 /// Unix seconds (digits, optional fraction) of `t`, as nanoseconds.
 pub fn unix_nanos(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH)
@@ -110,10 +135,16 @@ mod tests {
     }
 
     #[test]
-    fn windows_take_slices_that_ended_in_them() {
+    fn windows_take_slices_inside_whole_and_at_their_edges_in_part() {
         let w = Window::between(at(100), at(110));
-        let ends = |end: u64| w.holds(&Slice::empty(at(end - 1), at(end)));
-        assert!(!ends(100) && ends(101) && ends(110) && !ends(111));
+        let of = |start: u64, end: u64| w.overlap(at(start), at(end));
+        assert_eq!(of(99, 100), Overlap::None);
+        assert_eq!(of(100, 101), Overlap::Whole);
+        assert_eq!(of(109, 110), Overlap::Whole);
+        assert_eq!(of(110, 111), Overlap::None);
+        assert_eq!(of(95, 105), Overlap::Part);
+        assert_eq!(of(105, 115), Overlap::Part);
+        assert_eq!(of(90, 120), Overlap::Part);
         assert_eq!(w.seconds(), 10);
         assert_eq!(Window::last(30, at(1000)), {
             let mut l = Window::between(at(970), at(1000));
@@ -130,14 +161,14 @@ mod tests {
     #[test]
     fn since_leaves_out_slices_that_started_earlier() {
         let w = Window::last(60, at(1000)).since(at(990));
-        let holds = |start: u64, end: u64| w.holds(&Slice::empty(at(start), at(end)));
+        let holds = |start: u64, end: u64| w.overlap(at(start), at(end)) != Overlap::None;
         assert!(!holds(989, 991), "started before, ended after");
         assert!(!holds(980, 985));
         assert!(holds(990, 991) && holds(995, 1000));
         assert_eq!(w.seconds(), 10);
         // Later than the window: nothing.
         let after = Window::last(60, at(1000)).since(at(2000));
-        assert!(!after.holds(&Slice::empty(at(999), at(1000))));
+        assert_eq!(after.overlap(at(999), at(1000)), Overlap::None);
         assert_eq!(after.seconds(), 0);
     }
 }

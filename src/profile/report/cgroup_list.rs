@@ -37,12 +37,12 @@ pub struct CgroupRow {
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct CgroupList {
     pub seconds: u64,
-    /// Seconds of the window the daemon has records of.
-    pub recorded_seconds: u64,
-    /// The resolution of each part of the window, oldest first: recent
-    /// slices per drain, older ones merged in time, stack rows folded into
-    /// pools past some age (see [`crate::profile::store::Store`]).
-    pub resolution: Vec<crate::profile::store::ResolutionPart>,
+    /// Seconds of the window the daemon has records of
+    /// (`recorded_seconds`: less than `seconds` when the window reaches
+    /// before them), their resolution, oldest first (`resolution`), and
+    /// the exact span held (`covered`).
+    #[serde(flatten)]
+    pub recorded: crate::profile::store::Recorded,
     pub cgroups: Vec<CgroupRow>,
 }
 
@@ -76,8 +76,7 @@ pub fn list(store: &Snapshot, window: Window) -> CgroupList {
     });
     CgroupList {
         seconds: window.seconds(),
-        recorded_seconds: window.seconds(),
-        resolution: Vec::new(),
+        recorded: Default::default(),
         cgroups,
     }
 }

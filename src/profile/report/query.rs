@@ -67,13 +67,15 @@ fn note_process(out: &mut Folded, names: &Names, pid: u32) {
 /// has much wall time but wants no CPU.
 pub fn busiest(store: &Snapshot, window: Window, n: usize) -> Vec<u32> {
     let mut time: HashMap<u32, (u64, u64)> = HashMap::new();
-    for t in store.within(window).flat_map(|s| &s.thread_totals) {
-        let e = time.entry(t.pid).or_default();
-        e.0 += [State::Cpu, State::Runqueue, State::Throttled]
-            .iter()
-            .map(|s| t.counters.ns_in(*s))
-            .sum::<u64>();
-        e.1 += t.counters.wall();
+    for slice in store.within(window) {
+        for t in &slice.thread_totals {
+            let e = time.entry(t.pid).or_default();
+            e.0 += [State::Cpu, State::Runqueue, State::Throttled]
+                .iter()
+                .map(|s| t.counters.ns_in(*s))
+                .sum::<u64>();
+            e.1 += t.counters.wall();
+        }
     }
     let mut ranked: Vec<(u32, (u64, u64))> = time.into_iter().collect();
     ranked.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));

@@ -66,7 +66,7 @@ pub struct Names {
 
 impl Names {
     /// The names in `slices`, the newest winning.
-    pub fn of<'a>(slices: impl Iterator<Item = &'a Slice>) -> Names {
+    pub fn of(slices: impl Iterator<Item = impl std::ops::Deref<Target = Slice>>) -> Names {
         let mut names = Names::default();
         for slice in slices {
             names
@@ -173,10 +173,10 @@ pub fn select(store: &Snapshot, filter: &Filter, per_thread: bool) -> (Vec<Row>,
     // scaled by another process's totals.
     let mut explained: HashMap<(u32, State, usize), u64> = HashMap::new();
     let mut totals: HashMap<(u32, State, usize), Total> = HashMap::new();
-    let mut rows: FxHashMap<RowKey, (&Stack, u64, u64, Name)> = FxHashMap::default();
+    let mut rows: FxHashMap<RowKey, (Stack, u64, u64, Name)> = FxHashMap::default();
     let mut process_names = ProcessNames::default();
     for slice in store.within(filter.window) {
-        process_names.enter(slice);
+        process_names.enter(&slice);
         for s in &slice.samples {
             if !filter.matches(s.pid, s.tid) || !filter.kind.includes(s.state) {
                 continue;
@@ -189,12 +189,12 @@ pub fn select(store: &Snapshot, filter: &Filter, per_thread: bool) -> (Vec<Row>,
             let stack = Arc::as_ptr(&s.stack) as *const Frame as usize;
             let row = rows
                 .entry((s.pid, tid, s.state, stack, name_id))
-                .or_insert_with(|| (&s.stack, 0, 0, name.cloned()));
+                .or_insert_with(|| (s.stack.clone(), 0, 0, name.cloned()));
             row.1 += s.ns;
             row.2 += s.count;
         }
         if filter.kind == Kind::Wakeup {
-            wakeups(slice, filter, keep_tid, &mut out);
+            wakeups(&slice, filter, keep_tid, &mut out);
         }
         if wall {
             // In a slice whose rows were folded into pools, a thread's
@@ -207,7 +207,7 @@ pub fn select(store: &Snapshot, filter: &Filter, per_thread: bool) -> (Vec<Row>,
             {
                 let (name_id, name) = process_names.of(t.pid);
                 let tid = match folded {
-                    true => merge::pool_of(slice, t.pid, t.tid),
+                    true => merge::pool_of(&slice, t.pid, t.tid),
                     false => t.tid,
                 };
                 for state in State::ALL {
@@ -243,7 +243,7 @@ pub fn select(store: &Snapshot, filter: &Filter, per_thread: bool) -> (Vec<Row>,
             tid,
             state: Some(state),
             interrupt: None,
-            stack: stack.clone(),
+            stack,
             leaf: None,
             ns,
             count,

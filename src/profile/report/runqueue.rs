@@ -93,12 +93,14 @@ pub struct Throttled {
 pub struct RunqueueReport {
     pub owner: Owner,
     pub seconds: u64,
-    /// Seconds of the window the daemon has records of.
-    pub recorded_seconds: u64,
-    /// The resolution of each part of the window, oldest first: recent
-    /// slices per drain, older ones merged in time, stack rows folded into
-    /// pools past some age (see [`crate::profile::store::Store`]).
-    pub resolution: Vec<crate::profile::store::ResolutionPart>,
+    /// The window in words: `last 30 s`, or its range.
+    pub window: String,
+    /// Seconds of the window the daemon has records of
+    /// (`recorded_seconds`: less than `seconds` when the window reaches
+    /// before them), their resolution, oldest first (`resolution`), and
+    /// the exact span held (`covered`).
+    #[serde(flatten)]
+    pub recorded: crate::profile::store::Recorded,
     /// Number of runqueue waits (wakeup or preemption to running).
     pub count: u64,
     /// Their total time.
@@ -179,12 +181,7 @@ pub fn host_report(store: &Snapshot, window: Window) -> Option<RunqueueReport> {
     let throttled = hist::merged_where(store, window, |o| {
         matches!(o, HistOwner::ProcessThrottled(_))
     });
-    from_merged(
-        &waits,
-        &throttled,
-        Owner::Host { host: true },
-        window.seconds(),
-    )
+    from_merged(&waits, &throttled, Owner::Host { host: true }, window)
 }
 
 /// The report of the processes `pids` (a cgroup v1 directory's) within
@@ -206,7 +203,7 @@ pub fn processes_report(
         window,
         |o| matches!(o, HistOwner::ProcessThrottled(p) if pids.contains(p)),
     );
-    from_merged(&waits, &throttled, owner, window.seconds())
+    from_merged(&waits, &throttled, owner, window)
 }
 
 /// The report of `owner` (a [`HistOwner::Process`] or
@@ -215,7 +212,7 @@ pub fn processes_report(
 pub fn report(store: &Snapshot, owner: HistOwner, window: Window) -> Option<RunqueueReport> {
     let waits = hist::merged(store, owner, window);
     let throttled = hist::merged(store, throttled_owner(owner), window);
-    from_merged(&waits, &throttled, Owner::resolve(owner), window.seconds())
+    from_merged(&waits, &throttled, Owner::resolve(owner), window)
 }
 
 /// The report on merged histograms; `None` if both are empty.
@@ -223,21 +220,24 @@ pub fn from_merged(
     waits: &Merged,
     throttled: &Merged,
     owner: Owner,
-    seconds: u64,
+    window: Window,
 ) -> Option<RunqueueReport> {
     if waits.is_empty() && throttled.is_empty() {
         return None;
     }
-    Some(summary(waits, throttled, owner, seconds))
+    Some(summary(waits, throttled, owner, window))
 }
 
-fn summary(waits: &Merged, throttled: &Merged, owner: Owner, seconds: u64) -> RunqueueReport {
+fn summary(waits: &Merged, throttled: &Merged, owner: Owner, window: Window) -> RunqueueReport {
     let q = |q| hist::quantile_rounded(&waits.slots, q);
     RunqueueReport {
         owner,
-        seconds,
-        recorded_seconds: seconds,
-        resolution: Vec::new(),
+        seconds: window.seconds(),
+        window: window.describe(),
+        recorded: crate::profile::store::Recorded {
+            seconds: window.seconds(),
+            ..Default::default()
+        },
         count: waits.count(),
         total_us: ns_to_us(waits.ns),
         p50_us: q(0.5),
@@ -258,11 +258,11 @@ fn summary(waits: &Merged, throttled: &Merged, owner: Owner, seconds: u64) -> Ru
 
 /// The report of `owner` when it neither waited nor was throttled in the
 /// window: every figure 0, and `note` saying so.
-pub fn empty(owner: Owner, seconds: u64, note: String) -> RunqueueReport {
+pub fn empty(owner: Owner, window: Window, note: String) -> RunqueueReport {
     let none = Merged::default();
     RunqueueReport {
         note: Some(note),
-        ..summary(&none, &none, owner, seconds)
+        ..summary(&none, &none, owner, window)
     }
 }
 
@@ -274,16 +274,16 @@ pub fn render_text(r: &RunqueueReport) -> String {
     if r.count == 0 {
         let _ = writeln!(
             out,
-            "runqueue latency of {who}, last {} s{}: no waits",
-            r.seconds,
-            recorded_note(r.seconds, r.recorded_seconds)
+            "runqueue latency of {who}, {}{}: no waits",
+            r.window,
+            recorded_note(r.seconds, r.recorded.seconds)
         );
     } else {
         let _ = writeln!(
             out,
-            "runqueue latency of {who}, last {} s{}: {} waits, p50 {:.1} us, p90 {:.1} us, p99 {:.1} us\n",
-            r.seconds,
-            recorded_note(r.seconds, r.recorded_seconds),
+            "runqueue latency of {who}, {}{}: {} waits, p50 {:.1} us, p90 {:.1} us, p99 {:.1} us\n",
+            r.window,
+            recorded_note(r.seconds, r.recorded.seconds),
             r.count,
             r.p50_us,
             r.p90_us,
@@ -294,8 +294,8 @@ pub fn render_text(r: &RunqueueReport) -> String {
     let t = &r.throttled;
     let _ = write!(
         out,
-        "\nthrottled (CPU quota spent) of {who}, last {} s: ",
-        r.seconds
+        "\nthrottled (CPU quota spent) of {who}, {}: ",
+        r.window
     );
     if t.count == 0 {
         let _ = writeln!(out, "none");
@@ -531,7 +531,16 @@ mod tests {
             slots: slots(),
             ns: 0,
         };
-        let r = from_merged(&waits, &Merged::default(), Owner::Pid { pid: 7 }, 30).unwrap();
+        let r = from_merged(
+            &waits,
+            &Merged::default(),
+            Owner::Pid { pid: 7 },
+            Window::last(
+                30,
+                SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(100),
+            ),
+        )
+        .unwrap();
         let text = render_text(&r);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(

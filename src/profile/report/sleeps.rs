@@ -83,7 +83,7 @@ pub fn by_thread(
                 hidden.entry(w.peer_tid).or_default().note(w.pid);
                 OTHER_USERS.to_string()
             } else {
-                waker_name(slice, w, pid)
+                waker_name(&slice, w, pid)
             };
             *wakers.entry(w.peer_tid).or_default().entry(by).or_default() += w.ns;
         }

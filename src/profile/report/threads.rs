@@ -63,13 +63,12 @@ pub struct ThreadReport {
     pub pid: u32,
     pub comm: String,
     pub seconds: u64,
-    /// Seconds of the window the daemon has records of (less than
-    /// `seconds` when the window reaches before its start).
-    pub recorded_seconds: u64,
-    /// The resolution of each part of the window, oldest first: recent
-    /// slices per drain, older ones merged in time, stack rows folded into
-    /// pools past some age (see [`crate::profile::store::Store`]).
-    pub resolution: Vec<crate::profile::store::ResolutionPart>,
+    /// Seconds of the window the daemon has records of
+    /// (`recorded_seconds`: less than `seconds` when the window reaches
+    /// before them), their resolution, oldest first (`resolution`), and
+    /// the exact span held (`covered`).
+    #[serde(flatten)]
+    pub recorded: crate::profile::store::Recorded,
     pub process: Breakdown,
     pub pools: Vec<PoolRow>,
     pub threads: Vec<ThreadRow>,
@@ -168,8 +167,7 @@ pub fn report(store: &Snapshot, pid: u32, window: Window) -> Option<ThreadReport
         pid,
         comm: comm.unwrap_or_default(),
         seconds: window.seconds(),
-        recorded_seconds: window.seconds(),
-        resolution: Vec::new(),
+        recorded: Default::default(),
         process: process.breakdown(),
         pools,
         threads,
@@ -209,8 +207,7 @@ pub fn empty_report(pid: u32, now: LiveProcess, window: Window, note: String) ->
         pid,
         comm: now.comm,
         seconds: window.seconds(),
-        recorded_seconds: window.seconds(),
-        resolution: Vec::new(),
+        recorded: Default::default(),
         process: Breakdown::default(),
         pools: Vec::new(),
         threads,
@@ -230,7 +227,7 @@ pub fn render_text(r: &ThreadReport) -> String {
         r.pid,
         r.comm,
         r.seconds,
-        recorded_note(r.seconds, r.recorded_seconds)
+        recorded_note(r.seconds, r.recorded.seconds)
     );
     if let Some(note) = &r.note {
         let _ = writeln!(out, "note: {note}");

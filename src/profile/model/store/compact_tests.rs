@@ -185,7 +185,8 @@ fn a_small_budget_keeps_the_whole_retention_with_exact_totals() {
     // minute, no slice spanning more than its step; what answers say.
     let now = store.all().last().unwrap().end;
     let snap = store.snapshot();
-    for (s, (step, folded)) in snap.slices.iter().zip(&snap.steps) {
+    for e in &snap.entries {
+        let (s, step, folded) = (e.body.clone(), &e.step_s, &e.folded);
         let age = now.duration_since(s.end).unwrap().as_secs();
         let span = s.end.duration_since(s.start).unwrap().as_secs();
         assert!(span <= u64::from(*step), "{span} s in a {step} s slice");
@@ -234,7 +235,8 @@ fn without_pressure_the_age_rule_holds() {
     assert_eq!(stats.folded_slices, 0);
     let snap = store.snapshot();
     let now = at(start + 799);
-    for (s, (step, _)) in snap.slices.iter().zip(&snap.steps) {
+    for e in &snap.entries {
+        let (s, step) = (e.body.clone(), &e.step_s);
         let age = now.duration_since(s.end).unwrap().as_secs();
         // A bucket merges once its newest slice is due: up to one step
         // of the coarser tier late.

@@ -5,16 +5,73 @@
 
 use std::time::SystemTime;
 
-use super::{Slice, Snapshot, Window};
+use serde::Serialize;
+
+use super::{
+    super::window::{rfc3339_nanos, unix_nanos, Overlap},
+    Snapshot, Window,
+};
 
 /// Seconds of a window the store holds, and at what resolution.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Recorded {
     /// Whole seconds of the window within what the store holds (see
     /// [`Snapshot::recorded_seconds`]).
+    #[serde(rename = "recorded_seconds")]
     pub seconds: u64,
     /// Runs of equal resolution, oldest first.
     pub resolution: Vec<Part>,
+    /// Exactly what the answer holds, `None` when nothing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub covered: Option<Covered>,
+}
+
+/// The exact span an answer holds, and the slices its edges cut.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Covered {
+    /// RFC 3339 to the nanosecond.
+    pub from: String,
+    pub until: String,
+    pub from_unix_ns: u64,
+    pub until_unix_ns: u64,
+    /// Slices (drain intervals or merged blocks) an edge of the window
+    /// falls inside: their figures count pro rata.
+    pub prorated: Vec<Cut>,
+}
+
+/// A slice cut by an edge of the window.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Cut {
+    /// `start` or `end` of the window (`both` when it holds the window).
+    pub edge: &'static str,
+    /// Milliseconds the slice spans, and of them within the window.
+    pub slice_ms: u64,
+    pub kept_ms: u64,
+}
+
+impl Covered {
+    /// The `x-wallscope-covered` line: `FROM/UNTIL` (RFC 3339, ns).
+    pub fn line(&self) -> String {
+        format!("{}/{}", self.from, self.until)
+    }
+
+    /// The `x-wallscope-prorated` line, `None` when no slice was cut:
+    /// `start 2.500 s of a 10.000 s slice, end 0.300 s of a 1.002 s slice`.
+    pub fn prorated_line(&self) -> Option<String> {
+        let cuts: Vec<String> = self
+            .prorated
+            .iter()
+            .map(|c| {
+                format!(
+                    "{} {:.3} s of a {:.3} s slice",
+                    c.edge,
+                    c.kept_ms as f64 / 1e3,
+                    c.slice_ms as f64 / 1e3
+                )
+            })
+            .collect();
+        (!cuts.is_empty()).then(|| cuts.join(", "))
+    }
 }
 
 impl Recorded {
@@ -28,17 +85,54 @@ impl Snapshot {
     /// The resolution of each part of `window` the store holds, oldest
     /// first, in seconds before `now`.
     pub fn resolution(&self, window: Window, now: SystemTime) -> Vec<Part> {
-        let held = self.slices.iter().zip(&self.steps);
-        let within = held.filter(|(s, _)| window.holds(s));
-        parts(within.map(|(s, (step, f))| (&**s, *step, *f)), now)
+        let within = self.entries.iter().filter_map(|e| {
+            let overlap = window.overlap(e.start(), e.end());
+            let start = e.start().max(window.from);
+            let end = e.end().min(window.until).max(start);
+            (overlap != Overlap::None).then_some((start, end, e.step_s, e.folded))
+        });
+        parts(within, now)
     }
 
-    /// Seconds of `window` held and their resolution.
+    /// Seconds of `window` held, their resolution and exact span.
     pub fn recorded(&self, window: Window, now: SystemTime) -> Recorded {
         Recorded {
-            seconds: self.recorded_seconds(window, now),
+            seconds: self.recorded_seconds(window),
             resolution: self.resolution(window, now),
+            covered: self.covered_exactly(window),
         }
+    }
+
+    /// [`Snapshot::covered`] with the slices the window's edges cut.
+    fn covered_exactly(&self, window: Window) -> Option<Covered> {
+        let (from, until) = self.covered(window)?;
+        let ms =
+            |a: SystemTime, b: SystemTime| b.duration_since(a).map_or(0, |d| d.as_millis() as u64);
+        let prorated = self
+            .entries
+            .iter()
+            .filter(|e| window.overlap(e.start(), e.end()) == Overlap::Part)
+            .map(|e| {
+                let (start, end) = (e.start().max(window.from), e.end().min(window.until));
+                let edge = match (e.start() < window.from, e.end() > window.until) {
+                    (true, true) => "both",
+                    (true, false) => "start",
+                    _ => "end",
+                };
+                Cut {
+                    edge,
+                    slice_ms: ms(e.start(), e.end()),
+                    kept_ms: ms(start, end.max(start)),
+                }
+            })
+            .collect();
+        Some(Covered {
+            from: rfc3339_nanos(from),
+            until: rfc3339_nanos(until),
+            from_unix_ns: unix_nanos(from),
+            until_unix_ns: unix_nanos(until),
+            prorated,
+        })
     }
 }
 
@@ -55,10 +149,10 @@ pub struct Part {
     pub rows: &'static str,
 }
 
-/// Runs of equal resolution over `(slice, step, folded)` oldest first,
-/// relative to `now`.
-pub fn parts<'a>(
-    slices: impl Iterator<Item = (&'a Slice, u32, bool)>,
+/// Runs of equal resolution over `(start, end, step, folded)` oldest
+/// first, relative to `now`.
+pub fn parts(
+    slices: impl Iterator<Item = (SystemTime, SystemTime, u32, bool)>,
     now: SystemTime,
 ) -> Vec<Part> {
     let ago = |t: SystemTime| {
@@ -66,13 +160,13 @@ pub fn parts<'a>(
             .map_or(0, |d| d.as_secs_f64().round() as u64)
     };
     let mut out: Vec<Part> = Vec::new();
-    for (s, step, folded) in slices {
+    for (start, end, step, folded) in slices {
         let rows = if folded { "pool" } else { "thread" };
         match out.last_mut() {
-            Some(p) if p.step_s == step && p.rows == rows => p.to_s_ago = ago(s.end),
+            Some(p) if p.step_s == step && p.rows == rows => p.to_s_ago = ago(end),
             _ => out.push(Part {
-                from_s_ago: ago(s.start),
-                to_s_ago: ago(s.end),
+                from_s_ago: ago(start),
+                to_s_ago: ago(end),
                 step_s: step,
                 rows,
             }),

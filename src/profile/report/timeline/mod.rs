@@ -55,11 +55,12 @@ pub struct Timeline {
     pub comm: String,
     pub group: &'static str,
     pub seconds: u64,
-    pub recorded_seconds: u64,
-    /// The resolution of each part of the window, oldest first: recent
-    /// slices per drain, older ones merged in time, stack rows folded into
-    /// pools past some age (see [`crate::profile::store::Store`]).
-    pub resolution: Vec<crate::profile::store::ResolutionPart>,
+    /// Seconds of the window the daemon has records of
+    /// (`recorded_seconds`: less than `seconds` when the window reaches
+    /// before them), their resolution, oldest first (`resolution`), and
+    /// the exact span held (`covered`).
+    #[serde(flatten)]
+    pub recorded: crate::profile::store::Recorded,
     /// State names, in the order of each cell's figures.
     pub states: Vec<&'static str>,
     pub columns: Vec<Column>,
@@ -138,7 +139,8 @@ pub fn timeline(
     group: Grouping,
     limit: usize,
 ) -> Option<Timeline> {
-    let slices: Vec<_> = store.within(window).collect();
+    let held: Vec<_> = store.within(window).collect();
+    let slices: Vec<&Slice> = held.iter().map(|s| &**s).collect();
     let (column_of, columns) = columns(&slices, window);
     let mut names: HashMap<u32, String> = HashMap::new();
     let mut comm = None;
@@ -190,8 +192,7 @@ pub fn timeline(
     let left: Vec<Row> = rows.split_off(rows.len().min(limit));
     Some(Timeline {
         comm: comm.unwrap_or_default(),
-        recorded_seconds: window.seconds(),
-        resolution: Vec::new(),
+        recorded: Default::default(),
         columns,
         rows,
         rows_left_out: left.len(),
@@ -208,8 +209,7 @@ impl Timeline {
             comm: String::new(),
             group: group.name(),
             seconds: window.seconds(),
-            recorded_seconds: 0,
-            resolution: Vec::new(),
+            recorded: Default::default(),
             states: State::ALL.iter().map(|s| s.name()).collect(),
             columns: Vec::new(),
             rows: Vec::new(),

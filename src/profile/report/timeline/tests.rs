@@ -139,8 +139,10 @@ fn long_windows_merge_slices_into_at_most_max_columns() {
 }
 
 #[test]
-fn a_columns_bounds_given_back_select_exactly_its_slices() {
-    // Drains end between milliseconds.
+fn a_columns_bounds_given_back_hold_exactly_its_time() {
+    // Drains end between milliseconds: a column's bounds (whole
+    // milliseconds) cut its slices by a fraction of a millisecond, and the
+    // answer for them holds exactly their span.
     let end = SystemTime::UNIX_EPOCH + Duration::from_secs(1000) + Duration::from_micros(400);
     let store = store(4, end);
     let snapshot = store.snapshot();
@@ -156,8 +158,20 @@ fn a_columns_bounds_given_back_select_exactly_its_slices() {
     let ms = |m: u64| SystemTime::UNIX_EPOCH + Duration::from_millis(m);
     for c in &t.columns {
         let window = Window::between(ms(c.start_ms), ms(c.end_ms));
-        let held: Vec<&Slice> = snapshot.within(window).collect();
-        assert_eq!(held.len(), 1, "{c:?}");
-        assert_eq!(unix_ms(held[0].end), c.end_ms, "{c:?}");
+        let held: Vec<_> = snapshot.within(window).collect();
+        let spans: Duration = held
+            .iter()
+            .map(|s| s.end.duration_since(s.start).unwrap())
+            .sum();
+        let (from, until) = snapshot.covered(window).unwrap();
+        assert_eq!(spans, until.duration_since(from).unwrap(), "{c:?}");
+        assert!(
+            from == window.from && spans > Duration::from_millis(999),
+            "{c:?}"
+        );
+        let main = held
+            .iter()
+            .max_by_key(|s| s.end.duration_since(s.start).unwrap());
+        assert_eq!(unix_ms(main.unwrap().end), c.end_ms, "{c:?}");
     }
 }
