@@ -21,7 +21,7 @@ use super::{
 use crate::{bpf::abi::Hist, process::container::Container};
 
 /// Two reference counts ahead of every `Arc` allocation.
-const ARC_HEADER: usize = 2 * size_of::<usize>();
+pub const ARC_HEADER: usize = 2 * size_of::<usize>();
 
 /// A hash table of `capacity` entries of `T` (hashbrown: one control byte
 /// per bucket, ~8/7 buckets per entry).

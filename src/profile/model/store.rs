@@ -61,18 +61,25 @@ mod compact;
 pub mod kept_off_totals;
 pub mod merge;
 mod resolution;
+mod sealed;
 mod share;
 mod snapshot;
+
+use sealed::Block;
 
 pub use resolution::{describe as describe_resolution, Part as ResolutionPart, Recorded};
 pub use snapshot::Snapshot;
 
-/// One slice with its estimated size, fixed when it was pushed (or its
-/// rows of a process shed), and what of it each process's rows cost.
+/// One sealed slice with its size, fixed when it was sealed (or its rows
+/// of a process folded or shed), and what of it each process's rows cost.
 struct Held {
-    slice: Arc<Slice>,
+    block: Arc<Block>,
     bytes: usize,
+    /// What each process's rows cost (its share of the compressed block)
+    /// and the stacks and names they brought into the store.
     by_pid: FxHashMap<u32, usize>,
+    /// Of `by_pid`, the stacks and names brought (kept through merges).
+    brought: FxHashMap<u32, usize>,
     /// Seconds the slice spans at most (1, 10 or 60: see [`compact`]).
     step_s: u32,
     /// Whether its stack rows were folded into per-pool rows.
@@ -232,7 +239,7 @@ impl Store {
     /// Costs one reference count per slice.
     pub fn snapshot(&self) -> Snapshot {
         let held = self.slices.iter().map(|h| snapshot::Entry {
-            body: h.slice.clone(),
+            body: h.block.clone(),
             step_s: h.step_s,
             folded: h.folded,
         });
@@ -279,27 +286,10 @@ impl Store {
         self.add_process_totals(&slice);
         self.kept_off.add(&slice);
         let horizon = slice.end.checked_sub(self.retention);
-        let bytes = size::slice_bytes(&slice);
-        self.slice_bytes += bytes;
-        for (pid, name) in NameBytes::slice_names(&slice) {
-            *brought.entry(pid).or_default() += self.names.add(name);
-        }
-        let mut by_pid = size::bytes_by_pid(&slice);
-        for (pid, b) in brought {
-            *by_pid.entry(pid).or_default() += b;
-        }
-        for (pid, b) in &by_pid {
-            *self.pid_bytes.entry(*pid).or_default() += b;
-        }
-        self.slices.push_back(Held {
-            slice: Arc::new(slice),
-            bytes,
-            by_pid,
-            step_s: 1,
-            folded: false,
-        });
+        let held = Held::seal(&slice, brought, 1, false);
+        self.hold(held, self.slices.len());
         while let (Some(oldest), Some(horizon)) = (self.slices.front(), horizon) {
-            if oldest.slice.end >= horizon {
+            if oldest.block.end >= horizon {
                 break;
             }
             self.pop_oldest();
@@ -354,18 +344,52 @@ impl Store {
             return 0;
         };
         self.evicted_slices += 1;
-        self.evicted_rows += (held.slice.samples.len() + held.slice.wakeups.len()) as u64;
+        self.evicted_rows += held.block.rows as u64;
         held.bytes
     }
 
     fn pop_oldest(&mut self) -> Option<Held> {
         let held = self.slices.pop_front()?;
+        self.forget(&held);
+        Some(held)
+    }
+
+    /// Inserts `held` at `i`, counting what it costs.
+    fn hold(&mut self, held: Held, i: usize) {
+        self.slice_bytes += held.bytes;
+        for (pid, b) in &held.by_pid {
+            *self.pid_bytes.entry(*pid).or_default() += b;
+        }
+        self.slices.insert(i, held);
+    }
+
+    /// Stops counting what `held` (taken out) cost.
+    fn forget(&mut self, held: &Held) {
         self.slice_bytes -= held.bytes;
-        NameBytes::slice_names(&held.slice).for_each(|(_, f)| self.names.remove(f));
         for (pid, b) in &held.by_pid {
             share::take(&mut self.pid_bytes, *pid, *b);
         }
-        Some(held)
+    }
+
+    /// Slice `i` decoded. A block the store sealed itself decodes; were it
+    /// ever not to, its span is kept empty (logged) rather than the
+    /// daemon stopped.
+    fn open(&self, i: usize) -> Slice {
+        open_block(&self.slices[i].block)
+    }
+
+    /// Replaces slice `i` with `slice` (its rows folded or shed), sealed
+    /// anew: what each process brought stays (less `dropped`'s).
+    fn replace(&mut self, i: usize, slice: &Slice, folded: bool, dropped: Option<u32>) {
+        let Some(old) = self.slices.remove(i) else {
+            return;
+        };
+        self.forget(&old);
+        let mut brought = old.brought;
+        if let Some(pid) = dropped {
+            brought.remove(&pid);
+        }
+        self.hold(Held::seal(slice, brought, old.step_s, folded), i);
     }
 
     /// Forgets the stacks no slice holds any more. A stack that a query's
@@ -413,9 +437,9 @@ impl Store {
         }
     }
 
-    /// Every slice kept.
-    pub fn all(&self) -> impl Iterator<Item = &Slice> {
-        self.slices.iter().map(|h| &*h.slice)
+    /// Every slice kept, decoded.
+    pub fn all(&self) -> impl Iterator<Item = Slice> + '_ {
+        self.slices.iter().map(|h| open_block(&h.block))
     }
 
     /// BPF loss counters summed since start.
@@ -432,9 +456,9 @@ impl Store {
     pub fn stats(&self) -> StoreStats {
         let history = match (self.slices.front(), self.slices.back()) {
             (Some(first), Some(last)) => last
-                .slice
+                .block
                 .end
-                .duration_since(first.slice.start)
+                .duration_since(first.block.start)
                 .unwrap_or_default(),
             _ => Duration::ZERO,
         };
@@ -458,6 +482,37 @@ impl Store {
             folded_parts: self.folded_parts,
         }
     }
+}
+
+impl Held {
+    /// `slice` sealed; each process's share of the block by its rows'
+    /// share of the decoded slice, plus what it `brought`.
+    fn seal(slice: &Slice, brought: FxHashMap<u32, usize>, step_s: u32, folded: bool) -> Held {
+        let block = Block::seal(slice);
+        let bytes = size::ARC_HEADER + block.bytes();
+        let rows = size::bytes_by_pid(slice);
+        let raw = rows.values().sum::<usize>().max(1);
+        let mut by_pid = brought.clone();
+        for (pid, b) in rows {
+            *by_pid.entry(pid).or_default() += b * bytes / raw;
+        }
+        Held {
+            block: Arc::new(block),
+            bytes,
+            by_pid,
+            brought,
+            step_s,
+            folded,
+        }
+    }
+}
+
+/// `block` decoded (see [`Store::open`]).
+fn open_block(block: &Block) -> Slice {
+    block.open().unwrap_or_else(|e| {
+        tracing::error!("a block of the store did not decode ({e}): its span reads as empty");
+        Slice::empty(block.start, block.end)
+    })
 }
 
 fn process_entry<'a>(

@@ -5,9 +5,9 @@
 //!
 //! | age        | step |
 //! |------------|------|
-//! | < 60 s     | 1 s  |
-//! | 60-300 s   | 10 s |
-//! | >= 300 s   | 60 s |
+//! | < 120 s    | 1 s  |
+//! | 120-600 s  | 10 s |
+//! | >= 600 s   | 60 s |
 //!
 //! Slices merge two at a time, a couple of merges per push (the steady
 //! state needs about one a push). Under pressure (estimate past
@@ -22,9 +22,11 @@
 //! its size is at most the sum of its two parts', so that sum must fit
 //! beside what the store holds.
 
-use std::{ops::Range, sync::Arc, time::SystemTime};
+use std::{ops::Range, time::SystemTime};
 
-use super::{merge, share, size, Held, NameBytes, Store};
+use rustc_hash::FxHashMap;
+
+use super::{merge, Held, Store};
 use crate::profile::model::Slice;
 
 /// Merges by the age rule per push: a bucket of ten slices takes nine,
@@ -43,8 +45,8 @@ pub const KEEP_FINE_S: u64 = 10;
 /// the newest one.
 pub fn step_for(age_s: u64) -> u32 {
     match age_s {
-        0..60 => 1,
-        60..300 => 10,
+        0..120 => 1,
+        120..600 => 10,
         _ => 60,
     }
 }
@@ -66,8 +68,8 @@ fn bucket(end: SystemTime, step: u32) -> u64 {
 impl Store {
     /// Seconds from the end of slice `i` to the end of the newest.
     fn age(&self, i: usize) -> u64 {
-        let newest = self.slices.back().map_or(0, |h| secs(h.slice.end));
-        newest.saturating_sub(secs(self.slices[i].slice.end))
+        let newest = self.slices.back().map_or(0, |h| secs(h.block.end));
+        newest.saturating_sub(secs(self.slices[i].block.end))
     }
 
     /// The step slice `i` is due for: by the age rule; under `pressure`,
@@ -93,9 +95,9 @@ impl Store {
         while i + 1 < n {
             let step = self.due_step(i, pressure);
             let held = &self.slices[i];
-            let key = bucket(held.slice.end, step);
+            let key = bucket(held.block.end, step);
             let mut j = i + 1;
-            while j < n && bucket(self.slices[j].slice.end, step) == key {
+            while j < n && bucket(self.slices[j].block.end, step) == key {
                 j += 1;
             }
             let whole = j < n && self.due_step(j - 1, pressure) >= step;
@@ -163,48 +165,20 @@ impl Store {
             return false;
         }
         let fold = fold || parts.iter().any(|h| h.folded);
-        let slices: Vec<&Slice> = parts.iter().map(|h| &*h.slice).collect();
-        let merged = merge::merge(&slices, fold);
-        let bytes = size::slice_bytes(&merged);
-        // What each process's rows cost: the merged rows, and the stacks
-        // and names its rows brought into the store (kept from the parts).
-        let mut by_pid = size::bytes_by_pid(&merged);
-        for h in &parts {
-            let rows = size::bytes_by_pid(&h.slice);
-            for (pid, b) in &h.by_pid {
-                let brought = b.saturating_sub(rows.get(pid).copied().unwrap_or(0));
-                if brought > 0 {
-                    *by_pid.entry(*pid).or_default() += brought;
-                }
-            }
-        }
+        let slices: Vec<Slice> = range.clone().map(|i| self.open(i)).collect();
+        let merged = merge::merge(&slices.iter().collect::<Vec<_>>(), fold);
         drop(slices);
-        for (_, name) in NameBytes::slice_names(&merged) {
-            self.names.add(name);
-        }
-        for (pid, b) in &by_pid {
-            *self.pid_bytes.entry(*pid).or_default() += b;
+        // What each process brought into the store stays charged to it.
+        let mut brought: FxHashMap<u32, usize> = FxHashMap::default();
+        for h in self.slices.range(range.clone()) {
+            for (pid, b) in &h.brought {
+                *brought.entry(*pid).or_default() += b;
+            }
         }
         let old: Vec<Held> = self.slices.drain(range.clone()).collect();
-        for h in &old {
-            self.slice_bytes -= h.bytes;
-            NameBytes::slice_names(&h.slice).for_each(|(_, f)| self.names.remove(f));
-            for (pid, b) in &h.by_pid {
-                share::take(&mut self.pid_bytes, *pid, *b);
-            }
-        }
-        self.slice_bytes += bytes;
+        old.iter().for_each(|h| self.forget(h));
         self.compacted_slices += old.len() as u64;
-        self.slices.insert(
-            range.start,
-            Held {
-                slice: Arc::new(merged),
-                bytes,
-                by_pid,
-                step_s: step,
-                folded: fold,
-            },
-        );
+        self.hold(Held::seal(&merged, brought, step, fold), range.start);
         true
     }
 }

@@ -186,7 +186,7 @@ fn a_small_budget_keeps_the_whole_retention_with_exact_totals() {
     let now = store.all().last().unwrap().end;
     let snap = store.snapshot();
     for e in &snap.entries {
-        let (s, step, folded) = (e.body.clone(), &e.step_s, &e.folded);
+        let (s, step, folded) = (e.slice(), &e.step_s, &e.folded);
         let age = now.duration_since(s.end).unwrap().as_secs();
         let span = s.end.duration_since(s.start).unwrap().as_secs();
         assert!(span <= u64::from(*step), "{span} s in a {step} s slice");
@@ -236,7 +236,7 @@ fn without_pressure_the_age_rule_holds() {
     let snap = store.snapshot();
     let now = at(start + 799);
     for e in &snap.entries {
-        let (s, step) = (e.body.clone(), &e.step_s);
+        let (s, step) = (e.slice(), &e.step_s);
         let age = now.duration_since(s.end).unwrap().as_secs();
         // A bucket merges once its newest slice is due: up to one step
         // of the coarser tier late.

@@ -59,8 +59,8 @@ impl Store {
             if pid != 0 && held > total / 4 && self.pid_bytes.len() > 1 && counted.insert(pid) {
                 refusals::count_for(What::Share, Reason::Budget, pid);
             }
-            if let Some(j) = (i..self.slices.len()).find(|&j| foldable(&self.slices[j].slice, pid))
-            {
+            let has = |j: usize| self.slices[j].by_pid.contains_key(&pid);
+            if let Some(j) = (i..self.slices.len()).find(|&j| has(j) && foldable(&self.open(j), pid)) {
                 self.fold_part(j, pid);
             } else if i == 0 && self.slices[0].by_pid.len() == 1 && self.slices.len() > 1 {
                 // Nothing of anyone else's: the whole slice goes.
@@ -79,9 +79,8 @@ impl Store {
     /// totals summed per pool, under the pool's `<pool> (folded)` thread.
     /// Threads with no pool (no name) keep their own rows.
     fn fold_part(&mut self, i: usize, pid: u32) {
-        let held = &mut self.slices[i];
-        let slice = Arc::make_mut(&mut held.slice);
-        let before = size::bytes_by_pid(slice);
+        let mut decoded = self.open(i);
+        let slice = &mut decoded;
         let mut part = Slice::empty(slice.start, slice.end);
         part.samples = take_if(&mut slice.samples, |r| r.pid == pid);
         part.wakeups = take_if(&mut slice.wakeups, |w| w.pid == pid || w.peer_pid == pid);
@@ -143,67 +142,36 @@ impl Store {
             let was = slice.threads.get(tid).map(|t| t.name.clone());
             match (named.contains(tid), was) {
                 (true, None) => {
-                    self.names.add(&info.name);
                     slice.threads.insert(*tid, info.clone());
                 }
-                (false, Some(name)) => {
-                    self.names.remove(&name);
+                (false, Some(_)) => {
                     slice.threads.remove(tid);
                 }
                 _ => {}
             }
         }
-        slice.threads.shrink_to_fit();
         slice.samples.append(&mut folded.samples);
-        slice.samples.shrink_to_fit();
         slice.wakeups.append(&mut folded.wakeups);
-        slice.wakeups.shrink_to_fit();
         slice.thread_totals.extend(pools.into_values());
-        slice.thread_totals.shrink_to_fit();
         slice.sleeps.extend(fold_sleeps(sleeps, &pool_of));
-        slice.sleeps.shrink_to_fit();
-        let after = size::bytes_by_pid(slice);
-        let bytes = size::slice_bytes(slice);
-        self.slice_bytes = self.slice_bytes - held.bytes + bytes;
-        held.bytes = bytes;
-        held.folded = true;
-        // The wakers' rows folded with it cost them less too.
-        for (p, b) in before {
-            let freed = b.saturating_sub(after.get(&p).copied().unwrap_or(0));
-            if let Some(held) = held.by_pid.get_mut(&p) {
-                *held = held.saturating_sub(freed);
-            }
-            take(&mut self.pid_bytes, p, freed);
-        }
+        // Sealed anew: the wakers' rows folded with it cost them less too.
+        self.replace(i, &decoded, true, None);
         self.folded_parts += 1;
     }
 
     /// Drops `pid`'s rows, thread totals and thread names from slice `i`
     /// (a copy when a query's snapshot holds it).
     fn shed(&mut self, i: usize, pid: u32) {
-        let held = &mut self.slices[i];
-        let slice = Arc::make_mut(&mut held.slice);
+        let mut slice = self.open(i);
         let rows = slice.samples.len() + slice.wakeups.len();
         slice.samples.retain(|s| s.pid != pid);
-        slice.samples.shrink_to_fit();
         slice.wakeups.retain(|w| w.charged_to() != pid);
-        slice.wakeups.shrink_to_fit();
         slice.thread_totals.retain(|t| t.pid != pid);
-        slice.thread_totals.shrink_to_fit();
         slice.sleeps.retain(|s| s.pid != pid);
-        slice.sleeps.shrink_to_fit();
-        for t in slice.threads.values().filter(|t| t.pid == pid) {
-            self.names.remove(&t.name);
-        }
         slice.threads.retain(|_, t| t.pid != pid);
-        slice.threads.shrink_to_fit();
         self.shed_rows += (rows - slice.samples.len() - slice.wakeups.len()) as u64;
-        let bytes = size::slice_bytes(slice);
-        self.slice_bytes = self.slice_bytes - held.bytes + bytes;
-        held.bytes = bytes;
-        if let Some(b) = held.by_pid.remove(&pid) {
-            take(&mut self.pid_bytes, pid, b);
-        }
+        let folded = self.slices[i].folded;
+        self.replace(i, &slice, folded, Some(pid));
     }
 }
 

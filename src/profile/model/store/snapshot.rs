@@ -7,17 +7,21 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use super::super::{
-    live::LiveView,
-    prorate,
-    window::{Overlap, Window},
-    Slice,
+use super::{
+    super::{
+        live::LiveView,
+        prorate,
+        window::{Overlap, Window},
+        Slice,
+    },
+    open_block,
+    sealed::Block,
 };
 
 /// One held slice as a snapshot sees it.
 #[derive(Clone)]
 pub(super) struct Entry {
-    pub body: Arc<Slice>,
+    pub body: Arc<Block>,
     /// Seconds it spans at most (1, 10 or 60).
     pub step_s: u32,
     /// Whether its stack rows were folded into per-pool rows.
@@ -33,8 +37,9 @@ impl Entry {
         self.body.end
     }
 
-    fn slice(&self) -> Arc<Slice> {
-        self.body.clone()
+    /// The slice, decoded.
+    pub fn slice(&self) -> Arc<Slice> {
+        Arc::new(open_block(&self.body))
     }
 }
 

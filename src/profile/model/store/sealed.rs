@@ -1,0 +1,78 @@
+//! A slice as the store keeps it: columnar rows compressed into a block
+//! (see [`crate::profile::model::block`]), its stacks as indices into the
+//! block's own list of the store's interned stacks. A block costs what
+//! its rows compress to, not what they take decoded, and is decoded only
+//! when a query reads it (or compaction merges it).
+
+use std::{mem::size_of, time::SystemTime};
+
+use rustc_hash::FxHashMap;
+
+use super::super::{
+    block::{self, CodecError, StackIds, StackSource},
+    Slice, Stack,
+};
+
+/// One sealed slice.
+pub struct Block {
+    pub start: SystemTime,
+    pub end: SystemTime,
+    /// Stack rows (samples and wakeups) it holds.
+    pub rows: usize,
+    bytes: Box<[u8]>,
+    /// The distinct stacks its rows name, by index: each an `Arc` shared
+    /// with the store's table (16 bytes here), so that equal stacks stay
+    /// one allocation whichever block or query holds them.
+    stacks: Box<[Stack]>,
+}
+
+/// The block's stacks, each given the next index the first time it is met.
+#[derive(Default)]
+struct LocalIds {
+    index: FxHashMap<*const [super::super::Frame], u32>,
+    stacks: Vec<Stack>,
+}
+
+impl StackIds for LocalIds {
+    fn id_of(&mut self, stack: &Stack) -> u32 {
+        let next = self.stacks.len() as u32;
+        *self.index.entry(std::sync::Arc::as_ptr(stack)).or_insert_with(|| {
+            self.stacks.push(stack.clone());
+            next
+        })
+    }
+}
+
+struct Stacks<'a>(&'a [Stack]);
+
+impl StackSource for Stacks<'_> {
+    fn stack(&self, id: u32) -> Option<Stack> {
+        self.0.get(id as usize).cloned()
+    }
+}
+
+impl Block {
+    /// Compresses `slice`, whose stacks the store has interned (equal
+    /// stacks are one `Arc`).
+    pub fn seal(slice: &Slice) -> Block {
+        let mut ids = LocalIds::default();
+        let bytes = block::encode(slice, &mut ids).into_boxed_slice();
+        Block {
+            start: slice.start,
+            end: slice.end,
+            rows: slice.samples.len() + slice.wakeups.len(),
+            bytes,
+            stacks: ids.stacks.into_boxed_slice(),
+        }
+    }
+
+    /// The slice back, exactly as sealed.
+    pub fn open(&self) -> Result<Slice, CodecError> {
+        block::decode(&self.bytes, &Stacks(&self.stacks))
+    }
+
+    /// Heap bytes it holds (the stacks themselves are the table's).
+    pub fn bytes(&self) -> usize {
+        size_of::<Block>() + self.bytes.len() + self.stacks.len() * size_of::<Stack>()
+    }
+}
