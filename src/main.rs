@@ -23,6 +23,7 @@ use wallscope::{
     pipeline::{priority, Pipeline, PipelineOptions},
     process::tasks,
     profile::{
+        history::HistoryConfig,
         kind::Group,
         query::{self, Filter},
         render::{self, GraphLabels},
@@ -265,6 +266,16 @@ enum Command {
         /// so less than --retention may be kept on a busy host.
         #[arg(long, value_parser = clap::value_parser!(u64).range(1..=65_536))]
         max_memory_mb: Option<u64>,
+        /// A directory (root's, not a link) to keep history on disk in:
+        /// every second is written there in the background, windows
+        /// reaching past what memory holds read it, across restarts.
+        /// Without it, history is kept in memory only.
+        #[arg(long)]
+        history_dir: Option<PathBuf>,
+        /// Bound, in MiB, of the disk history: the oldest seconds are
+        /// deleted to stay within it.
+        #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(2..=1_048_576))]
+        history_disk_mb: u64,
         /// The kubelet's pod log directory, where pod and container names
         /// are read (`NAMESPACE_POD_UID/CONTAINER/`).
         #[arg(long, default_value = "/var/log/pods")]
@@ -323,6 +334,8 @@ fn main() -> ExitCode {
             retention,
             memory_mb,
             max_memory_mb,
+            history_dir,
+            history_disk_mb,
             pod_logs_dir,
             sampling,
             push,
@@ -331,6 +344,10 @@ fn main() -> ExitCode {
             let history = History {
                 retention: Duration::from_secs(retention * 60),
                 max_bytes: budget::bytes(Part::Store),
+                disk: history_dir.map(|dir| HistoryConfig {
+                    dir,
+                    max_bytes: history_disk_mb << 20,
+                }),
             };
             serve(listen, &security, history, &sampling, &push)
         }),
@@ -382,10 +399,11 @@ fn install_budget(memory_mb: u64, store_mb: Option<u64>) -> Result<()> {
     Ok(())
 }
 
-/// What the store keeps: `--retention` and its bytes.
+/// What the store keeps: `--retention`, its bytes, and on disk.
 struct History {
     retention: Duration,
     max_bytes: usize,
+    disk: Option<HistoryConfig>,
 }
 
 fn pipeline_options(sampling: &Sampling, history: History) -> PipelineOptions {
@@ -407,6 +425,7 @@ fn pipeline_options(sampling: &Sampling, history: History) -> PipelineOptions {
         drain_interval: Duration::from_secs(1),
         retention: history.retention,
         store_max_bytes: history.max_bytes,
+        history: history.disk,
         jvm: sampling.jvm,
         jvm_frames: sampling.jvm_frames,
         python: sampling.python == Toggle::On,
@@ -542,6 +561,7 @@ fn record(pid: u32, duration: Duration, output: &Path, sampling: &Sampling) -> R
     let history = History {
         retention,
         max_bytes: budget::bytes(Part::Store),
+        disk: None,
     };
     wallscope::caps::check().map_err(anyhow::Error::msg)?;
     let pipeline = Pipeline::start(&pipeline_options(sampling, history))?;

@@ -104,6 +104,8 @@ pub struct PipelineOptions {
     pub retention: Duration,
     /// Bound of the store's estimated size; past it the oldest slices go.
     pub store_max_bytes: usize,
+    /// Where to keep history on disk too (`--history-dir`), and its bound.
+    pub history: Option<crate::profile::history::HistoryConfig>,
     /// Whether to attach to JVMs.
     pub jvm: JvmMode,
     /// Where Java frames come from.
@@ -177,6 +179,17 @@ pub struct Pipeline {
     _probes: bpf::Probes,
 }
 
+/// At most this long to write what is queued for the disk history at stop.
+const HISTORY_FLUSH: Duration = Duration::from_secs(2);
+
+/// The disk history `config` names, opened, and the thread encoding for it.
+fn history_feed(
+    config: crate::profile::history::HistoryConfig,
+) -> Result<crate::profile::history::feed::Feed, String> {
+    let history = crate::profile::history::History::open(config).map_err(|e| e.to_string())?;
+    crate::profile::history::feed::Feed::start(history).map_err(|e| e.to_string())
+}
+
 impl Pipeline {
     /// Loads and attaches the programs and starts draining.
     pub fn start(opts: &PipelineOptions) -> Result<Pipeline, PipelineError> {
@@ -187,6 +200,14 @@ impl Pipeline {
         };
         let (probes, mut maps) = bpf::load(&opts.probes)?;
         let store = Store::new(opts.retention).with_max_bytes(opts.store_max_bytes);
+        let store = match opts.history.clone().map(history_feed).transpose() {
+            Ok(Some(feed)) => store.with_history(feed),
+            Ok(None) => store,
+            Err(reason) => {
+                tracing::warn!("no disk history ({reason}): history is kept in memory only");
+                store.without_history(reason)
+            }
+        };
         let shared = Shared::new(store, probes.attached.clone());
         let table = shared.processes.clone();
         // Python interpreters, found by the registry, named by the symbolizer.
@@ -326,6 +347,12 @@ impl Pipeline {
             tracing::warn!("pipeline threads still busy after {timeout:?}: not waiting for them");
         }
         let drained = started.elapsed();
+        // The last seconds reach the disk history: a restart reads them.
+        let store = self.shared.store.read().unwrap_or_else(|e| e.into_inner());
+        if !store.flush_history(HISTORY_FLUSH) {
+            tracing::warn!("the disk history was not written within {HISTORY_FLUSH:?}: its newest seconds may be lost");
+        }
+        drop(store);
         // A failed spawn dropped the probes in place.
         if let Ok(detach) = detach {
             let _ = detach.join();

@@ -26,7 +26,7 @@ use crate::{
         hist::slot_bounds_us,
         model::store::kept_off_totals::MAX_PAIRS,
         query,
-        store::{ProcessTotals, StoreStats},
+        store::{HistoryState, ProcessTotals, StoreStats},
     },
     state::{Health, Shared},
 };
@@ -74,9 +74,10 @@ const RETAINED: &str = "since wallscope first saw the process";
 /// twice, briefly: for a snapshot and its counters, then for the running
 /// totals of the [`TOP`] processes ranked from the snapshot without it.
 pub fn render(shared: &Shared, queries: &QueryStats, now: SystemTime) -> String {
-    let (snapshot, totals, store) = {
+    let (snapshot, totals, store, history) = {
         let store = shared.store.read().unwrap_or_else(|e| e.into_inner());
-        (store.snapshot(), *store.totals(), store.stats())
+        let history = store.history();
+        (store.snapshot(), *store.totals(), store.stats(), history)
     };
     let ranked = query::busiest(
         &snapshot,
@@ -218,6 +219,7 @@ pub fn render(shared: &Shared, queries: &QueryStats, now: SystemTime) -> String 
         }
     }
     memory_series(&mut out, &store, &health);
+    history_series(&mut out, &history);
     let sinks: Vec<PushReport> = [&shared.push, &shared.otlp]
         .into_iter()
         .filter_map(|s| s.get().map(|p| p.report()))
@@ -295,6 +297,37 @@ fn memory_series(out: &mut Out, store: &StoreStats, health: &Health) {
     let help = "Parts of slices (the rows and thread totals of the process holding the most) folded into per-pool ones to keep within --max-memory-mb";
     out.family(name, "counter", help);
     out.sample(name, "", store.folded_parts);
+}
+
+/// The disk history's size and what it lost (nothing without one).
+fn history_series(out: &mut Out, history: &HistoryState) {
+    let HistoryState::On {
+        stats,
+        encoder_dropped,
+    } = history
+    else {
+        return;
+    };
+    let gauges = [
+        ("wallscope_history_disk_bytes", "Bytes the disk history holds (--history-disk-mb bounds them)", stats.bytes),
+        ("wallscope_history_disk_seconds", "Seconds of history held on disk", stats.seconds),
+        ("wallscope_history_degraded", "1 while writing the disk history fails (see /healthz history.degraded)", u64::from(stats.degraded.is_some())),
+    ];
+    for (name, help, v) in gauges {
+        out.family(name, "gauge", help);
+        out.sample(name, "", v);
+    }
+    let name = "wallscope_history_disk_errors_total";
+    let help = "Disk history failures: writes that failed, torn blocks skipped at open, reads that failed, blocks dropped (writer or encoder behind)";
+    out.family(name, "counter", help);
+    for (what, v) in [
+        ("write", stats.write_errors),
+        ("torn", stats.torn_blocks),
+        ("read", stats.read_errors),
+        ("dropped", stats.dropped_blocks + encoder_dropped),
+    ] {
+        out.sample(name, &label("what", what), v);
+    }
 }
 
 /// What each holder holds and its bound (`/healthz` `memory.holders`).

@@ -153,7 +153,8 @@ async fn healthz(
         stats: store,
         totals,
         retention,
-    } = *state.store.lock().unwrap_or_else(|e| e.into_inner());
+        history,
+    } = state.store.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let health = shared.health().clone();
     // Outside the lock: it reads `/proc` for the processes listed.
     let health = disclosed::health(health, &sight);
@@ -184,6 +185,7 @@ async fn healthz(
         "slices": store.slices,
         "stacks": store.stacks,
         "store": store,
+        "history": history,
         "memory": memory::report(&store, &state.queries.stats(), &push.iter().chain(&otlp).cloned().collect::<Vec<_>>()),
         "queries": state.queries.stats(),
         "http": server::STATS.snapshot(),

@@ -57,13 +57,16 @@ pub(super) fn snapshot(shared: &Shared) -> Snapshot {
 }
 
 /// The window `p` asks for, `seconds` bounded by the retention.
+/// The window `p` asks for. "The last N seconds" end at the newest slice
+/// (the last drain, at most a second ago), so that they hold N seconds of
+/// records, not N less the part not drained yet.
 pub(super) fn window(p: &Params, shared: &Shared) -> Result<Window, ApiError> {
-    let retention = shared
-        .store
-        .read()
-        .unwrap_or_else(|e| e.into_inner())
-        .retention();
-    super::window::window(p, retention, SystemTime::now()).map(authority::clamp)
+    let (retention, newest) = {
+        let store = shared.store.read().unwrap_or_else(|e| e.into_inner());
+        (store.retention(), store.newest_end())
+    };
+    let now = newest.unwrap_or_else(SystemTime::now);
+    super::window::window(p, retention, now).map(authority::clamp)
 }
 
 /// `names` and the window's parameters.

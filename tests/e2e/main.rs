@@ -26,6 +26,7 @@ mod golden;
 mod groups;
 mod host;
 mod http_limits;
+mod history;
 mod hung;
 mod jvm;
 mod jvm_attach;

@@ -35,6 +35,8 @@
 //! reason is logged once and shown in [`HistoryStats::degraded`], blocks
 //! are dropped (counted) and writing is retried once a minute.
 
+pub mod feed;
+pub mod read;
 mod dir;
 mod index;
 mod segment;

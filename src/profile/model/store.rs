@@ -65,6 +65,7 @@ mod sealed;
 mod share;
 mod snapshot;
 
+use crate::profile::history::feed::Feed;
 use sealed::Block;
 
 pub use resolution::{describe as describe_resolution, Part as ResolutionPart, Recorded};
@@ -130,15 +131,32 @@ pub struct StoreStats {
     pub folded_parts: u64,
 }
 
+/// The disk history, as `/healthz` shows it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum HistoryState {
+    /// No `--history-dir`: memory only.
+    Off,
+    /// Asked for, but could not be opened: memory only.
+    Failed { error: String },
+    On {
+        #[serde(flatten)]
+        stats: crate::profile::history::HistoryStats,
+        /// Slices dropped because the encoding thread was behind.
+        encoder_dropped: u64,
+    },
+}
+
 /// What [`Store::push`] publishes after each push, for readers that must
 /// not wait for the store's lock (`/healthz`): a push holds it while it
 /// interns a slice's stacks, milliseconds on a busy host.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Published {
     pub stats: StoreStats,
     /// BPF loss counters summed since start.
     pub totals: StatDeltas,
     pub retention: Duration,
+    pub history: HistoryState,
 }
 
 // By hand: `Default` stops at arrays of 32, and there are more counters.
@@ -148,6 +166,7 @@ impl Default for Published {
             stats: StoreStats::default(),
             totals: [0; Stat::COUNT],
             retention: Duration::default(),
+            history: HistoryState::Off,
         }
     }
 }
@@ -185,6 +204,10 @@ pub struct Store {
     evicted_rows: u64,
     compacted_slices: u64,
     published: Arc<Mutex<Published>>,
+    /// Where sealed slices also go, to the disk history.
+    feed: Option<Feed>,
+    /// Why there is no disk history though one was asked for.
+    history_error: Option<String>,
 }
 
 impl Store {
@@ -211,6 +234,8 @@ impl Store {
             evicted_slices: 0,
             evicted_rows: 0,
             compacted_slices: 0,
+            feed: None,
+            history_error: None,
             published: Arc::new(Mutex::new(Published {
                 retention,
                 ..Published::default()
@@ -235,15 +260,55 @@ impl Store {
         self.retention
     }
 
+    /// The end of the newest slice (the last drain).
+    pub fn newest_end(&self) -> Option<SystemTime> {
+        self.slices.back().map(|h| h.block.end)
+    }
+
+    /// The same store writing each slice to the disk history too, and
+    /// reading windows older than its own slices from it.
+    pub fn with_history(mut self, feed: Feed) -> Self {
+        self.feed = Some(feed);
+        self
+    }
+
+    /// The same store, in memory only: the disk history asked for could
+    /// not be opened, for `reason` (shown in `/healthz`).
+    pub fn without_history(mut self, reason: String) -> Self {
+        self.history_error = Some(reason);
+        self
+    }
+
+    /// The disk history's figures, for `/healthz` and `/metrics`.
+    pub fn history(&self) -> HistoryState {
+        match (&self.feed, &self.history_error) {
+            (Some(feed), _) => HistoryState::On {
+                stats: feed.history().stats(),
+                encoder_dropped: feed.dropped(),
+            },
+            (None, Some(error)) => HistoryState::Failed {
+                error: error.clone(),
+            },
+            (None, None) => HistoryState::Off,
+        }
+    }
+
+    /// Writes what is queued for the disk history, waiting at most
+    /// `timeout` (at shutdown); true when all of it was written.
+    pub fn flush_history(&self, timeout: Duration) -> bool {
+        self.feed.as_ref().is_none_or(|f| f.flush(timeout))
+    }
+
     /// The slices as they are now, for a query to read without the lock.
     /// Costs one reference count per slice.
     pub fn snapshot(&self) -> Snapshot {
         let held = self.slices.iter().map(|h| snapshot::Entry {
-            body: h.block.clone(),
+            body: snapshot::Body::Memory(h.block.clone()),
             step_s: h.step_s,
             folded: h.folded,
         });
-        Snapshot::new(held.collect(), self.retention, self.live.clone())
+        let disk = self.feed.as_ref().map(|f| f.history().clone());
+        Snapshot::new(held.collect(), disk, self.retention, self.live.clone())
     }
 
     /// Replaces the live view with the newest drain's; past `max_bytes`
@@ -288,6 +353,9 @@ impl Store {
         let horizon = slice.end.checked_sub(self.retention);
         let held = Held::seal(&slice, brought, 1, false);
         self.hold(held, self.slices.len());
+        if let Some(feed) = &self.feed {
+            feed.send(slice);
+        }
         while let (Some(oldest), Some(horizon)) = (self.slices.front(), horizon) {
             if oldest.block.end >= horizon {
                 break;
@@ -308,6 +376,7 @@ impl Store {
             stats: self.stats(),
             totals: self.totals,
             retention: self.retention,
+            history: self.history(),
         };
         *self.published.lock().unwrap_or_else(|e| e.into_inner()) = published;
     }
@@ -544,5 +613,7 @@ fn process_entry<'a>(
 
 #[cfg(test)]
 mod compact_tests;
+#[cfg(test)]
+mod history_tests;
 #[cfg(test)]
 mod tests;

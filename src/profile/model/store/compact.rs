@@ -88,7 +88,10 @@ impl Store {
     /// whole (a slice of a later bucket follows it, so the newest slice
     /// never merges) and its newest slice is due for that step too.
     /// Buckets merge two slices at a time: a merge needs room for its two
-    /// parts only, and a push does a bounded amount of work.
+    /// parts only, and a push does a bounded amount of work. Strictly
+    /// oldest first: while the oldest slice not at its due step waits, no
+    /// newer one is merged, so steps never get finer toward the past (what
+    /// answers say of their resolution stays monotonic).
     fn due(&self, pressure: bool) -> Option<(Range<usize>, u32)> {
         let n = self.slices.len();
         let mut i = 0;
@@ -100,9 +103,10 @@ impl Store {
             while j < n && bucket(self.slices[j].block.end, step) == key {
                 j += 1;
             }
-            let whole = j < n && self.due_step(j - 1, pressure) >= step;
-            if whole && (j - i > 1 || held.step_s < step) {
-                return Some((i..(i + 2).min(j), step));
+            let behind = j - i > 1 || held.step_s < step;
+            if behind {
+                let whole = j < n && self.due_step(j - 1, pressure) >= step;
+                return whole.then(|| (i..(i + 2).min(j), step));
             }
             i = j;
         }

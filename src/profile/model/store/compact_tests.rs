@@ -121,7 +121,9 @@ fn sample_ns(slices: &[&Slice]) -> HashMap<(u32, State), u64> {
 #[test]
 fn a_small_budget_keeps_the_whole_retention_with_exact_totals() {
     const RETENTION: u64 = 600;
-    const MAX: usize = 4 << 20;
+    // Compressed, a busy second is some 15 KB and merged 10 s blocks hold
+    // the retention in some 330 KB: 256 KiB needs 60 s blocks too.
+    const MAX: usize = 256 << 10;
     let stacks = stacks();
     let one = {
         let mut probe = Store::new(Duration::from_secs(RETENTION));
@@ -153,10 +155,9 @@ fn a_small_budget_keeps_the_whole_retention_with_exact_totals() {
     let stats = store.stats();
     assert!(stats.history_s + 2 >= RETENTION, "{stats:?}");
     assert_eq!((stats.evicted_slices, stats.shed_rows), (0, 0), "{stats:?}");
-    assert!(
-        stats.compacted_slices > 0 && stats.folded_slices > 0,
-        "{stats:?}"
-    );
+    // Merged in time; compressed, it rarely needs folding into pools too
+    // (folding is tested below and in `share`).
+    assert!(stats.compacted_slices > 0, "{stats:?}");
 
     // Per-thread totals over what the store holds: exactly the pushed ones.
     let oldest = store.all().next().unwrap().start;
@@ -164,10 +165,11 @@ fn a_small_budget_keeps_the_whole_retention_with_exact_totals() {
     let held_pushed: Vec<&Slice> = pushed.iter().filter(|s| s.end > oldest).collect();
     held_pushed.iter().for_each(|s| add_totals(&mut want, s));
     let mut got = Totals::new();
-    store.all().for_each(|s| add_totals(&mut got, s));
+    store.all().for_each(|s| add_totals(&mut got, &s));
     assert_eq!(got.len(), PIDS.len() * THREADS as usize);
     assert_eq!(got, want, "per-thread totals exact");
-    let held: Vec<&Slice> = store.all().collect();
+    let held: Vec<Slice> = store.all().collect();
+    let held: Vec<&Slice> = held.iter().collect();
     assert_eq!(
         sample_ns(&held),
         sample_ns(&held_pushed),
@@ -202,6 +204,9 @@ fn a_small_budget_keeps_the_whole_retention_with_exact_totals() {
     let parts = snap.resolution(Window::last(RETENTION, now), now);
     assert!(parts.len() >= 2, "{parts:?}");
     assert!(parts.windows(2).all(|w| w[0].to_s_ago == w[1].from_s_ago));
+    // Never finer toward the past, though pressure merged out of the age
+    // rule's order.
+    assert!(parts.windows(2).all(|w| w[0].step_s >= w[1].step_s), "{parts:?}");
     assert_eq!(parts.last().unwrap().to_s_ago, 0);
     assert!(parts[0].from_s_ago + 2 >= RETENTION, "{parts:?}");
     assert_eq!((parts[0].step_s, parts[0].rows), (60, "pool"), "{parts:?}");
@@ -249,8 +254,9 @@ fn without_pressure_the_age_rule_holds() {
         assert!(span <= u64::from(*step) && span >= 1);
     }
     let line = describe_resolution(&snap.resolution(Window::last(600, now), now));
-    assert!(line.starts_with("1s:0-6"), "{line}");
-    assert!(line.contains(", 10s:") && line.contains(", 60s:"), "{line}");
+    assert!(line.starts_with("1s:0-12"), "{line}");
+    // 10 s blocks to the end of the retention (60 s ones past it).
+    assert!(line.contains(", 10s:") && !line.contains("60s:"), "{line}");
     println!("{stats:?}\n{line}");
     assert!(!line.contains("pools"), "{line}");
 }

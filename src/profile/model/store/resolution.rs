@@ -85,11 +85,9 @@ impl Snapshot {
     /// The resolution of each part of `window` the store holds, oldest
     /// first, in seconds before `now`.
     pub fn resolution(&self, window: Window, now: SystemTime) -> Vec<Part> {
-        let within = self.entries.iter().filter_map(|e| {
-            let overlap = window.overlap(e.start(), e.end());
-            let start = e.start().max(window.from);
-            let end = e.end().min(window.until).max(start);
-            (overlap != Overlap::None).then_some((start, end, e.step_s, e.folded))
+        let within = self.layout(window).into_iter().map(|(start, end, step, folded, _)| {
+            let start = start.max(window.from);
+            (start, end.min(window.until).max(start), step, folded)
         });
         parts(within, now)
     }
@@ -106,23 +104,24 @@ impl Snapshot {
     /// [`Snapshot::covered`] with the slices the window's edges cut.
     fn covered_exactly(&self, window: Window) -> Option<Covered> {
         let (from, until) = self.covered(window)?;
-        let ms =
-            |a: SystemTime, b: SystemTime| b.duration_since(a).map_or(0, |d| d.as_millis() as u64);
+        let ms = |a: SystemTime, b: SystemTime| {
+            b.duration_since(a).map_or(0, |d| d.as_millis() as u64)
+        };
         let prorated = self
-            .entries
-            .iter()
-            .filter(|e| window.overlap(e.start(), e.end()) == Overlap::Part)
-            .map(|e| {
-                let (start, end) = (e.start().max(window.from), e.end().min(window.until));
-                let edge = match (e.start() < window.from, e.end() > window.until) {
+            .layout(window)
+            .into_iter()
+            .filter(|l| l.4 == Overlap::Part)
+            .map(|(start, end, ..)| {
+                let edge = match (start < window.from, end > window.until) {
                     (true, true) => "both",
                     (true, false) => "start",
                     _ => "end",
                 };
+                let kept = (start.max(window.from), end.min(window.until));
                 Cut {
                     edge,
-                    slice_ms: ms(e.start(), e.end()),
-                    kept_ms: ms(start, end.max(start)),
+                    slice_ms: ms(start, end),
+                    kept_ms: ms(kept.0, kept.1.max(kept.0)),
                 }
             })
             .collect();

@@ -14,7 +14,7 @@ use std::{collections::hash_map::Entry, sync::Arc};
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use super::{merge, size, Store};
+use super::{merge, Store};
 use crate::{
     bpf::abi::is_merged_tid,
     profile::model::{
@@ -298,7 +298,7 @@ mod tests {
         assert!(stats.shed_rows > 50 * 1000, "{stats:?}");
         // Rows of a process, summed (compaction merges slices, not rows).
         let rows = |pid| -> u64 {
-            let rows = store.all().flat_map(|s| &s.samples);
+            let rows = store.all().flat_map(|s| s.samples);
             rows.filter(|r| r.pid == pid).map(|r| r.count).sum()
         };
         assert_eq!(rows(1), 60, "pid 1's history whole");
@@ -333,7 +333,7 @@ mod tests {
         // Rows of pid 1, summed (compaction merges slices, not rows).
         let small: u64 = store
             .all()
-            .flat_map(|s| &s.samples)
+            .flat_map(|s| s.samples)
             .filter(|r| r.pid == 1)
             .map(|r| r.count)
             .sum();
@@ -408,7 +408,7 @@ mod tests {
         // Every second of both processes, exact: pid 2's per thread where
         // it was not folded, per pool where it was.
         let asleep = |pid: u32| -> u64 {
-            let totals = store.all().flat_map(|s| &s.thread_totals);
+            let totals = store.all().flat_map(|s| s.thread_totals);
             totals
                 .filter(|t| t.pid == pid)
                 .map(|t| t.counters.ns[State::Sleep as usize])
@@ -439,7 +439,7 @@ mod tests {
             "{} wakeups",
             oldest.wakeups.len()
         );
-        let woken: u64 = store.all().flat_map(|s| &s.wakeups).map(|w| w.count).sum();
+        let woken: u64 = store.all().flat_map(|s| s.wakeups).map(|w| w.count).sum();
         assert_eq!(woken, 60 * 2000, "every wakeup kept");
     }
 
@@ -450,7 +450,7 @@ mod tests {
         let before = |store: &Store, pid| store.pid_bytes.get(&pid).copied().unwrap_or(0);
         let (waker, owner) = (before(&store, 0), before(&store, 2));
         store.fold_part(0, 2);
-        let slice = &store.slices[0].slice;
+        let slice = &store.open(0);
         // One interrupt row for the pool, every wakeup in it.
         assert_eq!(slice.wakeups.len(), 1, "{:?}", slice.wakeups.len());
         assert_eq!(slice.wakeups[0].count, 500);

@@ -1,6 +1,7 @@
 //! The slices of a store at one instant, readable without its lock: a
 //! query takes one (a reference count per slice, microseconds under the
-//! lock) and reads it while the store goes on.
+//! lock) and reads it while the store goes on. Past the oldest slice held
+//! in memory, a window reaches into the disk history, when there is one.
 
 use std::{
     sync::Arc,
@@ -17,11 +18,22 @@ use super::{
     open_block,
     sealed::Block,
 };
+use crate::profile::history::{
+    read::{self, Interner},
+    History, StoredBlock,
+};
+
+/// Where a slice a snapshot sees is.
+#[derive(Clone)]
+pub(super) enum Body {
+    Memory(Arc<Block>),
+    Disk(StoredBlock),
+}
 
 /// One held slice as a snapshot sees it.
 #[derive(Clone)]
 pub(super) struct Entry {
-    pub body: Arc<Block>,
+    pub body: Body,
     /// Seconds it spans at most (1, 10 or 60).
     pub step_s: u32,
     /// Whether its stack rows were folded into per-pool rows.
@@ -30,16 +42,32 @@ pub(super) struct Entry {
 
 impl Entry {
     pub fn start(&self) -> SystemTime {
-        self.body.start
+        match &self.body {
+            Body::Memory(b) => b.start,
+            Body::Disk(d) => d.meta.start,
+        }
     }
 
     pub fn end(&self) -> SystemTime {
-        self.body.end
+        match &self.body {
+            Body::Memory(b) => b.end,
+            Body::Disk(d) => d.meta.end,
+        }
     }
 
-    /// The slice, decoded.
+    /// The slice, decoded (read from disk first); `None` when a disk block
+    /// cannot be read.
+    fn read(&self, disk: Option<&History>, stacks: &mut Interner) -> Option<Arc<Slice>> {
+        match &self.body {
+            Body::Memory(b) => Some(Arc::new(open_block(b))),
+            Body::Disk(d) => read::slice_of(disk?, d, stacks).map(Arc::new),
+        }
+    }
+
+    /// A slice held in memory, decoded (for tests of the store's layout).
+    #[cfg(test)]
     pub fn slice(&self) -> Arc<Slice> {
-        Arc::new(open_block(&self.body))
+        self.read(None, &mut Interner::default()).unwrap()
     }
 }
 
@@ -47,42 +75,81 @@ impl Entry {
 #[derive(Clone, Default)]
 pub struct Snapshot {
     pub(super) entries: Vec<Entry>,
+    disk: Option<Arc<History>>,
     retention: Duration,
     live: Arc<LiveView>,
 }
 
 impl Snapshot {
-    pub(super) fn new(entries: Vec<Entry>, retention: Duration, live: Arc<LiveView>) -> Self {
+    pub(super) fn new(
+        entries: Vec<Entry>,
+        disk: Option<Arc<History>>,
+        retention: Duration,
+        live: Arc<LiveView>,
+    ) -> Self {
         Snapshot {
             entries,
+            disk,
             retention,
             live,
         }
     }
 
+    /// The slices `window` overlaps, oldest first: from the disk history
+    /// those that ended before the oldest held in memory, then memory's.
+    fn entries_in(&self, window: Window) -> Vec<Entry> {
+        let overlaps = |e: &Entry| window.overlap(e.start(), e.end()) != Overlap::None;
+        // Disk blocks the memory also holds (or merged) are read there.
+        let memory_from = self.entries.first().map(Entry::start);
+        let before_memory = |t: SystemTime| memory_from.is_none_or(|m| t <= m);
+        let mut out = Vec::new();
+        if let Some(disk) = self.disk.as_ref().filter(|_| before_memory(window.from)) {
+            let until = memory_from.map_or(window.until, |m| m.min(window.until));
+            out.extend(
+                disk.blocks(window.from, until)
+                    .into_iter()
+                    .filter(|b| before_memory(b.meta.end))
+                    .map(|b| Entry {
+                        step_s: b.meta.step_s,
+                        folded: false,
+                        body: Body::Disk(b),
+                    })
+                    .filter(overlaps),
+            );
+        }
+        out.extend(self.entries.iter().filter(|e| overlaps(e)).cloned());
+        out
+    }
+
     /// What `window` holds, oldest first: each slice inside it whole, a
     /// slice its edge falls inside cut to the window pro rata (see
-    /// [`prorate`]).
+    /// [`prorate`]). Each is decoded as the iterator reaches it.
     pub fn within(&self, window: Window) -> impl Iterator<Item = Arc<Slice>> + '_ {
-        self.entries
-            .iter()
-            .filter_map(move |e| match window.overlap(e.start(), e.end()) {
-                Overlap::None => None,
-                Overlap::Whole => Some(e.slice()),
+        let mut stacks = Interner::default();
+        let disk = self.disk.as_deref();
+        self.entries_in(window).into_iter().filter_map(move |e| {
+            let slice = e.read(disk, &mut stacks)?;
+            match window.overlap(e.start(), e.end()) {
                 Overlap::Part => Some(Arc::new(prorate::prorated(
-                    &e.slice(),
+                    &slice,
                     window.from,
                     window.until,
                 ))),
-            })
+                _ => Some(slice),
+            }
+        })
     }
 
-    /// Every slice the store held.
+    /// Every slice the store holds in memory.
     pub fn all(&self) -> impl Iterator<Item = Arc<Slice>> + '_ {
-        self.entries.iter().map(Entry::slice)
+        let mut stacks = Interner::default();
+        self.entries
+            .iter()
+            .filter_map(move |e| e.read(None, &mut stacks))
     }
 
-    /// The time span of each slice held, oldest first (no decoding).
+    /// The time span of each slice held in memory, oldest first (no
+    /// decoding).
     pub fn spans(&self) -> impl Iterator<Item = (SystemTime, SystemTime)> + '_ {
         self.entries.iter().map(|e| (e.start(), e.end()))
     }
@@ -92,25 +159,17 @@ impl Snapshot {
         self.retention
     }
 
-    /// The part of `window` the store holds records of: from the later of
-    /// its start and the oldest slice's start to the earlier of its end
-    /// and the newest slice's end; `None` when they do not meet.
+    /// The part of `window` there are records of: from the later of its
+    /// start and the oldest slice's start to the earlier of its end and
+    /// the newest slice's end; `None` when they do not meet.
     pub fn covered(&self, window: Window) -> Option<(SystemTime, SystemTime)> {
-        let spans = self
-            .entries
-            .iter()
-            .filter(|e| window.overlap(e.start(), e.end()) != Overlap::None);
-        let (mut from, mut until) = (None::<SystemTime>, None::<SystemTime>);
-        for e in spans {
-            from = Some(from.map_or(e.start(), |f| f.min(e.start())));
-            until = Some(until.map_or(e.end(), |u| u.max(e.end())));
-        }
-        let from = from?.max(window.from);
-        let until = until?.min(window.until);
+        let entries = self.entries_in(window);
+        let from = entries.iter().map(Entry::start).min()?.max(window.from);
+        let until = entries.iter().map(Entry::end).max()?.min(window.until);
         (from <= until).then_some((from, until))
     }
 
-    /// Whole seconds of `window` the store holds records of (see
+    /// Whole seconds of `window` there are records of (see
     /// [`Self::covered`]), rounded to the nearest.
     pub fn recorded_seconds(&self, window: Window) -> u64 {
         self.covered(window).map_or(0, |(from, until)| {
@@ -124,5 +183,17 @@ impl Snapshot {
     /// before the first).
     pub fn live(&self) -> &LiveView {
         &self.live
+    }
+
+    /// Each slice `window` overlaps, oldest first: its span, step and
+    /// whether it was folded (for [`super::resolution`]).
+    pub(super) fn layout(&self, window: Window) -> Vec<(SystemTime, SystemTime, u32, bool, Overlap)> {
+        self.entries_in(window)
+            .iter()
+            .map(|e| {
+                let overlap = window.overlap(e.start(), e.end());
+                (e.start(), e.end(), e.step_s, e.folded, overlap)
+            })
+            .collect()
     }
 }

@@ -144,7 +144,7 @@ fn memory_bound_drops_oldest_slices_and_counts_them() {
     );
     assert_eq!(stats.stacks, stats.slices * 100, "evicted stacks swept");
     assert_eq!(stats.history_s, stats.slices as u64);
-    let published = *store.published().lock().unwrap();
+    let published = store.published().lock().unwrap().clone();
     assert_eq!(published.stats, stats, "published after each push");
 }
 
@@ -159,7 +159,7 @@ fn estimate_follows_pushes_and_evictions_without_drift() {
     let slices: usize = store
         .slices
         .iter()
-        .map(|h| size::slice_bytes(&h.slice))
+        .map(|h| h.bytes)
         .sum();
     let stacks: usize = store.stacks.iter().map(size::stack_bytes).sum();
     assert_eq!((store.slice_bytes, store.stack_bytes), (slices, stacks));
@@ -183,7 +183,7 @@ fn the_live_view_is_replaced_counted_and_snapshotted() {
     store.set_live(view(2));
     assert_eq!(store.snapshot().live().as_of, view(2).as_of);
     assert!(snapshot.live().as_of.is_none(), "a snapshot keeps its view");
-    let after = *store.published().lock().unwrap();
+    let after = store.published().lock().unwrap().clone();
     assert_eq!(after.stats.live_bytes, size::live_bytes(&view(2)));
     assert_eq!(after.stats.bytes, before.bytes, "an empty view either way");
     assert_eq!(after.stats, store.stats(), "published");
