@@ -27,7 +27,7 @@ impl Col {
     /// A signed delta, zigzag-coded so that small ones of either sign are
     /// one byte.
     pub fn i64(&mut self, v: i64) {
-        self.u64(((v << 1) ^ (v >> 63)) as u64);
+        self.u64(zigzag(v));
     }
 
     /// `v - prev`, wrapping: any two values, one small varint when close.
@@ -38,6 +38,15 @@ impl Col {
     pub fn u8(&mut self, v: u8) {
         self.0.push(v);
     }
+}
+
+/// A signed value as unsigned, small ones of either sign small.
+pub fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+pub fn unzigzag(v: u64) -> i64 {
+    (v >> 1) as i64 ^ -((v & 1) as i64)
 }
 
 /// Writes the columns of one section: each one's length, then its bytes,
@@ -96,8 +105,7 @@ impl<'a> Reader<'a> {
     }
 
     pub fn i64(&mut self) -> Result<i64> {
-        let v = self.u64()?;
-        Ok((v >> 1) as i64 ^ -((v & 1) as i64))
+        Ok(unzigzag(self.u64()?))
     }
 
     /// The value a [`Col::delta`] from `prev` wrote.
@@ -348,7 +356,16 @@ mod tests {
 
     #[test]
     fn varints_round_trip_at_the_edges() {
-        let values = [0, 1, 127, 128, 300, u64::from(u32::MAX), u64::MAX - 1, u64::MAX];
+        let values = [
+            0,
+            1,
+            127,
+            128,
+            300,
+            u64::from(u32::MAX),
+            u64::MAX - 1,
+            u64::MAX,
+        ];
         let mut c = Col::default();
         for v in values {
             c.u64(v);

@@ -240,7 +240,13 @@ pub fn stack_ids(bytes: &[u8]) -> Result<Vec<u32>, CodecError> {
     stacks::get_ids(&mut p.rest, &mut Budget::new(MAX_DECODED_BYTES))
 }
 
-fn seal(slice: &Slice, mode: u8, table: &stacks::Table, stack_head: Col, stack_body: Col) -> Vec<u8> {
+fn seal(
+    slice: &Slice,
+    mode: u8,
+    table: &stacks::Table,
+    stack_head: Col,
+    stack_body: Col,
+) -> Vec<u8> {
     let mut names = Strings::default();
     let mut sections = Col::default();
     rows::put_samples(slice, table, &mut sections);
@@ -266,7 +272,12 @@ fn seal(slice: &Slice, mode: u8, table: &stacks::Table, stack_head: Col, stack_b
     let mut out = Col(Vec::with_capacity(payload.len() + stack_head.0.len() + 64));
     out.0.extend_from_slice(&MAGIC);
     out.0.extend_from_slice(&[VERSION, mode, how]);
-    for v in [SHAPE.states, SHAPE.stats, SHAPE.hist_slots, SHAPE.sleep_slots] {
+    for v in [
+        SHAPE.states,
+        SHAPE.stats,
+        SHAPE.hist_slots,
+        SHAPE.sleep_slots,
+    ] {
         out.u64(v as u64);
     }
     put_time(&mut out, slice.start);
@@ -367,8 +378,10 @@ fn compress(body: &[u8]) -> Option<Vec<u8>> {
         if c.is_none() {
             let mut z = zstd::bulk::Compressor::new(LEVEL).ok()?;
             // The header has the length and the block its own checksum.
-            z.set_parameter(zstd::zstd_safe::CParameter::ContentSizeFlag(false)).ok()?;
-            z.set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(false)).ok()?;
+            z.set_parameter(zstd::zstd_safe::CParameter::ContentSizeFlag(false))
+                .ok()?;
+            z.set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(false))
+                .ok()?;
             *c = Some(z);
         }
         c.as_mut()?.compress(body).ok()
@@ -414,7 +427,8 @@ fn fill(
     let samples = rows::get_samples(&mut r, n.samples, stacks, b)?;
     let wakeups = rows::get_wakeups(&mut r, n.wakeups, stacks, b)?;
     let threads = names::get_threads(&mut r, n.threads, names, b)?;
-    let thread_totals = rows::get_totals(&mut r, (n.thread_totals, shape), names, b)?;
+    let span = rows::span_ns(&Slice::empty(h.start, h.end));
+    let thread_totals = rows::get_totals(&mut r, (n.thread_totals, shape, span), names, b)?;
     let runq_hists = rows::get_hists(&mut r, (n.runq_hists, shape), b)?;
     let (processes, origins) = names::get_processes(&mut r, (n.processes, n.origins), names, b)?;
     let containers = names::get_containers(&mut r, n.containers, names, b)?;

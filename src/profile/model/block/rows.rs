@@ -4,7 +4,9 @@
 //! deltas), each field a column of its own.
 
 use super::{
-    columns::{finish_all, put_columns, Budget, Col, KeysReader, KeysWriter, Reader},
+    columns::{
+        finish_all, put_columns, unzigzag, zigzag, Budget, Col, KeysReader, KeysWriter, Reader,
+    },
     names::{text, Names, Strings},
     stacks::Table,
     CodecError, Shape,
@@ -23,7 +25,8 @@ type Result<T> = std::result::Result<T, CodecError>;
 /// their order).
 fn sorted<T, K: Ord>(v: &[T], key: impl Fn(&T) -> K) -> Vec<&T> {
     let mut rows: Vec<&T> = v.iter().collect();
-    rows.sort_by_key(|r| key(r));
+    // Keys look stacks up in a table: computed once per row.
+    rows.sort_by_cached_key(|r| key(r));
     rows
 }
 
@@ -59,7 +62,9 @@ where
 }
 
 pub fn put_samples(s: &Slice, stacks: &Table, out: &mut Col) {
-    let rows = sorted(&s.samples, |r| (r.pid, r.tid, r.state, stacks.local(&r.stack)));
+    let rows = sorted(&s.samples, |r| {
+        (r.pid, r.tid, r.state, stacks.local(&r.stack))
+    });
     let (mut keys, mut cols) = (KeysWriter::default(), <[Col; 4]>::default());
     for r in rows {
         keys.push(r.pid, r.tid);
@@ -74,7 +79,12 @@ pub fn put_samples(s: &Slice, stacks: &Table, out: &mut Col) {
     put_columns(out, &[pids, tids, a, b, c, d]);
 }
 
-pub fn get_samples(r: &mut Reader, n: usize, stacks: &[Stack], b: &mut Budget) -> Result<Vec<Sample>> {
+pub fn get_samples(
+    r: &mut Reader,
+    n: usize,
+    stacks: &[Stack],
+    b: &mut Budget,
+) -> Result<Vec<Sample>> {
     let [pids, tids, mut state, mut stack, mut ns, mut count] = r.columns()?;
     let mut keys = KeysReader::new(pids, tids);
     let mut out = b.vec(n, &state)?;
@@ -109,7 +119,14 @@ fn interrupt_code(i: Option<Interrupt>) -> u8 {
 pub fn put_wakeups(s: &Slice, stacks: &Table, out: &mut Col) {
     let rows = sorted(&s.wakeups, |r| {
         let irq = interrupt_code(r.interrupt);
-        (r.pid, r.tid, r.peer_pid, r.peer_tid, irq, stacks.local(&r.stack))
+        (
+            r.pid,
+            r.tid,
+            r.peer_pid,
+            r.peer_tid,
+            irq,
+            stacks.local(&r.stack),
+        )
     });
     let (mut keys, mut cols) = (KeysWriter::default(), <[Col; 6]>::default());
     for r in rows {
@@ -128,7 +145,12 @@ pub fn put_wakeups(s: &Slice, stacks: &Table, out: &mut Col) {
     put_columns(out, &[pids, tids, a, b, c, d, e, f]);
 }
 
-pub fn get_wakeups(r: &mut Reader, n: usize, stacks: &[Stack], b: &mut Budget) -> Result<Vec<Wakeup>> {
+pub fn get_wakeups(
+    r: &mut Reader,
+    n: usize,
+    stacks: &[Stack],
+    b: &mut Budget,
+) -> Result<Vec<Wakeup>> {
     let [pids, tids, mut irq, mut peer_pid, mut peer_tid, mut stack, mut ns, mut count] =
         r.columns()?;
     let mut keys = KeysReader::new(pids, tids);
@@ -158,16 +180,59 @@ pub fn get_wakeups(r: &mut Reader, n: usize, stacks: &[Stack], b: &mut Budget) -
     Ok(out)
 }
 
+/// A slice's span in nanoseconds: about the wall time of a thread alive
+/// through it.
+pub fn span_ns(s: &Slice) -> u64 {
+    s.end
+        .duration_since(s.start)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// A thread's time by state, its largest state's replaced by the span less
+/// the thread's wall (near 0 for a thread alive through the slice: one
+/// byte for a sleeping thread's second instead of five). Wrapping sums
+/// keep any values exact. Returns which state that is.
+fn split_wall(ns: &[u64; State::COUNT], span: u64) -> (u8, [u64; State::COUNT]) {
+    let k = (0..ns.len()).rev().max_by_key(|&i| ns[i]).unwrap_or(0);
+    let wall = ns.iter().fold(0u64, |a, &v| a.wrapping_add(v));
+    let mut out = *ns;
+    out[k] = zigzag(span.wrapping_sub(wall) as i64);
+    (k as u8, out)
+}
+
+/// Undoes [`split_wall`].
+fn join_wall(
+    k: u8,
+    mut ns: [u64; State::COUNT],
+    span: u64,
+    states: usize,
+) -> Result<[u64; State::COUNT]> {
+    let k = usize::from(k);
+    if k >= states {
+        return Err(CodecError::Corrupt("state out of range"));
+    }
+    let deficit = unzigzag(ns[k]) as u64;
+    ns[k] = 0;
+    let others = ns.iter().fold(0u64, |a, &v| a.wrapping_add(v));
+    ns[k] = span.wrapping_sub(deficit).wrapping_sub(others);
+    Ok(ns)
+}
+
 pub fn put_totals<'s>(s: &'s Slice, strings: &mut Strings<'s>, out: &mut Col) {
     let rows = sorted(&s.thread_totals, |r| (r.pid, r.tid));
-    let (mut keys, mut comm) = (KeysWriter::default(), Col::default());
+    let span = span_ns(s);
+    let (mut keys, mut comm, mut most) = (KeysWriter::default(), Col::default(), Col::default());
+    let mut split = Vec::with_capacity(rows.len());
     for r in &rows {
         keys.push(r.pid, r.tid);
         comm.u64(strings.id(&r.comm));
+        let (k, ns) = split_wall(&r.counters.ns, span);
+        most.u8(k);
+        split.push(ns);
     }
     let [pids, tids] = keys.finish();
-    let mut cols = vec![pids, tids, comm];
-    put_arrays(&mut cols, rows.iter().map(|r| r.counters.ns));
+    let mut cols = vec![pids, tids, comm, most];
+    put_arrays(&mut cols, split.into_iter());
     put_arrays(
         &mut cols,
         rows.iter().map(|r| {
@@ -181,11 +246,11 @@ pub fn put_totals<'s>(s: &'s Slice, strings: &mut Strings<'s>, out: &mut Col) {
 
 pub fn get_totals(
     r: &mut Reader,
-    (n, shape): (usize, &Shape),
+    (n, shape, span): (usize, &Shape, u64),
     names: &Names,
     b: &mut Budget,
 ) -> Result<Vec<RawThread>> {
-    let [pids, tids, mut comm] = r.columns()?;
+    let [pids, tids, mut comm, mut most] = r.columns()?;
     let mut ns = get_arrays::<{ State::COUNT }>(r, shape.states)?;
     let mut counts = get_arrays::<4>(r, 4)?;
     let mut keys = KeysReader::new(pids, tids);
@@ -195,7 +260,7 @@ pub fn get_totals(
         let comm = text(names, &mut comm, b)?;
         let [vol, invol, sent, received] = get_array(&mut counts)?;
         let counters = ThreadCounters {
-            ns: get_array(&mut ns)?,
+            ns: join_wall(most.u8()?, get_array(&mut ns)?, span, shape.states)?,
             switches_voluntary: vol,
             switches_involuntary: invol,
             wakeups_sent: sent,
@@ -209,7 +274,7 @@ pub fn get_totals(
         });
     }
     keys.finish()?;
-    comm.finish()?;
+    finish_all(&[comm, most])?;
     finish_all(&ns)?;
     finish_all(&counts)?;
     Ok(out)
@@ -237,7 +302,8 @@ fn owner_of(kind: u8, v: u64) -> Result<HistOwner> {
 
 pub fn put_hists(s: &Slice, out: &mut Col) {
     let rows = sorted(&s.runq_hists, |(o, _)| *o);
-    let (mut kinds, mut values, mut nss, mut prev) = (Col::default(), Col::default(), Col::default(), 0);
+    let (mut kinds, mut values, mut nss, mut prev) =
+        (Col::default(), Col::default(), Col::default(), 0);
     for (o, h) in &rows {
         let (kind, v) = owner_parts(o);
         kinds.u8(kind);
@@ -307,7 +373,11 @@ pub fn put_sleeps(s: &Slice, out: &mut Col) {
     put_columns(out, &cols);
 }
 
-pub fn get_sleeps(r: &mut Reader, (n, shape): (usize, &Shape), b: &mut Budget) -> Result<Vec<Sleeps>> {
+pub fn get_sleeps(
+    r: &mut Reader,
+    (n, shape): (usize, &Shape),
+    b: &mut Budget,
+) -> Result<Vec<Sleeps>> {
     let [pids, tids] = r.columns()?;
     let mut slots = get_arrays::<{ crate::bpf::abi::SLEEP_SLOTS }>(r, shape.sleep_slots)?;
     let mut keys = KeysReader::new(pids, tids);

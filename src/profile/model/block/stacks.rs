@@ -112,7 +112,12 @@ pub fn standalone<'s>(s: &'s Slice, frames: &mut Strings<'s>) -> (Table, usize, 
     let mut cols: [Col; 3] = Default::default();
     let (mut by_ptr, mut n, mut prev) = (FxHashMap::default(), 0u64, None::<&Stack>);
     for st in stacks {
-        let shared = prev.map_or(0, |p| p.iter().zip(st.iter()).take_while(|(a, b)| same(a, b)).count());
+        let shared = prev.map_or(0, |p| {
+            p.iter()
+                .zip(st.iter())
+                .take_while(|(a, b)| same(a, b))
+                .count()
+        });
         if prev.is_some_and(|p| shared == p.len() && shared == st.len()) {
             by_ptr.insert(key(st), n - 1);
             continue;

@@ -19,29 +19,73 @@ pub fn canon(s: &Slice) -> String {
         v
     }
     let frames = |st: &Stack| st.iter().map(|f| f.to_string()).collect::<Vec<_>>();
-    let samples = sorted(s.samples.iter().map(|r| (r.pid, r.tid, r.state, frames(&r.stack), r.ns, r.count)).collect());
+    let samples = sorted(
+        s.samples
+            .iter()
+            .map(|r| (r.pid, r.tid, r.state, frames(&r.stack), r.ns, r.count))
+            .collect(),
+    );
     let wakeups = sorted(
         s.wakeups
             .iter()
             .map(|r| {
                 let irq = format!("{:?}", r.interrupt);
-                (r.pid, r.tid, irq, r.peer_pid, r.peer_tid, frames(&r.stack), r.ns, r.count)
+                (
+                    r.pid,
+                    r.tid,
+                    irq,
+                    r.peer_pid,
+                    r.peer_tid,
+                    frames(&r.stack),
+                    r.ns,
+                    r.count,
+                )
             })
             .collect(),
     );
-    let threads = sorted(s.threads.iter().map(|(k, t)| (*k, t.pid, t.name.to_string())).collect());
+    let threads = sorted(
+        s.threads
+            .iter()
+            .map(|(k, t)| (*k, t.pid, t.name.to_string()))
+            .collect(),
+    );
     let totals = sorted(
         s.thread_totals
             .iter()
             .map(|t| (t.pid, t.tid, t.comm.clone(), format!("{:?}", t.counters)))
             .collect(),
     );
-    let hists = sorted(s.runq_hists.iter().map(|(o, h)| (*o, format!("{h:?}"))).collect());
+    let hists = sorted(
+        s.runq_hists
+            .iter()
+            .map(|(o, h)| (*o, format!("{h:?}")))
+            .collect(),
+    );
     let by_key = |m: Vec<(u32, String)>| sorted(m);
-    let processes = by_key(s.processes.iter().map(|(k, v)| (*k, v.to_string())).collect());
-    let containers = by_key(s.containers.iter().map(|(k, v)| (*k, format!("{v:?}"))).collect());
-    let origins = by_key(s.origins.iter().map(|(k, v)| (*k, format!("{v:?}"))).collect());
-    let kept = sorted(s.kept_off.iter().map(|k| (k.pid, k.tid, k.by, k.ns)).collect());
+    let processes = by_key(
+        s.processes
+            .iter()
+            .map(|(k, v)| (*k, v.to_string()))
+            .collect(),
+    );
+    let containers = by_key(
+        s.containers
+            .iter()
+            .map(|(k, v)| (*k, format!("{v:?}")))
+            .collect(),
+    );
+    let origins = by_key(
+        s.origins
+            .iter()
+            .map(|(k, v)| (*k, format!("{v:?}")))
+            .collect(),
+    );
+    let kept = sorted(
+        s.kept_off
+            .iter()
+            .map(|k| (k.pid, k.tid, k.by, k.ns))
+            .collect(),
+    );
     let sleeps = sorted(s.sleeps.iter().map(|k| (k.pid, k.tid, k.slots)).collect());
     format!(
         "{:?}",
@@ -81,9 +125,15 @@ fn a_busy_slice_round_trips() {
 #[test]
 fn times_before_the_epoch_and_far_ahead_round_trip() {
     for (start, end) in [
-        (UNIX_EPOCH - Duration::new(5, 1), UNIX_EPOCH + Duration::new(0, 1)),
+        (
+            UNIX_EPOCH - Duration::new(5, 1),
+            UNIX_EPOCH + Duration::new(0, 1),
+        ),
         (UNIX_EPOCH - Duration::new(5, 0), UNIX_EPOCH),
-        (UNIX_EPOCH + Duration::new(1 << 40, 999_999_999), UNIX_EPOCH + Duration::new(1 << 41, 0)),
+        (
+            UNIX_EPOCH + Duration::new(1 << 40, 999_999_999),
+            UNIX_EPOCH + Duration::new(1 << 41, 0),
+        ),
     ] {
         let back = decode_standalone(&encode_standalone(&Slice::empty(start, end))).unwrap();
         assert_eq!((back.start, back.end), (start, end));
@@ -99,11 +149,18 @@ fn equal_names_share_one_allocation_after_decoding() {
     }] {
         let name = |pid| back.processes[&pid].clone();
         let thread = back.threads.values().find(|t| *t.name == *name(1)).unwrap();
-        assert!(Arc::ptr_eq(&thread.name, &name(1)), "a thread named like its process");
+        assert!(
+            Arc::ptr_eq(&thread.name, &name(1)),
+            "a thread named like its process"
+        );
         let (a, b) = (&back.containers[&1], &back.containers[&2]);
         assert!(Arc::ptr_eq(a, b), "one container, two processes");
         let stacks: Vec<&Stack> = back.samples.iter().map(|r| &r.stack).collect();
-        let mains: Vec<&Frame> = stacks.iter().filter_map(|st| st.first()).filter(|f| ***f == *"main").collect();
+        let mains: Vec<&Frame> = stacks
+            .iter()
+            .filter_map(|st| st.first())
+            .filter(|f| ***f == *"main")
+            .collect();
         assert!(mains.len() > 1 && mains.windows(2).all(|w| Arc::ptr_eq(w[0], w[1])));
     }
 }
@@ -128,7 +185,10 @@ fn ids_are_asked_once_per_stack_and_listed_in_the_header() {
     given.sort_unstable();
     assert_eq!(listed, given);
     let h = peek(&block).unwrap();
-    assert_eq!((h.stacks, h.rows, h.standalone), (listed.len(), Rows::of(&s), false));
+    assert_eq!(
+        (h.stacks, h.rows, h.standalone),
+        (listed.len(), Rows::of(&s), false)
+    );
     assert_eq!((h.start, h.end), (s.start, s.end));
 }
 
@@ -139,7 +199,10 @@ fn a_stack_the_store_lost_is_an_error() {
     let block = encode(&s, &mut ids);
     let lost = *ids.by_content.values().max().unwrap();
     ids.by_id.remove(&lost);
-    assert_eq!(decode(&block, &ids).unwrap_err(), CodecError::UnknownStack(lost));
+    assert_eq!(
+        decode(&block, &ids).unwrap_err(),
+        CodecError::UnknownStack(lost)
+    );
 }
 
 #[test]
@@ -153,13 +216,19 @@ fn blocks_refuse_the_other_mode_a_version_and_a_runtime_they_do_not_know() {
 
     let mut next = standalone.clone();
     next[MAGIC.len()] = VERSION + 1;
-    assert_eq!(decode_standalone(&reseal(next)).unwrap_err(), CodecError::Version(VERSION + 1));
+    assert_eq!(
+        decode_standalone(&reseal(next)).unwrap_err(),
+        CodecError::Version(VERSION + 1)
+    );
     let mut other = standalone.clone();
     other[0] = b'X';
     assert_eq!(decode_standalone(&other).unwrap_err(), CodecError::Magic);
     let mut flipped = standalone.clone();
     flipped[20] ^= 4;
-    assert_eq!(decode_standalone(&flipped).unwrap_err(), CodecError::Checksum);
+    assert_eq!(
+        decode_standalone(&flipped).unwrap_err(),
+        CodecError::Checksum
+    );
 
     let mut odd = slices::edges();
     let c = Arc::make_mut(odd.containers.get_mut(&7).unwrap());
@@ -189,7 +258,12 @@ fn with_rows(block: &[u8], change: impl FnOnce(&mut Rows)) -> Vec<u8> {
     let mut rows = p.header.rows;
     change(&mut rows);
     let mut out = Col(block[..MAGIC.len() + 3].to_vec());
-    for v in [SHAPE.states, SHAPE.stats, SHAPE.hist_slots, SHAPE.sleep_slots] {
+    for v in [
+        SHAPE.states,
+        SHAPE.stats,
+        SHAPE.hist_slots,
+        SHAPE.sleep_slots,
+    ] {
         out.u64(v as u64);
     }
     put_time(&mut out, p.header.start);
@@ -217,7 +291,13 @@ fn a_block_claiming_more_rows_than_it_holds_is_refused_before_allocating() {
         |r| r.containers = 1 << 50,
     ] {
         let err = decode_standalone(&with_rows(&block, change)).unwrap_err();
-        assert!(matches!(err, CodecError::Corrupt(_) | CodecError::TooLarge | CodecError::Truncated), "{err:?}");
+        assert!(
+            matches!(
+                err,
+                CodecError::Corrupt(_) | CodecError::TooLarge | CodecError::Truncated
+            ),
+            "{err:?}"
+        );
     }
 }
 

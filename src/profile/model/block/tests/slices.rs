@@ -91,12 +91,30 @@ pub fn edges() -> Slice {
     let max = u64::MAX;
     for (i, state) in State::ALL.into_iter().enumerate() {
         let stack = stacks[i % stacks.len()].clone();
-        let (pid, tid) = if i == 0 { (u32::MAX, u32::MAX) } else { (1, i as u32) };
-        s.samples.push(Sample { pid, tid, state, stack, ns: max - i as u64, count: max });
+        let (pid, tid) = if i == 0 {
+            (u32::MAX, u32::MAX)
+        } else {
+            (1, i as u32)
+        };
+        s.samples.push(Sample {
+            pid,
+            tid,
+            state,
+            stack,
+            ns: max - i as u64,
+            count: max,
+        });
     }
     s.samples.push(s.samples[1].clone()); // a key twice
-    for (i, interrupt) in [None, Some(Interrupt::Hard), Some(Interrupt::Soft)].into_iter().enumerate() {
-        let waker = if interrupt.is_some() { (0, INTERRUPT_TID) } else { (2, 2) };
+    for (i, interrupt) in [None, Some(Interrupt::Hard), Some(Interrupt::Soft)]
+        .into_iter()
+        .enumerate()
+    {
+        let waker = if interrupt.is_some() {
+            (0, INTERRUPT_TID)
+        } else {
+            (2, 2)
+        };
         s.wakeups.push(Wakeup {
             pid: waker.0,
             tid: waker.1,
@@ -112,9 +130,27 @@ pub fn edges() -> Slice {
     s.processes.insert(1, proc_name.clone());
     s.processes.insert(2, f(""));
     s.processes.insert(u32::MAX, f("max"));
-    s.threads.insert(1, ThreadInfo { pid: 1, name: Arc::from("süßer-prozess") });
-    s.threads.insert(5, ThreadInfo { pid: 1, name: f("worker/5") });
-    s.threads.insert(u32::MAX, ThreadInfo { pid: u32::MAX, name: f("") });
+    s.threads.insert(
+        1,
+        ThreadInfo {
+            pid: 1,
+            name: Arc::from("süßer-prozess"),
+        },
+    );
+    s.threads.insert(
+        5,
+        ThreadInfo {
+            pid: 1,
+            name: f("worker/5"),
+        },
+    );
+    s.threads.insert(
+        u32::MAX,
+        ThreadInfo {
+            pid: u32::MAX,
+            name: f(""),
+        },
+    );
     let full = ThreadCounters {
         ns: [max; State::COUNT],
         switches_voluntary: max,
@@ -127,9 +163,17 @@ pub fn edges() -> Slice {
         (1, 1, "", ThreadCounters::default()),
         (u32::MAX, 0, "x", full),
     ] {
-        s.thread_totals.push(RawThread { tid, pid, comm: comm.into(), counters });
+        s.thread_totals.push(RawThread {
+            tid,
+            pid,
+            comm: comm.into(),
+            counters,
+        });
     }
-    let hist = |k: u64| Hist { slots: std::array::from_fn(|i| if i % 2 == 0 { k } else { max }), ns: k };
+    let hist = |k: u64| Hist {
+        slots: std::array::from_fn(|i| if i % 2 == 0 { k } else { max }),
+        ns: k,
+    };
     for (owner, k) in [
         (HistOwner::Process(1), 0),
         (HistOwner::Cgroup(u64::MAX), 1),
@@ -144,31 +188,104 @@ pub fn edges() -> Slice {
     s.containers.insert(2, shared);
     for (i, runtime) in RUNTIMES.into_iter().enumerate() {
         let id = char::from(b'b' + i as u8);
-        s.containers.insert(7 + i as u32, container(id, runtime, i % 2 == 0));
+        s.containers
+            .insert(7 + i as u32, container(id, runtime, i % 2 == 0));
     }
-    s.origins.insert(1, Origin { parent: 0, cgroup: Some(f("/system.slice/ü.service")) });
-    s.origins.insert(2, Origin { parent: 1, cgroup: None });
-    s.origins.insert(u32::MAX, Origin { parent: u32::MAX, cgroup: Some(proc_name) });
+    s.origins.insert(
+        1,
+        Origin {
+            parent: 0,
+            cgroup: Some(f("/system.slice/ü.service")),
+        },
+    );
+    s.origins.insert(
+        2,
+        Origin {
+            parent: 1,
+            cgroup: None,
+        },
+    );
+    s.origins.insert(
+        u32::MAX,
+        Origin {
+            parent: u32::MAX,
+            cgroup: Some(proc_name),
+        },
+    );
     for by in [0, 2, KeptOff::UNSEEN, KeptOff::OTHERS] {
-        s.kept_off.push(KeptOff { pid: 1, tid: 1, by, ns: max - u64::from(by) });
+        s.kept_off.push(KeptOff {
+            pid: 1,
+            tid: 1,
+            by,
+            ns: max - u64::from(by),
+        });
     }
-    s.sleeps.push(Sleeps { pid: 1, tid: 1, slots: [u32::MAX; crate::bpf::abi::SLEEP_SLOTS] });
-    s.sleeps.push(Sleeps { pid: 2, tid: 9, slots: std::array::from_fn(|i| i as u32) });
-    s.stats.iter_mut().enumerate().for_each(|(i, v)| *v = if i == 0 { max } else { i as u64 });
+    s.sleeps.push(Sleeps {
+        pid: 1,
+        tid: 1,
+        slots: [u32::MAX; crate::bpf::abi::SLEEP_SLOTS],
+    });
+    s.sleeps.push(Sleeps {
+        pid: 2,
+        tid: 9,
+        slots: std::array::from_fn(|i| i as u32),
+    });
+    s.stats
+        .iter_mut()
+        .enumerate()
+        .for_each(|(i, v)| *v = if i == 0 { max } else { i as u64 });
     s
 }
 
 /// Names as a JVM, a Python service and the kernel show them.
 fn frame_names(rng: &mut Rng) -> Vec<Arc<str>> {
-    let pkgs = ["java.util.concurrent.", "org.apache.kafka.clients.producer.internals.", "io.netty.channel.nio.", "com.example.orders.service.", "sun.nio.ch."];
-    let classes = ["ThreadPoolExecutor", "Sender", "NioEventLoop", "OrderRepository", "EPollSelectorImpl", "LinkedBlockingQueue", "CompletableFuture"];
-    let methods = ["runWorker", "run", "poll", "take", "select", "processSelectedKeys", "findByCustomer", "awaitNanos", "park"];
+    let pkgs = [
+        "java.util.concurrent.",
+        "org.apache.kafka.clients.producer.internals.",
+        "io.netty.channel.nio.",
+        "com.example.orders.service.",
+        "sun.nio.ch.",
+    ];
+    let classes = [
+        "ThreadPoolExecutor",
+        "Sender",
+        "NioEventLoop",
+        "OrderRepository",
+        "EPollSelectorImpl",
+        "LinkedBlockingQueue",
+        "CompletableFuture",
+    ];
+    let methods = [
+        "runWorker",
+        "run",
+        "poll",
+        "take",
+        "select",
+        "processSelectedKeys",
+        "findByCustomer",
+        "awaitNanos",
+        "park",
+    ];
     let mut names: Vec<Arc<str>> = Vec::new();
     for _ in 0..240 {
-        let n = format!("{}{}.{}", rng.pick(&pkgs), rng.pick(&classes), rng.pick(&methods));
+        let n = format!(
+            "{}{}.{}",
+            rng.pick(&pkgs),
+            rng.pick(&classes),
+            rng.pick(&methods)
+        );
         names.push(n.into());
     }
-    for k in ["do_syscall_64", "__x64_sys_futex", "futex_wait", "schedule", "__schedule", "ep_poll", "do_epoll_wait", "tcp_recvmsg"] {
+    for k in [
+        "do_syscall_64",
+        "__x64_sys_futex",
+        "futex_wait",
+        "schedule",
+        "__schedule",
+        "ep_poll",
+        "do_epoll_wait",
+        "tcp_recvmsg",
+    ] {
         names.push(format!("[k] {k}").into());
     }
     for i in 0..40 {
@@ -183,7 +300,15 @@ fn frame_names(rng: &mut Rng) -> Vec<Arc<str>> {
 pub fn busy(seed: u64) -> Slice {
     let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
     let names = frame_names(&mut rng);
-    let root: Vec<Arc<str>> = ["_start", "__libc_start_main", "main", "JavaMain", "java.lang.Thread.run"].map(Arc::from).to_vec();
+    let root: Vec<Arc<str>> = [
+        "_start",
+        "__libc_start_main",
+        "main",
+        "JavaMain",
+        "java.lang.Thread.run",
+    ]
+    .map(Arc::from)
+    .to_vec();
     let stacks: Vec<Stack> = (0..400)
         .map(|_| {
             let depth = 20 + rng.below(41) as usize;
@@ -194,20 +319,50 @@ pub fn busy(seed: u64) -> Slice {
             frames.into()
         })
         .collect();
-    let start = UNIX_EPOCH + Duration::new(1_764_000_000 + rng.below(1000), rng.below(1_000_000_000) as u32);
+    let start = UNIX_EPOCH
+        + Duration::new(
+            1_764_000_000 + rng.below(1000),
+            rng.below(1_000_000_000) as u32,
+        );
     let mut s = Slice::empty(start, start + Duration::new(1, 1234));
-    let comms = ["java", "python3", "postgres", "nginx", "kafka", "envoy", "node"];
-    let thread_names = ["worker-1", "kafka-producer-network-thread", "GC Thread#0", "C2 CompilerThread0", "epoll-loop", "pool-3-thread-7"];
+    let comms = [
+        "java", "python3", "postgres", "nginx", "kafka", "envoy", "node",
+    ];
+    let thread_names = [
+        "worker-1",
+        "kafka-producer-network-thread",
+        "GC Thread#0",
+        "C2 CompilerThread0",
+        "epoll-loop",
+        "pool-3-thread-7",
+    ];
     let mut threads = Vec::new();
     for p in 0..50u32 {
         let pid = 1000 + 37 * p + rng.below(20) as u32;
         let comm: Arc<str> = Arc::from(*rng.pick(&comms));
         s.processes.insert(pid, comm.clone());
-        s.origins.insert(pid, Origin { parent: 1, cgroup: (p % 2 == 0).then(|| Arc::from(format!("/system.slice/svc{}.service", p % 9))) });
+        s.origins.insert(
+            pid,
+            Origin {
+                parent: 1,
+                cgroup: (p % 2 == 0)
+                    .then(|| Arc::from(format!("/system.slice/svc{}.service", p % 9))),
+            },
+        );
         for t in 0..6 {
             let tid = pid + t * (1 + rng.below(3) as u32);
-            let name: Arc<str> = if t == 0 { comm.clone() } else { Arc::from(*rng.pick(&thread_names)) };
-            s.threads.insert(tid, ThreadInfo { pid, name: name.clone() });
+            let name: Arc<str> = if t == 0 {
+                comm.clone()
+            } else {
+                Arc::from(*rng.pick(&thread_names))
+            };
+            s.threads.insert(
+                tid,
+                ThreadInfo {
+                    pid,
+                    name: name.clone(),
+                },
+            );
             let mut ns = [0; State::COUNT];
             let cpu = rng.below(50_000_000);
             ns[State::Cpu as usize] = cpu;
@@ -217,36 +372,95 @@ pub fn busy(seed: u64) -> Slice {
                 tid,
                 pid,
                 comm: name.to_string(),
-                counters: ThreadCounters { ns, switches_voluntary: rng.below(500), switches_involuntary: rng.below(20), wakeups_sent: rng.below(300), wakeups_received: rng.below(300) },
+                counters: ThreadCounters {
+                    ns,
+                    switches_voluntary: rng.below(500),
+                    switches_involuntary: rng.below(20),
+                    wakeups_sent: rng.below(300),
+                    wakeups_received: rng.below(300),
+                },
             });
-            s.sleeps.push(Sleeps { pid, tid, slots: std::array::from_fn(|_| rng.below(4) as u32) });
+            s.sleeps.push(Sleeps {
+                pid,
+                tid,
+                slots: std::array::from_fn(|_| rng.below(4) as u32),
+            });
             threads.push((pid, tid));
         }
-        s.runq_hists.push((HistOwner::Process(pid), Hist { slots: std::array::from_fn(|_| rng.below(50)), ns: rng.below(1 << 30) }));
+        s.runq_hists.push((
+            HistOwner::Process(pid),
+            Hist {
+                slots: std::array::from_fn(|_| rng.below(50)),
+                ns: rng.below(1 << 30),
+            },
+        ));
         if p < 20 {
-            s.containers.insert(pid, container(char::from(b'a' + (p % 4) as u8), RUNTIMES[p as usize % 5], true));
+            s.containers.insert(
+                pid,
+                container(
+                    char::from(b'a' + (p % 4) as u8),
+                    RUNTIMES[p as usize % 5],
+                    true,
+                ),
+            );
         }
     }
     for _ in 0..2000 {
         let (pid, tid) = *rng.pick(&threads);
         let state = *rng.pick(&State::ALL[..5]);
         let stack = rng.pick(&stacks).clone();
-        s.samples.push(Sample { pid, tid, state, stack, ns: 10_000 + rng.below(1_000_000_000), count: 1 + rng.below(99) });
+        s.samples.push(Sample {
+            pid,
+            tid,
+            state,
+            stack,
+            ns: 10_000 + rng.below(1_000_000_000),
+            count: 1 + rng.below(99),
+        });
     }
     for _ in 0..1000 {
         let (pid, tid) = *rng.pick(&threads);
-        let (peer_pid, peer_tid) = if rng.below(10) < 7 { let t = rng.below(6) as u32; (pid, tid + t) } else { *rng.pick(&threads) };
+        let (peer_pid, peer_tid) = if rng.below(10) < 7 {
+            let t = rng.below(6) as u32;
+            (pid, tid + t)
+        } else {
+            *rng.pick(&threads)
+        };
         let stack = rng.pick(&stacks).clone();
-        let (pid, tid, interrupt) = if rng.below(20) == 0 { (0, INTERRUPT_TID, Some(Interrupt::Soft)) } else { (pid, tid, None) };
-        s.wakeups.push(Wakeup { pid, tid, interrupt, peer_pid, peer_tid, stack, ns: rng.below(100_000_000), count: 1 + rng.below(50) });
+        let (pid, tid, interrupt) = if rng.below(20) == 0 {
+            (0, INTERRUPT_TID, Some(Interrupt::Soft))
+        } else {
+            (pid, tid, None)
+        };
+        s.wakeups.push(Wakeup {
+            pid,
+            tid,
+            interrupt,
+            peer_pid,
+            peer_tid,
+            stack,
+            ns: rng.below(100_000_000),
+            count: 1 + rng.below(50),
+        });
     }
     for _ in 0..200 {
         let (pid, tid) = *rng.pick(&threads);
         let by = *rng.pick(&[0, KeptOff::UNSEEN, threads[0].0, threads[7].0]);
-        s.kept_off.push(KeptOff { pid, tid, by, ns: rng.below(5_000_000) });
+        s.kept_off.push(KeptOff {
+            pid,
+            tid,
+            by,
+            ns: rng.below(5_000_000),
+        });
     }
     for i in 0..10 {
-        s.runq_hists.push((HistOwner::Cgroup(5000 + i * 3), Hist { slots: std::array::from_fn(|_| rng.below(50)), ns: rng.below(1 << 30) }));
+        s.runq_hists.push((
+            HistOwner::Cgroup(5000 + i * 3),
+            Hist {
+                slots: std::array::from_fn(|_| rng.below(50)),
+                ns: rng.below(1 << 30),
+            },
+        ));
     }
     s.stats.iter_mut().for_each(|v| *v = rng.below(3));
     s
