@@ -20,15 +20,13 @@
 
 mod columns;
 mod names;
+mod packing;
 mod rows;
 mod stacks;
 #[cfg(test)]
 mod tests;
 
-use std::{
-    cell::RefCell,
-    time::{Duration, SystemTime, UNIX_EPOCH},
-};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use columns::{Budget, Col, Reader};
 use names::{count, Strings};
@@ -83,9 +81,6 @@ pub enum CodecError {
 const MAGIC: [u8; 4] = *b"WSBK";
 /// The format written; bumped whenever the layout changes.
 const VERSION: u8 = 1;
-/// zstd level: see the measurement in `tests.rs` (3 was within a few
-/// percent of 9 in size and several times faster on a busy slice).
-const LEVEL: i32 = 3;
 /// Most bytes a body may decompress to.
 pub const MAX_RAW_BYTES: usize = 16 << 20;
 /// Most bytes decoding a block may allocate for the slice it returns
@@ -265,32 +260,40 @@ fn seal(
     body.0.extend_from_slice(&stack_body.0);
     body.0.extend_from_slice(&sections.0);
 
-    let (how, payload) = match compress(&body.0) {
+    let (how, payload) = match packing::compress(&body.0) {
         Some(z) if z.len() < body.0.len() => (ZSTD, z),
         _ => (STORED, body.0.clone()),
     };
     let mut out = Col(Vec::with_capacity(payload.len() + stack_head.0.len() + 64));
-    out.0.extend_from_slice(&MAGIC);
-    out.0.extend_from_slice(&[VERSION, mode, how]);
-    for v in [
-        SHAPE.states,
-        SHAPE.stats,
-        SHAPE.hist_slots,
-        SHAPE.sleep_slots,
-    ] {
-        out.u64(v as u64);
-    }
-    put_time(&mut out, slice.start);
-    put_time(&mut out, slice.end);
-    for n in Rows::of(slice).fields() {
-        out.u64(*n as u64);
-    }
-    out.u64(body.0.len() as u64);
+    let times = (slice.start, slice.end);
+    put_header(&mut out, (mode, how), times, Rows::of(slice), body.0.len());
     out.0.extend_from_slice(&stack_head.0);
     out.0.extend_from_slice(&payload);
     let crc = crc32fast::hash(&out.0);
     out.0.extend_from_slice(&crc.to_le_bytes());
     out.0
+}
+
+/// The header's fields, up to the stack table's head.
+fn put_header(
+    out: &mut Col,
+    (mode, how): (u8, u8),
+    (start, end): (SystemTime, SystemTime),
+    mut rows: Rows,
+    raw_bytes: usize,
+) {
+    out.0.extend_from_slice(&MAGIC);
+    out.0.extend_from_slice(&[VERSION, mode, how]);
+    let shape = [SHAPE.states, SHAPE.stats, SHAPE.hist_slots];
+    for v in shape.into_iter().chain([SHAPE.sleep_slots]) {
+        out.u64(v as u64);
+    }
+    put_time(out, start);
+    put_time(out, end);
+    for n in rows.fields() {
+        out.u64(*n as u64);
+    }
+    out.u64(raw_bytes as u64);
 }
 
 /// Checks the checksum, magic, version and (when given) the mode, and
@@ -366,52 +369,14 @@ struct Parsed<'a> {
     rest: Reader<'a>,
 }
 
-thread_local! {
-    // One context per thread: creating one costs more than a small block.
-    static COMPRESSOR: RefCell<Option<zstd::bulk::Compressor<'static>>> = const { RefCell::new(None) };
-    static DECOMPRESSOR: RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { RefCell::new(None) };
-}
-
-/// The body compressed; `None` if zstd fails (the block then stores it).
-fn compress(body: &[u8]) -> Option<Vec<u8>> {
-    COMPRESSOR.with_borrow_mut(|c| {
-        if c.is_none() {
-            let mut z = zstd::bulk::Compressor::new(LEVEL).ok()?;
-            // The header has the length and the block its own checksum.
-            z.set_parameter(zstd::zstd_safe::CParameter::ContentSizeFlag(false))
-                .ok()?;
-            z.set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(false))
-                .ok()?;
-            *c = Some(z);
-        }
-        c.as_mut()?.compress(body).ok()
-    })
-}
-
-/// The body of a parsed block, decompressed into exactly the bytes its
-/// header declares (at most [`MAX_RAW_BYTES`], checked by [`parse`]).
+/// The body of a parsed block, of exactly the bytes its header declares
+/// (at most [`MAX_RAW_BYTES`], checked by [`parse`]).
 fn inflate(p: &Parsed) -> Result<Vec<u8>, CodecError> {
     let payload = p.rest.rest();
-    if !p.zstd {
-        return match payload.len() == p.header.raw_bytes {
-            true => Ok(payload.to_vec()),
-            false => Err(CodecError::Corrupt("stored body length")),
-        };
-    }
-    let mut raw = Vec::with_capacity(p.header.raw_bytes);
-    let n = DECOMPRESSOR.with_borrow_mut(|d| {
-        if d.is_none() {
-            *d = Some(zstd::bulk::Decompressor::new().map_err(|_| CodecError::Compression)?);
-        }
-        let d = d.as_mut().ok_or(CodecError::Compression)?;
-        // Writes into `raw`'s capacity only: a body that would grow past
-        // it is an error, not an allocation.
-        d.decompress_to_buffer(payload, &mut raw)
-            .map_err(|_| CodecError::Compression)
-    })?;
-    match n == p.header.raw_bytes {
-        true => Ok(raw),
-        false => Err(CodecError::Corrupt("body length")),
+    match (p.zstd, payload.len() == p.header.raw_bytes) {
+        (true, _) => packing::decompress(payload, p.header.raw_bytes),
+        (false, true) => Ok(payload.to_vec()),
+        (false, false) => Err(CodecError::Corrupt("stored body length")),
     }
 }
 

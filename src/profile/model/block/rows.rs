@@ -50,9 +50,9 @@ fn get_arrays<'a, const N: usize>(r: &mut Reader<'a>, n: usize) -> Result<Vec<Re
     (0..n).map(|_| Ok(r.columns::<1>()?[0])).collect()
 }
 
-fn get_array<const N: usize, T: TryFrom<u64>>(cols: &mut [Reader]) -> Result<[T; N]>
+fn get_array<const N: usize, T>(cols: &mut [Reader]) -> Result<[T; N]>
 where
-    T: Default + Copy,
+    T: TryFrom<u64> + Default + Copy,
 {
     let mut out = [T::default(); N];
     for (v, c) in out.iter_mut().zip(cols) {

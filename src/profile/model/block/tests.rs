@@ -257,21 +257,10 @@ fn with_rows(block: &[u8], change: impl FnOnce(&mut Rows)) -> Vec<u8> {
     let p = parse(block, None).unwrap();
     let mut rows = p.header.rows;
     change(&mut rows);
-    let mut out = Col(block[..MAGIC.len() + 3].to_vec());
-    for v in [
-        SHAPE.states,
-        SHAPE.stats,
-        SHAPE.hist_slots,
-        SHAPE.sleep_slots,
-    ] {
-        out.u64(v as u64);
-    }
-    put_time(&mut out, p.header.start);
-    put_time(&mut out, p.header.end);
-    for n in rows.fields() {
-        out.u64(*n as u64);
-    }
-    out.u64(p.header.raw_bytes as u64);
+    let mut out = Col::default();
+    let (mode, how) = (block[MAGIC.len() + 1], block[MAGIC.len() + 2]);
+    let times = (p.header.start, p.header.end);
+    put_header(&mut out, (mode, how), times, rows, p.header.raw_bytes);
     out.0.extend_from_slice(p.rest.rest());
     out.0.extend_from_slice(&[0; 4]);
     reseal(out.0)

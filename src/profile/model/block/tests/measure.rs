@@ -109,9 +109,7 @@ fn measure_block_costs() {
         t.counters = Default::default();
         t.counters.ns[State::Futex as usize] = 1_000_000_000 + u64::from(t.tid % 7) * 1000;
     }
-    for v in [&mut idle.samples] {
-        v.shrink_to_fit();
-    }
+    idle.samples.shrink_to_fit();
     idle.wakeups.shrink_to_fit();
     idle.kept_off.shrink_to_fit();
     idle.sleeps.shrink_to_fit();
