@@ -3,6 +3,7 @@
 //! how it is filled: the collector and symbolizer convert into it, the
 //! reports in [`super::report`] read it.
 
+pub mod block;
 pub mod counters;
 pub mod kind;
 pub mod live;
