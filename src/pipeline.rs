@@ -185,9 +185,9 @@ const HISTORY_FLUSH: Duration = Duration::from_secs(2);
 /// The disk history `config` names, opened, and the thread encoding for it.
 fn history_feed(
     config: crate::profile::history::HistoryConfig,
-) -> Result<crate::profile::history::feed::Feed, String> {
+) -> Result<crate::profile::store::feed::Feed, String> {
     let history = crate::profile::history::History::open(config).map_err(|e| e.to_string())?;
-    crate::profile::history::feed::Feed::start(history).map_err(|e| e.to_string())
+    crate::profile::store::feed::Feed::start(history).map_err(|e| e.to_string())
 }
 
 impl Pipeline {

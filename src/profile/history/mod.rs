@@ -35,8 +35,6 @@
 //! reason is logged once and shown in [`HistoryStats::degraded`], blocks
 //! are dropped (counted) and writing is retried once a minute.
 
-pub mod feed;
-pub mod read;
 mod dir;
 mod index;
 mod segment;

@@ -61,11 +61,13 @@ mod compact;
 pub mod kept_off_totals;
 pub mod merge;
 mod resolution;
+mod disk_read;
+pub mod feed;
 mod sealed;
 mod share;
 mod snapshot;
 
-use crate::profile::history::feed::Feed;
+use feed::Feed;
 use sealed::Block;
 
 pub use resolution::{describe as describe_resolution, Part as ResolutionPart, Recorded};
@@ -269,6 +271,7 @@ impl Store {
     /// reading windows older than its own slices from it.
     pub fn with_history(mut self, feed: Feed) -> Self {
         self.feed = Some(feed);
+        self.publish();
         self
     }
 
@@ -276,6 +279,7 @@ impl Store {
     /// not be opened, for `reason` (shown in `/healthz`).
     pub fn without_history(mut self, reason: String) -> Self {
         self.history_error = Some(reason);
+        self.publish();
         self
     }
 

@@ -6,7 +6,7 @@ use super::*;
 use crate::{
     bpf::abi::State,
     profile::{
-        history::{feed::Feed, History, HistoryConfig},
+        history::{History, HistoryConfig},
         model::{RawThread, Sample, ThreadCounters, ThreadInfo},
     },
 };

@@ -15,13 +15,11 @@ use super::{
         window::{Overlap, Window},
         Slice,
     },
+    disk_read::{self as read, Interner},
     open_block,
     sealed::Block,
 };
-use crate::profile::history::{
-    read::{self, Interner},
-    History, StoredBlock,
-};
+use crate::profile::history::{History, StoredBlock};
 
 /// Where a slice a snapshot sees is.
 #[derive(Clone)]

@@ -14,8 +14,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{BlockMeta, History};
-use crate::profile::model::{block, Slice};
+use crate::profile::{
+    history::{BlockMeta, History},
+    model::{block, Slice},
+};
 
 /// Slices waiting to be encoded (each about a second of the host).
 const QUEUE_SLICES: usize = 8;

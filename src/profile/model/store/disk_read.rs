@@ -4,8 +4,10 @@
 
 use rustc_hash::FxHashSet;
 
-use super::{History, StoredBlock};
-use crate::profile::model::{block, Slice, Stack};
+use crate::profile::{
+    history::{History, StoredBlock},
+    model::{block, Slice, Stack},
+};
 
 /// The stacks of one query's disk blocks, each once.
 #[derive(Default)]
