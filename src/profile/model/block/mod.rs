@@ -175,6 +175,12 @@ const SHAPE: Shape = Shape {
 };
 
 /// For blocks kept in memory: stacks as ids of `ids`.
+///
+/// Rows decode sorted by their keys (pid, tid, ...), not in the slice's
+/// order. A slice decodes as long as its body stays within
+/// [`MAX_RAW_BYTES`] and its rows and stacks within [`MAX_DECODED_BYTES`]
+/// (as [`super::size`] counts them): a million rows or so, far beyond any
+/// slice the store holds.
 pub fn encode(slice: &Slice, ids: &mut dyn StackIds) -> Vec<u8> {
     let (table, ids) = stacks::by_ids(slice, ids);
     let mut head = Col::default();

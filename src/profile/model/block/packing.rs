@@ -13,8 +13,8 @@ use zstd::{
 use super::CodecError;
 
 /// zstd level, chosen by measurement (`tests/measure.rs`): on a busy
-/// slice's body level 3 was 2 % smaller than 1 and within 3 % of 19, at a
-/// fifth of 6's time and a sixtieth of 19's.
+/// slice's body level 3 was 2 % smaller than 1 and within 3 % of 19, in a
+/// third of 6's time and a fiftieth of 19's.
 const LEVEL: i32 = 3;
 /// Contexts kept between uses, of each kind; more are made when threads
 /// compete, and dropped after use.

@@ -94,10 +94,81 @@ fn report(label: &str, s: &Slice) {
     }
 }
 
+/// Bytes of each part of a slice, as a standalone block of that part
+/// alone less an empty block's.
+fn by_part(s: &Slice) {
+    let empty = Slice::empty(s.start, s.end);
+    let size = |part: Slice| encode_standalone(&part).len() - encode_standalone(&empty).len();
+    let parts = [
+        (
+            "samples",
+            Slice {
+                samples: s.samples.clone(),
+                ..empty.clone()
+            },
+        ),
+        (
+            "wakeups",
+            Slice {
+                wakeups: s.wakeups.clone(),
+                ..empty.clone()
+            },
+        ),
+        (
+            "totals",
+            Slice {
+                thread_totals: s.thread_totals.clone(),
+                ..empty.clone()
+            },
+        ),
+        (
+            "threads",
+            Slice {
+                threads: s.threads.clone(),
+                ..empty.clone()
+            },
+        ),
+        (
+            "hists",
+            Slice {
+                runq_hists: s.runq_hists.clone(),
+                ..empty.clone()
+            },
+        ),
+        (
+            "kept_off+sleeps",
+            Slice {
+                kept_off: s.kept_off.clone(),
+                sleeps: s.sleeps.clone(),
+                ..empty.clone()
+            },
+        ),
+        (
+            "processes+origins+containers",
+            Slice {
+                processes: s.processes.clone(),
+                origins: s.origins.clone(),
+                containers: s.containers.clone(),
+                ..empty.clone()
+            },
+        ),
+    ];
+    let sizes: Vec<String> = parts
+        .into_iter()
+        .map(|(name, part)| format!("{name} {} B", size(part)))
+        .collect();
+    println!(
+        "  standalone by part: empty {} B, {}",
+        encode_standalone(&empty).len(),
+        sizes.join(", ")
+    );
+}
+
 #[test]
 #[ignore = "a measurement: prints figures, checks nothing"]
 fn measure_block_costs() {
     report("busy 1-s slice", &busy(42));
+    by_part(&busy(42));
     // Idle: the same 300 threads asleep the whole second, nothing else.
     let mut idle = busy(42);
     idle.samples.clear();
