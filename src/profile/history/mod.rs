@@ -5,14 +5,14 @@
 //! **Format: append-only segment files with checksummed records**, chosen
 //! over the embedded stores `redb` and `fjall` by measurement
 //! (`bench/history_disk.rs`, `bench/results/history_disk.txt`: 3,600
-//! blocks of 5–20 KB, one sync every 5 blocks, three runs, dev profile):
-//! - write cost: 65–80 µs CPU per block (redb 135–165, fjall 62); bytes
+//! blocks of 5–20 KB, one sync every 5 blocks, four runs, dev profile):
+//! - write cost: 65–80 µs CPU per block (redb 135–180, fjall 62–74); bytes
 //!   written 45 MB for 45 MB of blocks (redb 155 MB: copy-on-write pages;
 //!   fjall 79 MB: journal, then tables);
 //! - read of the 1-hour range, each payload copied out and checksummed:
-//!   16–20 ms cold or warm
-//!   (redb 170 ms cold / 4–8 ms warm, fjall 57–78 / 3–7); reopening 50–150
-//!   ms (the newest segment is checksummed whole);
+//!   11–20 ms cold or warm (redb 170–260 ms cold / 4–8 ms warm, fjall
+//!   57–88 / 3–7); reopening 50–150 ms (the newest segment is checksummed
+//!   whole);
 //! - kill -9: all three kept every synced block; here at most the record
 //!   being written is torn, counted and cut off at the next open;
 //! - weight: crc32fast (2 crates, already in the tree) against redb (21 k
@@ -27,8 +27,8 @@
 //! open. Before a record is written, the oldest segments are deleted until
 //! the directory, counted in whole 4 KiB blocks per file, stays within
 //! `max_bytes` with it. Data are `fdatasync`ed every [`SYNC_EVERY`] (a
-//! sync per one-second block tripled the CPU per block, 200 against 65 µs,
-//! and the write time), when a segment is finished, and on
+//! sync per one-second block tripled the CPU per block, 200–230 against
+//! 65–80 µs, and the write time), when a segment is finished, and on
 //! [`History::flush`]: a killed daemon loses nothing (the page cache has
 //! it), a power cut at most the last few seconds.
 //!

@@ -69,6 +69,13 @@ pub(super) fn held(h: &History) -> Vec<u64> {
 }
 
 #[test]
+fn history_is_shared_across_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<History>();
+    send_sync::<HistoryStats>();
+}
+
+#[test]
 fn blocks_round_trip_across_reopen() {
     let tmp = tempfile::tempdir().unwrap();
     let h = open(tmp.path(), 64 << 20);
