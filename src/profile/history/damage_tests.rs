@@ -4,11 +4,12 @@
 
 use std::{
     io::{BufRead, BufReader, Write},
+    os::unix::process::ExitStatusExt,
     path::{Path, PathBuf},
     process::{Command, Stdio},
 };
 
-use super::tests::{block, held, open, submit_range};
+use super::tests::{self, block, held, open, submit_range};
 use super::*;
 
 const SMALL: usize = 40;
@@ -59,7 +60,7 @@ fn a_cut_at_any_offset_keeps_the_whole_records_before_it() {
         } else {
             (cut - MAGIC) / RECORD
         };
-        let on_boundary = cut == 0 || (cut >= MAGIC && (cut - MAGIC) % RECORD == 0);
+        let on_boundary = cut == 0 || (cut >= MAGIC && (cut - MAGIC).is_multiple_of(RECORD));
         let (ids, torn, again) = open_damaged(&bytes[..cut as usize]);
         assert_eq!(ids, (0..whole).collect::<Vec<_>>(), "cut at {cut}");
         assert_eq!((torn, again), (u64::from(!on_boundary), 0), "cut at {cut}");
@@ -154,13 +155,21 @@ fn damage_in_an_older_segment_is_found_at_open_or_at_read() {
 
 const CRASH_DIR: &str = "WS_HISTORY_CRASH_DIR";
 const CRASH_FROM: &str = "WS_HISTORY_CRASH_FROM";
+/// Set: blocks of 1–4 MiB, whose `write` a kill is likely to cut short
+/// (the kernel stops copying at a fatal signal); unset: 5–20 KB.
+const CRASH_BIG: &str = "WS_HISTORY_CRASH_BIG";
 
-fn crash_len(i: u64) -> usize {
-    5_000 + (i * 7_919 % 15_000) as usize
+fn crash_len(i: u64, big: bool) -> usize {
+    if big {
+        (1 << 20) + (i * 7_919 % (3 << 20)) as usize
+    } else {
+        5_000 + (i * 7_919 % 15_000) as usize
+    }
 }
 
 /// The child of [`a_kill_mid_write_loses_no_acknowledged_block`]: writes
-/// blocks until killed, printing `ACK n` once blocks below `n` are synced.
+/// blocks, made beforehand, back to back (no syncs: a kill leaves what the
+/// page cache has), printing `ACK n` once blocks below `n` are written.
 #[test]
 #[ignore = "run by a_kill_mid_write_loses_no_acknowledged_block"]
 fn crash_child() {
@@ -168,23 +177,51 @@ fn crash_child() {
         return;
     };
     let from: u64 = std::env::var(CRASH_FROM).unwrap().parse().unwrap();
-    let h = open(Path::new(&dir), 64 << 20);
-    let started = Instant::now();
-    let mut out = std::io::stdout().lock();
-    // Bounded, in case the parent died.
-    for i in from..from + 100_000 {
-        let (meta, payload) = block(i, crash_len(i));
+    let big = std::env::var_os(CRASH_BIG).is_some();
+    let count = if big { 14 } else { 400 };
+    let blocks: Vec<_> = (from..from + count)
+        .map(|i| block(i, crash_len(i, big)))
+        .collect();
+    let cfg = HistoryConfig {
+        dir: dir.into(),
+        max_bytes: CRASH_BOUND,
+    };
+    let no_sync = Tuning {
+        sync_every: Duration::from_secs(3600),
+        ..tests::FAST
+    };
+    let h = History::open_tuned(cfg, no_sync).unwrap();
+    let acks = {
+        let h = h.clone();
+        std::thread::spawn(move || {
+            let mut out = std::io::stdout().lock();
+            let mut last = 0;
+            // Bounded, in case the parent died; long, as a loaded machine
+            // may be slow to start the parent's reading.
+            let started = Instant::now();
+            while started.elapsed() < Duration::from_secs(120) {
+                let written = h.stats().blocks_written;
+                if written > last {
+                    writeln!(out, "ACK {}", from + written).unwrap();
+                    out.flush().unwrap();
+                    last = written;
+                }
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        })
+    };
+    for (meta, payload) in blocks {
+        // Never past the queue's bound: a dropped block would leave a gap.
+        while h.stats().queue_bytes > QUEUE_MAX_BYTES / 2 {
+            std::thread::sleep(Duration::from_micros(100));
+        }
         h.submit(meta, payload);
-        if i % 8 == 7 {
-            assert!(h.flush(Duration::from_secs(10)));
-            writeln!(out, "ACK {}", i + 1).unwrap();
-            out.flush().unwrap();
-        }
-        if started.elapsed() > Duration::from_secs(30) {
-            break;
-        }
     }
+    acks.join().unwrap();
 }
+
+/// Large enough that nothing is deleted during the test.
+const CRASH_BOUND: u64 = 1 << 30;
 
 #[test]
 fn a_kill_mid_write_loses_no_acknowledged_block() {
@@ -192,31 +229,49 @@ fn a_kill_mid_write_loses_no_acknowledged_block() {
     let exe = std::env::current_exe().unwrap();
     let mut next = 0;
     let mut torn = 0;
-    for round in 0..4u64 {
+    for round in 0..6u64 {
+        let big = round % 2 == 1;
         let mut child = Command::new(&exe)
             .args(["--exact", "profile::history::damage_tests::crash_child"])
             .args(["--ignored", "--nocapture", "--test-threads=1"])
             .env(CRASH_DIR, tmp.path())
             .env(CRASH_FROM, next.to_string())
+            .env(
+                if big {
+                    CRASH_BIG
+                } else {
+                    "WS_HISTORY_CRASH_SMALL"
+                },
+                "1",
+            )
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
         let mut acked = next;
-        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        for line in lines {
-            if let Some(n) = line.unwrap().strip_prefix("ACK ") {
-                acked = n.parse().unwrap();
+        // Kept open until the kill: a closed pipe would end the child by
+        // itself, cleanly.
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        for line in lines.by_ref() {
+            // The first may follow libtest's "test … ... " on its line.
+            if let Some((_, n)) = line.unwrap().split_once("ACK ") {
+                acked = n.trim().parse().unwrap();
             }
-            if acked >= next + 64 + round * 8 {
+            if acked >= next + if big { 4 } else { 64 } {
                 break;
             }
         }
         // Blocks after the last acknowledged are being written now.
-        std::thread::sleep(Duration::from_micros(300 * round));
+        std::thread::sleep(Duration::from_micros(400 * round));
         child.kill().unwrap(); // SIGKILL
-        child.wait().unwrap();
+        let status = child.wait().unwrap();
+        assert_eq!(
+            status.signal(),
+            Some(libc::SIGKILL),
+            "round {round}: {status}"
+        );
+        drop(lines);
 
-        let h = open(tmp.path(), 64 << 20);
+        let h = open(tmp.path(), CRASH_BOUND);
         let ids = held(&h);
         let st = h.stats();
         torn += st.torn_blocks;
@@ -234,5 +289,5 @@ fn a_kill_mid_write_loses_no_acknowledged_block() {
         );
         next = ids.len() as u64;
     }
-    eprintln!("4 kills: {next} blocks held, {torn} torn records counted");
+    eprintln!("6 kills: {next} blocks held, {torn} torn records counted");
 }

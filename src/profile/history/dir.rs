@@ -48,6 +48,22 @@ pub fn segment_id(name: &str) -> Option<u64> {
     u64::from_str_radix(hex, 16).ok()
 }
 
+/// Takes the directory's lock, waiting a little for a holder that is going
+/// away: a process forked by whoever held it shares the lock until it
+/// calls `exec` (which closes the descriptor, `O_CLOEXEC`).
+fn lock(fd: &OwnedFd) -> rustix::io::Result<()> {
+    let mut tries = 0;
+    loop {
+        match rustix::fs::flock(fd, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+            Err(rustix::io::Errno::WOULDBLOCK) if tries < 50 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            done => return done,
+        }
+    }
+}
+
 impl HistoryDir {
     /// Creates `path` (0700, with missing parents) unless it exists, then
     /// opens it and refuses it unless it is a real directory (not a
@@ -99,6 +115,13 @@ impl HistoryDir {
                 euid,
             });
         }
+        // One daemon per directory: two would delete each other's
+        // segments. Held while the descriptor is open; a killed daemon's
+        // lock goes with it.
+        lock(&fd).map_err(|e| match e {
+            rustix::io::Errno::WOULDBLOCK => HistoryError::InUse(path.to_path_buf()),
+            e => io_err("locking")(e.into()),
+        })?;
         Ok(HistoryDir {
             fd,
             path: path.to_path_buf(),
@@ -219,6 +242,12 @@ mod tests {
         std::fs::write(path.join("notes.txt"), b"x").unwrap();
         assert_eq!(dir.segment_ids().unwrap(), vec![3]);
         assert!(dir.create(3).is_err(), "create must not reuse a name");
+        assert!(matches!(
+            HistoryDir::open(&path),
+            Err(HistoryError::InUse(_))
+        ));
+        drop(dir);
+        assert!(HistoryDir::open(&path).is_ok(), "unlocked when closed");
     }
 
     #[test]

@@ -196,22 +196,23 @@ fn resync(file: &File, mut from: u64, len: u64) -> io::Result<Option<u64>> {
 }
 
 /// Reads and checks the record `entry` points at; `Err` says why not.
+/// The entry's length came from a header that passed its checks (so it is
+/// at most [`MAX_PAYLOAD`]); header and payload are read in one call.
 pub fn read_record(file: &File, entry: &Entry) -> Result<Vec<u8>, String> {
+    let mut record = vec![0u8; HEADER_LEN + entry.len.min(MAX_PAYLOAD) as usize];
+    file.read_exact_at(&mut record, entry.offset)
+        .map_err(|e| format!("reading: {e}"))?;
     let mut b = [0u8; HEADER_LEN];
-    file.read_exact_at(&mut b, entry.offset)
-        .map_err(|e| format!("reading header: {e}"))?;
+    b.copy_from_slice(&record[..HEADER_LEN]);
     let h = Header::decode(&b).ok_or("corrupt header")?;
     if h.len != entry.len || h.start_ns != entry.start_ns || h.end_ns != entry.end_ns {
         return Err("header does not match the index".into());
     }
-    // h.len ≤ MAX_PAYLOAD: decode checked it.
-    let mut payload = vec![0u8; h.len as usize];
-    file.read_exact_at(&mut payload, entry.offset + HEADER_LEN as u64)
-        .map_err(|e| format!("reading payload: {e}"))?;
-    if crc32fast::hash(&payload) != h.crc {
+    record.drain(..HEADER_LEN);
+    if crc32fast::hash(&record) != h.crc {
         return Err("payload checksum mismatch".into());
     }
-    Ok(payload)
+    Ok(record)
 }
 
 #[cfg(test)]

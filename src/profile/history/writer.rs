@@ -240,6 +240,7 @@ impl Writer {
                 self.seal()?;
             }
             self.shared.index().pop_oldest();
+            self.shared.forget_reader(oldest);
             match self.shared.dir.remove(oldest) {
                 Err(e) if e.kind() != io::ErrorKind::NotFound => {
                     return Err((format!("deleting {}", self.shown(oldest)), e))
