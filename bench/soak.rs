@@ -118,7 +118,10 @@ fn run() -> Result<()> {
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(30)..].join("\n")
     };
-    wait_healthy(&mut daemon, port).with_context(|| format!("log:\n{}", log()))?;
+    // Loading the programs at a load average of 100+ (the soak's) takes
+    // longer than `common::wait_healthy`'s 30 s.
+    common::wait_healthy_within(&mut daemon.0, port, Duration::from_secs(180))
+        .with_context(|| format!("log:\n{}", log()))?;
     let (forks0, cpu0) = (probe::host_forks()?, probe::host_cpu()?);
     let start = Instant::now();
     let poller = Poller::start(port, start);
@@ -201,23 +204,6 @@ fn run() -> Result<()> {
         host_cpu: (cpu1.0 - cpu0.0, cpu1.1 - cpu0.1),
     };
     common::write_report("soak", &report::render(&soak)?)
-}
-
-/// Waits until the daemon answers: loading its programs on a host at a
-/// load average of 100+ (the soak's) takes longer than the 30 s of
-/// `common::wait_healthy`.
-fn wait_healthy(daemon: &mut Group, port: u16) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(180);
-    while healthz(port).is_none() {
-        if let Some(status) = daemon.0 .0.try_wait()? {
-            bail!("daemon exited with {status}");
-        }
-        if Instant::now() > deadline {
-            bail!("no /healthz after 180 s");
-        }
-        sleep(Duration::from_millis(100));
-    }
-    Ok(())
 }
 
 /// One line on stderr per sample.
