@@ -96,6 +96,8 @@ pub struct Run {
     /// The checks once the window closed, and at the end.
     pub held_closed: Vec<Held>,
     pub held_end: Vec<Held>,
+    /// When the first check was made, seconds since the start.
+    pub closed_at: f64,
     pub latency_pid: (u32, String),
     pub latency: Vec<probe::Latency>,
     pub cpu: Vec<(String, f64)>,
@@ -173,7 +175,7 @@ fn run() -> Result<()> {
     let mut cpu = probe::ThreadCpu::default();
     cpu.sample(pid)?;
     let (mut rss, mut samples, mut held_closed) = (Vec::new(), Vec::new(), Vec::new());
-    let mut tick = 0u32;
+    let (mut tick, mut closed_at) = (0u32, None);
     let held_all = |load: &load::Load| -> Vec<Held> {
         let checked = load
             .procs
@@ -206,12 +208,18 @@ fn run() -> Result<()> {
         if held_closed.is_empty() && at.as_secs() >= window_at.1 + CLOSE_DELAY_S {
             eprintln!("history: checking the window, just closed");
             held_closed = held_all(&load);
+            closed_at = Some(at.as_secs_f64());
         }
         // Absolute schedule: a slow sample shifts no later one.
         tick = (start.elapsed().as_secs_f64() / RSS_EVERY.as_secs_f64()) as u32 + 1;
         sleep((start + RSS_EVERY * tick).saturating_duration_since(Instant::now()));
     }
     let latency = latency.finish();
+    let closed_at = closed_at.unwrap_or(start.elapsed().as_secs_f64());
+    if held_closed.is_empty() {
+        // A run too short to check between the window's end and its own.
+        held_closed = held_all(&load);
+    }
     cpu.sample(pid)?;
     let hwm_kib = procfs::status_kib(pid, "VmHWM:")?;
     let last = healthz(port).unwrap_or(Value::Null);
@@ -256,6 +264,7 @@ fn run() -> Result<()> {
         window_at,
         held_closed,
         held_end,
+        closed_at,
         latency_pid,
         latency,
         cpu: cpu.by_name(),
@@ -298,6 +307,7 @@ fn progress(s: &Sample, rss_kib: u64) {
         store["shed_rows"],
         store["folded_parts"],
         store["evicted_slices"],
-        s.thread_s.map_or("n/a".into(), |t| format!("{t:.0}")),
+        s.thread_s
+            .map_or("n/a".into(), |t| format!("{:.0}", t.max(0.0))),
     );
 }

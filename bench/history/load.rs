@@ -21,7 +21,7 @@ pub struct Workload {
     pub what: &'static str,
 }
 
-/// The long-lived processes: ~147 threads.
+/// The long-lived processes: 148 threads.
 pub const LONG_LIVED: [Workload; 10] = [
     Workload {
         src: "tests/workloads/cpu_shares.c",
@@ -50,8 +50,8 @@ pub const LONG_LIVED: [Workload; 10] = [
     },
     Workload {
         src: "tests/workloads/many_threads.c",
-        args: &["10", "{s}"],
-        what: "the same with 10 threads",
+        args: &["20", "{s}"],
+        what: "the same with 20 threads",
     },
     Workload {
         src: "tests/workloads/convoy.c",
@@ -60,8 +60,8 @@ pub const LONG_LIVED: [Workload; 10] = [
     },
     Workload {
         src: "tests/workloads/lockorder.c",
-        args: &["4"],
-        what: "a lock-order deadlock (8 threads) and 4 idle waiters",
+        args: &[],
+        what: "a lock-order deadlock (2 threads) and 2 idle waiters",
     },
     Workload {
         src: "bench/workloads/history_phases.c",
@@ -128,6 +128,7 @@ pub fn start(dir: &Path, seconds: u64, many: Option<u64>) -> Result<Load> {
             });
         }
         let command = format!("{} {}", name.to_string_lossy(), args.join(" "));
+        let command = command.trim_end().to_string();
         let mut group = Group::spawn(&mut cmd, libc::SIGKILL)?;
         group.wait_ready(&command)?;
         procs.push(Running {

@@ -158,7 +158,9 @@ fn check_held(port: u16, h: &mut Held, tids: &BTreeSet<u32>, from: u64, until: u
             h.folded_threads += 1;
         }
         if let Some(tid) = t["tid"].as_u64() {
-            let us = t["time"]["wall_us"].as_f64().unwrap_or(0.0);
+            // Flattened into the row today; under `time` would do too.
+            let us = t.get("wall_us").or(t["time"].get("wall_us"));
+            let us = us.and_then(Value::as_f64).unwrap_or(0.0);
             wall.insert(tid as u32, us / 1e6);
         }
     }
