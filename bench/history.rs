@@ -138,11 +138,7 @@ fn run() -> Result<()> {
         .stdout(Stdio::null())
         .stderr(fs::File::create(&log_path)?);
     let mut daemon = Group::spawn(&mut cmd, libc::SIGTERM)?;
-    let log = || {
-        let text = fs::read_to_string(&log_path).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(30)..].join("\n")
-    };
+    let log = || common::log_tail(&log_path, 30);
     common::wait_healthy_within(&mut daemon.0, port, Duration::from_secs(180))
         .with_context(|| format!("log:\n{}", log()))?;
     load.mark()?;

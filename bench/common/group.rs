@@ -19,6 +19,20 @@ const READY_TIMEOUT: Duration = Duration::from_secs(60);
 pub struct Group(pub Guard);
 
 impl Group {
+    /// Has `cmd` run with SIGPIPE ignored: a child that prints after its
+    /// `ready` line, once the bench has stopped reading, or that a daemon
+    /// hangs up on, is not killed by it.
+    pub fn ignore_sigpipe(cmd: &mut Command) -> &mut Command {
+        // SAFETY: signal(2) is async-signal-safe; an ignored signal stays
+        // ignored across exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+                Ok(())
+            })
+        }
+    }
+
     /// Spawns `cmd` in a new process group, killed with `death_signal` if
     /// the bench's main thread dies.
     pub fn spawn(cmd: &mut Command, death_signal: libc::c_int) -> Result<Group> {

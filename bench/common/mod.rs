@@ -160,6 +160,13 @@ pub fn get(port: u16, query: &str) -> Result<String> {
     }
 }
 
+/// The last `n` lines of the log at `path` (none if it cannot be read).
+pub fn log_tail(path: &Path, n: usize) -> String {
+    let text = fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
 /// Spawns `cmd` with stdin and stdout on /dev/null and stderr to `log`.
 pub fn spawn_logged(cmd: &mut Command, log: &Path) -> Result<Guard> {
     cmd.stdin(Stdio::null()).stdout(Stdio::null());

@@ -8,7 +8,6 @@
 use crate::common::{build_workload, group::Group, procfs, ROOT};
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeSet;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
@@ -118,15 +117,7 @@ pub fn start(dir: &Path, seconds: u64, many: Option<u64>) -> Result<Load> {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
-        // SAFETY: signal(2) is async-signal-safe. Ignored, SIGPIPE cannot
-        // kill a workload that prints after its `ready` line, once the
-        // bench has stopped reading.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::signal(libc::SIGPIPE, libc::SIG_IGN);
-                Ok(())
-            });
-        }
+        Group::ignore_sigpipe(&mut cmd);
         let command = format!("{} {}", name.to_string_lossy(), args.join(" "));
         let command = command.trim_end().to_string();
         let mut group = Group::spawn(&mut cmd, libc::SIGKILL)?;

@@ -47,9 +47,14 @@ pub const DISK_ROWS: Field = Field {
     name: "stack rows on disk",
     paths: &["history.rows", "history.stack_rows", "store.history.rows"],
 };
-/// Counters that grow when history is shed, folded or evicted: they must
-/// not in the default variant.
-pub const LOSSES: [Field; 4] = [
+/// Counters that grow when history is shed, folded or evicted (and the
+/// slices held with folded stack rows, 0 at the start): they must not in
+/// the default variant.
+pub const LOSSES: [Field; 5] = [
+    Field {
+        name: "slices held with folded stack rows",
+        paths: &["store.folded_slices"],
+    },
     Field {
         name: "rows shed (fair share)",
         paths: &["store.shed_rows"],
@@ -67,12 +72,8 @@ pub const LOSSES: [Field; 4] = [
         paths: &["store.evicted_rows"],
     },
 ];
-/// Figures reported as they are (start, end, change).
-pub const OTHERS: [Field; 5] = [
-    Field {
-        name: "slices held with folded stack rows",
-        paths: &["store.folded_slices"],
-    },
+/// Figures reported as they are (first, last, change).
+pub const OTHERS: [Field; 4] = [
     Field {
         name: "slices merged (tiers)",
         paths: &["store.compacted_slices"],
@@ -147,7 +148,7 @@ pub fn render(r: &Run) -> Result<String> {
         let bad: Vec<String> = held
             .iter()
             .filter(|h| !h.ok(window_s))
-            .map(|h| format!("{} ({})", h.command, h.pid))
+            .map(|h| format!("{} ({})", h.command.split(' ').next().unwrap_or(""), h.pid))
             .collect();
         row(
             &format!("whole window held per thread, {when}"),

@@ -8,7 +8,6 @@ use crate::load::Group;
 use anyhow::{Context, Result};
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -199,14 +198,7 @@ fn spawn_attacker(dir: &Path, name: &str, args: &[String]) -> Result<Group> {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
-    // SAFETY: signal(2) is async-signal-safe; an ignored signal stays
-    // ignored across exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::signal(libc::SIGPIPE, libc::SIG_IGN);
-            Ok(())
-        });
-    }
+    Group::ignore_sigpipe(&mut cmd);
     let mut g = Group::spawn(&mut cmd, libc::SIGKILL)?;
     g.wait_ready(&format!("{name} {}", args.join(" ")))?;
     Ok(g)
