@@ -29,12 +29,12 @@ mod probe;
 mod report;
 
 use anyhow::{bail, Context, Result};
-use common::{free_port, group::Group, healthz, procfs};
+use common::{free_port, healthz, procfs};
 use probe::{Held, LatencyProbe};
 use serde_json::Value;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::thread::sleep;
 use std::time::{Duration, Instant, SystemTime};
 use std::{env, fs};
@@ -131,16 +131,8 @@ fn run() -> Result<()> {
 
     let port = free_port()?;
     let log_path = tmp.path().join("daemon.log");
-    let mut cmd = Command::new(&bin);
-    cmd.args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-        .args(&daemon_args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(fs::File::create(&log_path)?);
-    let mut daemon = Group::spawn(&mut cmd, libc::SIGTERM)?;
+    let mut daemon = common::serve(&bin, port, &daemon_args, &log_path)?;
     let log = || common::log_tail(&log_path, 30);
-    common::wait_healthy_within(&mut daemon.0, port, Duration::from_secs(180))
-        .with_context(|| format!("log:\n{}", log()))?;
     load.mark()?;
     let (start, t0) = (Instant::now(), SystemTime::now());
     let forks0 = procfs::host_forks()?;

@@ -37,11 +37,8 @@ mod report;
 
 use anyhow::{bail, Context, Result};
 use common::{free_port, healthz};
-use load::Group;
 use probe::{Coverage, Heavy, PollLog, Poller};
 use serde_json::Value;
-use std::fs;
-use std::process::{Command, Stdio};
 use std::thread::{sleep, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -107,17 +104,8 @@ fn run() -> Result<()> {
 
     let port = free_port()?;
     let log_path = tmp.path().join("daemon.log");
-    let mut cmd = Command::new(bin);
-    cmd.args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(fs::File::create(&log_path)?);
-    let mut daemon = Group::spawn(&mut cmd, libc::SIGTERM)?;
+    let mut daemon = common::serve(&bin, port, &[], &log_path)?;
     let log = || common::log_tail(&log_path, 30);
-    // Loading the programs at a load average of 100+ (the soak's) takes
-    // longer than `common::wait_healthy`'s 30 s.
-    common::wait_healthy_within(&mut daemon.0, port, Duration::from_secs(180))
-        .with_context(|| format!("log:\n{}", log()))?;
     let (forks0, cpu0) = (probe::host_forks()?, probe::host_cpu()?);
     let start = Instant::now();
     let poller = Poller::start(port, start);

@@ -160,6 +160,33 @@ pub fn get(port: u16, query: &str) -> Result<String> {
     }
 }
 
+/// Starts `bin serve` on 127.0.0.1:`port` with `args`, as a [`Group`]
+/// stopped with SIGTERM if the bench dies, its stderr to `log`; waits up
+/// to 180 s for its `/healthz` (loading the programs on a very busy host
+/// takes longer than [`wait_healthy`]'s 30 s). An error ends with the
+/// log's tail.
+pub fn serve(bin: &Path, port: u16, args: &[String], log: &Path) -> Result<group::Group> {
+    let mut cmd = Command::new(bin);
+    cmd.args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(fs::File::create(log)?);
+    let mut daemon = group::Group::spawn(&mut cmd, libc::SIGTERM)?;
+    wait_healthy_within(&mut daemon.0, port, Duration::from_secs(180))
+        .with_context(|| format!("log:\n{}", log_tail(log, 30)))?;
+    Ok(daemon)
+}
+
+/// PASS, FAIL or `n/a` (not measured, or reported without a goal).
+pub fn verdict(ok: Option<bool>) -> &'static str {
+    match ok {
+        Some(true) => "PASS",
+        Some(false) => "FAIL",
+        None => "n/a",
+    }
+}
+
 /// The last `n` lines of the log at `path` (none if it cannot be read).
 pub fn log_tail(path: &Path, n: usize) -> String {
     let text = fs::read_to_string(path).unwrap_or_default();

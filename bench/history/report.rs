@@ -3,7 +3,7 @@
 //! goals, each long-lived process's history check, the store's `/healthz`
 //! figures, the daemon's CPU by thread name and the latency queries.
 
-use crate::common::{self, median, percentile, table};
+use crate::common::{self, median, percentile, table, verdict};
 use crate::load::LONG_LIVED;
 use crate::probe::{tolerance_s, Held, LATENCY_SECONDS};
 use crate::{Run, FULL_SECONDS, TAIL_S, WINDOW_TWELFTHS};
@@ -105,14 +105,6 @@ impl Field {
             let v = p.split('.').try_fold(health, |v, k| v.get(k))?;
             Some((*p, v.as_f64()?))
         })
-    }
-}
-
-fn verdict(ok: Option<bool>) -> &'static str {
-    match ok {
-        Some(true) => "PASS",
-        Some(false) => "FAIL",
-        None => "n/a",
     }
 }
 

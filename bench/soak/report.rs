@@ -4,7 +4,7 @@
 //! latency, CPU, load, rows dropped), the heavy queries, the many-threads
 //! process's completeness checks, and every loss or merge counter's change.
 
-use crate::common::{self, percentile, table};
+use crate::common::{self, percentile, table, verdict};
 use crate::extra::ATTACKS;
 use crate::load::{JVM_FLAGS, MESSAGING, SPAWN_RATE, THREADS};
 use crate::probe::{loss_counters, COVERAGE_SECONDS, HEAVY_QUERIES};
@@ -36,14 +36,6 @@ const ROW_LOSSES: [&str; 5] = [
     "store.evicted_rows",
     "store.shed_rows",
 ];
-
-fn verdict(ok: Option<bool>) -> &'static str {
-    match ok {
-        Some(true) => "PASS",
-        Some(false) => "FAIL",
-        None => "n/a",
-    }
-}
 
 fn mb(kib: u64) -> f64 {
     kib as f64 / 1024.0
