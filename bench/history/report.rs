@@ -182,7 +182,9 @@ pub fn render(r: &Run) -> Result<String> {
     let steady = median(
         r.rss
             .iter()
-            .filter(|x| x.0 >= r.secs - tail_s)
+            // From the last sample back: a short run's tail may hold no
+            // sample before its end checks.
+            .filter(|x| x.0 >= r.rss.last().map_or(0.0, |l| l.0) - tail_s)
             .map(|x| mb(x.1)),
     );
     row(
