@@ -31,6 +31,8 @@ bench:
     cargo bench --bench web
     cargo bench --bench python
     cargo bench --bench push
+    cargo bench --bench history
+    cargo bench --bench history_disk --features compare-stores
 
 # Rewrite every golden file in tests/golden/ after an intended output
 # change: BLESS=1 on each golden test (all have `golden` in their path:

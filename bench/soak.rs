@@ -37,11 +37,8 @@ mod report;
 
 use anyhow::{bail, Context, Result};
 use common::{free_port, healthz};
-use load::Group;
 use probe::{Coverage, Heavy, PollLog, Poller};
 use serde_json::Value;
-use std::fs;
-use std::process::{Command, Stdio};
 use std::thread::{sleep, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -107,18 +104,8 @@ fn run() -> Result<()> {
 
     let port = free_port()?;
     let log_path = tmp.path().join("daemon.log");
-    let mut cmd = Command::new(bin);
-    cmd.args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(fs::File::create(&log_path)?);
-    let mut daemon = Group::spawn(&mut cmd, libc::SIGTERM)?;
-    let log = || {
-        let text = fs::read_to_string(&log_path).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(30)..].join("\n")
-    };
-    wait_healthy(&mut daemon, port).with_context(|| format!("log:\n{}", log()))?;
+    let mut daemon = common::serve(&bin, port, &[], &log_path)?;
+    let log = || common::log_tail(&log_path, 30);
     let (forks0, cpu0) = (probe::host_forks()?, probe::host_cpu()?);
     let start = Instant::now();
     let poller = Poller::start(port, start);
@@ -201,23 +188,6 @@ fn run() -> Result<()> {
         host_cpu: (cpu1.0 - cpu0.0, cpu1.1 - cpu0.1),
     };
     common::write_report("soak", &report::render(&soak)?)
-}
-
-/// Waits until the daemon answers: loading its programs on a host at a
-/// load average of 100+ (the soak's) takes longer than the 30 s of
-/// `common::wait_healthy`.
-fn wait_healthy(daemon: &mut Group, port: u16) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(180);
-    while healthz(port).is_none() {
-        if let Some(status) = daemon.0 .0.try_wait()? {
-            bail!("daemon exited with {status}");
-        }
-        if Instant::now() > deadline {
-            bail!("no /healthz after 180 s");
-        }
-        sleep(Duration::from_millis(100));
-    }
-    Ok(())
 }
 
 /// One line on stderr per sample.

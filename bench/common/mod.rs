@@ -1,12 +1,16 @@
 //! Helpers shared by the benchmarks: child processes, the wallscope daemon,
 //! BPF program stats, statistics and the markdown report; Java workloads in
-//! `java.rs`. Each bench uses a subset.
+//! `java.rs`, children that die with the bench in `group.rs`, `/proc` in
+//! `procfs.rs`. Each bench uses a subset.
 #![allow(dead_code)]
 
+pub mod group;
 pub mod java;
+pub mod procfs;
 
 use anyhow::{bail, ensure, Context, Result};
 use std::collections::{BTreeMap, BTreeSet};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::thread::sleep;
@@ -43,11 +47,7 @@ impl Guard {
     /// User + system CPU seconds the process has used so far.
     pub fn cpu_seconds(&self) -> Result<f64> {
         let stat = fs::read_to_string(format!("/proc/{}/stat", self.0.id()))?;
-        let after_comm = stat.rsplit_once(')').context("bad /proc/PID/stat")?.1;
-        let f: Vec<&str> = after_comm.split_whitespace().collect();
-        let ticks = f[11].parse::<u64>()? + f[12].parse::<u64>()?;
-        // SAFETY: sysconf has no preconditions.
-        Ok(ticks as f64 / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64)
+        Ok(procfs::stat_ticks(&stat)?.1 as f64 / procfs::clock_ticks())
     }
 }
 
@@ -96,6 +96,31 @@ pub fn find_tool(program: &str, package: &str) -> Result<PathBuf> {
     })
 }
 
+/// Compiles the C workload `src` to `out` with the tests' flags
+/// (`tests/support/mod.rs`: frame pointers, no inlining, no sibling
+/// calls, so every function shows in its stacks), runnable by everyone.
+pub fn build_workload(src: &Path, out: &Path) -> Result<()> {
+    let mut cmd = Command::new("clang");
+    cmd.args([
+        "-g",
+        "-fno-inline",
+        "-pthread",
+        "-fno-optimize-sibling-calls",
+    ])
+    .args([
+        "-O1",
+        "-fno-omit-frame-pointer",
+        "-mno-omit-leaf-frame-pointer",
+    ])
+    .arg("-o")
+    .arg(out)
+    .arg(src)
+    .arg("-ldl");
+    check(&mut cmd)?;
+    fs::set_permissions(out, fs::Permissions::from_mode(0o755))?;
+    Ok(())
+}
+
 /// The release daemon, built first if missing.
 pub fn daemon_binary() -> Result<PathBuf> {
     let bin = Path::new(ROOT).join("target/release/wallscope");
@@ -135,6 +160,40 @@ pub fn get(port: u16, query: &str) -> Result<String> {
     }
 }
 
+/// Starts `bin serve` on 127.0.0.1:`port` with `args`, as a [`Group`]
+/// stopped with SIGTERM if the bench dies, its stderr to `log`; waits up
+/// to 180 s for its `/healthz` (loading the programs on a very busy host
+/// takes longer than [`wait_healthy`]'s 30 s). An error ends with the
+/// log's tail.
+pub fn serve(bin: &Path, port: u16, args: &[String], log: &Path) -> Result<group::Group> {
+    let mut cmd = Command::new(bin);
+    cmd.args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(fs::File::create(log)?);
+    let mut daemon = group::Group::spawn(&mut cmd, libc::SIGTERM)?;
+    wait_healthy_within(&mut daemon.0, port, Duration::from_secs(180))
+        .with_context(|| format!("log:\n{}", log_tail(log, 30)))?;
+    Ok(daemon)
+}
+
+/// PASS, FAIL or `n/a` (not measured, or reported without a goal).
+pub fn verdict(ok: Option<bool>) -> &'static str {
+    match ok {
+        Some(true) => "PASS",
+        Some(false) => "FAIL",
+        None => "n/a",
+    }
+}
+
+/// The last `n` lines of the log at `path` (none if it cannot be read).
+pub fn log_tail(path: &Path, n: usize) -> String {
+    let text = fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
 /// Spawns `cmd` with stdin and stdout on /dev/null and stderr to `log`.
 pub fn spawn_logged(cmd: &mut Command, log: &Path) -> Result<Guard> {
     cmd.stdin(Stdio::null()).stdout(Stdio::null());
@@ -144,12 +203,18 @@ pub fn spawn_logged(cmd: &mut Command, log: &Path) -> Result<Guard> {
 
 /// Waits up to 30 s for the daemon's `/healthz` to answer.
 pub fn wait_healthy(daemon: &mut Guard, port: u16) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(30);
+    wait_healthy_within(daemon, port, Duration::from_secs(30))
+}
+
+/// Waits up to `limit` for the daemon's `/healthz` to answer: loading its
+/// programs on a very busy host takes longer than 30 s.
+pub fn wait_healthy_within(daemon: &mut Guard, port: u16, limit: Duration) -> Result<()> {
+    let deadline = Instant::now() + limit;
     while healthz(port).is_none() {
         if let Some(status) = daemon.0.try_wait()? {
             bail!("daemon exited with {status}");
         }
-        ensure!(Instant::now() < deadline, "timed out after 30 s");
+        ensure!(Instant::now() < deadline, "no /healthz after {limit:?}");
         sleep(Duration::from_millis(100));
     }
     Ok(())
@@ -243,6 +308,14 @@ pub fn median(values: impl IntoIterator<Item = f64>) -> Option<f64> {
     (n > 0).then(|| (v[(n - 1) / 2] + v[n / 2]) / 2.0)
 }
 
+/// Nearest-rank percentile `p` (0–100) of `values`.
+pub fn percentile(values: impl IntoIterator<Item = f64>, p: f64) -> Option<f64> {
+    let mut v: Vec<f64> = values.into_iter().collect();
+    v.sort_by(f64::total_cmp);
+    let rank = ((p / 100.0 * v.len() as f64).ceil() as usize).max(1);
+    v.get(rank - 1).copied()
+}
+
 /// Lowest and highest of `values`, as % above (+) or below (-) `base`.
 pub fn spread(values: impl IntoIterator<Item = f64>, base: f64) -> (f64, f64) {
     let pct = values.into_iter().map(|v| (v / base - 1.0) * 100.0);
@@ -274,10 +347,15 @@ pub fn table(header: &[impl AsRef<str>], rows: &[Vec<String>]) -> String {
 
 /// Prints `report` and writes it to `bench/results/NAME.md`.
 pub fn write_report(name: &str, report: &str) -> Result<()> {
+    write_result(&format!("{name}.md"), report)
+}
+
+/// Prints `report` and writes it to `bench/results/FILE`.
+pub fn write_result(file: &str, report: &str) -> Result<()> {
     print!("{report}");
     let dir = Path::new(ROOT).join("bench/results");
     fs::create_dir_all(&dir)?;
-    let out = dir.join(format!("{name}.md"));
+    let out = dir.join(file);
     fs::write(&out, report).with_context(|| format!("writing {}", out.display()))?;
     eprintln!("wrote {}", out.display());
     Ok(())

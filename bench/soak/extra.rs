@@ -3,12 +3,11 @@
 //! every build spawns hundreds of processes), and one hostile input of
 //! each kind the security tests use, run as `nobody` like they are.
 
-use crate::common::{check, find_tool, ROOT};
+use crate::common::{build_workload, find_tool, ROOT};
 use crate::load::Group;
 use anyhow::{Context, Result};
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -199,14 +198,7 @@ fn spawn_attacker(dir: &Path, name: &str, args: &[String]) -> Result<Group> {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
-    // SAFETY: signal(2) is async-signal-safe; an ignored signal stays
-    // ignored across exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::signal(libc::SIGPIPE, libc::SIG_IGN);
-            Ok(())
-        });
-    }
+    Group::ignore_sigpipe(&mut cmd);
     let mut g = Group::spawn(&mut cmd, libc::SIGKILL)?;
     g.wait_ready(&format!("{name} {}", args.join(" ")))?;
     Ok(g)
@@ -249,7 +241,8 @@ pub fn start_attackers(java: &Path) -> Result<Hostile> {
     for (name, args) in ATTACKS {
         let bin = dir.join(name);
         if !bin.exists() {
-            build_test_workload(name, &bin)?;
+            let src = Path::new(ROOT).join(format!("tests/workloads/{name}.c"));
+            build_workload(&src, &bin)?;
         }
         let args: Vec<String> = args
             .iter()
@@ -264,29 +257,4 @@ pub fn start_attackers(java: &Path) -> Result<Hostile> {
         hostile.attackers.push((name.to_string(), args, g));
     }
     Ok(hostile)
-}
-
-/// Compiles `tests/workloads/NAME.c` to `out` with the tests' flags
-/// (`tests/support/mod.rs`), runnable by everyone.
-fn build_test_workload(name: &str, out: &Path) -> Result<()> {
-    let src = Path::new(ROOT).join(format!("tests/workloads/{name}.c"));
-    let mut cmd = Command::new("clang");
-    cmd.args([
-        "-g",
-        "-fno-inline",
-        "-pthread",
-        "-fno-optimize-sibling-calls",
-    ])
-    .args([
-        "-O1",
-        "-fno-omit-frame-pointer",
-        "-mno-omit-leaf-frame-pointer",
-    ])
-    .arg("-o")
-    .arg(out)
-    .arg(src)
-    .arg("-ldl");
-    check(&mut cmd)?;
-    fs::set_permissions(out, fs::Permissions::from_mode(0o755))?;
-    Ok(())
 }

@@ -1,21 +1,15 @@
 //! The soak's load: the 10,000-thread process, the process spawner, the JVM
 //! and `perf bench sched messaging` in a loop, plus a `cargo build` loop
-//! and the hostile inputs (`extra.rs`), each started so that it dies
-//! with the bench. Children run in their own process group (a ctrl-c at the
-//! terminal reaches the bench alone), get `PR_SET_PDEATHSIG` (a bench that
-//! is killed takes them with it) and have their whole group killed when
-//! their [`Group`] is dropped (a bench that fails or panics unwinds through
-//! the drops).
+//! and the hostile inputs (`extra.rs`), each started as a [`Group`] so
+//! that it dies with the bench.
 
-use crate::common::{check, find_tool, Guard, ROOT};
+pub use crate::common::group::Group;
+use crate::common::{check, find_tool, ROOT};
 use crate::extra::{self, Hostile, Repeat};
 use anyhow::{bail, Context, Result};
-use std::io::{BufRead, BufReader, Read};
-use std::os::unix::process::CommandExt;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
 
 /// Threads of the many-threads process.
 pub const THREADS: u32 = 10_000;
@@ -27,63 +21,6 @@ pub const SPAWN_RATE: u32 = 100;
 pub const MESSAGING: [&str; 5] = ["bench", "sched", "messaging", "-g", "5"];
 /// JVM flags: frame pointers in JIT-ed code, as wallscope needs.
 pub const JVM_FLAGS: [&str; 2] = ["-XX:+PreserveFramePointer", "-Xmx256m"];
-/// Longest a workload may take to print its `ready` line.
-const READY_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// A child in its own process group; dropping it kills the group.
-pub struct Group(pub Guard);
-
-impl Group {
-    /// Spawns `cmd` in a new process group, killed with `death_signal` if
-    /// the bench's main thread dies.
-    pub fn spawn(cmd: &mut Command, death_signal: libc::c_int) -> Result<Group> {
-        let parent = std::process::id() as libc::pid_t;
-        // SAFETY: prctl and getppid are async-signal-safe; nothing else runs
-        // between fork and exec.
-        unsafe {
-            cmd.pre_exec(move || {
-                libc::prctl(libc::PR_SET_PDEATHSIG, death_signal);
-                // The bench died before the prctl: nobody would signal us.
-                if libc::getppid() != parent {
-                    libc::_exit(1);
-                }
-                Ok(())
-            });
-        }
-        let child = cmd.process_group(0).spawn();
-        Ok(Group(Guard(
-            child.with_context(|| format!("starting {cmd:?}"))?,
-        )))
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.0 .0.id()
-    }
-
-    /// Reads the child's stdout up to its `ready PID` line.
-    pub fn wait_ready(&mut self, what: &str) -> Result<()> {
-        let stdout = self.0 .0.stdout.take().context("stdout not piped")?;
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            let _ = BufReader::new(stdout).read_line(&mut line);
-            let _ = tx.send(line);
-        });
-        match rx.recv_timeout(READY_TIMEOUT) {
-            Ok(line) if line.starts_with("ready ") => Ok(()),
-            Ok(line) => bail!("{what} did not start: {line:?}"),
-            Err(_) => bail!("{what} not ready after {READY_TIMEOUT:?}"),
-        }
-    }
-}
-
-impl Drop for Group {
-    fn drop(&mut self) {
-        // SAFETY: kill(2) on the group our child leads (its pid).
-        unsafe { libc::kill(-(self.pid() as libc::pid_t), libc::SIGKILL) };
-    }
-}
-
 /// The running load.
 pub struct Load {
     pub threads: Group,

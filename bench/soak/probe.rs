@@ -4,7 +4,8 @@
 //! answer for, and how completely the many-threads process is recorded;
 //! and the host's load average.
 
-use crate::common::healthz;
+pub use crate::common::procfs::{host_forks, load_average};
+use crate::common::{healthz, procfs::status_kib};
 use anyhow::{bail, ensure, Context, Result};
 use serde_json::Value;
 use std::fs;
@@ -27,25 +28,7 @@ pub const COVERAGE_SECONDS: u64 = 30;
 /// Resident memory (RssAnon + RssFile, KiB) of `pid`: what the daemon
 /// holds, leaving out shared memory it does not own.
 pub fn rss_kib(pid: u32) -> Result<u64> {
-    let status = fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let field = |name: &str| -> Result<u64> {
-        let line = status.lines().find_map(|l| l.strip_prefix(name));
-        let kib = line.and_then(|l| l.split_whitespace().next()?.parse().ok());
-        kib.with_context(|| format!("no {name} in /proc/{pid}/status"))
-    };
-    Ok(field("RssAnon:")? + field("RssFile:")?)
-}
-
-/// The host's 1-, 5- and 15-minute load averages (`/proc/loadavg`).
-pub fn load_average() -> Result<[f64; 3]> {
-    let text = fs::read_to_string("/proc/loadavg")?;
-    let v: Vec<f64> = text
-        .split_whitespace()
-        .take(3)
-        .map(str::parse)
-        .collect::<Result<_, _>>()?;
-    ensure!(v.len() == 3, "short /proc/loadavg: {text:?}");
-    Ok([v[0], v[1], v[2]])
+    Ok(status_kib(pid, "RssAnon:")? + status_kib(pid, "RssFile:")?)
 }
 
 /// Seconds of the last `window` s the daemon has records of
@@ -59,13 +42,6 @@ pub fn recorded_seconds(port: u16, pid: u32, window: u64) -> Result<u64> {
     let header = answer.header("x-wallscope-recorded-seconds");
     let seconds = header.and_then(|h| h.trim().parse().ok());
     seconds.with_context(|| format!("{url}: no x-wallscope-recorded-seconds header"))
-}
-
-/// Processes forked on the host since boot (`processes` in `/proc/stat`).
-pub fn host_forks() -> Result<u64> {
-    let stat = fs::read_to_string("/proc/stat")?;
-    let line = stat.lines().find_map(|l| l.strip_prefix("processes "));
-    Ok(line.context("no processes in /proc/stat")?.trim().parse()?)
 }
 
 /// Host CPU ticks since boot, busy (all but idle and iowait) and total,

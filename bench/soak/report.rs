@@ -4,7 +4,7 @@
 //! latency, CPU, load, rows dropped), the heavy queries, the many-threads
 //! process's completeness checks, and every loss or merge counter's change.
 
-use crate::common::{self, table};
+use crate::common::{self, percentile, table, verdict};
 use crate::extra::ATTACKS;
 use crate::load::{JVM_FLAGS, MESSAGING, SPAWN_RATE, THREADS};
 use crate::probe::{loss_counters, COVERAGE_SECONDS, HEAVY_QUERIES};
@@ -36,22 +36,6 @@ const ROW_LOSSES: [&str; 5] = [
     "store.evicted_rows",
     "store.shed_rows",
 ];
-
-/// Nearest-rank percentile `p` (0–100) of `values`.
-fn percentile(values: impl IntoIterator<Item = f64>, p: f64) -> Option<f64> {
-    let mut v: Vec<f64> = values.into_iter().collect();
-    v.sort_by(f64::total_cmp);
-    let rank = ((p / 100.0 * v.len() as f64).ceil() as usize).max(1);
-    v.get(rank - 1).copied()
-}
-
-fn verdict(ok: Option<bool>) -> &'static str {
-    match ok {
-        Some(true) => "PASS",
-        Some(false) => "FAIL",
-        None => "n/a",
-    }
-}
 
 fn mb(kib: u64) -> f64 {
     kib as f64 / 1024.0

@@ -1,0 +1,66 @@
+//! What `/proc` says of a process, its threads and the host: memory
+//! (`status`), CPU ticks (`stat`, per process or per thread) and the load
+//! average.
+
+use anyhow::{ensure, Context, Result};
+use std::collections::BTreeMap;
+use std::fs;
+
+/// Clock ticks per second, the unit of `stat`'s CPU times.
+pub fn clock_ticks() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    unsafe { libc::sysconf(libc::_SC_CLK_TCK) as f64 }
+}
+
+/// A `/proc/PID/status` field in KiB (`VmRSS:`, `VmHWM:`, `RssAnon:`...).
+pub fn status_kib(pid: u32, field: &str) -> Result<u64> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let line = status.lines().find_map(|l| l.strip_prefix(field));
+    let kib = line.and_then(|l| l.split_whitespace().next()?.parse().ok());
+    kib.with_context(|| format!("no {field} in /proc/{pid}/status"))
+}
+
+/// `(comm, utime + stime in ticks)` of a `stat` file's text. The comm is
+/// read up to the last `)`: a thread may name itself with one.
+pub fn stat_ticks(stat: &str) -> Result<(String, u64)> {
+    let (head, after_comm) = stat.rsplit_once(')').context("bad stat")?;
+    let comm = head.split_once('(').context("bad stat")?.1.to_string();
+    let f: Vec<&str> = after_comm.split_whitespace().collect();
+    ensure!(f.len() > 12, "short stat");
+    Ok((comm, f[11].parse::<u64>()? + f[12].parse::<u64>()?))
+}
+
+/// Each live thread of `pid`: tid to `(comm, CPU ticks)`. A thread that
+/// exits while it is read is left out.
+pub fn thread_ticks(pid: u32) -> Result<BTreeMap<u32, (String, u64)>> {
+    let dir = fs::read_dir(format!("/proc/{pid}/task"))?;
+    let mut out = BTreeMap::new();
+    for entry in dir.flatten() {
+        let Some(tid) = entry.file_name().to_str().and_then(|s| s.parse().ok()) else {
+            continue;
+        };
+        if let Ok(stat) = fs::read_to_string(entry.path().join("stat")) {
+            out.insert(tid, stat_ticks(&stat)?);
+        }
+    }
+    Ok(out)
+}
+
+/// The host's 1-, 5- and 15-minute load averages (`/proc/loadavg`).
+pub fn load_average() -> Result<[f64; 3]> {
+    let text = fs::read_to_string("/proc/loadavg")?;
+    let v: Vec<f64> = text
+        .split_whitespace()
+        .take(3)
+        .map(str::parse)
+        .collect::<Result<_, _>>()?;
+    ensure!(v.len() == 3, "short /proc/loadavg: {text:?}");
+    Ok([v[0], v[1], v[2]])
+}
+
+/// Processes forked on the host since boot (`processes` in `/proc/stat`).
+pub fn host_forks() -> Result<u64> {
+    let stat = fs::read_to_string("/proc/stat")?;
+    let line = stat.lines().find_map(|l| l.strip_prefix("processes "));
+    Ok(line.context("no processes in /proc/stat")?.trim().parse()?)
+}
