@@ -120,6 +120,8 @@ pub struct StoreStats {
     pub compacted_slices: u64,
     /// Slices held whose stack rows are folded into per-pool rows.
     pub folded_slices: usize,
+    /// Stack rows (samples and wakeups) the slices hold.
+    pub stack_rows: usize,
     /// Slices dropped, oldest first, to stay within `max_bytes`.
     pub evicted_slices: u64,
     /// Stack rows (samples and wakeups) those slices held.
@@ -549,6 +551,7 @@ impl Store {
             history_s: history.as_secs(),
             compacted_slices: self.compacted_slices,
             folded_slices: self.slices.iter().filter(|h| h.folded).count(),
+            stack_rows: self.slices.iter().map(|h| h.block.rows).sum(),
             evicted_slices: self.evicted_slices,
             evicted_rows: self.evicted_rows,
             shed_rows: self.shed_rows,
