@@ -32,6 +32,7 @@ bench:
     cargo bench --bench python
     cargo bench --bench push
     cargo bench --bench history
+    cargo bench --bench history_query
     cargo bench --bench history_disk --features compare-stores
 
 # Rewrite every golden file in tests/golden/ after an intended output

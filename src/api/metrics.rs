@@ -309,9 +309,21 @@ fn history_series(out: &mut Out, history: &HistoryState) {
         return;
     };
     let gauges = [
-        ("wallscope_history_disk_bytes", "Bytes the disk history holds (--history-disk-mb bounds them)", stats.bytes),
-        ("wallscope_history_disk_seconds", "Seconds of history held on disk", stats.seconds),
-        ("wallscope_history_degraded", "1 while writing the disk history fails (see /healthz history.degraded)", u64::from(stats.degraded.is_some())),
+        (
+            "wallscope_history_disk_bytes",
+            "Bytes the disk history holds (--history-disk-mb bounds them)",
+            stats.bytes,
+        ),
+        (
+            "wallscope_history_disk_seconds",
+            "Seconds of history held on disk",
+            stats.seconds,
+        ),
+        (
+            "wallscope_history_degraded",
+            "1 while writing the disk history fails (see /healthz history.degraded)",
+            u64::from(stats.degraded.is_some()),
+        ),
     ];
     for (name, help, v) in gauges {
         out.family(name, "gauge", help);

@@ -154,7 +154,11 @@ async fn healthz(
         totals,
         retention,
         history,
-    } = state.store.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    } = state
+        .store
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
     let health = shared.health().clone();
     // Outside the lock: it reads `/proc` for the processes listed.
     let health = disclosed::health(health, &sight);

@@ -101,10 +101,7 @@ fn a_window_reads_the_same_across_restarts_and_a_torn_write() {
     let ms = |t: f64| (t * 1e3).round() as u64;
     let (from_ms, until_ms) = (ms(unix(t0) + 2.25), ms(unix(t0) + 6.5));
     let (from, until) = (from_ms as f64 / 1e3, until_ms as f64 / 1e3);
-    let query = format!(
-        "/threads?pid={}&from={from:.3}&until={until:.3}",
-        mixed.pid
-    );
+    let query = format!("/threads?pid={}&from={from:.3}&until={until:.3}", mixed.pid);
     let folded = format!(
         "/folded?pid={}&kind=wall&from={from:.3}&until={until:.3}",
         mixed.pid
@@ -114,7 +111,11 @@ fn a_window_reads_the_same_across_restarts_and_a_torn_write() {
     // Exactly the window, its edges cut from the slices they fell in.
     let c = &held(&before)["covered"];
     assert_eq!(c["from_unix_ns"].as_u64(), Some(from_ms * 1_000_000), "{c}");
-    assert_eq!(c["until_unix_ns"].as_u64(), Some(until_ms * 1_000_000), "{c}");
+    assert_eq!(
+        c["until_unix_ns"].as_u64(),
+        Some(until_ms * 1_000_000),
+        "{c}"
+    );
     assert!(covered.is_some_and(|c| c.contains('/')));
     let threads = held(&before)["threads"].as_array().unwrap().len();
     assert!(threads >= 6, "{before}");
@@ -122,7 +123,10 @@ fn a_window_reads_the_same_across_restarts_and_a_torn_write() {
     // A clean restart: the window now comes from the disk.
     assert!(first.terminate(Duration::from_secs(20)).is_some());
     let second = Daemon::start(&args);
-    assert_eq!(held(&ask(&format!("{}{query}", second.url)).0), held(&before));
+    assert_eq!(
+        held(&ask(&format!("{}{query}", second.url)).0),
+        held(&before)
+    );
     assert_eq!(ask(&format!("{}{folded}", second.url)).0, before_folded);
     let h = wait_history(&second.url, Duration::from_secs(30), "written again", |h| {
         h["blocks_written"].as_u64() > Some(2)
@@ -136,7 +140,10 @@ fn a_window_reads_the_same_across_restarts_and_a_torn_write() {
     let third = Daemon::start(&args);
     let h = healthz(&third.url)["history"].clone();
     assert_eq!(h["torn_blocks"], 1, "{h}");
-    assert_eq!(held(&ask(&format!("{}{query}", third.url)).0), held(&before));
+    assert_eq!(
+        held(&ask(&format!("{}{query}", third.url)).0),
+        held(&before)
+    );
     drop(mixed);
 }
 
@@ -146,7 +153,13 @@ struct Tmpfs<'a>(&'a Path);
 impl<'a> Tmpfs<'a> {
     fn mount(at: &'a Path, size: &str) -> Tmpfs<'a> {
         let ok = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0700"), "tmpfs"])
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0700"),
+                "tmpfs",
+            ])
             .arg(at)
             .status()
             .is_ok_and(|s| s.success());
@@ -185,11 +198,17 @@ fn a_full_disk_degrades_to_memory_and_profiling_goes_on() {
         if v["process"]["wall_us"].as_u64().unwrap_or(0) > 1_000_000 {
             break;
         }
-        assert!(Instant::now() < deadline, "no profile while degraded: {body}");
+        assert!(
+            Instant::now() < deadline,
+            "no profile while degraded: {body}"
+        );
         thread::sleep(Duration::from_millis(300));
     }
     let status = healthz(&ws.url)["history"].clone();
-    assert!(status["write_errors"].as_u64() > Some(0) || status["state"] == "failed", "{status}");
+    assert!(
+        status["write_errors"].as_u64() > Some(0) || status["state"] == "failed",
+        "{status}"
+    );
     drop((ws, mixed));
 }
 

@@ -58,11 +58,11 @@ pub const DEFAULT_MAX_BYTES: usize = 32 << 20;
 const EVICT_TO_PERCENT: usize = 90;
 
 mod compact;
+mod disk_read;
+pub mod feed;
 pub mod kept_off_totals;
 pub mod merge;
 mod resolution;
-mod disk_read;
-pub mod feed;
 mod sealed;
 mod share;
 mod snapshot;

@@ -206,7 +206,10 @@ fn a_small_budget_keeps_the_whole_retention_with_exact_totals() {
     assert!(parts.windows(2).all(|w| w[0].to_s_ago == w[1].from_s_ago));
     // Never finer toward the past, though pressure merged out of the age
     // rule's order.
-    assert!(parts.windows(2).all(|w| w[0].step_s >= w[1].step_s), "{parts:?}");
+    assert!(
+        parts.windows(2).all(|w| w[0].step_s >= w[1].step_s),
+        "{parts:?}"
+    );
     assert_eq!(parts.last().unwrap().to_s_ago, 0);
     assert!(parts[0].from_s_ago + 2 >= RETENTION, "{parts:?}");
     assert_eq!((parts[0].step_s, parts[0].rows), (60, "pool"), "{parts:?}");

@@ -37,10 +37,14 @@ fn second(start: SystemTime, i: u64) -> Slice {
                 name: Arc::from(format!("worker-{tid}")),
             },
         );
-        let stack: Stack = ["main", "run", if i % 3 == 0 { "parse" } else { "send" }]
-            .iter()
-            .map(|f| Arc::<str>::from(*f))
-            .collect();
+        let stack: Stack = [
+            "main",
+            "run",
+            if i.is_multiple_of(3) { "parse" } else { "send" },
+        ]
+        .iter()
+        .map(|f| Arc::<str>::from(*f))
+        .collect();
         s.samples.push(Sample {
             pid: 10,
             tid,
@@ -100,7 +104,10 @@ fn a_window_read_before_a_restart_reads_the_same_after_it() {
             // (a few slices) must not overflow.
             assert!(store.flush_history(Duration::from_secs(10)));
         }
-        let HistoryState::On { encoder_dropped, .. } = store.history() else {
+        let HistoryState::On {
+            encoder_dropped, ..
+        } = store.history()
+        else {
             panic!("no history");
         };
         assert_eq!(encoder_dropped, 0);
@@ -118,8 +125,14 @@ fn a_window_read_before_a_restart_reads_the_same_after_it() {
     assert_eq!(covered, before.1);
     let covered = covered.unwrap();
     // The edges fell inside seconds: cut, and said so.
-    assert_eq!(covered.from_unix_ns, super::super::window::unix_nanos(window.from));
-    assert_eq!(covered.until_unix_ns, super::super::window::unix_nanos(window.until));
+    assert_eq!(
+        covered.from_unix_ns,
+        super::super::window::unix_nanos(window.from)
+    );
+    assert_eq!(
+        covered.until_unix_ns,
+        super::super::window::unix_nanos(window.until)
+    );
     let edges: Vec<_> = covered.prorated.iter().map(|c| c.edge).collect();
     assert_eq!(edges, ["start", "end"]);
     // An always-busy thread's wall time is the window's length.
@@ -158,6 +171,9 @@ fn an_absolute_range_inside_a_merged_block_says_it_was_cut() {
     assert!(wall.abs_diff(2_000_000_000) <= 2, "{wall}");
     // The resolution runs oldest first, steps never finer toward the past.
     let parts = snapshot.resolution(Window::last(600, start), start);
-    assert!(parts.windows(2).all(|w| w[0].step_s >= w[1].step_s), "{parts:?}");
+    assert!(
+        parts.windows(2).all(|w| w[0].step_s >= w[1].step_s),
+        "{parts:?}"
+    );
     assert_eq!(parts.last().unwrap().step_s, 1);
 }

@@ -85,10 +85,13 @@ impl Snapshot {
     /// The resolution of each part of `window` the store holds, oldest
     /// first, in seconds before `now`.
     pub fn resolution(&self, window: Window, now: SystemTime) -> Vec<Part> {
-        let within = self.layout(window).into_iter().map(|(start, end, step, folded, _)| {
-            let start = start.max(window.from);
-            (start, end.min(window.until).max(start), step, folded)
-        });
+        let within = self
+            .layout(window)
+            .into_iter()
+            .map(|(start, end, step, folded, _)| {
+                let start = start.max(window.from);
+                (start, end.min(window.until).max(start), step, folded)
+            });
         parts(within, now)
     }
 
@@ -104,9 +107,8 @@ impl Snapshot {
     /// [`Snapshot::covered`] with the slices the window's edges cut.
     fn covered_exactly(&self, window: Window) -> Option<Covered> {
         let (from, until) = self.covered(window)?;
-        let ms = |a: SystemTime, b: SystemTime| {
-            b.duration_since(a).map_or(0, |d| d.as_millis() as u64)
-        };
+        let ms =
+            |a: SystemTime, b: SystemTime| b.duration_since(a).map_or(0, |d| d.as_millis() as u64);
         let prorated = self
             .layout(window)
             .into_iter()

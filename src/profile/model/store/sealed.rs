@@ -36,10 +36,13 @@ struct LocalIds {
 impl StackIds for LocalIds {
     fn id_of(&mut self, stack: &Stack) -> u32 {
         let next = self.stacks.len() as u32;
-        *self.index.entry(std::sync::Arc::as_ptr(stack)).or_insert_with(|| {
-            self.stacks.push(stack.clone());
-            next
-        })
+        *self
+            .index
+            .entry(std::sync::Arc::as_ptr(stack))
+            .or_insert_with(|| {
+                self.stacks.push(stack.clone());
+                next
+            })
     }
 }
 

@@ -60,7 +60,9 @@ impl Store {
                 refusals::count_for(What::Share, Reason::Budget, pid);
             }
             let has = |j: usize| self.slices[j].by_pid.contains_key(&pid);
-            if let Some(j) = (i..self.slices.len()).find(|&j| has(j) && foldable(&self.open(j), pid)) {
+            if let Some(j) =
+                (i..self.slices.len()).find(|&j| has(j) && foldable(&self.open(j), pid))
+            {
                 self.fold_part(j, pid);
             } else if i == 0 && self.slices[0].by_pid.len() == 1 && self.slices.len() > 1 {
                 // Nothing of anyone else's: the whole slice goes.

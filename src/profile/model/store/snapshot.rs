@@ -185,7 +185,10 @@ impl Snapshot {
 
     /// Each slice `window` overlaps, oldest first: its span, step and
     /// whether it was folded (for [`super::resolution`]).
-    pub(super) fn layout(&self, window: Window) -> Vec<(SystemTime, SystemTime, u32, bool, Overlap)> {
+    pub(super) fn layout(
+        &self,
+        window: Window,
+    ) -> Vec<(SystemTime, SystemTime, u32, bool, Overlap)> {
         self.entries_in(window)
             .iter()
             .map(|e| {

@@ -156,11 +156,7 @@ fn estimate_follows_pushes_and_evictions_without_drift() {
     }
     // Recompute from scratch what was kept incrementally.
     store.sweep_stacks();
-    let slices: usize = store
-        .slices
-        .iter()
-        .map(|h| h.bytes)
-        .sum();
+    let slices: usize = store.slices.iter().map(|h| h.bytes).sum();
     let stacks: usize = store.stacks.iter().map(size::stack_bytes).sum();
     assert_eq!((store.slice_bytes, store.stack_bytes), (slices, stacks));
     assert_eq!(store.stats().evicted_slices, 0, "retention, not the bound");
