@@ -274,7 +274,7 @@ enum Command {
         history_dir: Option<PathBuf>,
         /// Bound, in MiB, of the disk history: the oldest seconds are
         /// deleted to stay within it.
-        #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(2..=1_048_576))]
+        #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
         history_disk_mb: u64,
         /// The kubelet's pod log directory, where pod and container names
         /// are read (`NAMESPACE_POD_UID/CONTAINER/`).

@@ -241,3 +241,54 @@ fn sixty_seconds_hold_sixty_seconds_of_each_always_alive_thread() {
     }
     drop(mixed);
 }
+
+/// Bytes the files of `dir` take on disk (whole blocks).
+fn disk_bytes(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok()?.metadata().ok())
+        .map(|m| m.blocks() * 512)
+        .sum()
+}
+
+#[test]
+fn churn_past_the_disk_bound_keeps_the_newest_within_it() {
+    let Some(_fx) = Fixture::ebpf() else {
+        return;
+    };
+    let dir = tempfile::Builder::new()
+        .prefix("ws-history-bound")
+        .tempdir()
+        .unwrap();
+    let path = dir.path().to_str().unwrap();
+    let ws = Daemon::start(&["--history-dir", path, "--history-disk-mb", "1"]);
+    // 100 short-lived processes a second: every second's block is large.
+    let spawner = Workload::start(&workload("spawner"), &["100", "120", "2"]);
+    let bound = 1 << 20;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut first_oldest = None;
+    loop {
+        let h = healthz(&ws.url)["history"].clone();
+        let on_disk = disk_bytes(dir.path());
+        assert!(
+            on_disk <= bound,
+            "{on_disk} bytes on disk past the 1 MiB bound: {h}"
+        );
+        assert!(h["bytes"].as_u64().unwrap_or(0) <= bound, "{h}");
+        let oldest = h["oldest"].as_u64();
+        first_oldest = first_oldest.or(oldest);
+        // The bound reached and the oldest seconds deleted for the newest.
+        if oldest > first_oldest && h["bytes"].as_u64() > Some(bound / 2) {
+            assert_eq!(h["write_errors"], 0, "{h}");
+            println!("bound held: {on_disk} bytes on disk; {h}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the bound was never reached: {h}"
+        );
+        thread::sleep(Duration::from_millis(500));
+    }
+    drop((ws, spawner));
+}
