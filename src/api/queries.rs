@@ -111,7 +111,12 @@ struct Profile {
 /// nothing in the window; 404 when it was never seen.
 fn profile(shared: &Shared, filter: Filter, limits: Limits) -> Result<Profile, ApiError> {
     let store = snapshot(shared);
-    let (folded, truncated) = query::folded_within(&store, &filter, limits);
+    // Two passes over the window (names, rows): over the process's only.
+    let narrowed = filter
+        .pid
+        .and_then(|pid| store.narrowed(pid, filter.window));
+    let (folded, truncated) =
+        query::folded_within(narrowed.as_ref().unwrap_or(&store), &filter, limits);
     let note = if folded.stacks.is_empty() {
         Some(empty_note(&store, &filter)?)
     } else {
@@ -317,6 +322,9 @@ pub(super) async fn threads(
     let text = p.choice("format", &["json", "text"])? == Some("text");
     let report = over_snapshot(&state, move |store| {
         let recorded = store.recorded(window, SystemTime::now());
+        // Four passes over the window: over the process's rows only.
+        let narrowed = store.narrowed(pid, window);
+        let store = narrowed.as_ref().unwrap_or(store);
         if let Some(mut report) = threads::report(store, pid, window) {
             let sight = reader.sight();
             let mut culprits = culprits::by_thread(store, window, pid, THREAD_CULPRITS, &sight);

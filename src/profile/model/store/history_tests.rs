@@ -177,3 +177,41 @@ fn an_absolute_range_inside_a_merged_block_says_it_was_cut() {
     );
     assert_eq!(parts.last().unwrap().step_s, 1);
 }
+
+#[test]
+fn a_snapshot_narrowed_to_a_process_reports_it_as_the_whole_does() {
+    let mut store = Store::new(Duration::from_secs(600));
+    let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(2_000_000);
+    let mut start = t0;
+    for i in 0..200 {
+        let mut s = second(start, i);
+        // Another process beside it, with its own rows and a wakeup to it.
+        let other = second(start, i + 1);
+        for mut t in other.thread_totals {
+            (t.pid, t.tid) = (20, t.tid + 10);
+            s.thread_totals.push(t);
+        }
+        for mut r in other.samples {
+            (r.pid, r.tid) = (20, r.tid + 10);
+            s.samples.push(r);
+        }
+        start = s.end;
+        store.push(s);
+    }
+    let snapshot = store.snapshot();
+    let window = Window::between(t0 + Duration::from_millis(7_500), start);
+    let narrowed = snapshot.narrowed(10, window).unwrap();
+    let whole = crate::profile::report::threads::report(&snapshot, 10, window);
+    assert!(whole.is_some());
+    assert_eq!(
+        crate::profile::report::threads::report(&narrowed, 10, window),
+        whole
+    );
+    assert_eq!(
+        narrowed.recorded(window, start),
+        snapshot.recorded(window, start)
+    );
+    assert!(narrowed
+        .within(window)
+        .all(|s| s.samples.iter().all(|r| r.pid == 10)));
+}

@@ -11,9 +11,9 @@ use std::{
 use super::{
     super::{
         live::LiveView,
-        prorate,
+        prorate, size,
         window::{Overlap, Window},
-        Slice,
+        HistOwner, Slice,
     },
     disk_read::{self as read, Interner},
     open_block,
@@ -26,6 +26,8 @@ use crate::profile::history::{History, StoredBlock};
 pub(super) enum Body {
     Memory(Arc<Block>),
     Disk(StoredBlock),
+    /// Decoded already (a narrowed snapshot's, see [`Snapshot::narrowed`]).
+    Decoded(Arc<Slice>),
 }
 
 /// One held slice as a snapshot sees it.
@@ -43,6 +45,7 @@ impl Entry {
         match &self.body {
             Body::Memory(b) => b.start,
             Body::Disk(d) => d.meta.start,
+            Body::Decoded(s) => s.start,
         }
     }
 
@@ -50,6 +53,7 @@ impl Entry {
         match &self.body {
             Body::Memory(b) => b.end,
             Body::Disk(d) => d.meta.end,
+            Body::Decoded(s) => s.end,
         }
     }
 
@@ -59,6 +63,7 @@ impl Entry {
         match &self.body {
             Body::Memory(b) => Some(Arc::new(open_block(b))),
             Body::Disk(d) => read::slice_of(disk?, d, stacks).map(Arc::new),
+            Body::Decoded(s) => Some(s.clone()),
         }
     }
 
@@ -66,6 +71,54 @@ impl Entry {
     #[cfg(test)]
     pub fn slice(&self) -> Arc<Slice> {
         self.read(None, &mut Interner::default()).unwrap()
+    }
+}
+
+/// Most a narrowed snapshot keeps decoded (estimated, see [`size`]).
+pub const NARROWED_MAX_BYTES: usize = 16 << 20;
+
+/// What of `slice` concerns process `pid` (see [`Snapshot::narrowed`]).
+fn only_of(slice: &Slice, pid: u32) -> Slice {
+    let owner = |o: &HistOwner| matches!(o, HistOwner::Process(p) | HistOwner::ProcessThrottled(p) if *p == pid);
+    Slice {
+        samples: slice
+            .samples
+            .iter()
+            .filter(|r| r.pid == pid)
+            .cloned()
+            .collect(),
+        wakeups: (slice.wakeups.iter())
+            .filter(|w| w.pid == pid || w.peer_pid == pid)
+            .cloned()
+            .collect(),
+        thread_totals: (slice.thread_totals.iter())
+            .filter(|t| t.pid == pid)
+            .cloned()
+            .collect(),
+        runq_hists: (slice.runq_hists.iter())
+            .filter(|(o, _)| owner(o))
+            .cloned()
+            .collect(),
+        kept_off: slice
+            .kept_off
+            .iter()
+            .filter(|k| k.pid == pid)
+            .copied()
+            .collect(),
+        sleeps: slice
+            .sleeps
+            .iter()
+            .filter(|s| s.pid == pid)
+            .copied()
+            .collect(),
+        // Names whole: culprits and wakers are other processes.
+        start: slice.start,
+        end: slice.end,
+        threads: slice.threads.clone(),
+        processes: slice.processes.clone(),
+        containers: slice.containers.clone(),
+        origins: slice.origins.clone(),
+        stats: slice.stats,
     }
 }
 
@@ -136,6 +189,38 @@ impl Snapshot {
                 _ => Some(slice),
             }
         })
+    }
+
+    /// The same snapshot over `window` with only what concerns process
+    /// `pid` decoded, once: its rows and totals, the wakeups to and from
+    /// it, its histograms (every name kept). A report about one process
+    /// passes over the window several times (`/threads` four); each pass
+    /// over the narrowed snapshot reads a few rows of each slice instead of
+    /// decoding the whole host's again. `None` when what it keeps would
+    /// pass [`NARROWED_MAX_BYTES`] (then read the snapshot itself).
+    pub fn narrowed(&self, pid: u32, window: Window) -> Option<Snapshot> {
+        let mut stacks = Interner::default();
+        let (mut bytes, mut entries) = (0, Vec::new());
+        for e in self.entries_in(window) {
+            let Some(slice) = e.read(self.disk.as_deref(), &mut stacks) else {
+                continue;
+            };
+            let part = only_of(&slice, pid);
+            bytes += size::slice_bytes(&part);
+            if bytes > NARROWED_MAX_BYTES {
+                return None;
+            }
+            entries.push(Entry {
+                body: Body::Decoded(Arc::new(part)),
+                ..e
+            });
+        }
+        Some(Snapshot::new(
+            entries,
+            None,
+            self.retention,
+            self.live.clone(),
+        ))
     }
 
     /// Every slice the store holds in memory.
