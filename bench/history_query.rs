@@ -3,8 +3,8 @@
 //! process of 40 threads on 400 stacks of 20–40 frames, beside 20 other
 //! processes) into a history directory with the daemon's own codec and
 //! writer, starts the release daemon on it, and times the hour's
-//! `/folded`, `/folded?kind=wall` and `/threads` answers, each asked
-//! several times. Writes `bench/results/history_query.md`. Needs root.
+//! `/folded` answer (the goal), and `/folded?kind=wall` and `/threads`
+//! (reported), each asked several times. Writes `bench/results/history_query.md`. Needs root.
 
 #[path = "common/mod.rs"]
 mod common;
@@ -170,16 +170,19 @@ fn run() -> Result<()> {
         }
         let t = &times[q.as_str()];
         let max = t.iter().copied().fold(0.0, f64::max);
-        let ok = max < GOAL_S;
-        all_ok &= ok;
+        // The goal is for `/folded` of a process's CPU; the others
+        // are reported.
+        let goal = q.starts_with("/folded") && !q.contains("kind=");
+        let ok = goal.then_some(max < GOAL_S);
+        all_ok &= ok != Some(false);
         rows_out.push(vec![
-            format!("`{}`", q.split('&').next().unwrap_or(q)),
+            format!("`{}`", q.split("&from").next().unwrap_or(q)),
             format!(
                 "{:.0}",
                 common::median(t.iter().copied()).unwrap_or(0.0) * 1e3
             ),
             format!("{:.0}", max * 1e3),
-            common::verdict(Some(ok)).to_string(),
+            common::verdict(ok).to_string(),
         ]);
     }
     let (date, kernel, load) = common::system()?;

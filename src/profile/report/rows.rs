@@ -69,17 +69,19 @@ impl Names {
     pub fn of(slices: impl Iterator<Item = impl std::ops::Deref<Target = Slice>>) -> Names {
         let mut names = Names::default();
         for slice in slices {
-            names
-                .processes
-                .extend(slice.processes.iter().map(|(k, v)| (*k, v.clone())));
-            names
-                .threads
-                .extend(slice.threads.iter().map(|(k, v)| (*k, v.name.clone())));
-            names
-                .containers
-                .extend(slice.containers.iter().map(|(k, v)| (*k, v.clone())));
+            names.add(&slice);
         }
         names
+    }
+
+    /// The names of `slice`, newer than those held.
+    fn add(&mut self, slice: &Slice) {
+        let processes = slice.processes.iter().map(|(k, v)| (*k, v.clone()));
+        self.processes.extend(processes);
+        let threads = slice.threads.iter().map(|(k, v)| (*k, v.name.clone()));
+        self.threads.extend(threads);
+        let containers = slice.containers.iter().map(|(k, v)| (*k, v.clone()));
+        self.containers.extend(containers);
     }
 
     /// A process's name, `[unknown]` if none was recorded.
@@ -163,7 +165,9 @@ impl ProcessNames {
 /// pool; wall rows always do until they are scaled to their thread's
 /// exact totals.
 pub fn select(store: &Snapshot, filter: &Filter, per_thread: bool) -> (Vec<Row>, Names) {
-    let names = Names::of(store.within(filter.window));
+    // Names as rows, in one pass: a window over the disk history decodes
+    // each block once (an hour is 3,600 of them).
+    let mut names = Names::default();
     let keep_tid = per_thread || filter.group != Group::Process;
     let wall = filter.kind == Kind::Wall;
     let mut out = Vec::new();
@@ -176,6 +180,7 @@ pub fn select(store: &Snapshot, filter: &Filter, per_thread: bool) -> (Vec<Row>,
     let mut rows: FxHashMap<RowKey, (Stack, u64, u64, Name)> = FxHashMap::default();
     let mut process_names = ProcessNames::default();
     for slice in store.within(filter.window) {
+        names.add(&slice);
         process_names.enter(&slice);
         for s in &slice.samples {
             if !filter.matches(s.pid, s.tid) || !filter.kind.includes(s.state) {

@@ -14,6 +14,16 @@ use crate::profile::{
 pub struct Interner(FxHashSet<Stack>);
 
 impl Interner {
+    /// Makes the stacks of `slice`'s rows the ones already met.
+    pub fn intern_slice(&mut self, slice: &mut Slice) {
+        for s in &mut slice.samples {
+            self.intern(&mut s.stack);
+        }
+        for w in &mut slice.wakeups {
+            self.intern(&mut w.stack);
+        }
+    }
+
     fn intern(&mut self, stack: &mut Stack) {
         match self.0.get(&*stack) {
             Some(shared) => *stack = shared.clone(),
@@ -36,11 +46,6 @@ pub fn slice_of(history: &History, stored: &StoredBlock, stacks: &mut Interner) 
             return None;
         }
     };
-    for s in &mut slice.samples {
-        stacks.intern(&mut s.stack);
-    }
-    for w in &mut slice.wakeups {
-        stacks.intern(&mut w.stack);
-    }
+    stacks.intern_slice(&mut slice);
     Some(slice)
 }

@@ -4,7 +4,10 @@
 //! in memory, a window reaches into the disk history, when there is one.
 
 use std::{
-    sync::Arc,
+    sync::{
+        atomic::{AtomicUsize, Ordering::Relaxed},
+        Arc,
+    },
     time::{Duration, SystemTime},
 };
 
@@ -76,6 +79,8 @@ impl Entry {
 
 /// Most a narrowed snapshot keeps decoded (estimated, see [`size`]).
 pub const NARROWED_MAX_BYTES: usize = 16 << 20;
+/// Threads at most that decode a narrowed snapshot's blocks.
+const NARROW_THREADS: usize = 4;
 
 /// What of `slice` concerns process `pid` (see [`Snapshot::narrowed`]).
 fn only_of(slice: &Slice, pid: u32) -> Slice {
@@ -199,21 +204,47 @@ impl Snapshot {
     /// decoding the whole host's again. `None` when what it keeps would
     /// pass [`NARROWED_MAX_BYTES`] (then read the snapshot itself).
     pub fn narrowed(&self, pid: u32, window: Window) -> Option<Snapshot> {
-        let mut stacks = Interner::default();
-        let (mut bytes, mut entries) = (0, Vec::new());
-        for e in self.entries_in(window) {
-            let Some(slice) = e.read(self.disk.as_deref(), &mut stacks) else {
-                continue;
-            };
-            let part = only_of(&slice, pid);
-            bytes += size::slice_bytes(&part);
-            if bytes > NARROWED_MAX_BYTES {
-                return None;
+        let all = self.entries_in(window);
+        let disk = self.disk.as_deref();
+        // Decoded on up to NARROW_THREADS threads (an hour of disk history
+        // is 3,600 blocks), each a run of neighbouring blocks.
+        let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let run = all.len().div_ceil(workers.clamp(1, NARROW_THREADS)).max(1);
+        let kept = AtomicUsize::new(0);
+        let narrow = |entries: &[Entry]| -> Option<Vec<Entry>> {
+            let mut stacks = Interner::default();
+            let mut out = Vec::with_capacity(entries.len());
+            for e in entries {
+                let Some(slice) = e.read(disk, &mut stacks) else {
+                    continue;
+                };
+                let part = only_of(&slice, pid);
+                if kept.fetch_add(size::slice_bytes(&part), Relaxed) > NARROWED_MAX_BYTES {
+                    return None;
+                }
+                let body = Body::Decoded(Arc::new(part));
+                out.push(Entry { body, ..e.clone() });
             }
-            entries.push(Entry {
-                body: Body::Decoded(Arc::new(part)),
-                ..e
-            });
+            Some(out)
+        };
+        let runs: Vec<Option<Vec<Entry>>> = std::thread::scope(|scope| {
+            let workers: Vec<_> = all.chunks(run).map(|c| scope.spawn(|| narrow(c))).collect();
+            workers
+                .into_iter()
+                .map(|w| w.join().ok().flatten())
+                .collect()
+        });
+        let mut entries = Vec::with_capacity(all.len());
+        for run in runs {
+            entries.extend(run?);
+        }
+        // One `Arc` per distinct stack across the runs again: reports fold
+        // rows by a stack's address.
+        let mut stacks = Interner::default();
+        for e in &mut entries {
+            if let Body::Decoded(slice) = &mut e.body {
+                stacks.intern_slice(Arc::make_mut(slice));
+            }
         }
         Some(Snapshot::new(
             entries,
