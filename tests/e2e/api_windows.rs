@@ -124,13 +124,14 @@ async fn a_window_holds_the_slices_that_ended_in_it() {
             "{window}"
         );
     }
-    // Fractions of a second count: slice 1 ends at t0 + 10.
+    // Fractions of a second count: slice 1 spans t0 + 9 to t0 + 10, and
+    // its last millisecond holds a thousandth of its 1,000 us.
     let (_, _, body) = call_on(
         app.clone(),
         &format!("/folded?pid={PID}&from={}.999&until={}", t0 + 9, t0 + 10),
     )
     .await;
-    assert_eq!(body, "app;main;slice_1 1000\n");
+    assert_eq!(body, "app;main;slice_1 1\n");
     // Nothing ended in it: a known process, so 200, empty, with a note.
     let empty = format!("pid={PID}&from={}&until={}", t0 + 11, t0 + 19);
     let (status, _, body) = call_on(app.clone(), &format!("/folded?{empty}")).await;
@@ -309,8 +310,10 @@ async fn windows_reaching_before_the_records_say_how_much_was_recorded() {
         let (status, headers, _) =
             crate::support::api::send(app.clone(), crate::support::api::get_with(&uri, &[])).await;
         assert_eq!(status, 200, "{uri}");
+        // From the oldest slice's start (t0 + 9) to the newest's end
+        // (t0 + 50), where "the last 600 s" end.
         let r = recorded(&headers);
-        assert!((50..=52).contains(&r), "{uri}: {r}");
+        assert!((40..=42).contains(&r), "{uri}: {r}");
         // All of it per second (slices of 1 s, ending 10 to 50 s ago).
         let resolution = headers["x-wallscope-resolution"].to_str().unwrap();
         assert!(
@@ -331,7 +334,7 @@ async fn windows_reaching_before_the_records_say_how_much_was_recorded() {
     let report: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(report["seconds"], 600);
     let r = report["recorded_seconds"].as_u64().unwrap();
-    assert!((50..=52).contains(&r), "{body}");
+    assert!((40..=42).contains(&r), "{body}");
     let parts = report["resolution"].as_array().expect("a resolution list");
     assert_eq!(parts.len(), 1, "{body}");
     assert_eq!(
@@ -419,4 +422,17 @@ async fn the_timeline_has_a_column_per_slice_and_a_row_per_thread() {
     }
     let (status, _, body) = call_on(app.clone(), "/timeline?pid=4194399").await;
     assert_eq!(status, 404, "{body}");
+}
+
+#[tokio::test]
+async fn titles_of_an_absolute_range_show_the_range() {
+    let (app, t0) = app();
+    let range = format!("pid={PID}&from={}&until={}&format=text", t0 + 5, t0 + 35);
+    for path in ["/threads", "/runqueue"] {
+        let (status, _, body) = call_on(app.clone(), &format!("{path}?{range}")).await;
+        assert_eq!(status, 200, "{path}: {body}");
+        let title = body.lines().next().unwrap_or_default();
+        assert!(!title.contains("last "), "{path}: {title}");
+        assert!(title.contains(" to "), "{path}: {title}");
+    }
 }

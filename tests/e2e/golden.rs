@@ -7,7 +7,7 @@ use std::{
     collections::HashMap,
     path::Path,
     sync::Arc,
-    time::{Duration, SystemTime, UNIX_EPOCH},
+    time::{Duration, SystemTime},
 };
 
 use crate::support::api::call_on;
@@ -180,9 +180,10 @@ fn app() -> (axum::Router, SystemTime) {
 /// The body of GET `path?query` on [`app`], `query` ending in a window of
 /// the last `seconds` before the store's time.
 async fn ok(path: &str, query: &str, seconds: u64) -> String {
-    let (app, now) = app();
-    let until = now.duration_since(UNIX_EPOCH).unwrap().as_secs_f64();
-    let uri = format!("{path}?{query}until={until:.3}&seconds={seconds}");
+    // The last `seconds` (ending at the newest slice): titles say so, with
+    // no date in them.
+    let (app, _) = app();
+    let uri = format!("{path}?{query}seconds={seconds}");
     let (status, _, body) = call_on(app, &uri).await;
     assert_eq!(status, 200, "{uri}: {body}");
     body

@@ -37,6 +37,8 @@ pub struct CgroupRow {
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct CgroupList {
     pub seconds: u64,
+    /// The window in words: `last 30 s`, or its range.
+    pub window: String,
     /// Seconds of the window the daemon has records of
     /// (`recorded_seconds`: less than `seconds` when the window reaches
     /// before them), their resolution, oldest first (`resolution`), and
@@ -76,6 +78,7 @@ pub fn list(store: &Snapshot, window: Window) -> CgroupList {
     });
     CgroupList {
         seconds: window.seconds(),
+        window: window.describe(),
         recorded: Default::default(),
         cgroups,
     }
@@ -95,8 +98,8 @@ pub fn render_text(list: &CgroupList) -> String {
     let throttled = list.cgroups.iter().filter(|r| r.throttled_intervals > 0);
     let _ = writeln!(
         out,
-        "cgroups, last {} s: {} with runqueue waits or throttling, {} throttled (CPU quota spent)\n",
-        list.seconds,
+        "cgroups, {}: {} with runqueue waits or throttling, {} throttled (CPU quota spent)\n",
+        list.window,
         list.cgroups.len(),
         throttled.count()
     );

@@ -63,6 +63,8 @@ pub struct ThreadReport {
     pub pid: u32,
     pub comm: String,
     pub seconds: u64,
+    /// The window in words: `last 30 s`, or its range.
+    pub window: String,
     /// Seconds of the window the daemon has records of
     /// (`recorded_seconds`: less than `seconds` when the window reaches
     /// before them), their resolution, oldest first (`resolution`), and
@@ -167,6 +169,7 @@ pub fn report(store: &Snapshot, pid: u32, window: Window) -> Option<ThreadReport
         pid,
         comm: comm.unwrap_or_default(),
         seconds: window.seconds(),
+        window: window.describe(),
         recorded: Default::default(),
         process: process.breakdown(),
         pools,
@@ -207,6 +210,7 @@ pub fn empty_report(pid: u32, now: LiveProcess, window: Window, note: String) ->
         pid,
         comm: now.comm,
         seconds: window.seconds(),
+        window: window.describe(),
         recorded: Default::default(),
         process: Breakdown::default(),
         pools: Vec::new(),
@@ -223,10 +227,10 @@ pub fn render_text(r: &ThreadReport) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "pid {} ({}), last {} s{}: wall time by state",
+        "pid {} ({}), {}{}: wall time by state",
         r.pid,
         r.comm,
-        r.seconds,
+        r.window,
         recorded_note(r.seconds, r.recorded.seconds)
     );
     if let Some(note) = &r.note {

@@ -273,13 +273,34 @@ impl Snapshot {
         self.retention
     }
 
-    /// The part of `window` there are records of: from the later of its
-    /// start and the oldest slice's start to the earlier of its end and
-    /// the newest slice's end; `None` when they do not meet.
+    /// The part of `window` there are records of: the window, less what
+    /// lies before the oldest record (the daemon's start, or what the
+    /// history keeps) or after the newest (the last drain); `None` when
+    /// nothing of it is recorded.
     pub fn covered(&self, window: Window) -> Option<(SystemTime, SystemTime)> {
         let entries = self.entries_in(window);
-        let from = entries.iter().map(Entry::start).min()?.max(window.from);
-        let until = entries.iter().map(Entry::end).max()?.min(window.until);
+        let first = entries.iter().map(Entry::start).min()?;
+        let last = entries.iter().map(Entry::end).max()?;
+        let disk_oldest = || {
+            let oldest = self.disk.as_ref()?.stats().oldest?;
+            Some(SystemTime::UNIX_EPOCH + Duration::from_secs(oldest))
+        };
+        let older = self
+            .entries
+            .first()
+            .is_some_and(|e| e.start() < window.from)
+            || disk_oldest().is_some_and(|t| t < window.from);
+        let newer = self.entries.last().is_some_and(|e| e.end() >= window.until);
+        let from = if older {
+            window.from
+        } else {
+            first.max(window.from)
+        };
+        let until = if newer {
+            window.until
+        } else {
+            last.min(window.until)
+        };
         (from <= until).then_some((from, until))
     }
 
