@@ -62,6 +62,7 @@ mod disk_read;
 pub mod feed;
 pub mod kept_off_totals;
 pub mod merge;
+mod narrow_cache;
 mod resolution;
 mod sealed;
 mod share;
@@ -212,6 +213,8 @@ pub struct Store {
     feed: Option<Feed>,
     /// Why there is no disk history though one was asked for.
     history_error: Option<String>,
+    /// Blocks narrowed to a process, kept across queries.
+    narrowed: Arc<narrow_cache::NarrowCache>,
 }
 
 impl Store {
@@ -240,6 +243,7 @@ impl Store {
             compacted_slices: 0,
             feed: None,
             history_error: None,
+            narrowed: Arc::default(),
             published: Arc::new(Mutex::new(Published {
                 retention,
                 ..Published::default()
@@ -315,6 +319,7 @@ impl Store {
         });
         let disk = self.feed.as_ref().map(|f| f.history().clone());
         Snapshot::new(held.collect(), disk, self.retention, self.live.clone())
+            .with_cache(self.narrowed.clone())
     }
 
     /// Replaces the live view with the newest drain's; past `max_bytes`

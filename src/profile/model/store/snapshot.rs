@@ -19,6 +19,7 @@ use super::{
         HistOwner, Slice,
     },
     disk_read::{self as read, Interner},
+    narrow_cache::NarrowCache,
     open_block,
     sealed::Block,
 };
@@ -132,6 +133,8 @@ fn only_of(slice: &Slice, pid: u32) -> Slice {
 pub struct Snapshot {
     pub(super) entries: Vec<Entry>,
     disk: Option<Arc<History>>,
+    /// Memory blocks narrowed to a process by earlier queries.
+    cache: Option<Arc<NarrowCache>>,
     retention: Duration,
     live: Arc<LiveView>,
 }
@@ -146,6 +149,7 @@ impl Snapshot {
         Snapshot {
             entries,
             disk,
+            cache: None,
             retention,
             live,
         }
@@ -196,6 +200,13 @@ impl Snapshot {
         })
     }
 
+    /// The same snapshot, narrowing with `cache` (see
+    /// [`Snapshot::narrowed`]).
+    pub(super) fn with_cache(mut self, cache: Arc<NarrowCache>) -> Self {
+        self.cache = Some(cache);
+        self
+    }
+
     /// The same snapshot over `window` with only what concerns process
     /// `pid` decoded, once: its rows and totals, the wakeups to and from
     /// it, its histograms (every name kept). A report about one process
@@ -211,23 +222,38 @@ impl Snapshot {
         let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
         let run = all.len().div_ceil(workers.clamp(1, NARROW_THREADS)).max(1);
         let kept = AtomicUsize::new(0);
-        let narrow = |entries: &[Entry]| -> Option<Vec<Entry>> {
+        let cache = self.cache.as_deref();
+        // An entry narrowed, and whether it was read from disk.
+        let narrow_one = |e: &Entry, stacks: &mut Interner| -> Option<(Arc<Slice>, usize, bool)> {
+            if let (Body::Memory(block), Some(cache)) = (&e.body, cache) {
+                if let Some(hit) = cache.get(pid, block) {
+                    return Some((hit.clone(), size::slice_bytes(&hit), false));
+                }
+            }
+            let slice = e.read(disk, stacks)?;
+            let part = Arc::new(only_of(&slice, pid));
+            let bytes = size::slice_bytes(&part);
+            if let (Body::Memory(block), Some(cache)) = (&e.body, cache) {
+                cache.put(pid, block, part.clone(), bytes);
+            }
+            Some((part, bytes, matches!(e.body, Body::Disk(_))))
+        };
+        let narrow = |entries: &[Entry]| -> Option<Vec<(Entry, bool)>> {
             let mut stacks = Interner::default();
             let mut out = Vec::with_capacity(entries.len());
             for e in entries {
-                let Some(slice) = e.read(disk, &mut stacks) else {
+                let Some((part, bytes, from_disk)) = narrow_one(e, &mut stacks) else {
                     continue;
                 };
-                let part = only_of(&slice, pid);
-                if kept.fetch_add(size::slice_bytes(&part), Relaxed) > NARROWED_MAX_BYTES {
+                if kept.fetch_add(bytes, Relaxed) > NARROWED_MAX_BYTES {
                     return None;
                 }
-                let body = Body::Decoded(Arc::new(part));
-                out.push(Entry { body, ..e.clone() });
+                let body = Body::Decoded(part);
+                out.push((Entry { body, ..e.clone() }, from_disk));
             }
             Some(out)
         };
-        let runs: Vec<Option<Vec<Entry>>> = std::thread::scope(|scope| {
+        let runs: Vec<Option<Vec<(Entry, bool)>>> = std::thread::scope(|scope| {
             let workers: Vec<_> = all.chunks(run).map(|c| scope.spawn(|| narrow(c))).collect();
             workers
                 .into_iter()
@@ -238,14 +264,17 @@ impl Snapshot {
         for run in runs {
             entries.extend(run?);
         }
-        // One `Arc` per distinct stack across the runs again: reports fold
-        // rows by a stack's address.
+        // One `Arc` per distinct stack across the runs' disk blocks again:
+        // reports fold rows by a stack's address (memory blocks share the
+        // store's).
         let mut stacks = Interner::default();
-        for e in &mut entries {
-            if let Body::Decoded(slice) = &mut e.body {
+        let entries = entries.into_iter().map(|(mut e, from_disk)| {
+            if let (Body::Decoded(slice), true) = (&mut e.body, from_disk) {
                 stacks.intern_slice(Arc::make_mut(slice));
             }
-        }
+            e
+        });
+        let entries: Vec<Entry> = entries.collect();
         Some(Snapshot::new(
             entries,
             None,
