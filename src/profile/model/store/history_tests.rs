@@ -214,4 +214,19 @@ fn a_snapshot_narrowed_to_a_process_reports_it_as_the_whole_does() {
     assert!(narrowed
         .within(window)
         .all(|s| s.samples.iter().all(|r| r.pid == 10)));
+    // Kept for the next query, which reads the same; and right after more
+    // seconds were sealed and merged.
+    assert!(store.narrowed.bytes() > 0);
+    let again = store.snapshot().narrowed(10, window).unwrap();
+    let report = |s: &Snapshot, w| crate::profile::report::threads::report(s, 10, w);
+    assert_eq!(report(&again, window), whole);
+    for i in 200..400 {
+        let s = second(start, i);
+        start = s.end;
+        store.push(s);
+    }
+    let snapshot = store.snapshot();
+    let window = Window::between(t0 + Duration::from_millis(7_500), start);
+    let narrowed = snapshot.narrowed(10, window).unwrap();
+    assert_eq!(report(&narrowed, window), report(&snapshot, window));
 }
