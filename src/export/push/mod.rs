@@ -371,7 +371,12 @@ fn build_loop(shared: &Shared, mut chooser: Chooser, mut sinks: Vec<Building>, i
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .snapshot();
-        if let Some(until) = store.all().map(|s| s.end).max().filter(|u| *u > from) {
+        if let Some(until) = store
+            .spans()
+            .map(|(_, end)| end)
+            .max()
+            .filter(|u| *u > from)
+        {
             let started = Instant::now();
             number += 1;
             let window = Window::between(from, until);
