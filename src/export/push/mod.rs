@@ -380,6 +380,8 @@ fn build_loop(shared: &Shared, mut chooser: Chooser, mut sinks: Vec<Building>, i
             let started = Instant::now();
             number += 1;
             let window = Window::between(from, until);
+            // Read once per process pushed: decoded once.
+            let store = store.decoded(window);
             let chosen = chooser.choose(&store, window);
             let chose = started.elapsed();
             from = until;

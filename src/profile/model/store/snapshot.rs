@@ -200,6 +200,22 @@ impl Snapshot {
         })
     }
 
+    /// The same snapshot over `window`, each slice decoded once and kept:
+    /// for a builder that reads a short window many times (the pusher, once
+    /// per process pushed).
+    pub fn decoded(&self, window: Window) -> Snapshot {
+        let mut stacks = Interner::default();
+        let disk = self.disk.as_deref();
+        let entries = self.entries_in(window).into_iter().filter_map(|e| {
+            let slice = e.read(disk, &mut stacks)?;
+            Some(Entry {
+                body: Body::Decoded(slice),
+                ..e
+            })
+        });
+        Snapshot::new(entries.collect(), None, self.retention, self.live.clone())
+    }
+
     /// The same snapshot, narrowing with `cache` (see
     /// [`Snapshot::narrowed`]).
     pub(super) fn with_cache(mut self, cache: Arc<NarrowCache>) -> Self {
