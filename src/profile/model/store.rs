@@ -69,7 +69,7 @@ mod share;
 mod snapshot;
 
 use feed::Feed;
-use sealed::Block;
+use sealed::{open_block, Block};
 
 pub use resolution::{describe as describe_resolution, Part as ResolutionPart, Recorded};
 pub use snapshot::Snapshot;
@@ -563,37 +563,6 @@ impl Store {
             folded_parts: self.folded_parts,
         }
     }
-}
-
-impl Held {
-    /// `slice` sealed; each process's share of the block by its rows'
-    /// share of the decoded slice, plus what it `brought`.
-    fn seal(slice: &Slice, brought: FxHashMap<u32, usize>, step_s: u32, folded: bool) -> Held {
-        let block = Block::seal(slice);
-        let bytes = size::ARC_HEADER + block.bytes();
-        let rows = size::bytes_by_pid(slice);
-        let raw = rows.values().sum::<usize>().max(1);
-        let mut by_pid = brought.clone();
-        for (pid, b) in rows {
-            *by_pid.entry(pid).or_default() += b * bytes / raw;
-        }
-        Held {
-            block: Arc::new(block),
-            bytes,
-            by_pid,
-            brought,
-            step_s,
-            folded,
-        }
-    }
-}
-
-/// `block` decoded (see [`Store::open`]).
-fn open_block(block: &Block) -> Slice {
-    block.open().unwrap_or_else(|e| {
-        tracing::error!("a block of the store did not decode ({e}): its span reads as empty");
-        Slice::empty(block.start, block.end)
-    })
 }
 
 fn process_entry<'a>(

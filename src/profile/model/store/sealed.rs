@@ -6,7 +6,11 @@
 
 use std::{mem::size_of, time::SystemTime};
 
+use std::sync::Arc;
+
 use rustc_hash::FxHashMap;
+
+use super::{size, Held};
 
 use super::super::{
     block::{self, CodecError, StackIds, StackSource},
@@ -78,4 +82,40 @@ impl Block {
     pub fn bytes(&self) -> usize {
         size_of::<Block>() + self.bytes.len() + self.stacks.len() * size_of::<Stack>()
     }
+}
+
+impl Held {
+    /// `slice` sealed; each process's share of the block by its rows'
+    /// share of the decoded slice, plus what it `brought`.
+    pub(super) fn seal(
+        slice: &Slice,
+        brought: FxHashMap<u32, usize>,
+        step_s: u32,
+        folded: bool,
+    ) -> Held {
+        let block = Block::seal(slice);
+        let bytes = size::ARC_HEADER + block.bytes();
+        let rows = size::bytes_by_pid(slice);
+        let raw = rows.values().sum::<usize>().max(1);
+        let mut by_pid = brought.clone();
+        for (pid, b) in rows {
+            *by_pid.entry(pid).or_default() += b * bytes / raw;
+        }
+        Held {
+            block: Arc::new(block),
+            bytes,
+            by_pid,
+            brought,
+            step_s,
+            folded,
+        }
+    }
+}
+
+/// `block` decoded (see [`Store::open`]).
+pub(super) fn open_block(block: &Block) -> Slice {
+    block.open().unwrap_or_else(|e| {
+        tracing::error!("a block of the store did not decode ({e}): its span reads as empty");
+        Slice::empty(block.start, block.end)
+    })
 }
