@@ -24,6 +24,7 @@ use super::{
     sealed::Block,
 };
 use crate::profile::history::{History, StoredBlock};
+use rustc_hash::FxHashSet;
 
 /// Where a slice a snapshot sees is.
 #[derive(Clone)]
@@ -83,47 +84,73 @@ pub const NARROWED_MAX_BYTES: usize = 16 << 20;
 /// Threads at most that decode a narrowed snapshot's blocks.
 const NARROW_THREADS: usize = 4;
 
-/// What of `slice` concerns process `pid` (see [`Snapshot::narrowed`]).
+/// What of `slice` concerns process `pid` (see [`Snapshot::narrowed`]):
+/// its rows, and the names of the processes and threads they mention
+/// (its own, its wakers and wakees, what kept it off the CPU). Only
+/// those names: a block of a churning host names hundreds of short-lived
+/// threads, and copying them all into every narrowed block made the
+/// narrowed window (and the cache of them) ten times larger than the rows.
 fn only_of(slice: &Slice, pid: u32) -> Slice {
     let owner = |o: &HistOwner| matches!(o, HistOwner::Process(p) | HistOwner::ProcessThrottled(p) if *p == pid);
+    let mine = |p: &u32| *p == pid;
+    let samples: Vec<_> = slice
+        .samples
+        .iter()
+        .filter(|r| mine(&r.pid))
+        .cloned()
+        .collect();
+    let wakeups: Vec<_> = (slice.wakeups.iter())
+        .filter(|w| mine(&w.pid) || mine(&w.peer_pid))
+        .cloned()
+        .collect();
+    let kept_off: Vec<_> = (slice.kept_off.iter())
+        .filter(|k| mine(&k.pid))
+        .copied()
+        .collect();
+    // The pids and tids the kept rows name besides the process's own.
+    let mut pids: FxHashSet<u32> = FxHashSet::default();
+    let mut tids: FxHashSet<u32> = FxHashSet::default();
+    pids.insert(pid);
+    for w in &wakeups {
+        pids.extend([w.pid, w.peer_pid]);
+        tids.extend([w.tid, w.peer_tid]);
+    }
+    pids.extend(kept_off.iter().map(|k| k.by));
+    let named = |p: &u32| pids.contains(p);
     Slice {
-        samples: slice
-            .samples
-            .iter()
-            .filter(|r| r.pid == pid)
-            .cloned()
-            .collect(),
-        wakeups: (slice.wakeups.iter())
-            .filter(|w| w.pid == pid || w.peer_pid == pid)
-            .cloned()
-            .collect(),
+        samples,
         thread_totals: (slice.thread_totals.iter())
-            .filter(|t| t.pid == pid)
+            .filter(|t| mine(&t.pid))
             .cloned()
             .collect(),
         runq_hists: (slice.runq_hists.iter())
             .filter(|(o, _)| owner(o))
             .cloned()
             .collect(),
-        kept_off: slice
-            .kept_off
-            .iter()
-            .filter(|k| k.pid == pid)
+        sleeps: (slice.sleeps.iter())
+            .filter(|s| mine(&s.pid))
             .copied()
             .collect(),
-        sleeps: slice
-            .sleeps
-            .iter()
-            .filter(|s| s.pid == pid)
-            .copied()
+        threads: (slice.threads.iter())
+            .filter(|(tid, t)| mine(&t.pid) || tids.contains(tid))
+            .map(|(tid, t)| (*tid, t.clone()))
             .collect(),
-        // Names whole: culprits and wakers are other processes.
+        processes: (slice.processes.iter())
+            .filter(|(p, _)| named(p))
+            .map(|(p, n)| (*p, n.clone()))
+            .collect(),
+        containers: (slice.containers.iter())
+            .filter(|(p, _)| named(p))
+            .map(|(p, c)| (*p, c.clone()))
+            .collect(),
+        origins: (slice.origins.iter())
+            .filter(|(p, _)| named(p))
+            .map(|(p, o)| (*p, o.clone()))
+            .collect(),
+        wakeups,
+        kept_off,
         start: slice.start,
         end: slice.end,
-        threads: slice.threads.clone(),
-        processes: slice.processes.clone(),
-        containers: slice.containers.clone(),
-        origins: slice.origins.clone(),
         stats: slice.stats,
     }
 }
