@@ -143,18 +143,32 @@ pub fn max_batch_bytes() -> u64 {
 
 /// Keeps `batch` within `max` bytes: past it its rows lose their stacks
 /// and are summed again (counted, `batches_stripped`), which keeps every
-/// thread's time by state exact; if still past it, it is dropped
-/// (counted, `batches_dropped`, `rows_dropped`). False if dropped.
+/// thread's time by state exact; if still past it, the processes holding
+/// the most of it are folded, largest first, each into one merged thread
+/// (counted, `batch_processes_folded`): their time by state stays exact,
+/// summed, and every other thread keeps its own. Only when nothing is left
+/// to fold is it dropped (counted, `batches_dropped`, `rows_dropped`).
+/// False if dropped.
 fn fit(batch: &mut RawBatch, max: u64, updates: &mut Updates) -> bool {
     if batch.estimated_bytes() <= max {
         return true;
     }
     updates.push(|h| h.batches_stripped += 1);
     batch.strip_stacks();
+    let mut folded = 0;
+    while batch.estimated_bytes() > max {
+        if batch.fold_largest().is_none() {
+            break;
+        }
+        folded += 1;
+    }
+    if folded > 0 {
+        updates.push(move |h| h.batch_processes_folded += folded);
+    }
     if batch.estimated_bytes() <= max {
         return true;
     }
-    tracing::warn!("drained batch past its bound even without stacks: dropped");
+    tracing::warn!("drained batch past its bound even with every process folded: dropped");
     let rows = batch.records.len() as u64;
     updates.push(move |h| {
         h.batches_dropped += 1;

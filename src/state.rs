@@ -71,6 +71,9 @@ pub struct Health {
     /// Times the waiting batch outgrew its bound and its rows lost their
     /// stacks (thread time by state stays exact).
     pub batches_stripped: u64,
+    /// Processes folded into one merged thread in a batch still past its
+    /// bound once stripped (their time by state stays exact, summed).
+    pub batch_processes_folded: u64,
     /// JVM sightings dropped because the JVM agent was busy.
     pub jvm_sightings_dropped: u64,
     /// Bytes of frame names the symbolizer holds.

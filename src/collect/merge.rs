@@ -36,7 +36,7 @@ fn same_row(a: &RawRecord, b: &RawRecord) -> bool {
 /// Appends `later` to `rows`, summing rows with the same key, so that rows
 /// waiting for the symbolizer stay bounded by the key space (threads x
 /// states x stacks) rather than by how many drains they wait.
-fn merge_rows(rows: &mut Vec<RawRecord>, later: Vec<RawRecord>) {
+pub(super) fn merge_rows(rows: &mut Vec<RawRecord>, later: Vec<RawRecord>) {
     let state = std::collections::hash_map::RandomState::new();
     let mut index: HashMap<u64, usize> = HashMap::with_capacity(rows.len() + later.len());
     let mut kept = Vec::with_capacity(rows.len() + later.len());

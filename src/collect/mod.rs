@@ -10,6 +10,7 @@
 //! a stack is read from the kernel once per generation.
 
 mod batch;
+mod fold;
 mod merge;
 mod stacks;
 pub mod walks;

@@ -265,11 +265,13 @@ impl Snapshot {
         let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
         let run = all.len().div_ceil(workers.clamp(1, NARROW_THREADS)).max(1);
         let kept = AtomicUsize::new(0);
+        let (hits, began) = (AtomicUsize::new(0), std::time::Instant::now());
         let cache = self.cache.as_deref();
         // An entry narrowed, and whether it was read from disk.
         let narrow_one = |e: &Entry, stacks: &mut Interner| -> Option<(Arc<Slice>, usize, bool)> {
             if let (Body::Memory(block), Some(cache)) = (&e.body, cache) {
                 if let Some(hit) = cache.get(pid, block) {
+                    hits.fetch_add(1, Relaxed);
                     return Some((hit.clone(), size::slice_bytes(&hit), false));
                 }
             }
@@ -318,6 +320,13 @@ impl Snapshot {
             e
         });
         let entries: Vec<Entry> = entries.collect();
+        tracing::debug!(
+            "narrowed to pid {pid}: {} blocks ({} from the cache), {} bytes kept, in {:?}",
+            entries.len(),
+            hits.load(Relaxed),
+            kept.load(Relaxed),
+            began.elapsed()
+        );
         Some(Snapshot::new(
             entries,
             None,
