@@ -136,7 +136,7 @@ pub const BATCH_QUEUE: usize = 1;
 /// Bytes the drained batches may hold together (by their estimate, which
 /// errs high): the budget's `batches` part, shared by the batch queued for
 /// the symbolizer, the one it symbolizes and the one waiting in the
-/// collector. A new batch gets what the others leave.
+/// collector, a third each.
 pub fn max_batch_bytes() -> u64 {
     budget::bytes(budget::Part::Batches) as u64
 }
@@ -146,9 +146,9 @@ pub fn max_batch_bytes() -> u64 {
 /// thread's time by state exact; if still past it, the processes holding
 /// the most of it are folded, largest first, each into one merged thread
 /// (counted, `batch_processes_folded`): their time by state stays exact,
-/// summed, and every other thread keeps its own. Only when nothing is left
-/// to fold is it dropped (counted, `batches_dropped`, `rows_dropped`).
-/// False if dropped.
+/// summed, and every other thread keeps its own. Then its rows go
+/// (counted, `rows_dropped`), its totals kept; only when even those do not
+/// fit is it dropped (counted, `batches_dropped`). False if dropped.
 fn fit(batch: &mut RawBatch, max: u64, updates: &mut Updates) -> bool {
     if batch.estimated_bytes() <= max {
         return true;
@@ -168,7 +168,14 @@ fn fit(batch: &mut RawBatch, max: u64, updates: &mut Updates) -> bool {
     if batch.estimated_bytes() <= max {
         return true;
     }
-    tracing::warn!("drained batch past its bound even with every process folded: dropped");
+    // Last before the whole: the rows (where in the code, who woke whom)
+    // and the threads off-CPU now; every thread's time by state stays.
+    let rows = batch.drop_rows();
+    updates.push(move |h| h.rows_dropped += rows);
+    if batch.estimated_bytes() <= max {
+        return true;
+    }
+    tracing::warn!("drained batch past its bound even with only its totals: dropped");
     let rows = batch.records.len() as u64;
     updates.push(move |h| {
         h.batches_dropped += 1;
@@ -452,8 +459,13 @@ fn collect_loop(
                         }
                         None => batch,
                     };
-                    // What the batches queued and being symbolized leave.
-                    let room = max_bytes.saturating_sub(held::get(Holder::Batches).0);
+                    // A third each for the batch queued, the one being
+                    // symbolized and this one: the bound holds by
+                    // construction, and a symbolizer stuck on a large
+                    // batch never leaves this one no room at all (what
+                    // the others left was 0 at a load of thousands, and
+                    // every batch was dropped).
+                    let room = max_bytes / 3;
                     let sent = if fit(&mut batch, room, &mut updates) {
                         let bytes = batch.estimated_bytes();
                         tx.try_send(batch).map(|()| bytes)

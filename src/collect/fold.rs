@@ -97,6 +97,16 @@ impl RawBatch {
         Some(pid)
     }
 
+    /// Drops the rows and the threads seen off-CPU, keeping every thread's
+    /// totals, runqueue histograms, culprits and sleeps; how many rows
+    /// went.
+    pub fn drop_rows(&mut self) -> u64 {
+        let rows = (self.records.len() + self.live.len()) as u64;
+        self.records = Vec::new();
+        self.live = Vec::new();
+        rows
+    }
+
     /// The process whose rows take the most bytes, among those with a
     /// thread not yet folded.
     fn largest_foldable(&self) -> Option<u32> {
@@ -226,7 +236,10 @@ mod tests {
         assert_eq!(b.threads.iter().filter(|t| t.pid == 7).count(), 2);
         let nine: Vec<_> = b.threads.iter().filter(|t| t.pid == 9).collect();
         assert_eq!(nine.len(), 1);
-        assert_eq!((nine[0].tid, nine[0].comm.as_str()), (merged(9), MERGED_THREADS));
+        assert_eq!(
+            (nine[0].tid, nine[0].comm.as_str()),
+            (merged(9), MERGED_THREADS)
+        );
         assert_eq!((time_of(&b, 7), time_of(&b, 9)), (before.0, before.1));
         // Rows summed under the merged thread, the wakeups it received too.
         let sleep: u64 = (b.records.iter())
@@ -250,5 +263,9 @@ mod tests {
         assert_eq!(b.fold_largest(), Some(7));
         assert_eq!(b.fold_largest(), None);
         assert_eq!(b.threads.len(), 2);
+        let (seven, nine) = (time_of(&b, 7), time_of(&b, 9));
+        assert!(b.drop_rows() > 0);
+        assert!(b.records.is_empty());
+        assert_eq!((time_of(&b, 7), time_of(&b, 9)), (seven, nine));
     }
 }
