@@ -37,8 +37,10 @@ pub use ledger::{Policy, Pool, PoolTotals, UserCpu, UNKNOWN_USER};
 use crate::untrusted::refusals::{self, Reason, What};
 
 /// CPU ms per second of each pool by default: 1 % of one CPU for all
-/// non-root users together, 1 % for root's processes.
-pub const DEFAULT_MS_PER_S: u64 = 10;
+/// non-root users together, 1 % for root's processes. A debug build does
+/// the same work about ten times slower: its default is ten times larger,
+/// so that its tests see the frames a release daemon would.
+pub const DEFAULT_MS_PER_S: u64 = if cfg!(debug_assertions) { 100 } else { 10 };
 /// Seconds of its share a user's bucket holds: a JVM warming up or a
 /// fresh perf map is read at once.
 pub const BURST_S: u64 = 5;

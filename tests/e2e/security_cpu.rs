@@ -133,7 +133,11 @@ fn one_users_perf_map_churn_is_charged_to_them_and_degrades_only_their_frames() 
     // The other user's frames, from then on, for JUDGED_S seconds of its
     // samples in its perf map.
     let judged = within(CATCH_UP, || {
-        let (named, not) = perf_map_leaves(ws, normal.w.pid, since, now_s());
+        let until = now_s();
+        if until <= since {
+            return None;
+        }
+        let (named, not) = perf_map_leaves(ws, normal.w.pid, since, until);
         (named + not >= JUDGED_S * 1_000_000).then_some((named, not))
     });
     let (named, not) = judged.expect("the ordinary process's JIT samples never added up");
