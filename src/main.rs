@@ -266,12 +266,9 @@ enum Command {
         /// so less than --retention may be kept on a busy host.
         #[arg(long, value_parser = clap::value_parser!(u64).range(1..=65_536))]
         max_memory_mb: Option<u64>,
-        /// CPU milliseconds per second that work done on processes' behalf
-        /// (perf maps, JVM and CPython memory, JVM attach) may take for all
-        /// users but root together, split among the users with work;
-        /// root's processes have as much again of their own. A user past
-        /// theirs gets less-named frames, counted (docs/cpu-budget.md;
-        /// /healthz `user_cpu`).
+        /// CPU ms per second for work done on processes' behalf (perf maps,
+        /// JVM and CPython memory, JVM attach), all users but root sharing
+        /// it and root as much again (docs/cpu-budget.md; /healthz `user_cpu`).
         #[arg(long, default_value_t = budget::cpu::DEFAULT_MS_PER_S, value_parser = clap::value_parser!(u64).range(1..=1000))]
         user_cpu_ms: u64,
         /// A directory (root's, not a link) to keep history on disk in:
