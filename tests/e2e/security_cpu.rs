@@ -23,8 +23,8 @@ const DAEMON_UID: u32 = 1;
 /// ordinary perf map costs.
 const BUDGET_MS: &str = "2";
 /// Seconds of the other user's on-CPU samples in its perf map judged,
-/// from the churn's first refusal (about 1,000 samples at 99 Hz).
-const JUDGED_S: u64 = 10;
+/// from the churn's first refusal (about 500 samples at 99 Hz).
+const JUDGED_S: u64 = 5;
 /// The frame an entry not named for its user's budget becomes.
 const OVER_BUDGET: &str = "[perf-map over budget]";
 
