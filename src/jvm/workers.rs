@@ -14,7 +14,7 @@ use std::{
 
 use super::{
     attach::Target,
-    jobs::{run_job, Finished, Job},
+    jobs::{run_job, Done, Finished, Job},
     turns::IN_FLIGHT,
     Jvms,
 };
@@ -91,7 +91,19 @@ fn work_on(rx: &Mutex<mpsc::Receiver<Work>>, done: &mpsc::Sender<Finished>) {
             return;
         };
         let unit = cpu::measure(w.uid);
-        let finished = run_job(&w.jvms, w.target, w.uid, &w.job);
+        let run = || run_job(&w.jvms, w.target, w.uid, &w.job);
+        // A job that panicked gives its turn back and the worker stays:
+        // that JVM is not tried again.
+        let finished =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).unwrap_or_else(|_| {
+                tracing::warn!(pid = w.target.pid, "an attach job panicked");
+                Finished {
+                    pid: w.target.pid,
+                    done: Done::Refused,
+                    timed_out: false,
+                    map: None,
+                }
+            });
         drop(unit);
         if done.send(finished).is_err() {
             return;
