@@ -74,10 +74,14 @@ fn n(v: &Value, key: &str) -> f64 {
 }
 
 /// On-CPU µs of `pid`'s samples over `from..until` whose leaf is a
-/// perf-map frame: named from the map, and not (over budget, or unknown).
-fn perf_map_leaves(ws: &str, pid: u32, from: u64, until: u64) -> (u64, u64) {
+/// perf-map frame: named from the map, and not (over budget, or unknown);
+/// `None` when the query did not answer (asked again: a busy host).
+fn perf_map_leaves(ws: &str, pid: u32, from: u64, until: u64) -> Option<(u64, u64)> {
     let (status, body) = get(&format!("{ws}/folded?pid={pid}&from={from}&until={until}"));
-    assert_eq!(status, 200, "{body}");
+    if status != 200 {
+        println!("/folded answered {status}: {body}");
+        return None;
+    }
     let (mut named, mut not) = (0, 0);
     for (frames, weight) in parse_folded(&body) {
         match frames.last().map(String::as_str) {
@@ -86,7 +90,7 @@ fn perf_map_leaves(ws: &str, pid: u32, from: u64, until: u64) -> (u64, u64) {
             _ => {}
         }
     }
-    (named, not)
+    Some((named, not))
 }
 
 #[test]
@@ -104,7 +108,9 @@ fn one_users_perf_map_churn_is_charged_to_them_and_degrades_only_their_frames() 
         perf_mapper(users::NOBODY, "5000", "2000", "1000"),
     ];
     let over = within(CATCH_UP, || {
-        let h = json_at(ws, "/healthz");
+        // Asked again when it did not answer (a busy host).
+        let (status, body) = get(&format!("{ws}/healthz"));
+        let h: Value = serde_json::from_str(&body).ok().filter(|_| status == 200)?;
         let nobody = account(&h, users::NOBODY)?;
         let refused = h["refused"]["perf_map"]["user_cpu"].as_u64().unwrap_or(0);
         (n(&nobody, "refused_last_minute") > 0.0
@@ -137,7 +143,7 @@ fn one_users_perf_map_churn_is_charged_to_them_and_degrades_only_their_frames() 
         if until <= since {
             return None;
         }
-        let (named, not) = perf_map_leaves(ws, normal.w.pid, since, until);
+        let (named, not) = perf_map_leaves(ws, normal.w.pid, since, until)?;
         (named + not >= JUDGED_S * 1_000_000).then_some((named, not))
     });
     let (named, not) = judged.expect("the ordinary process's JIT samples never added up");
