@@ -7,8 +7,10 @@
 //! The split is installed once at start ([`install`]); holders read their
 //! part with [`bytes`]. Before that (unit tests, `record`), the default
 //! budget's split stands. Tables the host's processes fill (shared BPF
-//! maps) are divided among users by [`shares`].
+//! maps) are divided among users by [`shares`]; the CPU time work done
+//! for processes takes, among users by [`cpu`].
 
+pub mod cpu;
 pub mod shares;
 
 use std::sync::OnceLock;

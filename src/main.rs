@@ -266,6 +266,11 @@ enum Command {
         /// so less than --retention may be kept on a busy host.
         #[arg(long, value_parser = clap::value_parser!(u64).range(1..=65_536))]
         max_memory_mb: Option<u64>,
+        /// CPU ms per second for work done on processes' behalf (perf maps,
+        /// JVM and CPython memory, JVM attach), all users but root sharing
+        /// it and root as much again (docs/cpu-budget.md; /healthz `user_cpu`).
+        #[arg(long, default_value_t = budget::cpu::DEFAULT_MS_PER_S, value_parser = clap::value_parser!(u64).range(1..=1000))]
+        user_cpu_ms: u64,
         /// A directory (root's, not a link) to keep history on disk in:
         /// every second is written there in the background, windows
         /// reaching past what memory holds read it, across restarts.
@@ -334,12 +339,16 @@ fn main() -> ExitCode {
             retention,
             memory_mb,
             max_memory_mb,
+            user_cpu_ms,
             history_dir,
             history_disk_mb,
             pod_logs_dir,
             sampling,
             push,
         } => install_budget(memory_mb, max_memory_mb).and_then(|()| {
+            if !budget::cpu::install(user_cpu_ms) {
+                bail!("the CPU budget was read before it was set");
+            }
             wallscope::process::container::set_pod_logs_dir(&pod_logs_dir);
             let history = History {
                 retention: Duration::from_secs(retention * 60),

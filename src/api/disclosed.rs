@@ -5,6 +5,7 @@
 use std::time::SystemTime;
 
 use crate::{
+    budget::cpu,
     profile::disclosure::{Hidden, Sight},
     state::Health,
     untrusted::refusals,
@@ -33,6 +34,15 @@ pub fn degraded(sight: &Sight) -> Vec<String> {
             d.line(&whose)
         })
         .collect()
+}
+
+/// `/healthz` `user_cpu` as `sight` may read it: a user other than root
+/// sees their own account, the others only as a count.
+pub fn user_cpu(mut report: cpu::Report, sight: &Sight) -> cpu::Report {
+    let before = report.users.len();
+    report.users.retain(|u| sight.sees_user(u.uid));
+    report.other_users = before - report.users.len();
+    report
 }
 
 /// `health` with the processes lacking unwind tables that `sight` may not
@@ -127,5 +137,37 @@ mod tests {
         assert!(!why.contains("5252") && !why.contains("5353"), "{why}");
         let root = degraded(&Sight::all()).join("\n");
         assert!(root.contains("pid 5252 (2x)"), "{root}");
+    }
+
+    #[test]
+    fn a_user_reads_their_own_cpu_budget_and_the_others_as_a_count() {
+        let account = |uid: u32| cpu::UserCpu {
+            uid,
+            name: None,
+            pool: cpu::Pool::of(uid),
+            share_ms_per_s: 5.0,
+            balance_ms: 1.0,
+            cpu_ms_last_minute: 2.0,
+            units_last_minute: 3,
+            refused_last_minute: 0,
+            cpu_ms_total: 2.0,
+            units_total: 3,
+            refused_total: Default::default(),
+        };
+        let report = cpu::Report {
+            pool_ms_per_s: 10.0,
+            burst_s: 5,
+            users: vec![account(0), account(1000), account(65534)],
+            other_users: 0,
+        };
+        let reader = Reader::User {
+            uid: Some(1000),
+            owner_of: Arc::new(|_| None),
+        };
+        let shown = user_cpu(report.clone(), &reader.sight());
+        let uids: Vec<u32> = shown.users.iter().map(|u| u.uid).collect();
+        assert_eq!((uids, shown.other_users), (vec![1000], 2));
+        let root = user_cpu(report, &Sight::all());
+        assert_eq!((root.users.len(), root.other_users), (3, 0));
     }
 }

@@ -188,6 +188,20 @@ pub fn render(shared: &Shared, queries: &QueryStats, now: SystemTime) -> String 
         );
         out.sample(name, &labels, n);
     }
+    let name = "wallscope_user_cpu_seconds_total";
+    let help = "CPU time of work done on processes' behalf (perf maps, JVM and CPython memory, JVM attach) charged to their users' budgets, by pool (root's processes, or every other user's), since start";
+    out.family(name, "counter", help);
+    let pools = crate::budget::cpu::totals();
+    for (pool, t) in &pools {
+        out.sample(name, &label("pool", pool.name()), t.cpu_ns as f64 / 1e9);
+    }
+    let name = "wallscope_user_cpu_refused_total";
+    let help =
+        "Units of that work skipped because their user was over budget, by pool, since start";
+    out.family(name, "counter", help);
+    for (pool, t) in &pools {
+        out.sample(name, &label("pool", pool.name()), t.refused);
+    }
     let name = "wallscope_pipeline_dropped_total";
     let help = "Work the daemon dropped rather than queue without bound";
     out.family(name, "counter", help);

@@ -184,6 +184,7 @@ async fn healthz(
         "lost": counters(true),
         "events": counters(false),
         "refused": crate::untrusted::refusals::report(),
+        "user_cpu": disclosed::user_cpu(crate::budget::cpu::report(), &sight),
         "pipeline": health,
         "retention_s": retention.as_secs(),
         "slices": store.slices,

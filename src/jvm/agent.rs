@@ -1,5 +1,8 @@
 //! The thread that talks to JVMs: attaches once, has them write their perf
 //! map while they compile, and reads thread names when new threads show up.
+//! The jobs run on a few long-lived workers ([`super::workers`]); a JVM
+//! whose user is over their CPU budget ([`crate::budget::cpu`]) waits for
+//! its next turn until it refilled (counted `jvm_attach`/`user_cpu`).
 
 use std::{
     collections::{HashMap, HashSet},
@@ -10,12 +13,14 @@ use std::{
 
 use super::{
     attach::Target,
-    jobs::{run_job, Done, Finished, Job},
+    jobs::{Done, Finished, Job},
     leftover::WrittenMap,
     turns::{Candidate, Turns},
+    workers::{Work, Workers},
     AttachStatus, Jvms,
 };
 use crate::{
+    budget::cpu,
     process::{status, ChangeKind, ProcKey, ProcessTable, Subscription},
     untrusted::{refusals, Reason, What},
 };
@@ -113,6 +118,8 @@ struct Tracked {
     busy: u32,
     /// A back-off's sighting was counted as [`Reason::Budget`] already.
     budget_counted: bool,
+    /// Its wanted job was held back for its user's CPU budget, counted.
+    cpu_counted: bool,
     /// Its last turn (see [`turns::Candidate::served`]).
     served: u64,
     /// The perf map it wrote at our request, removed when it exits.
@@ -129,7 +136,7 @@ struct Agent {
     exited: HashSet<ProcKey>,
     changes: Subscription,
     turns: Turns,
-    done_tx: mpsc::Sender<Finished>,
+    workers: Workers,
     done_rx: mpsc::Receiver<Finished>,
 }
 
@@ -144,7 +151,7 @@ impl Agent {
             exited: HashSet::new(),
             changes,
             turns: Turns::default(),
-            done_tx,
+            workers: Workers::new(done_tx),
             done_rx,
         }
     }
@@ -244,6 +251,7 @@ impl Agent {
                 timeouts: 0,
                 busy: 0,
                 budget_counted: false,
+                cpu_counted: false,
                 served: 0,
                 map: None,
             }
@@ -299,20 +307,28 @@ impl Agent {
         }
     }
 
-    /// Starts wanted jobs while turns are free, fairly (see [`Turns`]).
+    /// Starts wanted jobs while turns are free, fairly (see [`Turns`]),
+    /// but none of a user over their CPU budget.
     fn dispatch(&mut self) {
         let now = Instant::now();
-        let candidates: Vec<Candidate> = self
-            .tracked
-            .iter()
-            .filter(|(_, t)| t.wanted.is_some() && !t.running && now >= t.not_before)
-            .map(|(pid, t)| Candidate {
-                pid: *pid,
+        let mut candidates = Vec::new();
+        for (&pid, t) in &mut self.tracked {
+            if t.wanted.is_none() || t.running || now < t.not_before {
+                continue;
+            }
+            if !cpu::allows(t.uid) {
+                if !t.cpu_counted {
+                    t.cpu_counted = true;
+                    cpu::refuse(t.uid, pid, What::JvmAttach);
+                }
+                continue;
+            }
+            candidates.push(Candidate {
+                pid,
                 uid: t.uid,
                 served: t.served,
-            })
-            .collect();
-        let mut candidates = candidates;
+            });
+        }
         while let Some((pid, seq)) = self.turns.pick(&candidates) {
             candidates.retain(|c| c.pid != pid);
             let Some(t) = self.tracked.get_mut(&pid) else {
@@ -324,23 +340,23 @@ impl Agent {
             };
             t.served = seq;
             t.running = true;
+            t.cpu_counted = false;
             if job.perf_map || job.attach.is_some() {
                 t.last_perf_map = now;
             }
             if job.names || job.attach.is_some() {
                 t.last_dump = now;
             }
-            let (jvms, target, uid, tx) =
-                (self.jvms.clone(), t.target, t.uid, self.done_tx.clone());
-            let spawned = thread::Builder::new()
-                .name("ws-jvm-attach".into())
-                .spawn(move || {
-                    let _ = tx.send(run_job(&jvms, target, uid, &job));
-                });
-            if let Err(err) = spawned {
-                tracing::warn!(pid, "cannot start an attach thread: {err}");
+            let work = Work {
+                jvms: self.jvms.clone(),
+                target: t.target,
+                uid: t.uid,
+                job,
+            };
+            if let Err(err) = self.workers.submit(work, self.turns.running()) {
+                tracing::warn!(pid, "cannot start an attach job: {err}");
                 t.running = false;
-                self.turns.done(uid);
+                self.turns.done(t.uid);
             }
         }
     }
@@ -527,5 +543,28 @@ mod tests {
         agent.on_sighting(sighting(me));
         assert!(agent.tracked[&me].wanted.is_none());
         assert_eq!(refusals::get(What::JvmAttach, Reason::Budget), budget + 1);
+    }
+
+    #[test]
+    fn a_jvm_of_a_user_over_their_cpu_budget_waits_counted_once() {
+        let jvms = Arc::new(Jvms::default());
+        let mut agent = agent(jvms, JvmMode::Auto);
+        let me = std::process::id();
+        agent.on_sighting(sighting(me));
+        // A user of its own, deep in debt (a minute of the pool).
+        const HOG: u32 = 3_999_999_001;
+        agent.tracked.get_mut(&me).unwrap().uid = HOG;
+        cpu::charge(HOG, 60_000_000_000);
+        let before = refusals::get(What::JvmAttach, Reason::UserCpu);
+        agent.dispatch();
+        agent.dispatch();
+        assert!(!agent.tracked[&me].running, "dispatched over budget");
+        assert!(agent.tracked[&me].wanted.is_some(), "its job still wanted");
+        assert_eq!(agent.workers.started(), 0);
+        assert_eq!(
+            refusals::get(What::JvmAttach, Reason::UserCpu),
+            before + 1,
+            "counted once per wait"
+        );
     }
 }

@@ -1,4 +1,4 @@
-//! The work of one attach turn, on its own thread: first contact
+//! The work of one attach turn, on a worker ([`super::workers`]): first contact
 //! (version, flags), perf map, thread names, each within what is left of
 //! the turn's time, so that a JVM that answers slowly costs only its own
 //! turn.
@@ -70,7 +70,7 @@ pub struct Finished {
     pub map: Option<WrittenMap>,
 }
 
-/// One turn on `target`, on its own thread, within [`JOB_TIMEOUT`].
+/// One turn on `target`, on a worker, within [`JOB_TIMEOUT`].
 pub fn run_job(jvms: &Jvms, target: Target, uid: u32, job: &Job) -> Finished {
     let deadline = Instant::now() + JOB_TIMEOUT;
     let first = job.attach.is_some();

@@ -21,6 +21,7 @@ pub mod turns;
 pub mod vmstructs;
 mod vmtables;
 pub mod walk_code;
+pub mod workers;
 
 use crate::process::ProcKey;
 use std::{

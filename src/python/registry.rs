@@ -21,7 +21,7 @@ use aya::maps::{HashMap as BpfHashMap, MapData};
 
 use crate::{
     bpf::abi::{PyThreadKey, UnwindPython, PY_THREADS},
-    budget::shares::Shares,
+    budget::{cpu, shares::Shares},
     process::remote::{Budget, Remote},
     process::{files::ExecMapping, status::Status, ProcKey},
     python::{self, shares, Interpreter, PyError, PyThread},
@@ -58,6 +58,8 @@ const GLIBC_PTHREAD_TID: u64 = 0x2d0;
 #[derive(Debug)]
 pub struct PyProc {
     pub key: ProcKey,
+    /// Its effective uid when registered: whose CPU budget its reads take.
+    pub uid: u32,
     pub interp: Interpreter,
     /// Python's thread names by tid.
     pub names: HashMap<u32, Arc<str>>,
@@ -231,6 +233,7 @@ impl PythonThreads {
             pid,
             Some(PyProc {
                 key: p.key,
+                uid: p.uid,
                 interp: p.interp.clone(),
                 names: p.names.clone(),
             }),
@@ -447,6 +450,12 @@ impl PythonSide for PythonThreads {
             if Instant::now() >= deadline {
                 break;
             }
+            // Reading its thread states is work its user pays for: past
+            // their CPU budget, scanned again once it refilled.
+            let uid = self.procs.get(&pid).map_or(cpu::UNKNOWN_USER, |p| p.uid);
+            let Some(_unit) = cpu::admit(uid, pid, What::Python) else {
+                continue;
+            };
             if self.scan_one(pid, now) {
                 grown.push(pid);
             }

@@ -17,7 +17,10 @@
 //! its user's to forge: each JVM may make at most [`READ_CALLS`] reads of
 //! [`READ_BYTES`] in all per batch. Past that its remaining frames in the
 //! batch fall back to its perf map (or `[unknown]`), the exhaustion is
-//! counted, and no other process is slowed.
+//! counted, and no other process is slowed. The CPU time of those reads
+//! is the JVM's user's to pay ([`crate::budget::cpu`]): past their budget
+//! their compiled frames fall back to the perf map and their interpreted
+//! ones are [`OVER_BUDGET`] until it refills.
 
 use std::sync::Arc;
 
@@ -25,13 +28,14 @@ use rustc_hash::FxHashMap;
 
 use super::interner::Interner;
 use crate::{
+    budget::cpu,
     jvm::{
         code::{segment_of, FrameKind, Heap, JavaCode, Nmethod},
         methods::method_name,
         remote::{Budget, Remote},
         vmstructs::{layout_of, LayoutError, Vm},
     },
-    process::ProcKey,
+    process::{status::Status, ProcKey},
     profile::Frame,
     untrusted::refusals::{count_for, Reason, What},
 };
@@ -56,6 +60,9 @@ const MAX_METHODS: usize = 65_536;
 const METHOD_NAMES_FOR_BATCHES: u64 = 300;
 /// An interpreted frame whose `Method*` does not read as a method.
 pub const INTERPRETER: &str = "Interpreter";
+/// An interpreted frame not read because the JVM's user was over their
+/// CPU budget.
+pub const OVER_BUDGET: &str = "[jvm over budget]";
 
 struct JvmCode {
     vm: Result<Vm, LayoutError>,
@@ -72,6 +79,8 @@ struct JvmCode {
     mem: Remote,
     /// Whether this batch's budget ran out and was counted.
     counted: bool,
+    /// The JVM's effective user, who pays for the reads.
+    uid: u32,
 }
 
 /// Java frames of every JVM seen, read from their memory.
@@ -85,6 +94,9 @@ pub struct JavaFrames {
     /// This batch's code blobs by (pid, segment map, segment): the pcs of
     /// one segment share a blob. Emptied each batch.
     blobs: FxHashMap<(ProcKey, u64, u64), Option<u64>>,
+    /// Owners of JVMs with no state yet (refused before their first
+    /// read). Emptied each batch.
+    owners: FxHashMap<ProcKey, u32>,
     /// Bytes of all JVMs' decoded nmethods (the sum of their `bytes`).
     nmethod_bytes: usize,
     /// `--jvm-frames perf-map`: never read JVM memory.
@@ -112,6 +124,7 @@ impl JavaFrames {
         self.batch += 1;
         self.answers.clear();
         self.blobs.clear();
+        self.owners.clear();
         let batch = self.batch;
         self.nmethod_bytes = self.jvms.values().map(|j| j.bytes).sum();
         // A class unloaded frees its methods, and their addresses may come
@@ -130,7 +143,19 @@ impl JavaFrames {
         })
     }
 
-    fn jvm(&mut self, key: ProcKey) -> Option<&mut JvmCode> {
+    /// Whose budget JVM `key`'s reads come from (its status read when
+    /// first met, and kept with its state).
+    fn owner(&mut self, key: ProcKey) -> u32 {
+        if let Some(j) = self.jvms.get(&key) {
+            return j.uid;
+        }
+        *self
+            .owners
+            .entry(key)
+            .or_insert_with(|| Status::read(key.pid).map_or(cpu::UNKNOWN_USER, |s| s.euid))
+    }
+
+    fn jvm(&mut self, key: ProcKey, uid: u32) -> Option<&mut JvmCode> {
         if self.disabled {
             return None;
         }
@@ -145,6 +170,7 @@ impl JavaFrames {
             bytes: 0,
             mem: Remote::new(pid),
             counted: false,
+            uid,
         });
         if j.vm.is_err() {
             // Read again when the layout cache says it is time (a JVM seen
@@ -185,8 +211,14 @@ impl JavaFrames {
         if let Some(known) = self.answers.get(&(key, pc, leaf)) {
             return known.clone();
         }
+        if self.disabled {
+            return None;
+        }
+        let uid = self.owner(key);
+        let unit = cpu::admit(uid, key.pid, What::JvmMemory)?;
         let mut blobs = std::mem::take(&mut self.blobs);
-        let answer = self.read_compiled(key, pc, leaf, &mut blobs, interner);
+        let answer = self.read_compiled(key, uid, pc, leaf, &mut blobs, interner);
+        drop(unit);
         self.blobs = blobs;
         self.settle(key);
         self.answers.insert((key, pc, leaf), answer.clone());
@@ -196,6 +228,7 @@ impl JavaFrames {
     fn read_compiled(
         &mut self,
         key: ProcKey,
+        uid: u32,
         pc: u64,
         leaf: bool,
         blobs: &mut FxHashMap<(ProcKey, u64, u64), Option<u64>>,
@@ -209,7 +242,7 @@ impl JavaFrames {
             self.nmethod_bytes = 0;
         }
         let total = self.nmethod_bytes;
-        let j = self.jvm(key)?;
+        let j = self.jvm(key, uid)?;
         let vm = j.vm.as_ref().ok()?.clone();
         let code = JavaCode::with_mem(&vm, j.mem.clone());
         let mut new_total = total;
@@ -260,13 +293,27 @@ impl JavaFrames {
     /// The frame of an interpreted method, from the `Method*` the BPF
     /// walker read from its frame.
     pub fn interpreted(&mut self, key: ProcKey, method: u64, interner: &mut Interner) -> Frame {
-        let frame = self.read_interpreted(key, method, interner);
+        if self.disabled {
+            return interner.get(INTERPRETER);
+        }
+        let uid = self.owner(key);
+        let Some(unit) = cpu::admit(uid, key.pid, What::JvmMemory) else {
+            return interner.get(OVER_BUDGET);
+        };
+        let frame = self.read_interpreted(key, uid, method, interner);
+        drop(unit);
         self.settle(key);
         frame
     }
 
-    fn read_interpreted(&mut self, key: ProcKey, method: u64, interner: &mut Interner) -> Frame {
-        let Some(j) = self.jvm(key) else {
+    fn read_interpreted(
+        &mut self,
+        key: ProcKey,
+        uid: u32,
+        method: u64,
+        interner: &mut Interner,
+    ) -> Frame {
+        let Some(j) = self.jvm(key, uid) else {
             return interner.get(INTERPRETER);
         };
         let Ok(vm) = j.vm.clone() else {

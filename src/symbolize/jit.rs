@@ -17,13 +17,20 @@
 //! rewritten faster than its budget allows keeps its last read (its
 //! process's JIT frames go stale, counted `perf_map`/`budget`) and
 //! nobody else's symbolization waits for it.
+//!
+//! The CPU time of that work (a process's per-batch look at its map and
+//! the reading, the frame made for an entry) is its user's to pay
+//! ([`crate::budget::cpu`]): a user past their budget gets no read and no
+//! new frame ([`OVER_BUDGET`]) until it refills; frames already made are
+//! handed out free.
 
-use std::time::Instant;
+use std::{sync::LazyLock, time::Instant};
 
 use rustc_hash::FxHashMap;
 
 use super::perfmap::{self, PerfMap, Progress, Stamp};
 use crate::{
+    budget::cpu,
     process::{status, ProcKey},
     profile::Frame,
     untrusted::{
@@ -45,6 +52,10 @@ pub const READ_BURST_BYTES: f64 = (16 << 20) as f64;
 /// Most perf-map bytes read for one process in one batch: a larger map is
 /// read over several batches.
 pub const READ_STEP_BYTES: u64 = 2 << 20;
+/// The frame of an entry not named because its user was over their CPU
+/// budget.
+pub const OVER_BUDGET: &str = "[perf-map over budget]";
+static OVER_BUDGET_FRAME: LazyLock<Frame> = LazyLock::new(|| Frame::from(OVER_BUDGET));
 
 /// A process's perf-map read budget: a token bucket that may go into
 /// debt by one read (a read is allowed once the bucket holds what it
@@ -81,6 +92,8 @@ struct Entry {
     /// Frames of the map's entries, made on first use.
     frames: Vec<Option<Frame>>,
     ns_pid: u32,
+    /// The process's effective user, who pays for the work.
+    uid: u32,
     /// The file as it was when refused: not tried (nor counted) again
     /// until it changes.
     refused: Option<Stamp>,
@@ -199,21 +212,29 @@ impl JitMaps {
     ) -> Option<Frame> {
         let batch = self.batch;
         let pid = key.pid;
-        let entry = self.maps.entry(key).or_insert_with(|| Entry {
-            map: PerfMap::default(),
-            frames: Vec::new(),
-            ns_pid: status::Status::read(pid).map_or(pid, |s| s.ns_pid),
-            refused: None,
-            building: None,
-            deferred: None,
-            budget: ReadBudget::new(),
-            bytes: 0,
-            checked: 0,
-            used: batch,
+        let entry = self.maps.entry(key).or_insert_with(|| {
+            let status = status::Status::read(pid);
+            Entry {
+                map: PerfMap::default(),
+                frames: Vec::new(),
+                ns_pid: status.map_or(pid, |s| s.ns_pid),
+                uid: status.map_or(cpu::UNKNOWN_USER, |s| s.euid),
+                refused: None,
+                building: None,
+                deferred: None,
+                budget: ReadBudget::new(),
+                bytes: 0,
+                checked: 0,
+                used: batch,
+            }
         });
         entry.used = batch;
+        let uid = entry.uid;
         if entry.checked != batch {
             entry.checked = batch;
+            let Some(_unit) = cpu::admit(uid, pid, What::PerfMap) else {
+                return self.lookup(key, addr, make);
+            };
             let now = perfmap::stamp(pid, entry.ns_pid);
             let behind = entry.building.is_some() || now != entry.map.read_stamp();
             if behind && (now.is_none() || now != entry.refused) {
@@ -233,7 +254,13 @@ impl JitMaps {
         let entry = self.maps.get_mut(&key)?;
         let i = entry.map.index_of(addr)?;
         let slot = &mut entry.frames[i];
-        Some(slot.get_or_insert_with(|| make(entry.map.name(i))).clone())
+        if let Some(frame) = slot {
+            return Some(frame.clone());
+        }
+        let Some(_unit) = cpu::admit(entry.uid, key.pid, What::PerfMap) else {
+            return Some(OVER_BUDGET_FRAME.clone());
+        };
+        Some(slot.insert(make(entry.map.name(i))).clone())
     }
 
     /// Drops the least recently used maps other than `keep`'s while all

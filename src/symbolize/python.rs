@@ -9,6 +9,8 @@
 //! registry found ([`Pythons`]), each process paying from its own budget.
 //! Names are kept per process and code object, and read again after
 //! [`NAME_TTL`]: a freed code object's address may come to hold another.
+//! The CPU time of reading a new name is its user's to pay
+//! ([`crate::budget::cpu`]): past their budget, [`OVER_BUDGET`].
 
 use std::{
     sync::Arc,
@@ -20,10 +22,12 @@ use rustc_hash::FxHashMap;
 use super::interner::Interner;
 use crate::{
     bpf::abi::{JAVA_METHOD_TAG, PY_CUT, PY_EVAL_END, PY_FRAME_TAG, PY_GIL},
+    budget::cpu,
     process::remote::{Budget, Remote},
     process::ProcKey,
     profile::Frame,
     python::registry::{PyProc, Pythons},
+    untrusted::refusals::What,
 };
 
 /// The native frame each eval-loop call runs in.
@@ -33,6 +37,9 @@ pub const GIL_FRAME: &str = crate::profile::gil::GIL_FRAME;
 /// A code object that could not be read (or of a process whose
 /// interpreter is not registered).
 const UNKNOWN: &str = "[unknown]_[py]";
+/// A code object not read because its process's user was over their CPU
+/// budget.
+pub const OVER_BUDGET: &str = "[python over budget]_[py]";
 /// A name is read again after this long.
 const NAME_TTL: Duration = Duration::from_secs(120);
 /// Names kept in all; past it they start over.
@@ -176,8 +183,13 @@ impl PythonFrames {
             .entry(pid)
             .or_insert_with(|| Budget::new(BATCH_CALLS, BATCH_BYTES))
             .clone();
+        let Some(unit) = cpu::admit(proc.uid, pid, What::Python) else {
+            return interner.get(OVER_BUDGET);
+        };
         let mem = Remote::with_budget(pid, budget);
-        let text = match proc.interp.code_name(&mem, code) {
+        let read = proc.interp.code_name(&mem, code);
+        drop(unit);
+        let text = match read {
             Ok(n) => format!(
                 "{} ({}:{})_[py]",
                 n.qualname,

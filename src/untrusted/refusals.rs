@@ -5,7 +5,8 @@
 //! refuses on its own thread.
 //!
 //! A refusal for a [`Reason::Budget`] (one process used up its share of
-//! some work) or [`Reason::Unverified`] also marks the daemon *degraded*
+//! some work), a [`Reason::UserCpu`] (its user did) or
+//! [`Reason::Unverified`] also marks the daemon *degraded*
 //! for [`DEGRADED_FOR`]: `/healthz` then says which process and what, so
 //! an operator sees that some frames are worse than they could be, and
 //! whose fault it is.
@@ -123,6 +124,10 @@ pub enum Reason {
     /// The process used up its budget of this work for now; its own
     /// frames or history degrade, nobody else's.
     Budget,
+    /// The process's user used up its CPU budget for work done on its
+    /// processes' behalf ([`crate::budget::cpu`]): that user's frames
+    /// degrade, nobody else's.
+    UserCpu,
     /// What the process showed could not be checked against what its own
     /// files fix (a layout read from memory that its libjvm contradicts).
     Unverified,
@@ -135,7 +140,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, in report order.
-    pub const ALL: [Reason; 16] = [
+    pub const ALL: [Reason; 17] = [
         Reason::Symlink,
         Reason::BadDirectory,
         Reason::WrongType,
@@ -149,6 +154,7 @@ impl Reason {
         Reason::WrongPeer,
         Reason::Timeout,
         Reason::Budget,
+        Reason::UserCpu,
         Reason::Unverified,
         Reason::Forbidden,
         Reason::Implausible,
@@ -170,6 +176,7 @@ impl Reason {
             Reason::WrongPeer => "wrong_peer",
             Reason::Timeout => "timeout",
             Reason::Budget => "budget",
+            Reason::UserCpu => "user_cpu",
             Reason::Unverified => "unverified",
             Reason::Forbidden => "forbidden",
             Reason::Implausible => "implausible",
@@ -237,12 +244,15 @@ fn note_payer(payers: &mut [Option<Payer>; PAYERS], pid: u32, now: Instant) {
     });
 }
 
-/// Counts one refusal made on process `pid`'s behalf; a [`Reason::Budget`]
-/// or [`Reason::Unverified`] one marks the daemon degraded for
+/// Counts one refusal made on process `pid`'s behalf; a [`Reason::Budget`],
+/// [`Reason::UserCpu`] or [`Reason::Unverified`] one marks the daemon degraded for
 /// [`DEGRADED_FOR`], naming `pid` (with the others refused most there).
 pub fn count_for(what: What, reason: Reason, pid: u32) {
     count(what, reason);
-    if matches!(reason, Reason::Budget | Reason::Unverified) {
+    if matches!(
+        reason,
+        Reason::Budget | Reason::UserCpu | Reason::Unverified
+    ) {
         let mut payers = PAYERS_BY_CELL.lock().unwrap_or_else(|e| e.into_inner());
         note_payer(&mut payers[cell(what, reason)], pid, Instant::now());
     }

@@ -3,7 +3,7 @@
 //! JVM first: a JVM of another user, started with
 //! only `-XX:+PreserveFramePointer`, gets its perf map written and its
 //! Java methods named within 30 s of wallscope being up (past its first
-//! drains). Needs root and a JDK.
+//! drains), on an attach worker that stays. Needs root and a JDK.
 
 use std::time::{Duration, Instant};
 
@@ -96,5 +96,23 @@ fn jvm_of_another_user_shows_named_java_stacks_within_30s() {
     let map = std::fs::metadata(format!("/tmp/perf-{}.map", jvm.pid)).expect("perf map");
     use std::os::unix::fs::MetadataExt;
     assert_eq!(map.uid(), java::USER, "the JVM itself wrote its map");
+    // The attach ran on a worker that stays for the next jobs (a few at
+    // most), not on a thread of its own that ended with it.
+    let workers = threads_named(ws.pid(), "ws-jvm-attach");
+    assert!(
+        (1..=wallscope::jvm::turns::IN_FLIGHT).contains(&workers),
+        "{workers} attach workers"
+    );
     drop(jvm);
+}
+
+/// Threads of process `pid` named `name`.
+fn threads_named(pid: u32, name: &str) -> usize {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("the daemon's threads");
+    tasks
+        .flatten()
+        .filter(|t| {
+            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim_end() == name)
+        })
+        .count()
 }

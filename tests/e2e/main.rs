@@ -49,6 +49,7 @@ mod security_answers;
 mod security_attach;
 mod security_auth;
 mod security_containers;
+mod security_cpu;
 mod security_disclosure;
 mod security_jvm;
 mod security_names;

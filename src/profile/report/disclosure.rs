@@ -82,6 +82,15 @@ impl Sight {
         matches!(self.reader, Reader::User { .. })
     }
 
+    /// Whether the reader may see what concerns user `uid` as a whole
+    /// (their CPU budget): root, or `uid` themselves.
+    pub fn sees_user(&self, uid: u32) -> bool {
+        match &self.reader {
+            Reader::All => true,
+            Reader::User { uid: reader, .. } => *reader == Some(uid),
+        }
+    }
+
     /// Whether the reader may name process `pid` as it was at `at`: theirs
     /// now, and started by then (so not an earlier process of that pid).
     pub fn sees(&self, pid: u32, at: SystemTime) -> bool {
