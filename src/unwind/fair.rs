@@ -23,9 +23,17 @@
 //! other users' excess before the asker's own, then tables that are no
 //! process's main executable or runtime library ([`vital_keys`]) first.
 
-use std::{collections::HashMap, time::Instant};
+use std::{
+    collections::HashMap,
+    time::{Duration, Instant},
+};
 
+use super::space::Cost;
 use crate::process::files::{ExecMapping, FileKey};
+
+/// A table's processes ran within this long: it counts as in use (evicting
+/// it costs more).
+const IDLE_AFTER: Duration = Duration::from_secs(10);
 
 /// The least share of the row array a user keeps however many users hold
 /// tables (a fraction: 1/N).
@@ -91,6 +99,26 @@ impl Holding {
     fn worth(&self) -> (bool, u32, Instant) {
         (self.vital > 0, self.processes, self.used)
     }
+
+    /// What evicting this table (`len` slots) for a table that claims it
+    /// so costs at `now`.
+    pub fn cost(&self, len: u32, now: Instant, claim: Claim) -> Cost {
+        Cost {
+            own: u64::from(claim == Claim::Own),
+            vital: u64::from(self.vital > 0),
+            users: u64::from(self.processes),
+            active: u64::from(now.duration_since(self.used) < IDLE_AFTER),
+            rows: u64::from(len),
+        }
+    }
+}
+
+/// A loaded table: where it is in the array, and whose it is.
+pub(super) struct Loaded<K> {
+    pub key: K,
+    pub start: u32,
+    pub len: u32,
+    pub holding: Holding,
 }
 
 /// Rows charged to each user, against the array's capacity.
@@ -101,10 +129,11 @@ pub(super) struct Charges {
 }
 
 impl Charges {
-    /// The charges of `tables` (each: its holding's users and its rows).
-    pub fn new<'a>(capacity: u32, tables: impl IntoIterator<Item = (&'a [u32], u32)>) -> Charges {
+    /// The charges of the `tables` loaded in an array of `capacity` slots.
+    pub fn new<K>(capacity: u32, tables: &[Loaded<K>]) -> Charges {
         let mut rows: HashMap<u32, u64> = HashMap::new();
-        for (users, len) in tables {
+        for t in tables {
+            let (users, len) = (&t.holding.users, t.len);
             let n = users.len() as u64;
             if n == 0 {
                 continue;
@@ -211,11 +240,23 @@ mod tests {
         }
     }
 
+    /// The charges in an array of 1000 slots of tables (users, rows).
+    fn charges(tables: &[(&[u32], u32)]) -> Charges {
+        let loaded: Vec<Loaded<()>> = tables
+            .iter()
+            .map(|(users, len)| Loaded {
+                key: (),
+                start: 0,
+                len: *len,
+                holding: holding(users, true, 0, 0),
+            })
+            .collect();
+        Charges::new(1000, &loaded)
+    }
+
     #[test]
     fn a_shared_table_is_split_among_its_users() {
-        let root: &[u32] = &[0];
-        let both: &[u32] = &[0, NOBODY];
-        let c = Charges::new(1000, [(root, 100), (both, 31)]);
+        let c = charges(&[(&[0], 100), (&[0, NOBODY], 31)]);
         assert_eq!(c.rows(0), 116);
         assert_eq!(c.rows(NOBODY), 15);
         assert_eq!(c.rows(7), 0);
@@ -223,8 +264,9 @@ mod tests {
         assert_eq!(c.share(&[0]), 500);
         assert_eq!(c.share(&[7]), 333);
         // The floor among many users.
-        let many: Vec<(Vec<u32>, u32)> = (0..20).map(|u| (vec![u], 10)).collect();
-        let c = Charges::new(1000, many.iter().map(|(u, n)| (u.as_slice(), *n)));
+        let users: Vec<[u32; 1]> = (0..20).map(|u| [u]).collect();
+        let many: Vec<(&[u32], u32)> = users.iter().map(|u| (&u[..], 10)).collect();
+        let c = charges(&many);
         assert_eq!(c.share(&[99]), 125);
     }
 
@@ -233,9 +275,9 @@ mod tests {
         // Root's program (vital, running) holds 300 rows; nobody's ended
         // binaries still weigh on nobody's share: 700 rows of 1000.
         let program = holding(&[0], true, 1, 0);
-        let mut tables: Vec<(Vec<u32>, u32)> = vec![(vec![0], 300)];
-        tables.extend((0..7).map(|_| (vec![NOBODY], 100)));
-        let c = Charges::new(1000, tables.iter().map(|(u, n)| (u.as_slice(), *n)));
+        let mut tables: Vec<(&[u32], u32)> = vec![(&[0], 300)];
+        tables.extend((0..7).map(|_| (&[NOBODY][..], 100)));
+        let c = charges(&tables);
         let new_binary = holding(&[NOBODY], true, 1, 0);
         assert_eq!(claim(&program, &new_binary, 100, &c), None);
         // Nobody's ended binaries go, and its idler running ones.
@@ -257,7 +299,7 @@ mod tests {
 
     #[test]
     fn a_user_over_its_share_gives_way_even_with_vital_tables() {
-        let c = Charges::new(1000, [(&[0u32][..], 800), (&[NOBODY][..], 100)]);
+        let c = charges(&[(&[0], 800), (&[NOBODY], 100)]);
         let root_main = holding(&[0], true, 1, 0);
         let nobodys = holding(&[NOBODY], true, 1, 0);
         assert_eq!(claim(&root_main, &nobodys, 100, &c), Some(Claim::Excess));

@@ -7,8 +7,7 @@ use std::{sync::Arc, time::Instant};
 use crate::process::files::ExecMapping;
 
 use super::{
-    fair::{Claim, Holding},
-    space::Cost,
+    fair::Holding,
     stats::Missing,
     table::{UnwindRow, UnwindTable},
 };
@@ -20,10 +19,6 @@ pub(super) fn delta_of(pid: u32, m: &ExecMapping) -> Option<i64> {
     let bias = super::table::load_bias_of(&file, m.start, m.offset).ok()?;
     Some(m.start.wrapping_sub(m.offset).wrapping_sub(bias) as i64)
 }
-
-/// A table's processes ran within this long: it counts as in use (evicting
-/// it costs more).
-pub(super) const IDLE_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Where a loaded table is, as BPF needs it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -161,18 +156,6 @@ impl FileEntry {
             .iter()
             .max_by_key(|(uid, n)| (**n, std::cmp::Reverse(**uid)))
             .map(|(uid, _)| *uid)
-    }
-
-    /// What evicting this table for a table that claims it so costs at
-    /// `now`.
-    pub fn cost(&self, len: u32, now: Instant, claim: Claim) -> Cost {
-        Cost {
-            own: u64::from(claim == Claim::Own),
-            vital: u64::from(self.vital > 0),
-            users: u64::from(self.users),
-            active: u64::from(now.duration_since(self.used) < IDLE_AFTER),
-            rows: u64::from(len),
-        }
     }
 }
 

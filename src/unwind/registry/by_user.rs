@@ -40,7 +40,7 @@ impl Registry {
         self.stats.processes_partial = partial.len() as u64;
         self.stats.partial = top_partial(partial);
 
-        let charges = self.charges();
+        let (_, charges) = self.loaded();
         let mut processes: HashMap<u32, u64> = HashMap::new();
         for p in self.procs.values() {
             *processes.entry(p.uid).or_insert(0) += 1;

@@ -6,7 +6,7 @@ use std::{cmp::Reverse, time::Instant};
 use super::{
     super::{
         batch::set_rows,
-        fair::{claim, Charges},
+        fair::{claim, Charges, Loaded},
         files::{layout, TablePlace, TableState},
         held,
         space::{cheapest_room, Placed},
@@ -57,13 +57,13 @@ impl Registry {
             candidates
                 .sort_by_key(|(k, _)| Reverse((files[k].users, files[k].used, files[k].since)));
         }
-        let charges = self.charges();
+        let loaded = self.loaded();
         for (key, out) in candidates {
             // A new file's size is unknown: without room for one row,
             // building it would be in vain (it counts as left out, though
             // it might have needed no table).
             let len = out.unwrap_or(1);
-            if self.victims(key, len, now, &charges).is_some() {
+            if self.victims(key, len, now, &loaded).is_some() {
                 return Some(key);
             }
             if out.is_none() {
@@ -176,8 +176,8 @@ impl Registry {
         let start = match self.space.allocate(len) {
             Some(start) => start,
             None => {
-                let charges = self.charges();
-                let Some(victims) = self.victims(key, len, now, &charges) else {
+                let loaded = self.loaded();
+                let Some(victims) = self.victims(key, len, now, &loaded) else {
                     return TableState::Out {
                         why: Missing::NoRoom,
                         len,
@@ -218,45 +218,46 @@ impl Registry {
         }
     }
 
-    /// The rows of the loaded tables charged to each user ([`super::super::fair`]).
-    pub(super) fn charges(&self) -> Charges {
-        let held: Vec<(Vec<u32>, u32)> = self
+    /// The loaded tables, and the rows charged to each user for them
+    /// ([`super::super::fair`]).
+    pub(super) fn loaded(&self) -> (Vec<Loaded<FileKey>>, Charges) {
+        let loaded: Vec<Loaded<FileKey>> = self
             .files
-            .values()
-            .filter_map(|f| match f.state {
-                TableState::Loaded { len, .. } => Some((f.holding().users, len)),
+            .iter()
+            .filter_map(|(k, f)| match f.state {
+                TableState::Loaded { start, len, .. } => Some(Loaded {
+                    key: *k,
+                    start,
+                    len,
+                    holding: f.holding(),
+                }),
                 _ => None,
             })
             .collect();
-        Charges::new(
-            self.maps.capacity,
-            held.iter().map(|(users, len)| (users.as_slice(), *len)),
-        )
+        let charges = Charges::new(self.maps.capacity, &loaded);
+        (loaded, charges)
     }
 
-    /// The loaded tables to evict so that `key`'s table (`want` slots)
-    /// fits, among those it may claim ([`claim`]); `None` if that cannot
-    /// make room.
+    /// The tables of `loaded` to evict so that `key`'s table (`want`
+    /// slots) fits, among those it may claim ([`claim`]); `None` if that
+    /// cannot make room.
     fn victims(
         &self,
         key: FileKey,
         want: u32,
         now: Instant,
-        charges: &Charges,
+        (loaded, charges): &(Vec<Loaded<FileKey>>, Charges),
     ) -> Option<Vec<FileKey>> {
         let asking = self.files.get(&key)?.holding();
-        let tables: Vec<Placed<FileKey>> = self
-            .files
+        let tables: Vec<Placed<FileKey>> = loaded
             .iter()
-            .filter_map(|(k, f)| match f.state {
-                TableState::Loaded { start, len, .. } if *k != key => Some(Placed {
-                    start,
-                    len,
-                    key: *k,
-                    cost: claim(&f.holding(), &asking, want, charges)
-                        .map(|why| f.cost(len, now, why)),
-                }),
-                _ => None,
+            .filter(|t| t.key != key)
+            .map(|t| Placed {
+                start: t.start,
+                len: t.len,
+                key: t.key,
+                cost: claim(&t.holding, &asking, want, charges)
+                    .map(|why| t.holding.cost(t.len, now, why)),
             })
             .collect();
         cheapest_room(&self.space.free, &tables, want)
