@@ -175,14 +175,20 @@ mod tests {
         };
         let shown = health_of(&health, &reader).unwind;
         let text = format!("{:?} {:?}", shown.partial, shown.users);
-        assert!(!text.contains("secret") && !text.contains("65534"), "{text}");
+        assert!(
+            !text.contains("secret") && !text.contains("65534"),
+            "{text}"
+        );
         assert_eq!(shown.partial[0].pid, 10);
         assert_eq!(shown.partial[1].name, "[other users] ×1");
         assert_eq!(shown.partial[1].tables_evicted, 2);
         assert_eq!(shown.users.len(), 2);
         assert_eq!((shown.users[0].uid, shown.users[0].rows), (Some(1000), 20));
         let others = &shown.users[1];
-        assert_eq!((others.uid, others.rows, others.evictions_caused), (None, 80, 8));
+        assert_eq!(
+            (others.uid, others.rows, others.evictions_caused),
+            (None, 80, 8)
+        );
         let all = health_of(&health, &Reader::All).unwind;
         assert_eq!((all.users.len(), all.partial.len()), (3, 2));
     }

@@ -145,7 +145,9 @@ pub struct PartialProcess {
 /// The [`PARTIAL_LISTED`] processes to list: those that lost the most
 /// tables to evictions, then the ones seen last (`seen` rank: higher is
 /// later), then the newest.
-pub(super) fn top_partial(mut all: Vec<(PartialProcess, std::time::Instant)>) -> Vec<PartialProcess> {
+pub(super) fn top_partial(
+    mut all: Vec<(PartialProcess, std::time::Instant)>,
+) -> Vec<PartialProcess> {
     all.sort_by_key(|(p, seen)| std::cmp::Reverse((p.tables_evicted, *seen, p.pid)));
     all.into_iter()
         .take(PARTIAL_LISTED)
@@ -198,7 +200,10 @@ mod tests {
         a.evicted(Some(NOBODY), &holding(&[NOBODY], true));
         a.evicted(Some(NOBODY), &holding(&[0], true));
         let n = a.get(NOBODY);
-        assert_eq!((n.caused, n.caused_others, n.lost, n.lost_to_others), (3, 1, 1, 0));
+        assert_eq!(
+            (n.caused, n.caused_others, n.lost, n.lost_to_others),
+            (3, 1, 1, 0)
+        );
         let r = a.get(0);
         assert_eq!((r.caused, r.lost, r.lost_to_others), (0, 1, 1));
         // A shared table lost counts for each of its users.

@@ -163,10 +163,7 @@ impl Charges {
     /// A user's share while `asking` (the users of a table placed) count
     /// among the users: even among them all, at least the floor.
     pub fn share(&self, asking: &[u32]) -> u64 {
-        let new = asking
-            .iter()
-            .filter(|u| !self.rows.contains_key(u))
-            .count();
+        let new = asking.iter().filter(|u| !self.rows.contains_key(u)).count();
         let users = (self.rows.len() + new).max(1) as u64;
         (self.capacity / users)
             .max(self.capacity / MIN_USER_SHARE)
@@ -200,7 +197,12 @@ pub(super) enum Claim {
 
 /// Whether `victim` may be evicted for `asking`'s table of `len` rows,
 /// and why (see the module's rules); `None`: it stays.
-pub(super) fn claim(victim: &Holding, asking: &Holding, len: u32, charges: &Charges) -> Option<Claim> {
+pub(super) fn claim(
+    victim: &Holding,
+    asking: &Holding,
+    len: u32,
+    charges: &Charges,
+) -> Option<Claim> {
     if !victim.live {
         return Some(Claim::Unused);
     }
@@ -309,10 +311,7 @@ mod tests {
         // Shared by root and nobody, asked for by nobody: root is over.
         let shared = holding(&[0, NOBODY], true, 0, 0);
         let nobody_and_1 = holding(&[1, NOBODY], true, 1, 0);
-        assert_eq!(
-            claim(&shared, &nobody_and_1, 100, &c),
-            Some(Claim::Excess)
-        );
+        assert_eq!(claim(&shared, &nobody_and_1, 100, &c), Some(Claim::Excess));
     }
 
     fn mapping(start: u64, inode: u64, path: &str) -> ExecMapping {

@@ -226,7 +226,10 @@ mod tests {
         f.attach(65534, false);
         f.attach(65534, false);
         let h = f.holding();
-        assert_eq!((h.users, h.live, h.vital, h.processes), (vec![0, 65534], true, 1, 3));
+        assert_eq!(
+            (h.users, h.live, h.vital, h.processes),
+            (vec![0, 65534], true, 1, 3)
+        );
         assert_eq!(f.payer(), Some(65534), "most processes");
         f.detach(0, true);
         f.detach(65534, false);

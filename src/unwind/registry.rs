@@ -3,12 +3,14 @@
 //! Tables are built once per file (device and inode), so one table serves
 //! every process that maps it, and only for files without frame pointers
 //! (a frame-pointer walk is cheaper and as good there). They share one row
-//! array of fixed capacity (`--unwind-table-mb`). What a table is worth is
-//! how many live processes map it, then how lately they ran: when a table
-//! does not fit, only tables worth less make room (the cheapest adjacent
-//! ones), else the new table waits outside. So the files nearly every
-//! process maps (libc, the loader, libstdc++) keep their tables whatever
-//! else runs. Each update has a time budget: new processes are registered
+//! array of fixed capacity (`--unwind-table-mb`), split among users by
+//! [`super::fair`]: when a table does not fit, only tables it may claim
+//! (unused ones, its users' own worth less, other users' past their share)
+//! make room, the cheapest adjacent ones, else the new table waits
+//! outside. So one user's churn evicts only that user's tables, and the
+//! files every user's processes map (libc, the loader) keep theirs. Each
+//! eviction is counted against the user whose table needed the room
+//! ([`super::accounts`]). Each update has a time budget: new processes are registered
 //! first (cheap: their mappings, and the tables already loaded), then
 //! tables are built, most shared first.
 //!
