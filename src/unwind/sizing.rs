@@ -26,7 +26,7 @@ pub fn host_ram_bytes() -> Option<u64> {
     if unsafe { libc::sysinfo(&mut info) } != 0 {
         return None;
     }
-    Some(u64::from(info.totalram).saturating_mul(u64::from(info.mem_unit)))
+    Some(info.totalram.saturating_mul(u64::from(info.mem_unit)))
 }
 
 #[cfg(test)]
