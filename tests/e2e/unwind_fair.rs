@@ -158,16 +158,17 @@ fn n(v: &Value, key: &str) -> u64 {
     v[key].as_u64().unwrap_or(0)
 }
 
-/// Share of `pid`'s CPU samples of the last `seconds` whose stack runs
-/// from `main` through the program's own frames (a walk that lost its
-/// table stops at the first frame of the program), and the heaviest
-/// stacks; `None` if there are none yet or the daemon did not answer.
+/// Share of `pid`'s CPU samples of the last `seconds` whose stack is
+/// complete, down to `_start` through `main` and `run` (a walk that lost
+/// the program's table stops at its first frame without frame pointers),
+/// and the heaviest stacks; `None` if there are none yet or the daemon did
+/// not answer.
 fn complete(url: &str, pid: u32, seconds: u64) -> Option<(f64, String)> {
     let (status, body) = get(&format!(
         "{url}/folded?pid={pid}&kind=cpu&seconds={seconds}"
     ));
     let rows = (status == 200).then(|| parse_folded(&body))?;
-    let share = share_with_chain(&rows, &["main", "run", "stage_one", "stage_two"]);
+    let share = share_with_chain(&rows, &["_start", "__libc_start_main", "main", "run"]);
     (!rows.is_empty()).then(|| (share, show(&rows)))
 }
 
