@@ -99,9 +99,10 @@ struct Sampling {
     #[arg(long, value_enum, default_value_t = Unwind::Tables)]
     unwind: Unwind,
     /// Memory for unwind tables in MiB (12 bytes a row; glibc needs about
-    /// 0.4 MiB); least recently used tables are evicted when full.
-    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=1024))]
-    unwind_table_mb: u64,
+    /// 0.4 MiB), shared fairly among users. Default: 1 MiB per GiB of
+    /// RAM, from 16 to 32.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    unwind_table_mb: Option<u64>,
 }
 
 /// Who may use the HTTP API.
@@ -426,7 +427,7 @@ fn pipeline_options(sampling: &Sampling, history: History) -> PipelineOptions {
             culprits: sampling.culprits == Toggle::On,
             live_min_ns: 100_000_000,
             unwind_tables: sampling.unwind == Unwind::Tables,
-            unwind_rows: (sampling.unwind_table_mb * 1024 * 1024
+            unwind_rows: (unwind_table_mb(sampling) * 1024 * 1024
                 / std::mem::size_of::<wallscope::bpf::abi::UnwindRow>() as u64)
                 as u32,
             host_threads: wallscope::process::own::host_threads(),
@@ -439,6 +440,14 @@ fn pipeline_options(sampling: &Sampling, history: History) -> PipelineOptions {
         jvm_frames: sampling.jvm_frames,
         python: sampling.python == Toggle::On,
     }
+}
+
+/// `--unwind-table-mb`, or the host's default.
+fn unwind_table_mb(sampling: &Sampling) -> u64 {
+    use wallscope::unwind::sizing;
+    sampling
+        .unwind_table_mb
+        .unwrap_or_else(|| sizing::default_table_mb(sizing::host_ram_bytes()))
 }
 
 /// The API's access rules from the flags. Checked before anything is

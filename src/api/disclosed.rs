@@ -9,7 +9,7 @@ use crate::{
     profile::disclosure::{Hidden, Sight},
     state::Health,
     untrusted::refusals,
-    unwind::stats::ProcessMissing,
+    unwind::stats::{PartialProcess, ProcessMissing, UserTables},
 };
 
 /// Why the daemon is degraded now ([`refusals::degradations`]), naming
@@ -47,12 +47,17 @@ pub fn user_cpu(mut report: cpu::Report, sight: &Sight) -> cpu::Report {
 
 /// `health` with the processes lacking unwind tables that `sight` may not
 /// see summed into one entry: `[other users] ×N` (pid 0), their files
-/// counted in `more_files`, none named.
+/// counted in `more_files`, none named; the same for the processes with
+/// partial stacks, and the other users' unwind figures summed into one
+/// entry without a uid.
 pub fn health(mut health: Health, sight: &Sight) -> Health {
     if !sight.limited() {
         return health;
     }
     let now = SystemTime::now();
+    let unwind = &mut health.unwind;
+    unwind.partial = partial(std::mem::take(&mut unwind.partial), sight, now);
+    unwind.users = users(std::mem::take(&mut unwind.users), sight.uid());
     let mut hidden = Hidden::default();
     let mut files = 0;
     health.unwind.missing.retain(|m| {
@@ -72,6 +77,49 @@ pub fn health(mut health: Health, sight: &Sight) -> Health {
         });
     }
     health
+}
+
+/// `partial` with the processes `sight` may not see in one entry (pid 0).
+fn partial(all: Vec<PartialProcess>, sight: &Sight, now: SystemTime) -> Vec<PartialProcess> {
+    let mut hidden = Hidden::default();
+    let mut others = PartialProcess {
+        pid: 0,
+        name: String::new(),
+        tables_evicted: 0,
+        files_evicted: 0,
+        files_no_room: 0,
+    };
+    let mut shown: Vec<PartialProcess> = all
+        .into_iter()
+        .filter(|p| {
+            let seen = sight.sees(p.pid, now);
+            if !seen {
+                hidden.note(p.pid);
+                others.tables_evicted += p.tables_evicted;
+                others.files_evicted += p.files_evicted;
+                others.files_no_room += p.files_no_room;
+            }
+            seen
+        })
+        .collect();
+    if !hidden.is_empty() {
+        others.name = hidden.label();
+        shown.push(others);
+    }
+    shown
+}
+
+/// `users` with every user but `own` summed into one entry without a uid.
+fn users(all: Vec<UserTables>, own: Option<u32>) -> Vec<UserTables> {
+    let (mut shown, rest): (Vec<UserTables>, Vec<UserTables>) = all
+        .into_iter()
+        .partition(|u| u.uid.is_some() && u.uid == own);
+    if !rest.is_empty() {
+        let mut sum = UserTables::default();
+        rest.iter().for_each(|u| sum.add(u));
+        shown.push(sum);
+    }
+    shown
 }
 
 #[cfg(test)]
@@ -111,6 +159,48 @@ mod tests {
         assert_eq!((others.pid, others.name.as_str()), (0, "[other users] ×2"));
         assert_eq!((others.files.len(), others.more_files), (0, 6));
         assert_eq!(health_of(&health, &Reader::All).unwind.missing.len(), 3);
+    }
+
+    #[test]
+    fn other_users_unwind_figures_and_partial_processes_are_sums() {
+        let mut health = Health::default();
+        let partial = |pid: u32, name: &str| PartialProcess {
+            pid,
+            name: name.into(),
+            tables_evicted: 2,
+            files_evicted: 1,
+            files_no_room: 1,
+        };
+        health.unwind.partial = vec![partial(10, "mine"), partial(20, "secret")];
+        let user = |uid: u32, rows: u64| UserTables {
+            uid: Some(uid),
+            rows,
+            evictions_caused: rows / 10,
+            ..UserTables::default()
+        };
+        health.unwind.users = vec![user(0, 50), user(1000, 20), user(65534, 30)];
+        let reader = Reader::User {
+            uid: Some(1000),
+            owner_of: Arc::new(|pid| (pid == 10).then_some((1000, SystemTime::UNIX_EPOCH))),
+        };
+        let shown = health_of(&health, &reader).unwind;
+        let text = format!("{:?} {:?}", shown.partial, shown.users);
+        assert!(
+            !text.contains("secret") && !text.contains("65534"),
+            "{text}"
+        );
+        assert_eq!(shown.partial[0].pid, 10);
+        assert_eq!(shown.partial[1].name, "[other users] ×1");
+        assert_eq!(shown.partial[1].tables_evicted, 2);
+        assert_eq!(shown.users.len(), 2);
+        assert_eq!((shown.users[0].uid, shown.users[0].rows), (Some(1000), 20));
+        let others = &shown.users[1];
+        assert_eq!(
+            (others.uid, others.rows, others.evictions_caused),
+            (None, 80, 8)
+        );
+        let all = health_of(&health, &Reader::All).unwind;
+        assert_eq!((all.users.len(), all.partial.len()), (3, 2));
     }
 
     fn health_of(health: &Health, reader: &Reader) -> Health {

@@ -7,7 +7,7 @@ use std::{sync::Arc, time::Instant};
 use crate::process::files::ExecMapping;
 
 use super::{
-    space::Cost,
+    fair::Holding,
     stats::Missing,
     table::{UnwindRow, UnwindTable},
 };
@@ -19,10 +19,6 @@ pub(super) fn delta_of(pid: u32, m: &ExecMapping) -> Option<i64> {
     let bias = super::table::load_bias_of(&file, m.start, m.offset).ok()?;
     Some(m.start.wrapping_sub(m.offset).wrapping_sub(bias) as i64)
 }
-
-/// A table's processes ran within this long: it counts as in use (evicting
-/// it costs more).
-pub(super) const IDLE_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Where a loaded table is, as BPF needs it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,8 +60,13 @@ pub(super) struct FileEntry {
     pub state: TableState,
     /// Registered processes mapping it.
     pub users: u32,
-    /// The same by user (euid): how many of each user's processes.
+    /// The same by user (euid): how many of each user's processes. Once
+    /// none maps it, the user whose process detached last stays, with 0:
+    /// the table is charged to that user until evicted.
     pub owners: HashMap<u32, u32>,
+    /// Of them, those for which it is the main executable or a runtime
+    /// library ([`super::fair::vital_keys`]).
+    pub vital: u32,
     /// Last time one of them was seen.
     pub used: Instant,
     /// When it was first seen.
@@ -83,6 +84,7 @@ impl FileEntry {
             state: TableState::Pending,
             users: 0,
             owners: HashMap::new(),
+            vital: 0,
             used: now,
             since: now,
             tried: None,
@@ -108,61 +110,52 @@ impl FileEntry {
             .map(|(_, d)| *d)
     }
 
-    /// One more process of `uid` maps it.
-    pub fn attach(&mut self, uid: u32) {
+    /// One more process of `uid` maps it (`vital`: as its main
+    /// executable or a runtime library).
+    pub fn attach(&mut self, uid: u32, vital: bool) {
+        if self.users == 0 {
+            self.owners.clear();
+        }
         self.users += 1;
+        self.vital += u32::from(vital);
         *self.owners.entry(uid).or_insert(0) += 1;
     }
 
     /// One process of `uid` no longer maps it.
-    pub fn detach(&mut self, uid: u32) {
+    pub fn detach(&mut self, uid: u32, vital: bool) {
         self.users = self.users.saturating_sub(1);
+        self.vital = self.vital.saturating_sub(u32::from(vital));
         if let Some(n) = self.owners.get_mut(&uid) {
-            *n -= 1;
-            if *n == 0 {
+            *n = n.saturating_sub(1);
+            if *n == 0 && self.users > 0 {
                 self.owners.remove(&uid);
             }
         }
-    }
-
-    /// The one user whose processes map it, if only one's do.
-    pub fn owner(&self) -> Option<u32> {
-        let mut owners = self.owners.keys();
-        match (owners.next(), owners.next()) {
-            (Some(&uid), None) => Some(uid),
-            _ => None,
+        if self.users == 0 {
+            self.owners.retain(|u, _| *u == uid);
         }
     }
 
-    /// Whether this loaded table may be evicted for `other`'s: only for
-    /// one that more users' processes map, or as many users' and more
-    /// processes, or as many of which one ran more lately (seen in a later
-    /// update). So a library every user's processes map never leaves for
-    /// tables of files one user brings, however many processes that user
-    /// runs; among tables of programs, those of programs that stopped
-    /// running go first. A table only one user's processes map gives way
-    /// to another user's only while its user is over its share of the
-    /// array (`over_share`), so one user cannot push out the others.
-    pub fn yields_to(&self, other: &FileEntry, over_share: impl Fn(u32) -> bool) -> bool {
-        let (mine, theirs) = (self.owners.len(), other.owners.len());
-        if mine != theirs {
-            return mine < theirs;
+    /// The table as the share rule sees it ([`super::fair`]).
+    pub fn holding(&self) -> Holding {
+        let mut users: Vec<u32> = self.owners.keys().copied().collect();
+        users.sort_unstable();
+        Holding {
+            users,
+            live: self.users > 0,
+            vital: self.vital,
+            processes: self.users,
+            used: self.used,
         }
-        if let (Some(a), Some(b)) = (self.owner(), other.owner()) {
-            if a != b && !over_share(a) {
-                return false;
-            }
-        }
-        self.users < other.users || (self.users == other.users && self.used < other.used)
     }
 
-    /// What evicting this table costs at `now`.
-    pub fn cost(&self, len: u32, now: Instant) -> Cost {
-        Cost {
-            users: u64::from(self.users),
-            active: u64::from(now.duration_since(self.used) < IDLE_AFTER),
-            rows: u64::from(len),
-        }
+    /// The user charged for evictions this table causes: the one with the
+    /// most processes mapping it (the lowest uid among equals).
+    pub fn payer(&self) -> Option<u32> {
+        self.owners
+            .iter()
+            .max_by_key(|(uid, n)| (**n, std::cmp::Reverse(**uid)))
+            .map(|(uid, _)| *uid)
     }
 }
 
@@ -202,7 +195,6 @@ fn page_index(rows: &[UnwindRow]) -> (u32, Vec<u32>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     #[test]
     fn page_index_brackets_each_page_rows() {
@@ -227,60 +219,23 @@ mod tests {
     }
 
     #[test]
-    fn shared_tables_never_yield_to_less_shared_ones() {
-        let now = Instant::now() + Duration::from_secs(100);
-        let file = |users, idle: u64| {
-            let mut f = FileEntry {
-                used: now - Duration::from_secs(idle),
-                ..FileEntry::new("f".into(), now)
-            };
-            for _ in 0..users {
-                f.attach(1000);
-            }
-            f
-        };
-        let fair = |_| false;
-        let libc = file(300, 50);
-        let binary = file(1, 0);
-        assert!(!libc.yields_to(&binary, fair), "idle or not, libc stays");
-        assert!(binary.yields_to(&libc, fair));
-        // Equal worth: the table whose processes ran less lately gives way,
-        // and not back.
-        let (idle, busy) = (file(1, 30), file(1, 0));
-        assert!(idle.yields_to(&busy, fair));
-        assert!(!busy.yields_to(&idle, fair));
-        assert!(
-            !file(1, 0).yields_to(&busy, fair),
-            "seen in the same update: no turns"
-        );
-    }
-
-    #[test]
-    fn one_users_many_processes_push_out_neither_shared_nor_other_users_tables() {
+    fn a_table_is_charged_to_its_last_user_once_unused() {
         let now = Instant::now();
-        let of = |uids: &[(u32, u32)]| {
-            let mut f = FileEntry::new("f".into(), now);
-            for &(uid, n) in uids {
-                (0..n).for_each(|_| f.attach(uid));
-            }
-            f
-        };
-        // libc, mapped by two users' 30 processes; the attacker's file by
-        // 1,000 of nobody's.
-        let libc = of(&[(0, 20), (1, 10)]);
-        let forged = of(&[(65534, 1000)]);
-        let within = |_| false;
-        assert!(!libc.yields_to(&forged, within));
-        // Another user's program: only while that user is over its share.
-        let program = of(&[(1, 1)]);
-        assert!(!program.yields_to(&forged, within));
-        assert!(program.yields_to(&forged, |uid| uid == 1));
-        // Among one user's own tables, the old rule.
-        let old = of(&[(65534, 1)]);
-        assert!(old.yields_to(&forged, within));
-        let mut gone = of(&[(1, 1)]);
-        gone.detach(1);
-        assert_eq!((gone.users, gone.owner()), (0, None));
-        assert!(gone.yields_to(&program, within));
+        let mut f = FileEntry::new("f".into(), now);
+        f.attach(0, true);
+        f.attach(65534, false);
+        f.attach(65534, false);
+        let h = f.holding();
+        assert_eq!(
+            (h.users, h.live, h.vital, h.processes),
+            (vec![0, 65534], true, 1, 3)
+        );
+        assert_eq!(f.payer(), Some(65534), "most processes");
+        f.detach(0, true);
+        f.detach(65534, false);
+        f.detach(65534, false);
+        let h = f.holding();
+        assert_eq!((h.users, h.live, h.vital), (vec![65534], false, 0));
+        assert_eq!(f.payer(), Some(65534));
     }
 }

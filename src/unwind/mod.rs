@@ -3,13 +3,16 @@
 //! processes that need them ([`registry`], which reports in [`stats`]);
 //! `bpf/unwind.bpf.h` walks them.
 
+mod accounts;
 mod batch;
 mod elf;
+mod fair;
 mod files;
 mod held;
 mod procs;
 pub mod python;
 pub mod registry;
+pub mod sizing;
 mod space;
 pub mod stats;
 pub mod table;

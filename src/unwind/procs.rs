@@ -40,6 +40,8 @@ pub(super) struct ProcState {
     /// A Python interpreter's frame layout, as last read and as written.
     pub python: Option<UnwindPython>,
     pub written_python: Option<UnwindPython>,
+    /// Tables in its entry evicted since its program started.
+    pub tables_evicted: u32,
 }
 
 impl ProcState {

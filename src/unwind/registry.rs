@@ -3,12 +3,14 @@
 //! Tables are built once per file (device and inode), so one table serves
 //! every process that maps it, and only for files without frame pointers
 //! (a frame-pointer walk is cheaper and as good there). They share one row
-//! array of fixed capacity (`--unwind-table-mb`). What a table is worth is
-//! how many live processes map it, then how lately they ran: when a table
-//! does not fit, only tables worth less make room (the cheapest adjacent
-//! ones), else the new table waits outside. So the files nearly every
-//! process maps (libc, the loader, libstdc++) keep their tables whatever
-//! else runs. Each update has a time budget: new processes are registered
+//! array of fixed capacity (`--unwind-table-mb`), split among users by
+//! [`super::fair`]: when a table does not fit, only tables it may claim
+//! (unused ones, its users' own worth less, other users' past their share)
+//! make room, the cheapest adjacent ones, else the new table waits
+//! outside. So one user's churn evicts only that user's tables, and the
+//! files every user's processes map (libc, the loader) keep theirs. Each
+//! eviction is counted against the user whose table needed the room
+//! ([`super::accounts`]). Each update has a time budget: new processes are registered
 //! first (cheap: their mappings, and the tables already loaded), then
 //! tables are built, most shared first.
 //!
@@ -25,6 +27,8 @@ use std::{
 
 pub use super::stats::UnwindStats;
 use super::{
+    accounts::Accounts,
+    fair::vital_keys,
     files::{delta_of, FileEntry, TableState},
     held,
     procs::{choose, unique_keys, Candidate, ProcState},
@@ -42,6 +46,7 @@ use crate::process::{
     ProcessTable, Subscription,
 };
 
+mod by_user;
 mod place;
 mod slots;
 
@@ -90,6 +95,8 @@ pub struct Registry {
     queued: HashSet<u32>,
     space: RowSpace,
     stats: UnwindStats,
+    /// Evictions by user (see [`super::fair`] for who may evict whose).
+    accounts: Accounts,
     /// Registrations so far (each process entry carries its own).
     epoch: u32,
     changes: Subscription,
@@ -115,6 +122,7 @@ impl Registry {
             queue: VecDeque::new(),
             queued: HashSet::new(),
             space: RowSpace::new(capacity),
+            accounts: Accounts::default(),
             epoch: 0,
             java: None,
             python: None,
@@ -244,6 +252,7 @@ impl Registry {
     }
 
     fn attach(&mut self, mappings: &[ExecMapping], uid: u32, now: Instant) {
+        let vital = vital_keys(mappings);
         for key in unique_keys(mappings) {
             let Some(m) = mappings.iter().find(|m| m.key == key) else {
                 continue;
@@ -252,15 +261,16 @@ impl Registry {
                 .files
                 .entry(key)
                 .or_insert_with(|| FileEntry::new(m.path.clone(), now));
-            f.attach(uid);
+            f.attach(uid, vital.contains(&key));
             f.used = now;
         }
     }
 
     fn detach(&mut self, mappings: &[ExecMapping], uid: u32) {
+        let vital = vital_keys(mappings);
         for key in unique_keys(mappings) {
             if let Some(f) = self.files.get_mut(&key) {
-                f.detach(uid);
+                f.detach(uid, vital.contains(&key));
             }
         }
     }
@@ -285,6 +295,7 @@ impl Registry {
         let mut written = Vec::new();
         let mut written_java = None;
         let mut written_python = None;
+        let mut tables_evicted = 0;
         let java_until = old
             .as_ref()
             .filter(|o| o.key == image.key())
@@ -293,6 +304,9 @@ impl Registry {
         if let Some(old) = old {
             self.detach(&old.mappings, old.uid);
             seen = old.seen;
+            if old.key == image.key() {
+                tables_evicted = old.tables_evicted;
+            }
             // An entry still there need not be written again if unchanged
             // (a new epoch would empty BPF's cache of its rules).
             if self.maps.procs.get(&pid, 0).is_ok() {
@@ -330,6 +344,7 @@ impl Registry {
                 java_retry,
                 python,
                 written_python,
+                tables_evicted,
             },
         );
         self.write_entry(pid);
@@ -430,6 +445,8 @@ impl Registry {
             .iter()
             .filter_map(|(pid, p)| p.lacking(*pid, files))
             .collect();
+        self.report_users(&lacking);
+        let files = &self.files;
         let s = &mut self.stats;
         s.processes_missing_tables = lacking.len() as u64;
         let procs = &self.procs;

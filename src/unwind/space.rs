@@ -43,10 +43,15 @@ impl RowSpace {
     }
 }
 
-/// What evicting a table costs, compared in order: the processes that lose
-/// it, whether they ran lately, its rows (rebuilding it later).
+/// What evicting a table costs, compared in order: whether it is the
+/// asking users' own (other users' excess goes first, see
+/// [`super::fair`]), whether it is some process's main executable or
+/// runtime library, the processes that lose it, whether they ran lately,
+/// its rows (rebuilding it later).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) struct Cost {
+    pub own: u64,
+    pub vital: u64,
     pub users: u64,
     pub active: u64,
     pub rows: u64,
@@ -56,6 +61,8 @@ impl Add for Cost {
     type Output = Cost;
     fn add(self, o: Cost) -> Cost {
         Cost {
+            own: self.own + o.own,
+            vital: self.vital + o.vital,
             users: self.users + o.users,
             active: self.active + o.active,
             rows: self.rows + o.rows,
@@ -67,6 +74,8 @@ impl Sub for Cost {
     type Output = Cost;
     fn sub(self, o: Cost) -> Cost {
         Cost {
+            own: self.own - o.own,
+            vital: self.vital - o.vital,
             users: self.users - o.users,
             active: self.active - o.active,
             rows: self.rows - o.rows,
@@ -154,8 +163,8 @@ mod tests {
     fn cost(users: u64) -> Option<Cost> {
         Some(Cost {
             users,
-            active: 0,
             rows: 10,
+            ..Cost::default()
         })
     }
 
@@ -184,6 +193,39 @@ mod tests {
         let picked = cheapest_room(&free, &tables, 30).unwrap();
         assert!(picked.contains(&2), "{picked:?}");
         assert_eq!(cheapest_room(&free, &tables, 50), None);
+    }
+
+    #[test]
+    fn other_users_excess_goes_before_own_tables_and_main_binaries_last() {
+        let of = |own, vital, users| {
+            Some(Cost {
+                own,
+                vital,
+                users,
+                active: 1,
+                rows: 10,
+            })
+        };
+        // [0,10) the asker's own plugin, [10,20) another user's program
+        // over its share, [20,30) its idle library, [30,40) a free range.
+        let free = [(30, 10)];
+        let tables = [
+            table(1, 0, 10, of(1, 0, 1)),
+            table(2, 10, 10, of(0, 1, 1)),
+            table(3, 20, 10, of(0, 0, 5)),
+        ];
+        // 20 rows: the excess library, however many processes map it.
+        assert_eq!(cheapest_room(&free, &tables, 20), Some(vec![3]));
+        // 30 rows: the excess program rather than the asker's own plugin.
+        assert_eq!(cheapest_room(&free, &tables, 30), Some(vec![2, 3]));
+        // A main binary (one process) goes after a library nine map.
+        let free = [(10, 10)];
+        let tables = [
+            table(1, 0, 10, of(0, 1, 1)),
+            table(2, 20, 10, of(0, 0, 9)),
+            table(3, 30, 10, of(0, 0, 9)),
+        ];
+        assert_eq!(cheapest_room(&free, &tables, 20), Some(vec![2]));
     }
 
     #[test]

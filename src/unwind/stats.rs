@@ -3,6 +3,8 @@
 
 use serde::Serialize;
 
+pub use super::accounts::{PartialProcess, UserTables};
+
 /// Processes listed in [`UnwindStats::missing`].
 pub const MISSING_PROCESSES: usize = 20;
 /// Files listed per process there.
@@ -24,9 +26,9 @@ pub struct UnwindStats {
     pub tables_no_room: u64,
     /// Tables larger than a quarter of the row array (not loaded).
     pub tables_too_big: u64,
-    /// Tables only one user's processes map, evicted for another user's
-    /// table while that user's own tables held more than its share of the
-    /// array (an even share among the users with such tables).
+    /// Tables some process of another user still mapped, evicted for a
+    /// user's table while each of their users was over its share of the
+    /// array (see `unwind::fair`).
     pub tables_taken_back: u64,
     /// Files waiting for their table to be built (most shared first).
     pub tables_pending: u64,
@@ -61,6 +63,15 @@ pub struct UnwindStats {
     /// Up to [`MISSING_PROCESSES`] of them, the ones seen last first (see
     /// `top_missing`).
     pub missing: Vec<ProcessMissing>,
+    /// Processes walking some file without its table because the table was
+    /// evicted or found no room: their stacks stop early there.
+    pub processes_partial: u64,
+    /// Up to 20 of them, those that lost the most tables first.
+    pub partial: Vec<PartialProcess>,
+    /// By user: rows charged and share, evictions caused (charged to the
+    /// user whose table needed the room) and suffered, processes with
+    /// partial stacks; the users charged the most rows first.
+    pub users: Vec<UserTables>,
     /// Python interpreters and threads registered for the walk.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub python: Option<PythonStats>,

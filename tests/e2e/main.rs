@@ -60,5 +60,6 @@ mod stuck;
 mod trace;
 mod unwind;
 mod unwind_crowded;
+mod unwind_fair;
 mod web_ui;
 mod web_ui_host;

@@ -4,14 +4,13 @@
 //! its table at once. Needs root (eBPF) and a JDK.
 
 use std::{
-    fmt::Write as _,
     path::{Path, PathBuf},
-    process::Command,
     thread,
     time::{Duration, Instant},
 };
 
 use crate::support::{
+    crowd,
     java::{self, JavaRun},
     rows::{folded_at, json_at, show, within, Rows},
     Daemon, Fixture, Workload, CATCH_UP,
@@ -31,44 +30,20 @@ const CROWD_LIFETIME_S: u32 = 240;
 /// A C program of `FUNCTIONS` functions without frame pointers that
 /// prints `ready PID`, then wakes every 250 ms (so that drains see it)
 /// for `argv[1]` seconds.
-fn crowd_source() -> String {
-    let mut src = String::from(
-        "#include <stdio.h>\n#include <stdlib.h>\n#include <time.h>\n#include <unistd.h>\n\
-         __attribute__((noinline)) void sink(long *a) { __asm__ volatile(\"\" : : \"r\"(a) : \"memory\"); }\n",
-    );
-    for i in 0..FUNCTIONS {
-        let _ = writeln!(
-            src,
-            "__attribute__((noinline)) long f{i}(long x) {{ long a[6]; \
-             for (int i = 0; i < 6; i++) a[i] = x * i + {i}; sink(a); return a[2] + x; }}"
-        );
-    }
-    src.push_str(
-        "int main(int argc, char **argv) {\n\
-         long until = time(0) + atol(argv[1]);\n\
-         printf(\"ready %d\\n\", getpid());\n\
-         fflush(stdout);\n\
-         struct timespec nap = {0, 250 * 1000 * 1000};\n\
-         for (long n = 0; time(0) < until; n++) { nanosleep(&nap, 0); f0(n); }\n\
-         return 0;\n}\n",
-    );
-    src
-}
+const CROWD_MAIN: &str = "int main(int argc, char **argv) {\n\
+     long until = time(0) + atol(argv[1]);\n\
+     printf(\"ready %d\\n\", getpid());\n\
+     fflush(stdout);\n\
+     struct timespec nap = {0, 250 * 1000 * 1000};\n\
+     for (long n = 0; time(0) < until; n++) { nanosleep(&nap, 0); f0(n); }\n\
+     return 0;\n}\n";
 
 /// Compiles the crowd program once and copies it to `BINARIES` files.
 fn crowd_binaries() -> Vec<PathBuf> {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("crowd-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let src = dir.join("crowd.c");
-    std::fs::write(&src, crowd_source()).unwrap();
     let first = dir.join("crowd-0");
-    let status = Command::new("clang")
-        .args(["-O2", "-fomit-frame-pointer", "-fno-inline", "-o"])
-        .arg(&first)
-        .arg(&src)
-        .status()
-        .expect("running clang");
-    assert!(status.success(), "compiling {}", src.display());
+    crowd::compile(&crowd::source(FUNCTIONS, CROWD_MAIN), &first);
     let mut bins = vec![first.clone()];
     for i in 1..BINARIES {
         let copy = dir.join(format!("crowd-{i}"));

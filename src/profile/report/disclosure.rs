@@ -91,6 +91,15 @@ impl Sight {
         }
     }
 
+    /// The reader's uid when it is a local user other than root (whose own
+    /// figures it may read), `None` otherwise.
+    pub fn uid(&self) -> Option<u32> {
+        match &self.reader {
+            Reader::User { uid, .. } => *uid,
+            Reader::All => None,
+        }
+    }
+
     /// Whether the reader may name process `pid` as it was at `at`: theirs
     /// now, and started by then (so not an earlier process of that pid).
     pub fn sees(&self, pid: u32, at: SystemTime) -> bool {

@@ -1,11 +1,12 @@
 //! Where tables go: which file to build next, placing a built table in
 //! the row array, and which tables give way when it does not fit.
 
-use std::{cmp::Reverse, collections::HashMap, time::Instant};
+use std::{cmp::Reverse, time::Instant};
 
 use super::{
     super::{
         batch::set_rows,
+        fair::{claim, Charges, Loaded},
         files::{layout, TablePlace, TableState},
         held,
         space::{cheapest_room, Placed},
@@ -22,23 +23,6 @@ use crate::{
         OpenError,
     },
 };
-
-/// The least share of the row array tables only one user's processes map
-/// may keep however many users have such tables (a fraction: 1/N).
-const MIN_USER_SHARE: u64 = 8;
-
-/// Rows of the loaded tables only one user's processes map, by user.
-type OwnRows = HashMap<u32, u64>;
-
-/// Whether `uid`'s own tables hold more than its share of `capacity`
-/// rows when `asking` (the user whose table is placed, if only one's
-/// processes map it) is counted among the users: an even share among
-/// them, at least 1/[`MIN_USER_SHARE`] of the array.
-fn over_share(own: &OwnRows, uid: u32, asking: Option<u32>, capacity: u64) -> bool {
-    let users = own.len() as u64 + u64::from(asking.is_some_and(|a| !own.contains_key(&a)));
-    let share = (capacity / users.max(1)).max(capacity / MIN_USER_SHARE);
-    own.get(&uid).copied().unwrap_or(0) > share
-}
 
 impl Registry {
     /// The next table to build: the newest file (a process started now
@@ -73,12 +57,13 @@ impl Registry {
             candidates
                 .sort_by_key(|(k, _)| Reverse((files[k].users, files[k].used, files[k].since)));
         }
+        let loaded = self.loaded();
         for (key, out) in candidates {
             // A new file's size is unknown: without room for one row,
             // building it would be in vain (it counts as left out, though
             // it might have needed no table).
             let len = out.unwrap_or(1);
-            if self.victims(key, len, now).is_some() {
+            if self.victims(key, len, now, &loaded).is_some() {
                 return Some(key);
             }
             if out.is_none() {
@@ -191,16 +176,17 @@ impl Registry {
         let start = match self.space.allocate(len) {
             Some(start) => start,
             None => {
-                let Some(victims) = self.victims(key, len, now) else {
+                let loaded = self.loaded();
+                let Some(victims) = self.victims(key, len, now, &loaded) else {
                     return TableState::Out {
                         why: Missing::NoRoom,
                         len,
                         at: now,
                     };
                 };
-                self.count_taken_back(key, &victims);
+                let payer = self.files.get(&key).and_then(|f| f.payer());
                 for victim in victims {
-                    self.evict(victim, now);
+                    self.evict(victim, payer, now);
                 }
                 let Some(start) = self.space.allocate(len) else {
                     // Not expected: the victims made a contiguous room.
@@ -232,66 +218,56 @@ impl Registry {
         }
     }
 
-    fn own_rows(&self) -> OwnRows {
-        let mut own = OwnRows::new();
-        for f in self.files.values() {
-            if let (TableState::Loaded { len, .. }, Some(uid)) = (f.state, f.owner()) {
-                *own.entry(uid).or_insert(0) += u64::from(len);
-            }
-        }
-        own
-    }
-
-    /// Counts the `victims` of `key`'s table that only another user's
-    /// processes map (taken back: that user was over its share), naming
-    /// one of its processes as degraded.
-    fn count_taken_back(&mut self, key: FileKey, victims: &[FileKey]) {
-        let asking = self.files.get(&key).and_then(|f| f.owner());
-        for victim in victims {
-            let Some(uid) = self.files.get(victim).and_then(|f| f.owner()) else {
-                continue;
-            };
-            if Some(uid) == asking {
-                continue;
-            }
-            self.stats.tables_taken_back += 1;
-            let pid = self
-                .procs
-                .iter()
-                .find(|(_, p)| p.uid == uid)
-                .map(|(pid, _)| *pid);
-            refusals::count_for(What::Elf, Reason::Budget, pid.unwrap_or(0));
-        }
-    }
-
-    /// The loaded tables to evict so that `key`'s table (`len` slots) fits,
-    /// among those worth less; `None` if that cannot make room.
-    fn victims(&self, key: FileKey, len: u32, now: Instant) -> Option<Vec<FileKey>> {
-        let me = self.files.get(&key)?;
-        let own = self.own_rows();
-        let capacity = u64::from(self.maps.capacity);
-        let asking = me.owner();
-        let over = |uid: u32| over_share(&own, uid, asking, capacity);
-        let tables: Vec<Placed<FileKey>> = self
+    /// The loaded tables, and the rows charged to each user for them
+    /// ([`super::super::fair`]).
+    pub(super) fn loaded(&self) -> (Vec<Loaded<FileKey>>, Charges) {
+        let loaded: Vec<Loaded<FileKey>> = self
             .files
             .iter()
             .filter_map(|(k, f)| match f.state {
-                TableState::Loaded { start, len, .. } if *k != key => Some(Placed {
+                TableState::Loaded { start, len, .. } => Some(Loaded {
+                    key: *k,
                     start,
                     len,
-                    key: *k,
-                    cost: f.yields_to(me, over).then(|| f.cost(len, now)),
+                    holding: f.holding(),
                 }),
                 _ => None,
             })
             .collect();
-        cheapest_room(&self.space.free, &tables, len)
+        let charges = Charges::new(self.maps.capacity, &loaded);
+        (loaded, charges)
     }
 
-    /// Frees a table's rows; the processes using it are re-written without
-    /// it first, since their entries would point at rows that will hold
-    /// another table.
-    fn evict(&mut self, key: FileKey, now: Instant) {
+    /// The tables of `loaded` to evict so that `key`'s table (`want`
+    /// slots) fits, among those it may claim ([`claim`]); `None` if that
+    /// cannot make room.
+    fn victims(
+        &self,
+        key: FileKey,
+        want: u32,
+        now: Instant,
+        (loaded, charges): &(Vec<Loaded<FileKey>>, Charges),
+    ) -> Option<Vec<FileKey>> {
+        let asking = self.files.get(&key)?.holding();
+        let tables: Vec<Placed<FileKey>> = loaded
+            .iter()
+            .filter(|t| t.key != key)
+            .map(|t| Placed {
+                start: t.start,
+                len: t.len,
+                key: t.key,
+                cost: claim(&t.holding, &asking, want, charges)
+                    .map(|why| t.holding.cost(t.len, now, why)),
+            })
+            .collect();
+        cheapest_room(&self.space.free, &tables, want)
+    }
+
+    /// Frees a table's rows, for a table of `payer` (counted against that
+    /// user, and against the processes that lose it); the processes using
+    /// it are re-written without it first, since their entries would point
+    /// at rows that will hold another table.
+    fn evict(&mut self, key: FileKey, payer: Option<u32>, now: Instant) {
         let Some(f) = self.files.get_mut(&key) else {
             return;
         };
@@ -303,32 +279,24 @@ impl Registry {
             len,
             at: now,
         };
-        for pid in self.users_of(key, true) {
-            self.write_entry(pid);
+        let victim = f.holding();
+        self.accounts.evicted(payer, &victim);
+        let losers = self.users_of(key, true);
+        for pid in &losers {
+            if let Some(p) = self.procs.get_mut(pid) {
+                p.tables_evicted = p.tables_evicted.saturating_add(1);
+            }
+            self.write_entry(*pid);
+        }
+        if victim.live && victim.users.iter().any(|u| Some(*u) != payer) {
+            // Taken back from users over their share: name one of the
+            // processes that lost it, degraded by its user's own excess.
+            self.stats.tables_taken_back += 1;
+            let pid = losers.first().copied().unwrap_or(0);
+            refusals::count_for(What::Elf, Reason::Budget, pid);
         }
         self.space.release(start, len);
         self.stats.rows_in_use -= u64::from(len);
         self.stats.tables_evicted += 1;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_user_is_over_its_share_once_another_user_asks() {
-        let own: OwnRows = [(65534, 1000)].into_iter().collect();
-        // Alone, nobody may hold the whole array...
-        assert!(!over_share(&own, 65534, Some(65534), 1000));
-        assert!(!over_share(&own, 65534, None, 1000));
-        // ... but not once another user's table asks for room.
-        assert!(over_share(&own, 65534, Some(1), 1000));
-        let two: OwnRows = [(65534, 600), (1, 400)].into_iter().collect();
-        assert!(over_share(&two, 65534, Some(1), 1000));
-        assert!(!over_share(&two, 1, Some(65534), 1000));
-        // The floor: among many users each keeps an eighth.
-        let many: OwnRows = (0..20).map(|u| (u, 125)).collect();
-        assert!(!over_share(&many, 3, Some(99), 1000));
     }
 }

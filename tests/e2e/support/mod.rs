@@ -6,6 +6,7 @@ pub mod api;
 pub mod browser;
 pub mod caps;
 pub mod cgroup;
+pub mod crowd;
 pub mod fixture;
 pub mod java;
 pub mod java_frames;
