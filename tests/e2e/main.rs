@@ -59,5 +59,6 @@ mod stuck;
 mod trace;
 mod unwind;
 mod unwind_crowded;
+mod unwind_pending;
 mod web_ui;
 mod web_ui_host;
