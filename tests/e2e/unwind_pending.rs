@@ -134,7 +134,7 @@ fn a_frame_pointer_program_started_with_the_daemon_loses_no_frame() {
     let _busy = Busy::start(2);
     // It answers once its programs are attached (the program's exec is
     // then seen); loading them takes minutes on a saturated host.
-    let daemon = Daemon::spawn(&["--frequency", "999"]);
+    let daemon = Daemon::spawn(&["--frequency", "599"]);
     let deadline = Instant::now() + Duration::from_secs(600);
     while get(&format!("{}/healthz", daemon.url)).0 != 200 {
         assert!(Instant::now() < deadline, "the daemon did not start");
