@@ -79,6 +79,17 @@ static long ws_task_walk_step(__u32 index, void *data)
 	return ws_unwind_step_in(w, s, task, NULL);
 }
 
+/* pending.bpf.h's search, in the walk of the task `data` points to. */
+static long ws_pending_scan_step_task(__u32 index, void *data)
+{
+	struct task_struct **task = data;
+	__u32 zero = 0;
+
+	if (!task)
+		return 1;
+	return ws_pending_scan_in(index, bpf_map_lookup_elem(&live_walk, &zero), *task);
+}
+
 /* Appends the walk's Python frames to the live stack (the lookup here
  * keeps its key off the iterator's stack). */
 static __noinline void ws_live_python_append(struct ws_unwind_walk *w)

@@ -7,6 +7,10 @@
  * rsp or rbp plus an offset, return address at CFA-8, rbp restored from
  * CFA+offset or unchanged) and a frame-pointer step elsewhere (JIT code
  * with -XX:+PreserveFramePointer, libraries built with frame pointers).
+ * While some of a process's tables are pending, code outside the loaded
+ * ones may lack frame pointers: the innermost frame is checked
+ * (pending.bpf.h) and a chain that ends there ends with
+ * WS_UNWIND_PENDING_FRAME, never silently short.
  * Other processes keep the kernel's frame-pointer walk (bpf_get_stack).
  * Frames are one bpf_loop iteration each, so the verifier checks one step.
  * Every early end is counted by reason.
@@ -18,6 +22,7 @@
 #include <bpf/bpf_helpers.h>
 #include "java.bpf.h"
 #include "maps.bpf.h"
+#include "pending.bpf.h"
 #include "python.bpf.h"
 #include "walk.bpf.h"
 #include "wallscope.h"
@@ -188,6 +193,20 @@ static __always_inline bool ws_unwind_rule(struct ws_unwind_walk *w, __u64 at,
 	return true;
 }
 
+/* Ends the walk at code whose table is pending: the callers are unknown,
+ * which WS_UNWIND_PENDING_FRAME says in place of them. */
+static __always_inline long ws_unwind_pending_end(struct ws_unwind_walk *w, struct ws_stack *s)
+{
+	__u32 len = w->len;
+
+	w->stop = WS_STAT_UNWIND_PENDING;
+	if (len < WS_MAX_STACK_DEPTH && len < w->max_len) {
+		s->ips[len] = WS_UNWIND_PENDING_FRAME;
+		w->len = len + 1;
+	}
+	return 1;
+}
+
 /* One frame: records the pc, then finds the caller's pc, sp and bp.
  * Returns 1 when the walk ends. */
 static __always_inline long ws_unwind_step_in(struct ws_unwind_walk *w, struct ws_stack *s,
@@ -196,7 +215,7 @@ static __always_inline long ws_unwind_step_in(struct ws_unwind_walk *w, struct w
 	const struct ws_unwind_proc *proc = &w->proc;
 	struct ws_unwind_row row = {};
 	__u64 ra = 0, bp, at;
-	bool interpreted;
+	bool interpreted, unknown;
 	__u32 len;
 
 	len = w->len;
@@ -235,6 +254,11 @@ static __always_inline long ws_unwind_step_in(struct ws_unwind_walk *w, struct w
 	} else if (!ws_unwind_rule(w, at, &row, cache)) {
 		return 1;
 	}
+	/* Code without a table while tables are pending: the innermost
+	 * frame may not have set up rbp yet (pending.bpf.h). */
+	unknown = proc->pending && !interpreted && row.cfa_reg == WS_UNWIND_FP_STEP;
+	if (unknown && len == 0 && !ws_pending_top(w, &row, task))
+		return ws_unwind_pending_end(w, s);
 	if (row.cfa_reg == WS_UNWIND_FP_STEP) {
 		/* Callers' frames sit higher on the stack: a chain that does
 		 * not climb is not a frame chain (garbage in rbp); 0 ends it.
@@ -244,7 +268,11 @@ static __always_inline long ws_unwind_step_in(struct ws_unwind_walk *w, struct w
 
 		if (!bp || ws_walk_read(w, bp + 8, &ra, task) || ws_walk_read(w, bp, &bp, task) ||
 		    (!interpreted && bp && bp <= w->bp)) {
-			w->stop = WS_UNWIND_DONE; /* the chain ends */
+			/* The chain ends; in code whose table is pending, maybe
+			 * only because it keeps no frame pointer. */
+			if (unknown)
+				return ws_unwind_pending_end(w, s);
+			w->stop = WS_UNWIND_DONE;
 			return 1;
 		}
 		w->sp = w->bp + 16;
@@ -316,10 +344,11 @@ static __always_inline __u32 ws_unwind_start(struct ws_unwind_walk *w, __u32 pid
 		proc = bpf_map_lookup_elem(&unwind_procs, &pid);
 	if (proc) {
 		__builtin_memcpy(&w->proc, proc, sizeof(w->proc));
-		ws_stat_inc(WS_STAT_UNWIND_WALKS);
+		ws_stat_inc(w->proc.pending ? WS_STAT_UNWIND_PENDING_WALKS : WS_STAT_UNWIND_WALKS);
 	} else {
 		w->proc.count = 0;
 		w->proc.epoch = 0;
+		w->proc.pending = 0;
 		w->proc.java.interp_start = 0;
 		w->proc.java.interp_end = 0;
 		w->proc.java.heap_count = 0;
@@ -407,14 +436,19 @@ static __always_inline void ws_unwind_on_fork(struct task_struct *parent,
 		bpf_map_update_elem(&unwind_procs, &cpid, proc, BPF_NOEXIST);
 }
 
+/* The entry of a process whose tables are all pending. */
+static const struct ws_unwind_proc ws_unwind_unregistered = { .pending = 1 };
+
 /* An exec replaces the mappings: until user space registers the new image,
- * walk with frame pointers rather than with the old image's tables. */
+ * walk with frame pointers rather than with the old image's tables, as
+ * code whose tables are pending (the new image may keep no frame
+ * pointers). */
 static __always_inline void ws_unwind_on_exec(void)
 {
 	__u32 pid = bpf_get_current_pid_tgid() >> 32;
 
 	if (unwind_tables)
-		bpf_map_delete_elem(&unwind_procs, &pid);
+		bpf_map_update_elem(&unwind_procs, &pid, &ws_unwind_unregistered, BPF_ANY);
 }
 
 #endif /* WALLSCOPE_UNWIND_BPF_H */

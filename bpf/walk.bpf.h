@@ -57,6 +57,16 @@ struct ws_unwind_walk {
 	__u32 max_len;
 	__u64 py[WS_PY_MAX_FRAMES];
 	__u8 py_buf[WS_PY_FRAME_READ]; /* the frame read last */
+	/* The search for the innermost frame's return address while tables
+	 * are pending (pending.bpf.h), here to keep it off the stack. */
+	__u64 scan_after; /* a direct call's target must be above this */
+	__u64 scan_end;	  /* words at or above it are the caller's frame */
+	__u32 scan_reads;
+	__u32 scan_slot;     /* the return address's word + 1, 0: none */
+	__u32 scan_indirect; /* it returns from an indirect call */
+	__u32 _scan_pad;
+	__u64 scan_word; /* the word read last */
+	__u64 scan_t1;	 /* what rbp's frame's return says (ws_call_target) */
 };
 
 struct {

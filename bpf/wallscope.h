@@ -330,6 +330,12 @@ struct ws_py_thread_key {
 struct ws_unwind_proc {
 	__u32 count; /* mappings used */
 	__u32 epoch; /* changes at every registration: cached lookups expire */
+	/* Nonzero while some of its files' tables are not loaded yet (not
+	 * built, or the process not registered since its exec): code outside
+	 * `mappings` may lack frame pointers, so the walk checks what it
+	 * cannot vouch for and ends with WS_UNWIND_PENDING_FRAME (unwind.bpf.h). */
+	__u32 pending;
+	__u32 _pad;
 	struct ws_unwind_mapping mappings[WS_UNWIND_MAX_MAPPINGS];
 	struct ws_java_code java;
 	struct ws_python_code python;
@@ -339,6 +345,10 @@ struct ws_unwind_proc {
  * frame pointer - 24, where HotSpot's x86-64 interpreter keeps it), not a
  * pc: user addresses stay below 2^47, kernel ones start at 0xffff8... */
 #define WS_JAVA_METHOD_TAG (1ULL << 62)
+/* A user stack's last native entry when its walk ended at code whose
+ * table was still pending (see ws_unwind_proc.pending): the callers are
+ * unknown, not absent. */
+#define WS_UNWIND_PENDING_FRAME (1ULL << 60)
 #define WS_JAVA_METHOD_SLOT 24
 
 struct ws_hist {
@@ -392,7 +402,9 @@ struct ws_hist {
 	X(PY_THREAD_UNKNOWN, "python_threads_unknown", LOSS)        /* stack of a Python process's thread with no known thread state yet: native frames only */ \
 	X(PY_CUT, "python_frames_cut", LOSS)                        /* Python frame chain cut: deeper than WS_PY_MAX_FRAMES, unreadable or implausible */ \
 	X(TRACE_EVENTS, "trace_events", EVENT)                      /* state changes sent to a running /trace recording */ \
-	X(TRACE_LOST, "trace_events_lost", LOSS)                    /* state change of a traced thread dropped: trace ring buffer full */
+	X(TRACE_LOST, "trace_events_lost", LOSS)                    /* state change of a traced thread dropped: trace ring buffer full */ \
+	X(UNWIND_PENDING_WALKS, "unwind_pending_walks", EVENT)      /* user stacks walked while their process's tables were pending (innermost frame checked) */ \
+	X(UNWIND_PENDING, "unwind_tables_pending", LOSS)            /* walk ended at code whose table was pending: [tables pending] frame */
 
 /* Indexes of the per-CPU `stats` array. */
 enum ws_stat {
@@ -514,7 +526,7 @@ _Static_assert(sizeof(struct ws_unwind_mapping) == 40, "ws_unwind_mapping size")
 _Static_assert(sizeof(struct ws_java_code) == 160, "ws_java_code size");
 _Static_assert(sizeof(struct ws_python_code) == 40, "ws_python_code size");
 _Static_assert(sizeof(struct ws_py_thread_key) == 16, "ws_py_thread_key size");
-_Static_assert(sizeof(struct ws_unwind_proc) == 8 + 40 * WS_UNWIND_MAX_MAPPINGS + 160 + 40,
+_Static_assert(sizeof(struct ws_unwind_proc) == 16 + 40 * WS_UNWIND_MAX_MAPPINGS + 160 + 40,
 	       "ws_unwind_proc size");
 _Static_assert(sizeof(struct ws_thread_totals) == 104 + 4 * WS_SLEEP_SLOTS, "ws_thread_totals size");
 _Static_assert(sizeof(struct ws_hist_key) == 16, "ws_hist_key size");

@@ -18,7 +18,7 @@ use super::{
 };
 use crate::process::{files::FileKey, ProcKey};
 use crate::{
-    bpf::abi::{State, JAVA_METHOD_TAG},
+    bpf::abi::{State, JAVA_METHOD_TAG, UNWIND_PENDING_FRAME},
     collect::{RawLive, RawRecord, RawStack, RecordKind},
     jvm::frames,
     profile::{Frame, Stack},
@@ -37,8 +37,14 @@ enum Location {
     /// Java frames read from the JVM: a compiled method and the methods
     /// inlined into it, outermost first, or one interpreted method.
     Java(Vec<Frame>),
+    /// Where the walk stopped for want of a table not loaded yet.
+    Pending,
     Unknown,
 }
+
+/// The frame in place of the callers a walk could not vouch for because
+/// their code's unwind table was still pending.
+pub const PENDING_FRAME: &str = "[tables pending]";
 
 /// What naming one stack needs, from a record or a live thread.
 #[derive(Clone, Copy)]
@@ -154,7 +160,7 @@ impl Symbolizer {
             .iter()
             .enumerate()
             .map(|(i, &ip)| {
-                if ip & JAVA_METHOD_TAG != 0 {
+                if ip & JAVA_METHOD_TAG != 0 || ip == UNWIND_PENDING_FRAME {
                     return (ip, None);
                 }
                 // Callers' frames hold return addresses, which may already
@@ -174,6 +180,7 @@ impl Symbolizer {
                 Some(Found::File { file, offset }) => Location::File { file, offset },
                 Some(Found::Vdso) => Location::Vdso,
                 Some(Found::Anon) => self.locate_jit(key, addr, i == 0, jvm),
+                None if addr == UNWIND_PENDING_FRAME => Location::Pending,
                 None if jvm && addr & JAVA_METHOD_TAG != 0 => {
                     let method = addr & !JAVA_METHOD_TAG;
                     Location::Java(vec![self.java.interpreted(key, method, &mut self.interner)])
@@ -303,6 +310,7 @@ impl Symbolizer {
                 Location::Vdso => user.push(vdso.clone()),
                 Location::Jit(frame) => user.push(frame.clone()),
                 Location::Java(java) => user.extend(java.iter().rev().cloned()),
+                Location::Pending => user.push(self.intern(PENDING_FRAME)),
                 Location::Unknown => user.push(unknown.clone()),
             }
         }

@@ -42,12 +42,27 @@ pub(super) struct ProcState {
     pub written_python: Option<UnwindPython>,
     /// Tables in its entry evicted since its program started.
     pub tables_evicted: u32,
+    /// Whether its entry says that some of its tables are pending (BPF
+    /// then checks the walk's innermost frame and marks where it ends).
+    pub written_pending: bool,
 }
 
 impl ProcState {
     /// Whether the process has a BPF entry.
     pub fn has_entry(&self) -> bool {
-        !self.written.is_empty() || self.written_java.is_some() || self.written_python.is_some()
+        !self.written.is_empty()
+            || self.written_java.is_some()
+            || self.written_python.is_some()
+            || self.written_pending
+    }
+
+    /// Whether some of its files' tables are not built yet.
+    pub fn tables_pending(&self, files: &HashMap<FileKey, FileEntry>) -> bool {
+        self.mappings.iter().any(|m| {
+            files
+                .get(&m.key)
+                .is_some_and(|f| matches!(f.state, TableState::Pending))
+        })
     }
 }
 

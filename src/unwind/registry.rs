@@ -296,11 +296,21 @@ impl Registry {
         let mut written_java = None;
         let mut written_python = None;
         let mut tables_evicted = 0;
+        let mut written_pending = false;
         let java_until = old
             .as_ref()
             .filter(|o| o.key == image.key())
             .and_then(|o| o.java_retry)
             .map_or(now + JAVA_RETRY_FOR, |(_, until)| until);
+        // The entry BPF writes at an exec (epoch 0: all tables pending)
+        // is not ours to keep: written below if still true.
+        let ours = match self.maps.procs.get(&pid, 0) {
+            Ok(entry) if entry.epoch == 0 => {
+                let _ = self.maps.procs.remove(&pid);
+                false
+            }
+            found => found.is_ok(),
+        };
         if let Some(old) = old {
             self.detach(&old.mappings, old.uid);
             seen = old.seen;
@@ -309,10 +319,11 @@ impl Registry {
             }
             // An entry still there need not be written again if unchanged
             // (a new epoch would empty BPF's cache of its rules).
-            if self.maps.procs.get(&pid, 0).is_ok() {
+            if ours {
                 written = old.written;
                 written_java = old.written_java;
                 written_python = old.written_python;
+                written_pending = old.written_pending;
             }
         }
         let java = self.java.as_ref().and_then(|of| of(pid, &mappings));
@@ -345,6 +356,7 @@ impl Registry {
                 python,
                 written_python,
                 tables_evicted,
+                written_pending,
             },
         );
         self.write_entry(pid);
@@ -385,18 +397,25 @@ impl Registry {
         }
         let dropped = candidates.len().saturating_sub(UNWIND_MAX_MAPPINGS);
         let (entry, left_out) = choose(candidates);
+        let pending = p.tables_pending(&self.files);
         let Some(p) = self.procs.get_mut(&pid) else {
             return;
         };
         p.left_out = left_out;
-        if p.written == entry && p.written_java == p.java && p.written_python == p.python {
+        if p.written == entry
+            && p.written_java == p.java
+            && p.written_python == p.python
+            && p.written_pending == pending
+        {
             return;
         }
         self.stats.mappings_dropped += dropped as u64;
-        self.epoch = self.epoch.wrapping_add(1);
+        // Never 0: that is the entry BPF writes at an exec.
+        self.epoch = self.epoch.wrapping_add(1).max(1);
         let mut proc = UnwindProc {
             epoch: self.epoch,
             count: entry.len() as u32,
+            pending: u32::from(pending),
             ..UnwindProc::default()
         };
         for (slot, (_, m)) in proc.mappings.iter_mut().zip(&entry) {
@@ -405,7 +424,7 @@ impl Registry {
         let (java, python) = (p.java, p.python);
         proc.java = java.unwrap_or_default();
         proc.python = python.unwrap_or_default();
-        if entry.is_empty() && java.is_none() && python.is_none() {
+        if entry.is_empty() && java.is_none() && python.is_none() && !pending {
             let _ = self.maps.procs.remove(&pid);
         } else if let Err(err) = self.insert_entry(pid, proc) {
             tracing::debug!(pid, "registering unwind tables: {err}");
@@ -420,6 +439,7 @@ impl Registry {
         p.written = entry;
         p.written_java = java;
         p.written_python = python;
+        p.written_pending = pending;
     }
 
     /// Processes mapping `key` (`in_entry`: whose entry holds its table).
@@ -465,6 +485,7 @@ impl Registry {
             .filter(|p| !p.written.is_empty())
             .count() as u64;
         s.processes_pending = self.queue.len() as u64;
+        s.processes_tables_pending = procs.values().filter(|p| p.written_pending).count() as u64;
         let max_rows = held::max_build_rows((self.maps.capacity / MAX_TABLE_SHARE) as usize);
         held::publish(files.len(), procs.len(), max_rows);
         s.last_update_us = now.elapsed().as_micros() as u64;

@@ -40,6 +40,10 @@ pub struct UnwindStats {
     /// Processes seen but not registered yet (first come, first served,
     /// ahead of any table build or re-read).
     pub processes_pending: u64,
+    /// Registered processes some of whose tables are not built yet: BPF
+    /// checks their stacks' innermost frame and ends a walk it cannot
+    /// vouch for with a `[tables pending]` frame (`unwind_tables_pending`).
+    pub processes_tables_pending: u64,
     /// New processes not registered because as many as `unwind_procs`
     /// holds (8192) already were and their user held its share of it
     /// (each attempt).

@@ -61,5 +61,6 @@ mod trace;
 mod unwind;
 mod unwind_crowded;
 mod unwind_fair;
+mod unwind_pending;
 mod web_ui;
 mod web_ui_host;

@@ -87,6 +87,7 @@ impl Registry {
             return;
         };
         f.tried = Some(now);
+        let was_pending = matches!(f.state, TableState::Pending);
         let through: Vec<(u32, ExecMapping)> = self
             .procs
             .iter()
@@ -146,11 +147,13 @@ impl Registry {
             TableState::Out { .. } => self.stats.tables_no_room += 1,
             TableState::Loaded { .. } | TableState::Pending => {}
         }
-        let loaded = matches!(state, TableState::Loaded { .. });
+        // Its users' entries change: a table to walk with, or no longer
+        // pending (a file that keeps frame pointers, or none to be had).
+        let rewrite = matches!(state, TableState::Loaded { .. }) || was_pending;
         if let Some(f) = self.files.get_mut(&key) {
             f.state = state;
         }
-        if loaded {
+        if rewrite {
             for pid in self.users_of(key, false) {
                 self.write_entry(pid);
             }
