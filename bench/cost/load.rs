@@ -1,0 +1,144 @@
+//! The cost bench's own services and the busy host around them, each a
+//! [`Group`] that dies with the bench: a CPython service whose background
+//! thread holds the GIL (`bench/workloads/cost_service.py`), a JVM of 16
+//! pool workers run without any profiling flag (`SoakJvm`), a C program
+//! built without frame pointers (`tests/workloads/nofp.c`); on the busy
+//! host also two `yes` loops and ~20 short-lived `/bin/true` a second
+//! (`soak_spawner`).
+
+use crate::common::{build_c, check, find_tool, group::Group, ROOT};
+use anyhow::{bail, Result};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// How long the C program without frame pointers burns (longer than any
+/// run; it is killed with the bench).
+const NOFP_SECONDS: &str = "86400";
+/// Short-lived processes the busy host starts a second.
+pub const SPAWN_RATE: u32 = 20;
+/// The `yes` loops of the busy host.
+pub const BUSY_LOOPS: usize = 2;
+/// The JVM's flags: a heap bound only; no profiling flag (no
+/// `-XX:+PreserveFramePointer`, no agent).
+pub const JVM_FLAGS: [&str; 1] = ["-Xmx256m"];
+
+/// What the workloads run from, built once.
+pub struct Built {
+    pub dir: PathBuf,
+    pub java: PathBuf,
+    pub python: PathBuf,
+    pub nofp: PathBuf,
+    pub spawner: PathBuf,
+}
+
+/// Compiles the C programs and the JVM's class into `dir`.
+pub fn build(dir: &Path) -> Result<Built> {
+    let java = find_tool("java", "openjdk-17-jdk-headless")?;
+    let javac = find_tool("javac", "openjdk-17-jdk-headless")?;
+    let python = find_tool("python3.11", "python3.11")?;
+    let nofp = dir.join("nofp");
+    let src = Path::new(ROOT).join("tests/workloads/nofp.c");
+    build_c(&src, &nofp, &["-O2", "-fomit-frame-pointer"])?;
+    let spawner = dir.join("soak_spawner");
+    let src = Path::new(ROOT).join("bench/workloads/soak_spawner.c");
+    build_c(&src, &spawner, &["-O2"])?;
+    let src = Path::new(ROOT).join("bench/workloads/SoakJvm.java");
+    check(Command::new(javac).arg("-d").arg(dir).arg(src))?;
+    Ok(Built {
+        dir: dir.to_path_buf(),
+        java,
+        python,
+        nofp,
+        spawner,
+    })
+}
+
+/// A running process of the load, named for the report.
+pub struct Running {
+    pub name: String,
+    pub group: Group,
+}
+
+/// The processes of a scenario's load.
+#[derive(Default)]
+pub struct Load {
+    pub procs: Vec<Running>,
+}
+
+impl Load {
+    /// Spawns `cmd` (named `name`); with `ready`, waits for its `ready PID`
+    /// line.
+    pub fn spawn(&mut self, name: &str, cmd: &mut Command, ready: bool) -> Result<()> {
+        cmd.stdin(Stdio::null()).stderr(Stdio::null());
+        cmd.stdout(if ready { Stdio::piped() } else { Stdio::null() });
+        Group::ignore_sigpipe(cmd);
+        let mut group = Group::spawn(cmd, libc::SIGKILL)?;
+        if ready {
+            group.wait_ready(name)?;
+        }
+        self.procs.push(Running {
+            name: name.to_string(),
+            group,
+        });
+        Ok(())
+    }
+
+    /// Fails if a process has exited.
+    pub fn check_alive(&mut self) -> Result<()> {
+        for p in &mut self.procs {
+            if let Some(status) = p.group.0 .0.try_wait()? {
+                bail!("{} exited with {status}", p.name);
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends `sig` to each process's group: SIGSTOP holds the load while a
+    /// daemon starts (loading its programs took over 180 s beside it on a
+    /// shared 2-CPU host), SIGCONT lets it go on.
+    pub fn signal(&self, sig: libc::c_int) {
+        for p in &self.procs {
+            // SAFETY: kill(2) on the group our child leads.
+            unsafe { libc::kill(-(p.group.pid() as libc::pid_t), sig) };
+        }
+    }
+
+    /// `name (pid)` of each process, for the report.
+    pub fn describe(&self) -> Vec<String> {
+        let one = |p: &Running| format!("`{}` (pid {})", p.name, p.group.pid());
+        self.procs.iter().map(one).collect()
+    }
+}
+
+/// Our own services: the CPython service, the JVM and the C program
+/// without frame pointers (the calm host of the side-by-side part).
+pub fn services(b: &Built) -> Result<Load> {
+    let mut load = Load::default();
+    let script = Path::new(ROOT).join("bench/workloads/cost_service.py");
+    let mut cmd = Command::new(&b.python);
+    load.spawn("cost_service.py", cmd.arg(script), true)?;
+    let mut cmd = Command::new(&b.java);
+    cmd.args(JVM_FLAGS).arg("-cp").arg(&b.dir).arg("SoakJvm");
+    load.spawn("java -Xmx256m SoakJvm", &mut cmd, true)?;
+    let mut cmd = Command::new(&b.nofp);
+    load.spawn(
+        "nofp (-O2 -fomit-frame-pointer)",
+        cmd.arg(NOFP_SECONDS),
+        true,
+    )?;
+    Ok(load)
+}
+
+/// What makes the host busy besides the services: the `yes` loops and the
+/// short-lived processes.
+pub fn busy(b: &Built) -> Result<Load> {
+    let mut load = Load::default();
+    let yes = find_tool("yes", "coreutils")?;
+    for _ in 0..BUSY_LOOPS {
+        load.spawn("yes", &mut Command::new(&yes), false)?;
+    }
+    let mut cmd = Command::new(&b.spawner);
+    let name = format!("soak_spawner {SPAWN_RATE} (/bin/true)");
+    load.spawn(&name, cmd.arg(SPAWN_RATE.to_string()), false)?;
+    Ok(load)
+}
