@@ -119,7 +119,7 @@ fn run() -> Result<()> {
 /// stays up for the hostile one).
 fn scenarios(bin: &Path, built: &load::Built, secs: u64, dir: &Path) -> Result<Vec<Scenario>> {
     let mut out = Vec::new();
-    let mut none = Load::default();
+    let mut none = Load::new(dir);
     out.push(scenario(bin, "quiet", &mut [&mut none], secs, dir)?);
     let mut services = load::services(built)?;
     let mut busy = load::busy(built)?;

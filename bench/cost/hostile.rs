@@ -74,7 +74,7 @@ pub fn start(b: &Built) -> Result<Hostile> {
     let spawner = d.join("soak_spawner");
     fs::copy(&b.spawner, &spawner)?;
 
-    let mut load = Load::default();
+    let mut load = Load::new(&b.dir);
     let mut hostile = |name: String, cmd: &mut std::process::Command, ready: bool| {
         // The attackers write their perf maps in /tmp, not here.
         load.spawn(&name, cmd.current_dir(d), ready)

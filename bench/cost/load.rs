@@ -6,14 +6,17 @@
 //! host also two `yes` loops and ~20 short-lived `/bin/true` a second
 //! (`soak_spawner`).
 
-use crate::common::{build_c, check, find_tool, group::Group, ROOT};
-use anyhow::{bail, Result};
+use crate::common::{build_c, check, find_tool, group::Group, log_tail, ROOT};
+use anyhow::{bail, Context, Result};
+use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// How long the C program without frame pointers burns (longer than any
 /// run; it is killed with the bench).
 const NOFP_SECONDS: &str = "86400";
+/// The CPython of the services and of the hostile mix.
+const PYTHON: &str = "/usr/bin/python3.11";
 /// Short-lived processes the busy host starts a second.
 pub const SPAWN_RATE: u32 = 20;
 /// The `yes` loops of the busy host.
@@ -35,7 +38,12 @@ pub struct Built {
 pub fn build(dir: &Path) -> Result<Built> {
     let java = find_tool("java", "openjdk-17-jdk-headless")?;
     let javac = find_tool("javac", "openjdk-17-jdk-headless")?;
-    let python = find_tool("python3.11", "python3.11")?;
+    // Debian's, not a pyenv shim on PATH: `nobody` cannot read root's
+    // pyenv.
+    let python = PathBuf::from(PYTHON);
+    if !python.is_file() {
+        bail!("{PYTHON} not found: install the python3.11 package");
+    }
     let nofp = dir.join("nofp");
     let src = Path::new(ROOT).join("tests/workloads/nofp.c");
     build_c(&src, &nofp, &["-O2", "-fomit-frame-pointer"])?;
@@ -60,21 +68,36 @@ pub struct Running {
 }
 
 /// The processes of a scenario's load.
-#[derive(Default)]
 pub struct Load {
     pub procs: Vec<Running>,
+    /// Where their stderr goes, a file each.
+    logs: PathBuf,
 }
 
 impl Load {
+    pub fn new(logs: &Path) -> Load {
+        Load {
+            procs: Vec::new(),
+            logs: logs.to_path_buf(),
+        }
+    }
+
     /// Spawns `cmd` (named `name`); with `ready`, waits for its `ready PID`
-    /// line.
+    /// line (an error shows the end of its stderr).
     pub fn spawn(&mut self, name: &str, cmd: &mut Command, ready: bool) -> Result<()> {
-        cmd.stdin(Stdio::null()).stderr(Stdio::null());
+        let file: String = name
+            .chars()
+            .filter(char::is_ascii_alphanumeric)
+            .take(40)
+            .collect();
+        let log = self.logs.join(format!("{}-{file}.log", self.procs.len()));
+        cmd.stdin(Stdio::null()).stderr(fs::File::create(&log)?);
         cmd.stdout(if ready { Stdio::piped() } else { Stdio::null() });
         Group::ignore_sigpipe(cmd);
         let mut group = Group::spawn(cmd, libc::SIGKILL)?;
         if ready {
-            group.wait_ready(name)?;
+            let started = group.wait_ready(name);
+            started.with_context(|| format!("its stderr:\n{}", log_tail(&log, 20)))?;
         }
         self.procs.push(Running {
             name: name.to_string(),
@@ -113,7 +136,7 @@ impl Load {
 /// Our own services: the CPython service, the JVM and the C program
 /// without frame pointers (the calm host of the side-by-side part).
 pub fn services(b: &Built) -> Result<Load> {
-    let mut load = Load::default();
+    let mut load = Load::new(&b.dir);
     let script = Path::new(ROOT).join("bench/workloads/cost_service.py");
     let mut cmd = Command::new(&b.python);
     load.spawn("cost_service.py", cmd.arg(script), true)?;
@@ -132,7 +155,7 @@ pub fn services(b: &Built) -> Result<Load> {
 /// What makes the host busy besides the services: the `yes` loops and the
 /// short-lived processes.
 pub fn busy(b: &Built) -> Result<Load> {
-    let mut load = Load::default();
+    let mut load = Load::new(&b.dir);
     let yes = find_tool("yes", "coreutils")?;
     for _ in 0..BUSY_LOOPS {
         load.spawn("yes", &mut Command::new(&yes), false)?;
