@@ -87,10 +87,19 @@ pub fn window(
         let stat = fs::read_to_string(format!("/proc/{pid}/stat"))?;
         Ok(procfs::stat_ticks(&stat)?.1)
     };
+    // On a very busy host one read may time out (2 s): tried for 60 s.
     let counters = |port: u16| -> Result<Counters> {
-        let h = healthz(port);
-        let c = h.as_ref().and_then(Counters::of);
-        c.ok_or_else(|| anyhow::anyhow!("no pipeline counters in /healthz"))
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(c) = healthz(port).as_ref().and_then(Counters::of) {
+                return Ok(c);
+            }
+            ensure!(
+                Instant::now() < deadline,
+                "no pipeline counters in /healthz for 60 s"
+            );
+            sleep(POLL);
+        }
     };
     let first = port.map(counters).transpose()?;
     let mut previous = first;
