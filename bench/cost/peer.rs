@@ -4,7 +4,8 @@
 //! order swapped in the second round.
 //!
 //! The peer is built from the Go module proxy at the version pinned in
-//! `bench/cost/peer/go.mod` (its BPF objects are prebuilt in the module),
+//! `bench/cost/peer/go.mod` (its BPF objects are prebuilt in the module;
+//! one file replaced, see [`patched`]),
 //! with the OTLP gRPC receiver it needs beside it (`bench/cost/peer/
 //! main.go`: the profiler dials its collector before it starts, and the
 //! receiver counts what it is sent). A peer that cannot be built or run
@@ -94,21 +95,56 @@ pub fn build(out: &Path) -> Result<Peer, String> {
     let profiler = out.join("ebpf-profiler");
     let sink = out.join("otlp-sink");
     let go = go();
-    let build = |target: &str, bin: &Path| {
+    let modfile = patched(&go, &dir, &gomod, &version)?;
+    let build = |target: &str, bin: &Path, modfile: Option<&Path>| {
         let mut cmd = Command::new(&go);
-        cmd.args(["build", "-o"])
-            .arg(bin)
-            .arg(target)
-            .current_dir(&dir);
+        cmd.arg("build");
+        if let Some(m) = modfile {
+            cmd.arg(format!("-modfile={}", m.display()));
+        }
+        cmd.arg("-o").arg(bin).arg(target).current_dir(&dir);
         run_recorded(&mut cmd)
     };
-    build(MODULE, &profiler)?;
-    build(".", &sink)?;
+    build(MODULE, &profiler, Some(&modfile))?;
+    build(".", &sink, None)?;
     Ok(Peer {
         profiler,
         sink,
         version,
     })
+}
+
+/// The pinned module as the Go proxy serves it, copied with one file
+/// replaced (`bench/cost/peer/overlay/rlimit.go`: unpatched, the peer
+/// exits at start where raising RLIMIT_MEMLOCK is not permitted, as in a
+/// container without CAP_SYS_RESOURCE), and a go.mod that points at the
+/// copy; returns that go.mod. In `target/cost-peer`, a fixed directory:
+/// Go's build cache keys on it.
+fn patched(go: &Path, dir: &Path, gomod: &str, version: &str) -> Result<PathBuf, String> {
+    let work = Path::new(ROOT).join("target/cost-peer");
+    let copy = work.join("ebpf-profiler");
+    run_recorded(
+        Command::new(go)
+            .args(["mod", "download", MODULE])
+            .current_dir(dir),
+    )?;
+    let out = Command::new(go).args(["env", "GOMODCACHE"]).output();
+    let cache = out.map_err(|e| format!("go env GOMODCACHE: {e}"))?.stdout;
+    let src = Path::new(String::from_utf8_lossy(&cache).trim()).join(format!("{MODULE}@{version}"));
+    let sh = format!(
+        "rm -rf \"$1\" && mkdir -p \"$1\" && cp -r \"$2/.\" \"$1\" && chmod -R u+w \"$1\" && cp \"$3\" \"$1/rlimit/rlimit.go\""
+    );
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", &sh, "sh"])
+        .arg(&copy)
+        .arg(&src)
+        .arg(dir.join("overlay/rlimit.go"));
+    run_recorded(&mut cmd)?;
+    let modfile = work.join("go.mod");
+    let text = format!("{gomod}\nreplace {MODULE} => {}\n", copy.display());
+    std::fs::write(&modfile, text).map_err(|e| e.to_string())?;
+    std::fs::copy(dir.join("go.sum"), work.join("go.sum")).map_err(|e| e.to_string())?;
+    Ok(modfile)
 }
 
 /// Runs the rounds beside `services`; a peer that fails to run is an
@@ -272,7 +308,9 @@ pub fn render(outcome: &Outcome, services: &[String]) -> String {
          - wallscope: default flags (99 Hz, off-CPU on); the peer: `{MODULE}` built from the Go \
          module proxy (`bench/cost/peer/go.mod`), flags `{}` and `-collection-agent` a local OTLP \
          gRPC receiver that counts and drops (`bench/cost/peer/main.go`); off-CPU off (the peer's \
-         needs a kprobe, which this host's kernel does not offer)\n",
+         needs a kprobe, which this host's kernel does not offer); built with `rlimit/rlimit.go` \
+         replaced by `bench/cost/peer/overlay/rlimit.go` (unpatched it exits at start: raising \
+         RLIMIT_MEMLOCK needs CAP_SYS_RESOURCE, which this host's root lacks)\n",
         services.join("; "),
         PEER_FLAGS.join(" ")
     );

@@ -18,6 +18,8 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
 	"google.golang.org/grpc"
+	// The profiler compresses its requests.
+	_ "google.golang.org/grpc/encoding/gzip"
 )
 
 type sink struct {
