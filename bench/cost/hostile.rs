@@ -7,7 +7,7 @@
 //!   distinct unwind tables and symbol files), 30 started a second.
 //!
 //! Everything runs from a directory in `/var/tmp` that `nobody` can use,
-//! removed with the perf maps when the mix is dropped.
+//! removed when the mix is dropped (the perf maps go with the [`Load`]).
 
 use crate::common::{as_nobody, build_c, build_workload, ROOT};
 use crate::load::{Built, Load};
@@ -33,21 +33,8 @@ const BINARY_MS: u32 = 10;
 /// The running mix.
 pub struct Hostile {
     pub load: Load,
-    /// Removed once the mix is killed (fields drop after `drop`).
+    /// Removed after the load is killed (fields drop in order).
     _dir: TempDir,
-}
-
-impl Drop for Hostile {
-    fn drop(&mut self) {
-        // setpriv execs in place: an attacker's pid is its group's.
-        let pids: Vec<u32> = self.load.procs.iter().map(|p| p.group.pid()).collect();
-        // Killed first, so that no map is written again once removed.
-        self.load.procs.clear();
-        for pid in pids {
-            let _ = fs::remove_file(format!("/tmp/perf-{pid}.map"));
-            let _ = fs::remove_file(format!("/tmp/perf-{pid}.map.tmp"));
-        }
-    }
 }
 
 /// Builds the attackers into a directory `nobody` can use and starts the

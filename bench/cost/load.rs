@@ -61,6 +61,19 @@ pub fn build(dir: &Path) -> Result<Built> {
     })
 }
 
+impl Drop for Load {
+    /// Kills the processes, then removes the perf maps they (the
+    /// attackers) or the daemon (a JVM's, through its attach) left in /tmp.
+    fn drop(&mut self) {
+        let pids: Vec<u32> = self.procs.iter().map(|p| p.group.pid()).collect();
+        self.procs.clear();
+        for pid in pids {
+            let _ = fs::remove_file(format!("/tmp/perf-{pid}.map"));
+            let _ = fs::remove_file(format!("/tmp/perf-{pid}.map.tmp"));
+        }
+    }
+}
+
 /// A running process of the load, named for the report.
 pub struct Running {
     pub name: String,

@@ -131,11 +131,10 @@ fn patched(go: &Path, dir: &Path, gomod: &str, version: &str) -> Result<PathBuf,
     let out = Command::new(go).args(["env", "GOMODCACHE"]).output();
     let cache = out.map_err(|e| format!("go env GOMODCACHE: {e}"))?.stdout;
     let src = Path::new(String::from_utf8_lossy(&cache).trim()).join(format!("{MODULE}@{version}"));
-    let sh = format!(
-        "rm -rf \"$1\" && mkdir -p \"$1\" && cp -r \"$2/.\" \"$1\" && chmod -R u+w \"$1\" && cp \"$3\" \"$1/rlimit/rlimit.go\""
-    );
+    let sh = "rm -rf \"$1\" && mkdir -p \"$1\" && cp -r \"$2/.\" \"$1\" && chmod -R u+w \"$1\" \
+              && cp \"$3\" \"$1/rlimit/rlimit.go\"";
     let mut cmd = Command::new("sh");
-    cmd.args(["-c", &sh, "sh"])
+    cmd.args(["-c", sh, "sh"])
         .arg(&copy)
         .arg(&src)
         .arg(dir.join("overlay/rlimit.go"));
