@@ -33,6 +33,7 @@ bench:
     cargo bench --bench push
     cargo bench --bench history
     cargo bench --bench history_query
+    COST_BENCH_PEER=1 cargo bench --bench cost
     cargo bench --bench history_disk --features compare-stores
 
 # Rewrite every golden file in tests/golden/ after an intended output

@@ -6,7 +6,7 @@
 
 use super::Guard;
 use anyhow::{bail, Context, Result};
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::sync::mpsc;
@@ -72,6 +72,26 @@ impl Group {
             Ok(line) if line.starts_with("ready ") => Ok(()),
             Ok(line) => bail!("{what} did not start: {line:?}"),
             Err(_) => bail!("{what} not ready after {READY_TIMEOUT:?}"),
+        }
+    }
+}
+
+impl Group {
+    /// Stops the child with SIGTERM and reads the counts it prints as it
+    /// exits, `KEY0 N KEY1 M` (its stdout, piped and not read before).
+    pub fn stop_counts(&mut self, keys: [&str; 2]) -> Result<(u64, u64)> {
+        let mut stdout = self.0 .0.stdout.take().context("stdout not piped")?;
+        self.0.stop(libc::SIGTERM)?;
+        let mut out = String::new();
+        stdout.read_to_string(&mut out)?;
+        let num = |key: &str| -> Option<u64> {
+            let mut words = out.split_whitespace();
+            words.find(|w| *w == key)?;
+            words.next()?.parse().ok()
+        };
+        match (num(keys[0]), num(keys[1])) {
+            (Some(a), Some(b)) => Ok((a, b)),
+            _ => bail!("it printed {out:?}"),
         }
     }
 }

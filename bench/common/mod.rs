@@ -100,6 +100,17 @@ pub fn find_tool(program: &str, package: &str) -> Result<PathBuf> {
 /// (`tests/support/mod.rs`: frame pointers, no inlining, no sibling
 /// calls, so every function shows in its stacks), runnable by everyone.
 pub fn build_workload(src: &Path, out: &Path) -> Result<()> {
+    let fp = [
+        "-O1",
+        "-fno-omit-frame-pointer",
+        "-mno-omit-leaf-frame-pointer",
+    ];
+    build_c(src, out, &fp)
+}
+
+/// Compiles the C program `src` to `out` with clang, `flags` and no
+/// inlining or sibling calls, runnable by everyone.
+pub fn build_c(src: &Path, out: &Path, flags: &[&str]) -> Result<()> {
     let mut cmd = Command::new("clang");
     cmd.args([
         "-g",
@@ -107,11 +118,7 @@ pub fn build_workload(src: &Path, out: &Path) -> Result<()> {
         "-pthread",
         "-fno-optimize-sibling-calls",
     ])
-    .args([
-        "-O1",
-        "-fno-omit-frame-pointer",
-        "-mno-omit-leaf-frame-pointer",
-    ])
+    .args(flags)
     .arg("-o")
     .arg(out)
     .arg(src)
@@ -119,6 +126,21 @@ pub fn build_workload(src: &Path, out: &Path) -> Result<()> {
     check(&mut cmd)?;
     fs::set_permissions(out, fs::Permissions::from_mode(0o755))?;
     Ok(())
+}
+
+/// The unprivileged user that benches run hostile workloads as.
+pub const NOBODY: &str = "65534";
+
+/// A command that runs `program` as `nobody` (uid and gid 65534, no
+/// supplementary groups), through `setpriv`. The kernel clears a parent
+/// death signal when the uid changes: `--pdeathsig keep` sets it again, so
+/// that a [`group::Group`]'s child still dies with the bench.
+pub fn as_nobody(program: &Path) -> Command {
+    let mut cmd = Command::new("setpriv");
+    cmd.args(["--reuid", NOBODY, "--regid", NOBODY, "--clear-groups"])
+        .args(["--pdeathsig", "keep", "--"])
+        .arg(program);
+    cmd
 }
 
 /// The release daemon, built first if missing.

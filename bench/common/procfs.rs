@@ -1,6 +1,6 @@
 //! What `/proc` says of a process, its threads and the host: memory
-//! (`status`), CPU ticks (`stat`, per process or per thread) and the load
-//! average.
+//! (`status`), CPU ticks (`stat`, per process or per thread, kept across
+//! threads' exits by [`ThreadCpu`]), the host's CPU and load average.
 
 use anyhow::{ensure, Context, Result};
 use std::collections::BTreeMap;
@@ -63,4 +63,58 @@ pub fn host_forks() -> Result<u64> {
     let stat = fs::read_to_string("/proc/stat")?;
     let line = stat.lines().find_map(|l| l.strip_prefix("processes "));
     Ok(line.context("no processes in /proc/stat")?.trim().parse()?)
+}
+
+/// A process's CPU ticks by thread, kept across samples: a thread's
+/// first sample (0 for one born after the first) and last.
+#[derive(Default)]
+pub struct ThreadCpu {
+    /// tid to `(comm, ticks at its first sample, ticks at its last)`.
+    seen: BTreeMap<u32, (String, u64, u64)>,
+    sampled: bool,
+}
+
+impl ThreadCpu {
+    pub fn sample(&mut self, pid: u32) -> Result<()> {
+        for (tid, (comm, ticks)) in thread_ticks(pid)? {
+            let first = if self.sampled { 0 } else { ticks };
+            let e = self.seen.entry(tid).or_insert((comm.clone(), first, ticks));
+            (e.0, e.2) = (comm, ticks);
+        }
+        self.sampled = true;
+        Ok(())
+    }
+
+    /// CPU seconds used between the first and last samples, by thread
+    /// name, most first. A thread that exited between two samples loses
+    /// its time since the earlier one.
+    pub fn by_name(&self) -> Vec<(String, f64)> {
+        let mut sums: BTreeMap<&str, u64> = BTreeMap::new();
+        for (comm, first, last) in self.seen.values() {
+            *sums.entry(comm).or_default() += last.saturating_sub(*first);
+        }
+        let tck = clock_ticks();
+        let mut v: Vec<(String, f64)> = sums
+            .into_iter()
+            .map(|(c, t)| (c.to_string(), t as f64 / tck))
+            .collect();
+        v.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        v
+    }
+}
+
+/// Host CPU ticks since boot, busy (all but idle and iowait) and total,
+/// from the `cpu` line of `/proc/stat`.
+pub fn host_cpu() -> Result<(u64, u64)> {
+    let stat = fs::read_to_string("/proc/stat")?;
+    let line = stat.lines().find_map(|l| l.strip_prefix("cpu "));
+    let ticks: Vec<u64> = line
+        .context("no cpu in /proc/stat")?
+        .split_whitespace()
+        .map(str::parse)
+        .collect::<Result<_, _>>()?;
+    ensure!(ticks.len() >= 5, "short cpu line in /proc/stat");
+    // guest and guest_nice (fields 9, 10) are already in user and nice.
+    let total: u64 = ticks.iter().take(8).sum();
+    Ok((total - ticks[3] - ticks[4], total))
 }

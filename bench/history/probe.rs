@@ -3,7 +3,7 @@
 //! resolution over a window, the latency of `/threads`, and the daemon's
 //! CPU by thread name.
 
-use crate::common::procfs;
+pub use crate::common::procfs::ThreadCpu;
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -237,43 +237,5 @@ impl LatencyProbe {
 impl Drop for LatencyProbe {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
-    }
-}
-
-/// The daemon's CPU ticks by thread, kept across samples: a thread's
-/// first sample (0 for one born after the first) and last.
-#[derive(Default)]
-pub struct ThreadCpu {
-    /// tid to `(comm, ticks at its first sample, ticks at its last)`.
-    seen: BTreeMap<u32, (String, u64, u64)>,
-    sampled: bool,
-}
-
-impl ThreadCpu {
-    pub fn sample(&mut self, pid: u32) -> Result<()> {
-        for (tid, (comm, ticks)) in procfs::thread_ticks(pid)? {
-            let first = if self.sampled { 0 } else { ticks };
-            let e = self.seen.entry(tid).or_insert((comm.clone(), first, ticks));
-            (e.0, e.2) = (comm, ticks);
-        }
-        self.sampled = true;
-        Ok(())
-    }
-
-    /// CPU seconds used between the first and last samples, by thread
-    /// name, most first. A thread that exited between two samples loses
-    /// its time since the earlier one.
-    pub fn by_name(&self) -> Vec<(String, f64)> {
-        let mut sums: BTreeMap<&str, u64> = BTreeMap::new();
-        for (comm, first, last) in self.seen.values() {
-            *sums.entry(comm).or_default() += last.saturating_sub(*first);
-        }
-        let tck = procfs::clock_ticks();
-        let mut v: Vec<(String, f64)> = sums
-            .into_iter()
-            .map(|(c, t)| (c.to_string(), t as f64 / tck))
-            .collect();
-        v.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        v
     }
 }

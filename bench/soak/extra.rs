@@ -3,7 +3,7 @@
 //! every build spawns hundreds of processes), and one hostile input of
 //! each kind the security tests use, run as `nobody` like they are.
 
-use crate::common::{build_workload, find_tool, ROOT};
+use crate::common::{as_nobody, build_workload, find_tool, ROOT};
 use crate::load::Group;
 use anyhow::{Context, Result};
 use std::fs;
@@ -14,9 +14,6 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
-
-/// The unprivileged user the attackers run as.
-const NOBODY: &str = "65534";
 
 /// The crate built in a loop: two dependencies with their own trees.
 const CARGO_TOML: &str = r#"[package]
@@ -190,10 +187,8 @@ impl Hostile {
 /// `dir/name args` as `nobody`, once it printed its `ready` line. It
 /// ignores SIGPIPE: the daemon hanging up on an attach is no reason to die.
 fn spawn_attacker(dir: &Path, name: &str, args: &[String]) -> Result<Group> {
-    let mut cmd = Command::new("setpriv");
-    cmd.args(["--reuid", NOBODY, "--regid", NOBODY, "--clear-groups", "--"])
-        .arg(dir.join(name))
-        .args(args)
+    let mut cmd = as_nobody(&dir.join(name));
+    cmd.args(args)
         .current_dir(dir)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

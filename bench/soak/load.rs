@@ -7,7 +7,6 @@ pub use crate::common::group::Group;
 use crate::common::{check, find_tool, ROOT};
 use crate::extra::{self, Hostile, Repeat};
 use anyhow::{bail, Context, Result};
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -100,19 +99,8 @@ impl Load {
     /// Stops the spawner; returns how many processes it started and how
     /// many spawns failed.
     pub fn stop_spawner(&mut self) -> Result<(u64, u64)> {
-        let mut stdout = self.spawner.0 .0.stdout.take().context("no stdout")?;
-        self.spawner.0.stop(libc::SIGTERM)?;
-        let mut out = String::new();
-        stdout.read_to_string(&mut out)?;
-        let num = |key: &str| -> Option<u64> {
-            let mut words = out.split_whitespace();
-            words.find(|w| *w == key)?;
-            words.next()?.parse().ok()
-        };
-        match (num("spawned"), num("failed")) {
-            (Some(s), Some(f)) => Ok((s, f)),
-            _ => bail!("soak_spawner printed {out:?}"),
-        }
+        let counts = self.spawner.stop_counts(["spawned", "failed"]);
+        counts.context("soak_spawner")
     }
 }
 

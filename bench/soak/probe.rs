@@ -4,11 +4,10 @@
 //! answer for, and how completely the many-threads process is recorded;
 //! and the host's load average.
 
-pub use crate::common::procfs::{host_forks, load_average};
+pub use crate::common::procfs::{host_cpu, host_forks, load_average};
 use crate::common::{healthz, procfs::status_kib};
 use anyhow::{bail, ensure, Context, Result};
 use serde_json::Value;
-use std::fs;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::{sleep, JoinHandle};
@@ -42,22 +41,6 @@ pub fn recorded_seconds(port: u16, pid: u32, window: u64) -> Result<u64> {
     let header = answer.header("x-wallscope-recorded-seconds");
     let seconds = header.and_then(|h| h.trim().parse().ok());
     seconds.with_context(|| format!("{url}: no x-wallscope-recorded-seconds header"))
-}
-
-/// Host CPU ticks since boot, busy (all but idle and iowait) and total,
-/// from the `cpu` line of `/proc/stat`.
-pub fn host_cpu() -> Result<(u64, u64)> {
-    let stat = fs::read_to_string("/proc/stat")?;
-    let line = stat.lines().find_map(|l| l.strip_prefix("cpu "));
-    let ticks: Vec<u64> = line
-        .context("no cpu in /proc/stat")?
-        .split_whitespace()
-        .map(str::parse)
-        .collect::<Result<_, _>>()?;
-    ensure!(ticks.len() >= 5, "short cpu line in /proc/stat");
-    // guest and guest_nice (fields 9, 10) are already in user and nice.
-    let total: u64 = ticks.iter().take(8).sum();
-    Ok((total - ticks[3] - ticks[4], total))
 }
 
 /// One `/healthz` answer seen by the poller.

@@ -1,8 +1,9 @@
 // The soak bench's process churn (bench/soak.rs): spawns RATE short-lived
-// processes (/bin/true) a second, paced on absolute deadlines, until
-// SIGTERM; then prints "spawned N" and exits. A late tick (busy host) is
-// not made up for with a burst: the schedule restarts from now.
-// Usage: soak_spawner RATE.
+// processes (/bin/true, or each PROGRAM in turn: the cost bench's distinct
+// binaries) a second, paced on absolute deadlines, until SIGTERM; then
+// prints "spawned N" and exits. A late tick (busy host) is not made up for
+// with a burst: the schedule restarts from now.
+// Usage: soak_spawner RATE [PROGRAM...].
 #define _GNU_SOURCE
 #include <signal.h>
 #include <spawn.h>
@@ -30,11 +31,13 @@ int main(int argc, char **argv)
 {
 	long rate = argc > 1 ? atol(argv[1]) : 100;
 	char *child[] = { "/bin/true", NULL };
+	char **programs = argc > 2 ? argv + 2 : child;
+	int count = argc > 2 ? argc - 2 : 1;
 	unsigned long spawned = 0, failed = 0;
 	struct timespec next, now;
 
 	if (rate <= 0) {
-		fprintf(stderr, "usage: soak_spawner RATE\n");
+		fprintf(stderr, "usage: soak_spawner RATE [PROGRAM...]\n");
 		return 2;
 	}
 	signal(SIGTERM, on_term);
@@ -43,6 +46,7 @@ int main(int argc, char **argv)
 	while (!stop) {
 		pid_t pid;
 
+		child[0] = programs[(spawned + failed) % count];
 		if (posix_spawn(&pid, child[0], NULL, NULL, child, environ) == 0)
 			spawned++;
 		else

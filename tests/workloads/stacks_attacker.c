@@ -3,8 +3,10 @@
 // sleep, over and over, behind a new random chain of DEPTH calls through
 // REGIONS JIT-like code regions, each named in /tmp/perf-PID.map with a
 // unique name of BYTES bytes. Every sleep is a new stack of huge frames.
-// Prints `ready <pid>`, then runs until killed:
-//   stacks_attacker THREADS DEPTH REGIONS BYTES SLEEP_US
+// With REWRITE_MS (bench/cost.rs), the map is written anew every
+// REWRITE_MS ms with names never used before, as a JIT that recompiles
+// everything would. Prints `ready <pid>`, then runs until killed:
+//   stacks_attacker THREADS DEPTH REGIONS BYTES SLEEP_US [REWRITE_MS]
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -48,11 +50,38 @@ static void *sleeper(void *arg) {
     return NULL;
 }
 
+// Writes the perf map, generation `gen`'s names, through a rename: the
+// profiler never reads half a map.
+static int write_map(unsigned gen, size_t bytes) {
+    char path[64], tmp[64];
+    snprintf(path, sizeof(path), "/tmp/perf-%d.map", getpid());
+    snprintf(tmp, sizeof(tmp), "/tmp/perf-%d.map.tmp", getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        perror(tmp);
+        return -1;
+    }
+    char *pad = malloc(bytes + 1);
+    memset(pad, 'j', bytes);
+    pad[bytes] = 0;
+    for (size_t i = 0; i < regions; i++) {
+        char head[32];
+        int h = snprintf(head, sizeof(head), "g%u_jit%zu_", gen, i);
+        fprintf(f, "%lx %x %s%s\n", (unsigned long)(code + i * SLOT), SLOT, head,
+                pad + (h < (int)bytes ? h : (int)bytes));
+    }
+    free(pad);
+    fclose(f);
+    return rename(tmp, path);
+}
+
 int main(int argc, char **argv) {
-    if (argc != 6) {
-        fprintf(stderr, "usage: %s THREADS DEPTH REGIONS BYTES SLEEP_US\n", argv[0]);
+    if (argc != 6 && argc != 7) {
+        fprintf(stderr, "usage: %s THREADS DEPTH REGIONS BYTES SLEEP_US [REWRITE_MS]\n",
+                argv[0]);
         return 2;
     }
+    long rewrite_ms = argc == 7 ? atol(argv[6]) : 0;
     int threads = atoi(argv[1]);
     depth = strtoul(argv[2], NULL, 10);
     regions = strtoul(argv[3], NULL, 10);
@@ -69,27 +98,21 @@ int main(int argc, char **argv) {
         return 1;
     }
     for (size_t i = 0; i < regions; i++) memcpy(code + i * SLOT, REGION, SLOT);
-    char path[64];
-    snprintf(path, sizeof(path), "/tmp/perf-%d.map", getpid());
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        perror(path);
+    if (write_map(0, bytes))
         return 1;
-    }
-    char *pad = malloc(bytes + 1);
-    memset(pad, 'j', bytes);
-    pad[bytes] = 0;
-    for (size_t i = 0; i < regions; i++) {
-        char head[32];
-        int h = snprintf(head, sizeof(head), "jit%zu_", i);
-        fprintf(f, "%lx %x %s%s\n", (unsigned long)(code + i * SLOT), SLOT, head, pad + h);
-    }
-    fclose(f);
     for (int i = 0; i < threads; i++) {
         pthread_t t;
         pthread_create(&t, NULL, sleeper, (void *)(uintptr_t)(i + 1));
     }
     printf("ready %d\n", getpid());
     fflush(stdout);
-    for (;;) pause();
+    for (unsigned gen = 1;; gen++) {
+        if (rewrite_ms <= 0) {
+            pause();
+            continue;
+        }
+        struct timespec ts = {rewrite_ms / 1000, (rewrite_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+        write_map(gen, bytes);
+    }
 }
