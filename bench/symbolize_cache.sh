@@ -19,7 +19,8 @@ WARM=${WARM:-20}
 ROUNDS=${ROUNDS:-2}
 PORT=${PORT:-7741}
 cd "$(dirname "$0")/.."
-TMP=$(mktemp -d)
+# Under target/: a shared host may clean /tmp under a long run.
+TMP=$(mktemp -d -p "$PWD/target")
 PIDS=()
 cleanup() {
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -76,7 +77,7 @@ round() {
     python3 - "$name" "$t0" "$t1" "$HZ" "$SECS" "$rss" "$hwm" "$h0" "$h1" <<'EOF'
 import json, sys
 name, t0, t1, hz, secs, rss, hwm = sys.argv[1:8]
-h0, h1 = json.loads(sys.argv[8]), json.loads(sys.argv[9])
+h0, h1 = json.loads(sys.argv[8])["pipeline"], json.loads(sys.argv[9])["pipeline"]
 cpu = (int(t1) - int(t0)) / int(hz) / int(secs) * 100
 batches = h1["symbolized_batches"] - h0["symbolized_batches"]
 own_us = h1["symbolize_cpu_us_total"] - h0["symbolize_cpu_us_total"]
