@@ -635,6 +635,7 @@ fn symbolize_loop(
         h.jvm_sightings_dropped = dropped.load(Ordering::Relaxed);
         h.frame_name_bytes = name_bytes as u64;
         h.elf_files_open = elf_files as u64;
+        h.frame_cache = symbolizer.cache_stats();
         h.processes = processes;
         drop(h);
     }

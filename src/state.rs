@@ -80,6 +80,9 @@ pub struct Health {
     pub frame_name_bytes: u64,
     /// ELF files the symbolizer holds open.
     pub elf_files_open: u64,
+    /// The native frame cache (hits, misses, evictions, bytes) and the
+    /// ELF files parsed and looked up for what it missed.
+    pub frame_cache: crate::symbolize::FrameCacheStats,
     /// The process table: processes and images held, events applied.
     pub processes: TableStats,
     /// Unwind registrations skipped because the registry was still busy

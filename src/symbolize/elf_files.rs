@@ -26,16 +26,20 @@
 //! least recently used first; a file larger than the bound alone is
 //! refused, counted as `elf`/`budget`). Their resident pages count in the
 //! daemon's RSS (15 MB of `libLLVM` while a `cargo build` ran): files
-//! larger than [`KEEP_MAPPED_BYTES`] drop their symbolizer, so unmap, at
-//! the end of every batch, even one that used them; smaller ones once
-//! unused for [`KEEP_IDLE_BATCHES`] (mapping a file is not free for the
-//! daemon: see there).
+//! larger than [`KEEP_MAPPED_BYTES`] drop their symbolizer, so unmap, once
+//! [`KEEP_LARGE_BATCHES`] batches passed without a lookup in them; smaller
+//! ones once unused for [`KEEP_IDLE_BATCHES`] (mapping a file is not free
+//! for the daemon: see there). The frame cache
+//! ([`super::frame_cache`]) asks a file only for addresses it has not
+//! named yet, so a large file is parsed again only when new code of it
+//! runs after a few quiet batches, not at every batch that runs it.
 
 use std::path::Path;
 
 use blazesym::symbolize::{source::Elf, source::Source, Input, Symbolized, Symbolizer as Blaze};
 use rustc_hash::FxHashMap;
 
+use super::frame_cache::Version;
 use crate::{
     process::files::{open_mapped, FileKey, Locator},
     untrusted::{refusals, Checked, Reason, What},
@@ -54,8 +58,15 @@ pub fn max_mapped_bytes() -> u64 {
     let part = crate::budget::bytes(crate::budget::Part::ElfSymbols) as u64;
     part.saturating_sub(ksyms).max(part / 2)
 }
-/// Files larger than this are unmapped at the end of every batch.
+/// Files larger than this are unmapped after [`KEEP_LARGE_BATCHES`]
+/// batches without a lookup.
 pub const KEEP_MAPPED_BYTES: u64 = 16 << 20;
+/// Batches a large file stays mapped without a lookup: one in use batch
+/// after batch (new code of it runs) is not parsed and inflated again each
+/// time, and it stays within [`max_mapped_bytes`] all the same. It is
+/// mapped for the whole batch that looks it up anyway: keeping it a few
+/// batches more raises the time it is resident, not the peak.
+pub const KEEP_LARGE_BATCHES: u64 = 3;
 /// Batches a smaller file stays mapped unused. Mapping a file takes the
 /// daemon's own mmap lock for writing and, under it, the file's rmap lock,
 /// which every process mapping or unmapping the file (libc: every exec and
@@ -73,9 +84,15 @@ struct OpenFile {
     /// when it is kept (hundreds of MB for binaries with debug info). The
     /// frame caches mean a file is rarely needed two batches in a row.
     blaze: Option<Blaze>,
+    /// Last batch it was needed in (a lookup, or its frames' version
+    /// checked: the held descriptor keeps its inode from being reused).
     used: u64,
+    /// Last batch its symbolizer was looked up in.
+    looked_up: u64,
     /// The file's size: what its symbolizer maps.
     size: u64,
+    /// What the file was when last checked.
+    version: Option<Version>,
 }
 
 fn new_blaze() -> Blaze {
@@ -90,9 +107,61 @@ fn new_blaze() -> Blaze {
 pub struct ElfFiles {
     open: FxHashMap<FileKey, OpenFile>,
     batch: u64,
+    /// Symbolizers created (files parsed anew) since start.
+    parses: u64,
+    /// Lookups into symbolizers since start.
+    lookups: u64,
 }
 
 impl ElfFiles {
+    /// The version of `key`'s file now, opening it if it is not open
+    /// (`None` if it cannot be); a file changed since it was parsed is
+    /// parsed again.
+    pub fn version(&mut self, key: FileKey, at: &Locator) -> Option<Version> {
+        if !self.open_file(key, at) {
+            return None;
+        }
+        let batch = self.batch;
+        let open = self.open.get_mut(&key)?;
+        open.used = batch;
+        let now = Version::of(&open.file.file);
+        if now != open.version {
+            open.blaze = None;
+            open.version = now;
+        }
+        now
+    }
+
+    /// Opens `key`'s file unless it is open; false if it cannot be.
+    fn open_file(&mut self, key: FileKey, at: &Locator) -> bool {
+        if self.open.contains_key(&key) {
+            return true;
+        }
+        match open_mapped(key, at) {
+            Ok(file) => {
+                self.make_room();
+                let size = file.stat.st_size.max(0) as u64;
+                let version = Version::of(&file.file);
+                self.open.insert(
+                    key,
+                    OpenFile {
+                        file,
+                        blaze: None,
+                        used: self.batch,
+                        looked_up: self.batch,
+                        size,
+                        version,
+                    },
+                );
+                true
+            }
+            Err(err) => {
+                tracing::debug!(file = %at.path.display(), "not symbolized: {err}");
+                false
+            }
+        }
+    }
+
     /// Symbol names at `offsets` (file offsets) of `key`'s file, `None` for
     /// each when the file cannot be opened or read.
     pub fn symbolize(
@@ -101,38 +170,25 @@ impl ElfFiles {
         at: &Locator,
         offsets: &[u64],
     ) -> Vec<Option<String>> {
-        let batch = self.batch;
-        if !self.open.contains_key(&key) {
-            match open_mapped(key, at) {
-                Ok(file) => {
-                    self.make_room();
-                    let size = file.stat.st_size.max(0) as u64;
-                    self.open.insert(
-                        key,
-                        OpenFile {
-                            file,
-                            blaze: None,
-                            used: batch,
-                            size,
-                        },
-                    );
-                }
-                Err(err) => {
-                    tracing::debug!(file = %at.path.display(), "not symbolized: {err}");
-                    return vec![None; offsets.len()];
-                }
-            }
+        if !self.open_file(key, at) {
+            return vec![None; offsets.len()];
         }
         if !self.map_room(key) {
             refusals::count_for(What::Elf, Reason::Budget, at.pid);
             return vec![None; offsets.len()];
         }
+        let batch = self.batch;
         let Some(open) = self.open.get_mut(&key) else {
             return vec![None; offsets.len()];
         };
         open.used = batch;
+        open.looked_up = batch;
+        if open.blaze.is_none() {
+            self.parses += 1;
+        }
         let blaze = open.blaze.get_or_insert_with(new_blaze);
         let path = open.file.fd_path();
+        self.lookups += 1;
         // Symbol tables first: DWARF is read only for what they miss (a
         // stripped library with a separate debug file). Parsing a binary's
         // DWARF when its symbol table would do costs memory and time
@@ -140,6 +196,7 @@ impl ElfFiles {
         let mut names = lookup(blaze, &path, false, offsets);
         let missed: Vec<usize> = (0..offsets.len()).filter(|&i| names[i].is_none()).collect();
         if !missed.is_empty() {
+            self.lookups += 1;
             let retry: Vec<u64> = missed.iter().map(|&i| offsets[i]).collect();
             for (i, name) in missed.into_iter().zip(lookup(blaze, &path, true, &retry)) {
                 names[i] = name;
@@ -152,8 +209,8 @@ impl ElfFiles {
     }
 
     /// Ends a batch: closes idle files and deleted ones not used in it,
-    /// and lets go of the parsed contents of large files and of those
-    /// unused for [`KEEP_IDLE_BATCHES`].
+    /// and lets go of the parsed contents of files without a lookup for
+    /// [`KEEP_LARGE_BATCHES`] (large ones) or [`KEEP_IDLE_BATCHES`].
     pub fn end_batch(&mut self) {
         let batch = self.batch;
         self.open.retain(|_, f| {
@@ -161,7 +218,12 @@ impl ElfFiles {
             idle < IDLE_BATCHES && (idle == 0 || !deleted(&f.file))
         });
         for f in self.open.values_mut() {
-            if batch - f.used >= KEEP_IDLE_BATCHES || f.size > KEEP_MAPPED_BYTES {
+            let keep = if f.size > KEEP_MAPPED_BYTES {
+                KEEP_LARGE_BATCHES
+            } else {
+                KEEP_IDLE_BATCHES
+            };
+            if batch - f.looked_up >= keep {
                 f.blaze = None;
             }
         }
@@ -198,7 +260,7 @@ impl ElfFiles {
                 .open
                 .iter_mut()
                 .filter(|(k, f)| **k != key && f.blaze.is_some())
-                .min_by_key(|(_, f)| f.used)
+                .min_by_key(|(_, f)| f.looked_up)
                 .map(|(_, f)| f)
             else {
                 return false;
@@ -217,6 +279,12 @@ impl ElfFiles {
             self.mapped_bytes(),
             Some(max_mapped_bytes()),
         );
+    }
+
+    /// Files parsed anew (symbolizers created) and lookups into them,
+    /// since start.
+    pub fn work(&self) -> (u64, u64) {
+        (self.parses, self.lookups)
     }
 
     /// Files open now.
@@ -343,19 +411,22 @@ mod tests {
         let refused = refusals::get(What::Elf, Reason::Budget);
         assert_eq!(symbolize("huge", max_mapped_bytes() + 1), 2 * half);
         assert_eq!(refusals::get(What::Elf, Reason::Budget), refused + 1);
-        // Alone, a file over KEEP_MAPPED_BYTES is let go each batch.
+        // Alone, a file over KEEP_MAPPED_BYTES stays parsed while looked
+        // up now and then, and is let go a few batches after the last.
         let mut files = ElfFiles::default();
         let large = KEEP_MAPPED_BYTES + 1;
-        assert_eq!(
-            symbolize_sized(&mut files, dir.path(), "large", large),
-            large
-        );
+        for _ in 0..2 * KEEP_LARGE_BATCHES {
+            let mapped = symbolize_sized(&mut files, dir.path(), "large", large);
+            assert_eq!(mapped, large);
+            files.end_batch();
+        }
+        assert_eq!(files.work().0, 1, "parsed once while in use");
+        for _ in 1..KEEP_LARGE_BATCHES {
+            files.end_batch();
+            assert_eq!(files.mapped_bytes(), large, "kept a few batches");
+        }
         files.end_batch();
-        assert_eq!(
-            files.mapped_bytes(),
-            0,
-            "large files are unmapped each batch"
-        );
+        assert_eq!(files.mapped_bytes(), 0, "large files are let go soon");
         // A small file stays mapped while it is used now and then.
         symbolize_sized(&mut files, dir.path(), "small", 4096);
         for _ in 0..=KEEP_IDLE_BATCHES {

@@ -49,7 +49,10 @@ pub const OVER_BUDGET: &str = "[names over budget]";
 /// The interned names, which process brought each, and the bytes held.
 pub struct Interner {
     /// Each name with the pid that brought it (0: the daemon's own).
-    names: FxHashMap<Frame, u32>,
+    /// Names are what processes wrote (symbols, perf maps): a seeded hash,
+    /// since Fx collisions can be computed ahead and the shares bound the
+    /// bytes of a process's names, not how many collide.
+    names: hashbrown::HashMap<Frame, u32>,
     bytes: usize,
     by_pid: FxHashMap<u32, usize>,
     by_user: FxHashMap<u32, usize>,
@@ -66,7 +69,7 @@ pub struct Interner {
 impl Default for Interner {
     fn default() -> Self {
         let over_budget: Frame = Arc::from(OVER_BUDGET);
-        let mut names = FxHashMap::default();
+        let mut names = hashbrown::HashMap::default();
         names.insert(over_budget.clone(), 0);
         Interner {
             names,

@@ -3,10 +3,18 @@
 //! Runs at drain time, while the sampled processes are most likely alive;
 //! the store only ever holds names. Kernel frames come from kallsyms, native
 //! frames from ELF symbol tables (and separate debug files), both through
-//! blazesym; results are cached per file and offset, so a library mapped by
-//! many processes is looked up once and repeated queries read no ELF file.
+//! blazesym; results are cached per file and offset across batches
+//! ([`frame_cache`]), so a library mapped by many processes is looked up
+//! once and a frame seen before reads no ELF file.
+//!
+//! Hashing: maps keyed by what the kernel gave (pids, tids, device and
+//! inode, kernel addresses, stack pointers of our own) use Fx; maps keyed
+//! by what a process chooses (addresses in its files, names) use a seeded
+//! hash (hashbrown's default, foldhash) or std's, unless a per-process
+//! budget bounds them.
 
 pub mod elf_files;
+pub mod frame_cache;
 mod interner;
 mod java;
 mod jit;
@@ -17,6 +25,8 @@ mod procs;
 mod python;
 mod stacks;
 mod syscalls;
+#[cfg(test)]
+mod tests;
 
 use std::{
     collections::{hash_map::Entry, HashMap},
@@ -31,7 +41,6 @@ use rustc_hash::FxHashMap;
 
 use blazesym::symbolize::Symbolizer as Blaze;
 
-use crate::process::files::FileKey;
 use crate::{
     bpf::abi::is_merged_tid,
     collect::{RawBatch, RecordKind},
@@ -44,6 +53,8 @@ use crate::{
 };
 use elf_files::ElfFiles;
 pub use elf_files::MAX_OPEN as MAX_OPEN_ELF_FILES;
+use frame_cache::FrameCache;
+pub use frame_cache::FrameCacheStats;
 use interner::Interner;
 pub use interner::{MAX_FRAME_BYTES, OVER_BUDGET as NAMES_OVER_BUDGET};
 use live::Names;
@@ -56,13 +67,18 @@ fn cache_slot(key: usize) -> usize {
     key + std::mem::size_of::<Frame>() + 1
 }
 
-/// Caches grow with the code that runs; past this many entries they start
-/// over. Two caches, each of at most twice this many slots once it grew
-/// past it, again doubled by one batch's growth, within the two fifths of
-/// the budget's `names` part that the interner leaves them.
-fn cache_limit() -> usize {
-    let caches = crate::budget::bytes(crate::budget::Part::Names) / 5 * 2;
-    (caches / (2 * 4 * cache_slot(32))).max(1024)
+/// The address caches' bytes: the two fifths of the budget's `names` part
+/// that the interner leaves them, half for native frames (bounded before
+/// each insertion, see [`frame_cache`]), half for kernel ones.
+fn caches_bytes() -> usize {
+    crate::budget::bytes(crate::budget::Part::Names) / 5 * 2
+}
+
+/// The kernel cache grows with the kernel code that runs; past this many
+/// entries it starts over: at most twice this many slots once it grew past
+/// it, again doubled by one batch's growth, within its half.
+fn kernel_cache_limit() -> usize {
+    (caches_bytes() / 2 / (2 * 4 * cache_slot(32))).max(1024)
 }
 /// Batches between two prunings of the name interner.
 const PRUNE_EVERY_BATCHES: u64 = 30;
@@ -92,7 +108,8 @@ pub struct Symbolizer {
     blaze: Blaze,
     elf: ElfFiles,
     procs: Procs,
-    user_cache: FxHashMap<(FileKey, u64), Frame>,
+    /// Native frames by file and offset, across batches.
+    frames: FrameCache,
     kernel_cache: FxHashMap<u64, Frame>,
     interner: Interner,
     batches: u64,
@@ -101,7 +118,7 @@ pub struct Symbolizer {
     python: python::PythonFrames,
     jvm: Option<JvmLink>,
     /// JVMs of the current batch, and whether JIT lookups missed in them.
-    jvms_seen: HashMap<ProcKey, bool>,
+    jvms_seen: FxHashMap<ProcKey, bool>,
     /// The process table's changes: the JIT and Java caches forget a
     /// process by them.
     changes: Subscription,
@@ -131,7 +148,7 @@ impl Symbolizer {
             elf: ElfFiles::default(),
             changes: table.subscribe(),
             procs: Procs::new(table),
-            user_cache: FxHashMap::default(),
+            frames: FrameCache::new(caches_bytes() / 2),
             kernel_cache: FxHashMap::default(),
             interner: Interner::default(),
             batches: 0,
@@ -139,7 +156,7 @@ impl Symbolizer {
             java: java::JavaFrames::default(),
             python: python::PythonFrames::default(),
             jvm: None,
-            jvms_seen: HashMap::new(),
+            jvms_seen: FxHashMap::default(),
         }
     }
 
@@ -164,11 +181,7 @@ impl Symbolizer {
     /// Symbolizes one drained batch: its slice of history, and the live
     /// view of the threads that were off-CPU when it was drained.
     pub fn symbolize(&mut self, batch: RawBatch) -> Named {
-        let limit = cache_limit();
-        if self.user_cache.len() > limit {
-            self.user_cache.clear();
-        }
-        if self.kernel_cache.len() > limit {
+        if self.kernel_cache.len() > kernel_cache_limit() {
             self.kernel_cache.clear();
         }
         self.batches += 1;
@@ -176,6 +189,7 @@ impl Symbolizer {
             self.prune_names();
         }
         self.procs.begin_batch(batch_began(&batch));
+        self.frames.begin_batch();
         self.python.start_batch();
         self.forget_ended();
         self.jit.begin_batch();
@@ -268,6 +282,7 @@ impl Symbolizer {
         self.report_jvms(&threads);
         self.procs.end_batch();
         self.elf.end_batch();
+        self.frames.end_batch();
         self.publish_held();
         let start = end.checked_sub(interval).unwrap_or(SystemTime::UNIX_EPOCH);
         let slice = Slice {
@@ -378,7 +393,7 @@ impl Symbolizer {
     fn prune_names(&mut self) {
         self.interner.prune();
         if self.interner.bytes() > interner::max_bytes() / 10 * 9 {
-            self.user_cache.clear();
+            self.frames.clear();
             self.kernel_cache.clear();
             self.jit.clear_frames();
             self.python.clear_names();
@@ -396,14 +411,13 @@ impl Symbolizer {
     fn publish_held(&self) {
         use crate::held::{set, Holder};
         // The address caches that hand the names out count with them:
-        // by capacity (one control byte per slot), at most 1 Mi entries
-        // each (cleared past it).
-        let caches = self.user_cache.capacity() * cache_slot(std::mem::size_of::<(FileKey, u64)>())
+        // by capacity (one control byte per slot).
+        let caches = self.frames.bytes()
             + self.kernel_cache.capacity() * cache_slot(std::mem::size_of::<u64>())
             + self.python.held_bytes();
-        // Cleared past cache_limit() at the start of a batch; one batch may
-        // grow a table once more (it doubles).
-        let max_caches = 2 * 4 * cache_limit() * cache_slot(32);
+        // The kernel cache is cleared past kernel_cache_limit() at the
+        // start of a batch; one batch may grow it once more (it doubles).
+        let max_caches = self.frames.max_bytes() + 2 * 4 * kernel_cache_limit() * cache_slot(32);
         set(
             Holder::SymbolizerNames,
             (self.interner.bytes() + caches) as u64,
@@ -430,6 +444,17 @@ impl Symbolizer {
     /// Bytes of frame names held, and ELF files open (for `/healthz`).
     pub fn held(&self) -> (usize, usize) {
         (self.interner.bytes(), self.elf.len())
+    }
+
+    /// The native frame cache's counters and what the ELF files' own
+    /// symbolizers did (for `/healthz`).
+    pub fn cache_stats(&self) -> FrameCacheStats {
+        let (elf_parses, elf_lookups) = self.elf.work();
+        FrameCacheStats {
+            elf_parses,
+            elf_lookups,
+            ..self.frames.stats()
+        }
     }
 }
 

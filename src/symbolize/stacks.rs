@@ -3,8 +3,6 @@
 //! threads: each distinct stack of a process is located and named once per
 //! batch, whether a record or a live thread brought it.
 
-use std::collections::HashMap;
-
 use blazesym::symbolize::{
     source::{Kernel, Source},
     Input, Symbolized,
@@ -31,6 +29,8 @@ enum Location {
         file: FileKey,
         offset: u64,
     },
+    /// A file offset once named (from the frame cache or its file).
+    Named(Frame),
     Vdso,
     /// JIT code named by the process's perf map.
     Jit(Frame),
@@ -124,9 +124,10 @@ impl Symbolizer {
                 })
             })
             .collect();
-        let locations: Vec<Vec<Location>> = firsts.iter().map(|s| self.locate_user(s)).collect();
+        let mut locations: Vec<Vec<Location>> =
+            firsts.iter().map(|s| self.locate_user(s)).collect();
         let python: Vec<Option<PyPart>> = firsts.iter().map(|s| self.python_part(s)).collect();
-        self.resolve_user(&firsts, &locations);
+        self.resolve_user(&firsts, &mut locations);
         self.resolve_kernel(&firsts);
         let stacks: Vec<Stack> = firsts
             .iter()
@@ -215,28 +216,49 @@ impl Symbolizer {
         }
     }
 
-    /// Names the file offsets `locations` (one list per source) point at;
-    /// a new name counts against the share of the first process that
-    /// wanted its file.
-    fn resolve_user(&mut self, sources: &[StackSource], locations: &[Vec<Location>]) {
-        let mut wanted: HashMap<FileKey, (u32, Vec<u64>)> = HashMap::new();
-        for (source, locs) in sources.iter().zip(locations) {
-            for loc in locs {
-                if let Location::File { file, offset } = loc {
-                    if !self.user_cache.contains_key(&(*file, *offset)) {
-                        let (_, offsets) = wanted.entry(*file).or_insert((source.pid, Vec::new()));
-                        offsets.push(*offset);
+    /// Names the file offsets `locations` (one list per source) point at,
+    /// from the frame cache, else from their files (each asked once for
+    /// all it missed); a new name counts against the share of the first
+    /// process that wanted its file.
+    fn resolve_user(&mut self, sources: &[StackSource], locations: &mut [Vec<Location>]) {
+        let mut wanted: FxHashMap<FileKey, (u32, Vec<u64>)> = FxHashMap::default();
+        for (source, locs) in sources.iter().zip(locations.iter_mut()) {
+            for loc in locs.iter_mut() {
+                let Location::File { file, offset } = *loc else {
+                    continue;
+                };
+                if self.frames.unchecked(file) {
+                    let version = match self.procs.locator(file) {
+                        Some(at) => self.elf.version(file, at),
+                        None => None,
+                    };
+                    self.frames.check(file, version);
+                }
+                match self.frames.get(file, offset) {
+                    Some(frame) => *loc = Location::Named(frame),
+                    None => {
+                        let (_, offsets) = wanted.entry(file).or_insert((source.pid, Vec::new()));
+                        offsets.push(offset);
                     }
                 }
             }
         }
+        if wanted.is_empty() {
+            return;
+        }
+        // Offsets a process chose: a seeded hash (see `frame_cache`).
+        let mut named: hashbrown::HashMap<(FileKey, u64), Frame> = hashbrown::HashMap::default();
         for (file, (pid, mut offsets)) in wanted {
             offsets.sort_unstable();
             offsets.dedup();
             let Some(locator) = self.procs.locator(file) else {
                 continue;
             };
-            let names = self.elf.symbolize(file, locator, &offsets);
+            let version = self.elf.version(file, locator);
+            let names = match version {
+                Some(_) => self.elf.symbolize(file, locator, &offsets),
+                None => vec![None; offsets.len()],
+            };
             let module = self
                 .procs
                 .display_name(file)
@@ -244,9 +266,25 @@ impl Symbolizer {
                 .to_string();
             for (offset, name) in offsets.into_iter().zip(names) {
                 let text = name.unwrap_or_else(|| format!("{module}+{offset:#x}"));
-                // A refusal is that process's: not cached for the others.
-                if let Ok(frame) = self.interner.try_get_for(pid, &text) {
-                    self.user_cache.insert((file, offset), frame);
+                // A refusal is that process's: not kept for the others.
+                let Ok(frame) = self.interner.try_get_for(pid, &text) else {
+                    continue;
+                };
+                // A file whose version could not be read is named for
+                // this batch only (it may be another file next time).
+                match version {
+                    Some(v) => {
+                        self.frames.insert(file, v, offset, frame.clone());
+                    }
+                    None => self.frames.refuse(),
+                }
+                named.insert((file, offset), frame);
+            }
+        }
+        for loc in locations.iter_mut().flatten() {
+            if let Location::File { file, offset } = *loc {
+                if let Some(frame) = named.get(&(file, offset)) {
+                    *loc = Location::Named(frame.clone());
                 }
             }
         }
@@ -301,12 +339,10 @@ impl Symbolizer {
         let mut user: Vec<Frame> = Vec::with_capacity(locations.len());
         for loc in locations {
             match loc {
-                Location::File { file, offset } => user.push(
-                    self.user_cache
-                        .get(&(*file, *offset))
-                        .cloned()
-                        .unwrap_or_else(|| unknown.clone()),
-                ),
+                Location::Named(frame) => user.push(frame.clone()),
+                // Not named: its file could not be read, or the name was
+                // refused for want of room.
+                Location::File { .. } => user.push(unknown.clone()),
                 Location::Vdso => user.push(vdso.clone()),
                 Location::Jit(frame) => user.push(frame.clone()),
                 Location::Java(java) => user.extend(java.iter().rev().cloned()),
