@@ -257,8 +257,18 @@ static __always_inline long ws_unwind_step_in(struct ws_unwind_walk *w, struct w
 	/* Code without a table while tables are pending: the innermost
 	 * frame may not have set up rbp yet (pending.bpf.h). */
 	unknown = proc->pending && !interpreted && row.cfa_reg == WS_UNWIND_FP_STEP;
-	if (unknown && len == 0 && !ws_pending_top(w, &row, task))
-		return ws_unwind_pending_end(w, s);
+	if (unknown && len == 0 && !ws_pending_top(w, &row, task)) {
+		/* The innermost frame could not be vouched for (a call through
+		 * a PLT stub defeats the check): its caller may be missing
+		 * right here, which the marker says, and the frame-pointer
+		 * chain above it is walked as usual (ending the stack here
+		 * lost every caller of a syscall made through libc). */
+		if (w->max_len > 1) {
+			s->ips[1] = WS_UNWIND_PENDING_FRAME;
+			w->len = 2;
+		}
+		ws_stat_inc(WS_STAT_UNWIND_PENDING);
+	}
 	if (row.cfa_reg == WS_UNWIND_FP_STEP) {
 		/* Callers' frames sit higher on the stack: a chain that does
 		 * not climb is not a frame chain (garbage in rbp); 0 ends it.

@@ -333,7 +333,7 @@ struct ws_unwind_proc {
 	/* Nonzero while some of its files' tables are not loaded yet (not
 	 * built, or the process not registered since its exec): code outside
 	 * `mappings` may lack frame pointers, so the walk checks what it
-	 * cannot vouch for and ends with WS_UNWIND_PENDING_FRAME (unwind.bpf.h). */
+	 * cannot vouch for and marks it with WS_UNWIND_PENDING_FRAME (unwind.bpf.h). */
 	__u32 pending;
 	__u32 _pad;
 	struct ws_unwind_mapping mappings[WS_UNWIND_MAX_MAPPINGS];
@@ -345,9 +345,11 @@ struct ws_unwind_proc {
  * frame pointer - 24, where HotSpot's x86-64 interpreter keeps it), not a
  * pc: user addresses stay below 2^47, kernel ones start at 0xffff8... */
 #define WS_JAVA_METHOD_TAG (1ULL << 62)
-/* A user stack's last native entry when its walk ended at code whose
- * table was still pending (see ws_unwind_proc.pending): the callers are
- * unknown, not absent. */
+/* Where a user stack's walk met code whose table was still pending (see
+ * ws_unwind_proc.pending): its last native entry when the walk ended there
+ * (the callers are unknown, not absent), or its second when the innermost
+ * frame could not be vouched for (a frame may be missing there; the frame
+ * pointers above were walked). */
 #define WS_UNWIND_PENDING_FRAME (1ULL << 60)
 #define WS_JAVA_METHOD_SLOT 24
 
@@ -404,7 +406,7 @@ struct ws_hist {
 	X(TRACE_EVENTS, "trace_events", EVENT)                      /* state changes sent to a running /trace recording */ \
 	X(TRACE_LOST, "trace_events_lost", LOSS)                    /* state change of a traced thread dropped: trace ring buffer full */ \
 	X(UNWIND_PENDING_WALKS, "unwind_pending_walks", EVENT)      /* user stacks walked while their process's tables were pending (innermost frame checked) */ \
-	X(UNWIND_PENDING, "unwind_tables_pending", LOSS)            /* walk ended at code whose table was pending: [tables pending] frame */
+	X(UNWIND_PENDING, "unwind_tables_pending", LOSS)            /* walk met code whose table was pending: [tables pending] frame */
 
 /* Indexes of the per-CPU `stats` array. */
 enum ws_stat {

@@ -49,8 +49,11 @@ pub const MERGED_TID: u32 = c::WS_MERGED_TID;
 /// `WS_JAVA_METHOD_TAG`: a user stack entry that is an interpreted Java
 /// frame's `Method*`, not a pc.
 pub const JAVA_METHOD_TAG: u64 = c::WS_JAVA_METHOD_TAG;
-/// `WS_UNWIND_PENDING_FRAME`: the last native entry of a user stack whose
-/// walk ended at code whose table was pending (its callers unknown).
+/// `WS_UNWIND_PENDING_FRAME`: where a walk met code whose table was
+/// pending: the last native entry when the walk ended there (its callers
+/// unknown), or the second when the innermost frame could not be vouched
+/// for (a frame may be missing there; the frame pointers above it were
+/// walked).
 pub const UNWIND_PENDING_FRAME: u64 = c::WS_UNWIND_PENDING_FRAME;
 /// `WS_PY_FRAME_TAG`: a user stack entry that is a Python frame's code
 /// object (or one of the markers below), appended after the native frames.

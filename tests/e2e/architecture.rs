@@ -33,6 +33,8 @@ const LAYERS: &[&str] = &[
     "hostname",
     "nice",
     "token",
+    // CPU budgets count their refusals with the other refusals.
+    "budget::cpu",
     "untrusted",
     "bpf",
     "budget",
