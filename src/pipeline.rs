@@ -141,47 +141,22 @@ pub fn max_batch_bytes() -> u64 {
     budget::bytes(budget::Part::Batches) as u64
 }
 
-/// Keeps `batch` within `max` bytes: past it its rows lose their stacks
-/// and are summed again (counted, `batches_stripped`), which keeps every
-/// thread's time by state exact; if still past it, the processes holding
-/// the most of it are folded, largest first, each into one merged thread
-/// (counted, `batch_processes_folded`): their time by state stays exact,
-/// summed, and every other thread keeps its own. Then its rows go
-/// (counted, `rows_dropped`), its totals kept; only when even those do not
-/// fit is it dropped (counted, `batches_dropped`). False if dropped.
+/// Keeps `batch` within `max` bytes ([`RawBatch::fit_within`]), counting
+/// what that cost. False if dropped.
 fn fit(batch: &mut RawBatch, max: u64, updates: &mut Updates) -> bool {
-    if batch.estimated_bytes() <= max {
-        return true;
+    let fit = batch.fit_within(max);
+    if fit.stripped {
+        updates.push(move |h| {
+            h.batches_stripped += 1;
+            h.batch_processes_folded += fit.folded;
+            h.rows_dropped += fit.rows_dropped;
+            h.batches_dropped += u64::from(fit.dropped);
+        });
     }
-    updates.push(|h| h.batches_stripped += 1);
-    batch.strip_stacks();
-    let mut folded = 0;
-    while batch.estimated_bytes() > max {
-        if batch.fold_largest().is_none() {
-            break;
-        }
-        folded += 1;
+    if fit.dropped {
+        tracing::warn!("drained batch past its bound even with only its totals: dropped");
     }
-    if folded > 0 {
-        updates.push(move |h| h.batch_processes_folded += folded);
-    }
-    if batch.estimated_bytes() <= max {
-        return true;
-    }
-    // Last before the whole: the rows (where in the code, who woke whom)
-    // and the threads off-CPU now; every thread's time by state stays.
-    let rows = batch.drop_rows();
-    updates.push(move |h| h.rows_dropped += rows);
-    if batch.estimated_bytes() <= max {
-        return true;
-    }
-    tracing::warn!("drained batch past its bound even with only its totals: dropped");
-    let rows = batch.records.len() as u64;
-    updates.push(move |h| {
-        h.batches_dropped += 1;
-        h.rows_dropped += rows;
-    });
-    false
+    !fit.dropped
 }
 
 /// Drains the duration percentiles are taken over (10 minutes).

@@ -22,7 +22,44 @@ fn record_bytes(r: &RawRecord) -> usize {
     size_of::<RawRecord>() + r.comm.capacity() + stack(&r.user_stack) + stack(&r.kernel_stack)
 }
 
+/// What keeping a batch within its bound cost it (see
+/// [`RawBatch::fit_within`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Fit {
+    /// Its rows lost their stacks.
+    pub stripped: bool,
+    /// Processes folded into one merged thread each.
+    pub folded: u64,
+    /// Rows dropped, their totals kept.
+    pub rows_dropped: u64,
+    /// Dropped whole: even its totals did not fit.
+    pub dropped: bool,
+}
+
 impl RawBatch {
+    /// Keeps the batch within `max` bytes: past it its rows lose their
+    /// stacks and are summed again, which keeps every thread's time by
+    /// state exact; if still past it, the processes holding the most of it
+    /// are folded, largest first ([`RawBatch::fold_largest`]); then its
+    /// rows go and its totals stay; only when even those do not fit is it
+    /// to be dropped whole.
+    pub fn fit_within(&mut self, max: u64) -> Fit {
+        let mut fit = Fit::default();
+        if self.estimated_bytes() <= max {
+            return fit;
+        }
+        fit.stripped = true;
+        self.strip_stacks();
+        while self.estimated_bytes() > max && self.fold_largest().is_some() {
+            fit.folded += 1;
+        }
+        if self.estimated_bytes() > max {
+            fit.rows_dropped = self.drop_rows();
+            fit.dropped = self.estimated_bytes() > max;
+        }
+        fit
+    }
+
     /// Folds the process holding the most bytes among those with more
     /// than one thread left into its merged thread: rows, totals, sleeps
     /// and culprit rows summed under it, wakeups it received included;
@@ -267,5 +304,16 @@ mod tests {
         assert!(b.drop_rows() > 0);
         assert!(b.records.is_empty());
         assert_eq!((time_of(&b, 7), time_of(&b, 9)), (seven, nine));
+    }
+
+    #[test]
+    fn a_batch_is_fitted_by_folding_before_anything_is_dropped() {
+        let mut b = batch();
+        let (seven, nine) = (time_of(&b, 7), time_of(&b, 9));
+        assert_eq!(b.fit_within(u64::MAX), Fit::default());
+        let fit = b.fit_within(b.estimated_bytes() / 2);
+        assert!(fit.stripped && fit.folded >= 1 && !fit.dropped, "{fit:?}");
+        assert_eq!((time_of(&b, 7), time_of(&b, 9)), (seven, nine));
+        assert!(b.fit_within(0).dropped);
     }
 }
