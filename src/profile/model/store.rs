@@ -86,8 +86,8 @@ struct Held {
     brought: FxHashMap<u32, usize>,
     /// Seconds the slice spans at most (1, 10 or 60: see [`compact`]).
     step_s: u32,
-    /// Whether its stack rows were folded into per-pool rows.
-    folded: bool,
+    /// The processes whose rows it holds folded into per-pool rows.
+    folded: merge::FoldedPids,
 }
 
 /// The store's size and what its memory bound cost, for `/healthz` and
@@ -315,7 +315,7 @@ impl Store {
         let held = self.slices.iter().map(|h| snapshot::Entry {
             body: snapshot::Body::Memory(h.block.clone()),
             step_s: h.step_s,
-            folded: h.folded,
+            folded: h.folded.clone(),
         });
         let disk = self.feed.as_ref().map(|f| f.history().clone());
         Snapshot::new(held.collect(), disk, self.retention, self.live.clone())
@@ -362,7 +362,7 @@ impl Store {
         self.add_process_totals(&slice);
         self.kept_off.add(&slice);
         let horizon = slice.end.checked_sub(self.retention);
-        let held = Held::seal(&slice, brought, 1, false);
+        let held = Held::seal(&slice, brought, 1, merge::FoldedPids::default());
         self.hold(held, self.slices.len());
         if let Some(feed) = &self.feed {
             feed.send(slice);
@@ -460,7 +460,13 @@ impl Store {
 
     /// Replaces slice `i` with `slice` (its rows folded or shed), sealed
     /// anew: what each process brought stays (less `dropped`'s).
-    fn replace(&mut self, i: usize, slice: &Slice, folded: bool, dropped: Option<u32>) {
+    fn replace(
+        &mut self,
+        i: usize,
+        slice: &Slice,
+        folded: merge::FoldedPids,
+        dropped: Option<u32>,
+    ) {
         let Some(old) = self.slices.remove(i) else {
             return;
         };
@@ -555,7 +561,7 @@ impl Store {
             process_totals: self.processes.len(),
             history_s: history.as_secs(),
             compacted_slices: self.compacted_slices,
-            folded_slices: self.slices.iter().filter(|h| h.folded).count(),
+            folded_slices: self.slices.iter().filter(|h| h.folded.any()).count(),
             stack_rows: self.slices.iter().map(|h| h.block.rows).sum(),
             evicted_slices: self.evicted_slices,
             evicted_rows: self.evicted_rows,

@@ -14,8 +14,10 @@
 //! [`PRESSURE_PERCENT`] of the bound) compaction reaches further, oldest
 //! first, a few steps per push: the tiers shift to 1 s for the newest
 //! [`KEEP_FINE_S`], 10 s to a minute, 60 s past it; when no merge is due
-//! or fits, the oldest slice's per-thread stack rows are folded into
-//! per-pool rows (see [`super::merge`]). Only past the bound itself do
+//! or fits, the largest part one process holds of a slice (never the
+//! newest) is folded into per-pool rows (see [`super::merge`]), so a
+//! process of thousands of threads pays for the room it takes and every
+//! smaller one keeps its per-thread rows. Only past the bound itself do
 //! the fair-share shedding and, last, eviction of whole slices run.
 //!
 //! Every merge checks before it allocates that the merged slice fits:
@@ -40,6 +42,10 @@ const PRESSURE_STEPS: usize = 4;
 /// Under pressure, the newest this many seconds are still never merged in
 /// time (they may be folded into pools, after everything older).
 pub const KEEP_FINE_S: u64 = 10;
+/// A process's part of a slice is folded under pressure only from this
+/// many compressed bytes: folding a few threads' rows frees next to
+/// nothing and costs them their per-thread history.
+const MIN_FOLD_BYTES: usize = 4 << 10;
 
 /// The step the age rule gives a slice that ended `age_s` seconds before
 /// the newest one.
@@ -119,7 +125,7 @@ impl Store {
     pub(super) fn compact(&mut self) {
         for _ in 0..AGE_STEPS {
             match self.due(false) {
-                Some((range, step)) => self.merge_range(range, step, false),
+                Some((range, step)) => self.merge_range(range, step),
                 None => break,
             };
         }
@@ -128,32 +134,46 @@ impl Store {
         while self.bytes() > pressure && (steps < PRESSURE_STEPS || self.bytes() > self.max_bytes) {
             steps += 1;
             let done = match self.due(true) {
-                Some((range, step)) => self.merge_range(range, step, false),
+                Some((range, step)) => self.merge_range(range, step),
                 None => false,
             };
-            if !done && !self.fold_oldest() {
+            if !done && !self.fold_largest() {
                 break;
             }
         }
     }
 
-    /// Folds the oldest slice not folded yet (never the newest) into pool
-    /// rows; false when there is none or no room for it.
-    fn fold_oldest(&mut self) -> bool {
+    /// Folds into pools the largest part a process holds of a slice (any
+    /// but the newest) and has not had folded there yet: the oldest of
+    /// equal ones. False when no part is worth it (under
+    /// [`MIN_FOLD_BYTES`]) or no room for the fold.
+    fn fold_largest(&mut self) -> bool {
         let n = self.slices.len();
-        let Some(i) = (0..n.saturating_sub(1)).find(|&i| !self.slices[i].folded) else {
+        let parts = (0..n.saturating_sub(1)).flat_map(|i| {
+            let held = &self.slices[i];
+            held.by_pid.iter().filter_map(move |(&pid, &bytes)| {
+                // What its rows cost: the stacks and names it brought stay.
+                let rows = bytes.saturating_sub(held.brought.get(&pid).copied().unwrap_or(0));
+                let worth = pid != 0 && rows >= MIN_FOLD_BYTES && !held.folded.contains(pid);
+                worth.then_some((rows, std::cmp::Reverse(i), pid))
+            })
+        });
+        let Some((_, std::cmp::Reverse(i), pid)) = parts.max() else {
             return false;
         };
-        let step = self.slices[i].step_s;
-        self.merge_range(i..i + 1, step, true)
+        if self.bytes() + self.slices[i].bytes > self.max_bytes + self.max_bytes / 4 {
+            return false;
+        }
+        self.fold_part(i, pid);
+        true
     }
 
     /// Replaces the slices in `range` with one merged slice of `step`
-    /// (folded into pools with `fold`, or when any part was); false,
+    /// (the processes any part holds folded, folded in all); false,
     /// changing nothing, when the merge could not fit within the bound.
-    fn merge_range(&mut self, range: Range<usize>, step: u32, fold: bool) -> bool {
+    fn merge_range(&mut self, range: Range<usize>, step: u32) -> bool {
         let parts: Vec<&Held> = self.slices.range(range.clone()).collect();
-        if parts.len() == 1 && (!fold || parts[0].folded) {
+        if parts.len() == 1 {
             // A bucket of one slice: nothing to merge, only its label.
             self.slices[range.start].step_s = step;
             return true;
@@ -168,9 +188,9 @@ impl Store {
         if self.bytes() + estimate > self.max_bytes + self.max_bytes / 4 {
             return false;
         }
-        let fold = fold || parts.iter().any(|h| h.folded);
+        let fold = merge::FoldedPids::of(parts.iter().flat_map(|h| h.folded.pids()));
         let slices: Vec<Slice> = range.clone().map(|i| self.open(i)).collect();
-        let merged = merge::merge(&slices.iter().collect::<Vec<_>>(), fold);
+        let merged = merge::merge(&slices.iter().collect::<Vec<_>>(), &fold);
         drop(slices);
         // What each process brought into the store stays charged to it.
         let mut brought: FxHashMap<u32, usize> = FxHashMap::default();

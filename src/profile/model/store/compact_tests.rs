@@ -199,7 +199,11 @@ fn a_small_budget_keeps_the_whole_retention_with_exact_totals() {
             assert_eq!(*step, 60, "age {age}");
         }
         let pool_rows = s.samples.iter().any(|r| is_pool_tid(r.tid));
-        assert_eq!(pool_rows, *folded, "age {age}: folded rows as labelled");
+        assert_eq!(
+            pool_rows,
+            folded.any(),
+            "age {age}: folded rows as labelled"
+        );
     }
     let parts = snap.resolution(Window::last(RETENTION, now), now);
     assert!(parts.len() >= 2, "{parts:?}");
@@ -212,18 +216,19 @@ fn a_small_budget_keeps_the_whole_retention_with_exact_totals() {
     );
     assert_eq!(parts.last().unwrap().to_s_ago, 0);
     assert!(parts[0].from_s_ago + 2 >= RETENTION, "{parts:?}");
-    assert_eq!((parts[0].step_s, parts[0].rows), (60, "pool"), "{parts:?}");
+    // Merged in time, the retention fits: four like processes, none of
+    // them folded (nobody holds a part worth folding).
+    assert_eq!(
+        (parts[0].step_s, parts[0].rows),
+        (60, "thread"),
+        "{parts:?}"
+    );
     let newest = parts.last().unwrap();
     assert_eq!(newest.step_s, 1);
     let line = describe_resolution(&parts);
     println!("{stats:?}\n{line}");
     assert!(line.starts_with("1s:0-"), "{line}");
-    assert!(line.contains("60s:") && line.contains("(pools)"), "{line}");
-
-    // Folded rows name their pool.
-    let folded = store.all().next().unwrap();
-    let pool = folded.samples.iter().find(|r| is_pool_tid(r.tid)).unwrap();
-    assert_eq!(&*folded.threads[&pool.tid].name, "worker-* (folded)");
+    assert!(line.contains("60s:") && !line.contains("(pools)"), "{line}");
 }
 
 #[test]
@@ -265,7 +270,7 @@ fn without_pressure_the_age_rule_holds() {
 }
 
 #[test]
-fn queries_over_folded_rows_show_pools_and_keep_thread_totals() {
+fn queries_over_folded_rows_show_pools_and_keep_process_totals() {
     use crate::profile::{
         model::kind::{Group, Kind},
         report::query::{folded, Filter},
@@ -274,7 +279,10 @@ fn queries_over_folded_rows_show_pools_and_keep_thread_totals() {
     let parts: Vec<Slice> = (1..=3).map(|t| busy(30_000 + t, &stacks)).collect();
     let refs: Vec<&Slice> = parts.iter().collect();
     let mut store = Store::new(Duration::from_secs(600));
-    store.push(super::merge::merge(&refs, true));
+    store.push(super::merge::merge(
+        &refs,
+        &super::merge::FoldedPids::of(PIDS),
+    ));
     let now = at(30_003);
     let pid = PIDS[0];
     let total = |tid: Option<u32>| -> u64 {
@@ -301,14 +309,9 @@ fn queries_over_folded_rows_show_pools_and_keep_thread_totals() {
         .stacks
         .keys()
         .all(|k| k.starts_with("app1000;worker-* (folded);")));
-    // One thread: its exact time, under its pool, no stacks of others.
-    let tid = pid + 1;
-    let f = folded(&snap, &filter(Some(tid), Group::Thread));
-    assert_eq!(f.total_ns, total(Some(tid)), "{:?}", f.stacks);
-    assert!(f
-        .stacks
-        .keys()
-        .all(|k| k.starts_with("app1000;worker-* (folded);")));
+    // One thread: its time is its pool's now, none of it read as another's.
+    let f = folded(&snap, &filter(Some(pid + 1), Group::Thread));
+    assert_eq!(f.total_ns, 0, "{:?}", f.stacks);
     // By pool: the same pool as unfolded rows would give.
     let f = folded(&snap, &filter(None, Group::Pool));
     assert!(f.stacks.keys().all(|k| k.starts_with("app1000;worker-*;")));
@@ -319,4 +322,94 @@ fn queries_over_folded_rows_show_pools_and_keep_thread_totals() {
         .map(|r| r.ns)
         .sum();
     assert_eq!(folded(&snap, &cpu).total_ns, want);
+}
+
+/// Pid of the process of [`SLEEPERS`] threads beside the four small ones.
+const BIG: u32 = 90_000;
+const SLEEPERS: u32 = 3_000;
+
+/// [`busy`] plus a process of [`SLEEPERS`] sleeping threads (`sleeper-N`,
+/// one pool): a sample row and a total each.
+fn busy_beside_a_crowd(end_s: u64, stacks: &[Stack]) -> Slice {
+    let mut s = busy(end_s, stacks);
+    s.processes.insert(BIG, Arc::from("crowd"));
+    for n in 0..SLEEPERS {
+        let tid = BIG + 1 + n;
+        let name: Arc<str> = Arc::from(format!("sleeper-{n}"));
+        s.threads.insert(tid, ThreadInfo { pid: BIG, name });
+        let ns = 1_000_000 + u64::from(n % 97) * 13 + end_s;
+        s.samples.push(Sample {
+            pid: BIG,
+            tid,
+            state: State::Sleep,
+            stack: stacks[0].clone(),
+            ns,
+            count: 1,
+        });
+        let mut counters = ThreadCounters::default();
+        counters.ns[State::Sleep as usize] = ns;
+        counters.switches_voluntary = 1;
+        let comm = format!("sleeper-{n}");
+        s.thread_totals.push(RawThread {
+            tid,
+            pid: BIG,
+            comm,
+            counters,
+        });
+    }
+    s
+}
+
+#[test]
+fn under_pressure_only_the_largest_process_is_folded() {
+    const RETENTION: u64 = 300;
+    const MAX: usize = 512 << 10;
+    let stacks = stacks();
+    let mut store = Store::new(Duration::from_secs(RETENTION)).with_max_bytes(MAX);
+    let mut pushed = Vec::new();
+    for t in 20_000..20_000 + 360 {
+        let s = busy_beside_a_crowd(t, &stacks);
+        pushed.push(s.clone());
+        store.push(s);
+        assert!(store.bytes() <= MAX, "{} > {MAX} after {t}", store.bytes());
+    }
+    let stats = store.stats();
+    assert!(stats.history_s + 2 >= RETENTION, "{stats:?}");
+    assert_eq!((stats.evicted_slices, stats.shed_rows), (0, 0), "{stats:?}");
+    assert!(
+        stats.folded_parts > 0,
+        "the crowd paid for its room: {stats:?}"
+    );
+    let held: Vec<Slice> = store.all().collect();
+    let oldest = held[0].start;
+    let held_pushed: Vec<&Slice> = pushed.iter().filter(|s| s.end > oldest).collect();
+    // The small processes: every thread's totals exact, no pool anywhere.
+    let small = |t: &Totals| -> Totals {
+        t.iter()
+            .filter(|((pid, _), _)| *pid != BIG)
+            .map(|(k, v)| (*k, *v))
+            .collect()
+    };
+    let (mut want, mut got) = (Totals::new(), Totals::new());
+    held_pushed.iter().for_each(|s| add_totals(&mut want, s));
+    held.iter().for_each(|s| add_totals(&mut got, s));
+    assert_eq!(small(&got), small(&want), "small processes' threads exact");
+    let pooled = |s: &Slice| s.samples.iter().any(|r| r.pid != BIG && is_pool_tid(r.tid));
+    assert!(!held.iter().any(pooled), "a small process was folded");
+    // The crowd: folded into its pool in the older slices, its time exact.
+    let crowd_pool = |s: &Slice| s.samples.iter().any(|r| r.pid == BIG && is_pool_tid(r.tid));
+    assert!(held.iter().any(crowd_pool), "the crowd was never folded");
+    let crowd_ns = |t: &Totals| -> u64 {
+        t.iter()
+            .filter(|((pid, _), _)| *pid == BIG)
+            .map(|(_, v)| v.0.iter().sum::<u64>())
+            .sum()
+    };
+    assert_eq!(crowd_ns(&got), crowd_ns(&want), "the crowd's time exact");
+    let refs: Vec<&Slice> = held.iter().collect();
+    assert_eq!(
+        sample_ns(&refs),
+        sample_ns(&held_pushed),
+        "no sample time lost"
+    );
 }

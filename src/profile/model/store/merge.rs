@@ -1,13 +1,15 @@
 //! Merging slices: several consecutive slices into one that spans them
-//! (equal rows summed), and folding a slice's per-thread stack rows into
-//! per-pool rows. Pure functions over slices; the store decides when.
+//! (equal rows summed), and folding the per-thread rows of chosen
+//! processes into per-pool rows. Pure functions over slices; the store
+//! decides when, and which processes ([`FoldedPids`]).
 //!
-//! What stays exact: thread totals are summed per thread, never folded, so
-//! per-thread and per-process state totals are the same at every age;
+//! What stays exact: per-process state totals are the same at every age
+//! (a folded process's thread totals are summed per pool, never dropped);
+//! every process not folded keeps its per-thread totals and rows;
 //! runqueue histograms are summed per owner; loss counters are summed.
 //! What merging loses: when within the merged span a row happened (the
-//! merged slice has one start and one end), and, once folded, which thread
-//! of a pool a stack row was.
+//! merged slice has one start and one end), and, for a folded process,
+//! which thread of a pool a row was.
 
 use std::{collections::HashMap, hash::Hash, sync::Arc};
 
@@ -55,6 +57,49 @@ pub fn pool_of(slice: &Slice, pid: u32, tid: u32) -> u32 {
     }
 }
 
+/// The processes whose rows a slice holds folded into pools: none for
+/// most slices, the largest one or few when the store needed room. Sorted;
+/// cheap to clone (a snapshot copies it per slice).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FoldedPids(Option<Arc<[u32]>>);
+
+impl FoldedPids {
+    /// `pids` folded.
+    pub fn of(pids: impl IntoIterator<Item = u32>) -> FoldedPids {
+        let mut v: Vec<u32> = pids.into_iter().collect();
+        v.sort_unstable();
+        v.dedup();
+        FoldedPids((!v.is_empty()).then(|| v.into()))
+    }
+
+    /// Whether any process is folded.
+    pub fn any(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// Whether `pid`'s rows are folded.
+    pub fn contains(&self, pid: u32) -> bool {
+        self.0
+            .as_deref()
+            .is_some_and(|v| v.binary_search(&pid).is_ok())
+    }
+
+    /// The processes folded, in order.
+    pub fn pids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.0.iter().flat_map(|v| v.iter().copied())
+    }
+
+    /// These and `more`.
+    pub fn with(&self, more: impl IntoIterator<Item = u32>) -> FoldedPids {
+        FoldedPids::of(self.pids().chain(more))
+    }
+
+    /// Only `pid`, if folded here (a snapshot narrowed to it).
+    pub fn only(&self, pid: u32) -> FoldedPids {
+        FoldedPids::of(self.contains(pid).then_some(pid))
+    }
+}
+
 /// Maps tids to their pool's tid (with the pool's name) when folding.
 struct Folder<'a> {
     threads: &'a HashMap<u32, ThreadInfo>,
@@ -85,6 +130,13 @@ impl Folder<'_> {
         });
         p
     }
+}
+
+/// The comm a pool's thread total carries: its `<pool> (folded)` name.
+fn folder_name(names: &HashMap<u32, ThreadInfo>, pool: u32, comm: &str) -> String {
+    names
+        .get(&pool)
+        .map_or_else(|| comm.to_string(), |p| p.name.to_string())
 }
 
 /// Sums rows with equal keys, keeping the first row of each key.
@@ -126,10 +178,13 @@ fn stack_key(stack: &super::super::Stack) -> usize {
 /// equal rows summed (samples by pid, tid, state and stack; wakeups by
 /// their whole key; thread totals per thread; runqueue histograms per
 /// owner), names and containers united (the newest wins), loss counters
-/// summed. With `fold`, sample and wakeup rows of named threads are
-/// merged into one row per pool of their process (see [`pool_name`]),
-/// under a thread named `<pool> (folded)`; thread totals stay per thread.
-pub fn merge(parts: &[&Slice], fold: bool) -> Slice {
+/// summed. The rows of named threads of the processes in `fold` (samples,
+/// wakeups on either side, thread totals, blocked intervals, culprit
+/// times) are merged into one row per pool of their process (see
+/// [`pool_name`]), under a thread named `<pool> (folded)`, and those
+/// threads' own names dropped; a single part with `fold` is that slice
+/// with those processes folded.
+pub fn merge(parts: &[&Slice], fold: &FoldedPids) -> Slice {
     let first = parts.first().expect("at least one slice to merge");
     let last = parts.last().expect("at least one slice to merge");
     let mut out = Slice::empty(first.start, last.end);
@@ -146,9 +201,12 @@ pub fn merge(parts: &[&Slice], fold: bool) -> Slice {
             pools: FxHashMap::default(),
             names: HashMap::new(),
         };
-        let mut tid = |pid, tid| if fold { folder.tid(pid, tid) } else { tid };
+        let tid = |folder: &mut Folder, pid, tid| match fold.contains(pid) {
+            true => folder.tid(pid, tid),
+            false => tid,
+        };
         for s in &part.samples {
-            let t = tid(s.pid, s.tid);
+            let t = tid(&mut folder, s.pid, s.tid);
             let key = (s.pid, t, s.state, stack_key(&s.stack));
             let row = Sample {
                 tid: t,
@@ -160,7 +218,8 @@ pub fn merge(parts: &[&Slice], fold: bool) -> Slice {
             });
         }
         for w in &part.wakeups {
-            let (t, peer) = (tid(w.pid, w.tid), tid(w.peer_pid, w.peer_tid));
+            let t = tid(&mut folder, w.pid, w.tid);
+            let peer = tid(&mut folder, w.peer_pid, w.peer_tid);
             let irq = w.interrupt.map_or(0, |i| i as u8 + 1);
             let key = (w.pid, t, irq, w.peer_pid, peer, stack_key(&w.stack));
             let row = Wakeup {
@@ -173,13 +232,37 @@ pub fn merge(parts: &[&Slice], fold: bool) -> Slice {
                 a.count += b.count;
             });
         }
-        pool_names.extend(folder.names);
         for t in &part.thread_totals {
-            totals.add((t.pid, t.tid), t.clone(), |a, b| {
+            let pooled = tid(&mut folder, t.pid, t.tid);
+            let row = match pooled == t.tid {
+                true => t.clone(),
+                false => RawThread {
+                    tid: pooled,
+                    comm: folder_name(&folder.names, pooled, &t.comm),
+                    ..t.clone()
+                },
+            };
+            totals.add((t.pid, pooled), row, |a, b| {
                 a.counters += &b.counters;
                 a.comm.clone_from(&b.comm);
             });
         }
+        for k in &part.kept_off {
+            let t = tid(&mut folder, k.pid, k.tid);
+            *kept_off.entry((k.pid, t, k.by)).or_default() += k.ns;
+        }
+        for s in &part.sleeps {
+            let row = Sleeps {
+                tid: tid(&mut folder, s.pid, s.tid),
+                ..*s
+            };
+            sleeps.add((s.pid, row.tid), row, |a, b| {
+                for (x, y) in a.slots.iter_mut().zip(b.slots) {
+                    *x = x.saturating_add(y);
+                }
+            });
+        }
+        pool_names.extend(folder.names);
         for h in &part.runq_hists {
             hists.add(h.0, *h, |a, b| {
                 for (x, y) in a.1.slots.iter_mut().zip(b.1.slots) {
@@ -188,24 +271,18 @@ pub fn merge(parts: &[&Slice], fold: bool) -> Slice {
                 a.1.ns += b.1.ns;
             });
         }
-        out.threads
-            .extend(part.threads.iter().map(|(k, v)| (*k, v.clone())));
+        // A folded process's threads are its pools now (those with no
+        // name, and merged rows, keep their tid and have none to drop).
+        let named = part.threads.iter().filter(|(tid, t)| {
+            !fold.contains(t.pid) || is_pool_tid(**tid) || crate::bpf::abi::is_merged_tid(**tid)
+        });
+        out.threads.extend(named.map(|(k, v)| (*k, v.clone())));
         out.processes
             .extend(part.processes.iter().map(|(k, v)| (*k, v.clone())));
         out.containers
             .extend(part.containers.iter().map(|(k, v)| (*k, v.clone())));
         out.origins
             .extend(part.origins.iter().map(|(k, v)| (*k, v.clone())));
-        for k in &part.kept_off {
-            *kept_off.entry((k.pid, k.tid, k.by)).or_default() += k.ns;
-        }
-        for s in &part.sleeps {
-            sleeps.add((s.pid, s.tid), *s, |a, b| {
-                for (x, y) in a.slots.iter_mut().zip(b.slots) {
-                    *x = x.saturating_add(y);
-                }
-            });
-        }
         for (a, b) in out.stats.iter_mut().zip(part.stats) {
             *a += b;
         }

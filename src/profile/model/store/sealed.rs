@@ -91,7 +91,7 @@ impl Held {
         slice: &Slice,
         brought: FxHashMap<u32, usize>,
         step_s: u32,
-        folded: bool,
+        folded: super::merge::FoldedPids,
     ) -> Held {
         let block = Block::seal(slice);
         let bytes = size::ARC_HEADER + block.bytes();

@@ -10,17 +10,12 @@
 //! loses even its newest rows: the history already held is not the
 //! newcomer's to take.)
 
-use std::{collections::hash_map::Entry, sync::Arc};
-
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::{merge, Store};
 use crate::{
     bpf::abi::is_merged_tid,
-    profile::model::{
-        kind::{pool_name, FOLDED_SUFFIX},
-        RawThread, Sleeps, Slice, ThreadInfo,
-    },
+    profile::model::Slice,
     untrusted::refusals::{self, Reason, What},
 };
 
@@ -75,89 +70,15 @@ impl Store {
         }
     }
 
-    /// Folds `pid`'s part of slice `i` into pools: its stack rows as
-    /// [`merge::merge`] folds them (the wakeups of its threads by others,
-    /// interrupts above all, folded to its pools too), and its thread
-    /// totals summed per pool, under the pool's `<pool> (folded)` thread.
-    /// Threads with no pool (no name) keep their own rows.
-    fn fold_part(&mut self, i: usize, pid: u32) {
-        let mut decoded = self.open(i);
-        let slice = &mut decoded;
-        let mut part = Slice::empty(slice.start, slice.end);
-        part.samples = take_if(&mut slice.samples, |r| r.pid == pid);
-        part.wakeups = take_if(&mut slice.wakeups, |w| w.pid == pid || w.peer_pid == pid);
-        part.thread_totals = take_if(&mut slice.thread_totals, |t| t.pid == pid);
-        part.threads = slice
-            .threads
-            .iter()
-            .filter(|(_, t)| t.pid == pid)
-            .map(|(tid, t)| (*tid, t.clone()))
-            .collect();
-        let sleeps = take_if(&mut slice.sleeps, |s| s.pid == pid);
-        let mut folded = merge::merge(&[&part], true);
-        let mut pools: FxHashMap<u32, RawThread> = FxHashMap::default();
-        // Each thread's pool, for its blocked intervals.
-        let mut pool_of: FxHashMap<u32, u32> = FxHashMap::default();
-        for t in std::mem::take(&mut folded.thread_totals) {
-            // Every named thread's total goes to its pool, one with no row
-            // in the slice too (then the pool is named here).
-            let named = folded.threads.get(&t.tid).filter(|i| i.pid == pid);
-            let pool = named
-                .filter(|_| !merge::is_pool_tid(t.tid) && !is_merged_tid(t.tid))
-                .map(|i| pool_name(&i.name));
-            let tid = match pool {
-                Some(pool) => {
-                    let tid = merge::pool_tid(pid, &pool);
-                    folded.threads.entry(tid).or_insert_with(|| ThreadInfo {
-                        pid,
-                        name: Arc::from(format!("{pool}{FOLDED_SUFFIX}")),
-                    });
-                    tid
-                }
-                None => t.tid,
-            };
-            pool_of.insert(t.tid, tid);
-            match pools.entry(tid) {
-                Entry::Occupied(mut sum) => sum.get_mut().counters += &t.counters,
-                Entry::Vacant(slot) => {
-                    let comm = match folded.threads.get(&tid) {
-                        Some(p) if tid != t.tid => p.name.to_string(),
-                        _ => t.comm.clone(),
-                    };
-                    slot.insert(RawThread { tid, comm, ..t });
-                }
-            }
-        }
-        // Names of the part's threads that no row names any more: every
-        // row naming one of its threads is in the part.
-        let mut named: FxHashSet<u32> = folded.samples.iter().map(|r| r.tid).collect();
-        named.extend(pools.keys());
-        for w in &folded.wakeups {
-            if w.pid == pid {
-                named.insert(w.tid);
-            }
-            if w.peer_pid == pid {
-                named.insert(w.peer_tid);
-            }
-        }
-        for (tid, info) in folded.threads.iter().filter(|(_, t)| t.pid == pid) {
-            let was = slice.threads.get(tid).map(|t| t.name.clone());
-            match (named.contains(tid), was) {
-                (true, None) => {
-                    slice.threads.insert(*tid, info.clone());
-                }
-                (false, Some(_)) => {
-                    slice.threads.remove(tid);
-                }
-                _ => {}
-            }
-        }
-        slice.samples.append(&mut folded.samples);
-        slice.wakeups.append(&mut folded.wakeups);
-        slice.thread_totals.extend(pools.into_values());
-        slice.sleeps.extend(fold_sleeps(sleeps, &pool_of));
+    /// Folds `pid`'s part of slice `i` into pools (see [`merge::merge`]):
+    /// its rows, thread totals and blocked intervals summed per pool under
+    /// `<pool> (folded)`, the wakeups of its threads by others folded with
+    /// them. Threads with no pool (no name) keep their own rows.
+    pub(super) fn fold_part(&mut self, i: usize, pid: u32) {
+        let fold = self.slices[i].folded.with([pid]);
+        let slice = merge::merge(&[&self.open(i)], &fold);
         // Sealed anew: the wakers' rows folded with it cost them less too.
-        self.replace(i, &decoded, true, None);
+        self.replace(i, &slice, fold, None);
         self.folded_parts += 1;
     }
 
@@ -172,29 +93,9 @@ impl Store {
         slice.sleeps.retain(|s| s.pid != pid);
         slice.threads.retain(|_, t| t.pid != pid);
         self.shed_rows += (rows - slice.samples.len() - slice.wakeups.len()) as u64;
-        let folded = self.slices[i].folded;
+        let folded = self.slices[i].folded.clone();
         self.replace(i, &slice, folded, Some(pid));
     }
-}
-
-/// Blocked intervals summed per pool, as `pool_of` maps threads to pools
-/// (threads it does not map keep their rows).
-fn fold_sleeps(sleeps: Vec<Sleeps>, pool_of: &FxHashMap<u32, u32>) -> Vec<Sleeps> {
-    let mut by_tid: FxHashMap<u32, Sleeps> = FxHashMap::default();
-    for s in sleeps {
-        let tid = pool_of.get(&s.tid).copied().unwrap_or(s.tid);
-        match by_tid.entry(tid) {
-            Entry::Occupied(mut sum) => {
-                for (a, b) in sum.get_mut().slots.iter_mut().zip(s.slots) {
-                    *a = a.saturating_add(b);
-                }
-            }
-            Entry::Vacant(slot) => {
-                slot.insert(Sleeps { tid, ..s });
-            }
-        }
-    }
-    by_tid.into_values().collect()
 }
 
 /// Whether `slice` holds per-thread rows or totals of `pid` that a pool
@@ -212,13 +113,6 @@ fn foldable(slice: &Slice, pid: u32) -> bool {
         || slice.samples.iter().any(|r| r.pid == pid && named(r.tid))
 }
 
-/// The rows of `rows` that `pick` picks, taken out of it.
-fn take_if<T>(rows: &mut Vec<T>, pick: impl Fn(&T) -> bool) -> Vec<T> {
-    let (taken, kept) = std::mem::take(rows).into_iter().partition(|r| pick(r));
-    *rows = kept;
-    taken
-}
-
 #[cfg(test)]
 mod tests {
     use std::{
@@ -226,8 +120,10 @@ mod tests {
         time::{Duration, SystemTime},
     };
 
+    use std::sync::Arc;
+
     use super::*;
-    use crate::profile::model::ThreadCounters;
+    use crate::profile::model::{Sleeps, ThreadCounters};
     use crate::{
         bpf::abi::{Stat, State},
         profile::model::{Sample, Slice, ThreadInfo},

@@ -19,6 +19,7 @@ use super::{
         HistOwner, Slice,
     },
     disk_read::{self as read, Interner},
+    merge::FoldedPids,
     narrow_cache::NarrowCache,
     open_block,
     sealed::Block,
@@ -41,8 +42,8 @@ pub(super) struct Entry {
     pub body: Body,
     /// Seconds it spans at most (1, 10 or 60).
     pub step_s: u32,
-    /// Whether its stack rows were folded into per-pool rows.
-    pub folded: bool,
+    /// The processes whose rows it holds folded into per-pool rows.
+    pub folded: FoldedPids,
 }
 
 impl Entry {
@@ -198,7 +199,7 @@ impl Snapshot {
                     .filter(|b| before_memory(b.meta.end))
                     .map(|b| Entry {
                         step_s: b.meta.step_s,
-                        folded: false,
+                        folded: FoldedPids::default(),
                         body: Body::Disk(b),
                     })
                     .filter(overlaps),
@@ -294,7 +295,16 @@ impl Snapshot {
                     return None;
                 }
                 let body = Body::Decoded(part);
-                out.push((Entry { body, ..e.clone() }, from_disk));
+                let folded = e.folded.only(pid);
+                let step_s = e.step_s;
+                out.push((
+                    Entry {
+                        body,
+                        step_s,
+                        folded,
+                    },
+                    from_disk,
+                ));
             }
             Some(out)
         };
@@ -411,7 +421,7 @@ impl Snapshot {
             .iter()
             .map(|e| {
                 let overlap = window.overlap(e.start(), e.end());
-                (e.start(), e.end(), e.step_s, e.folded, overlap)
+                (e.start(), e.end(), e.step_s, e.folded.any(), overlap)
             })
             .collect()
     }
