@@ -5,9 +5,13 @@
 //! At most [`MAX_RUNNING`] queries run at once; up to [`MAX_WAITING`] more
 //! wait for a turn, each for at most [`MAX_WAIT`]. Past either bound the
 //! request gets 503 with a message and `Retry-After`, counted as refused.
-//! Queries run at nice [`QUERY_NICE`]: on a small host two of them could
-//! take every core, and the profiled workloads, the daemon's pipeline and
-//! `/healthz` come first.
+//! A query computes its first [`QUERY_GRACE`] of CPU at the workloads'
+//! own priority, then at nice [`QUERY_NICE`]: an incident's cheap
+//! questions answer at once on a loaded host, while heavy ones (on a small
+//! host two of them could take every core) leave the profiled workloads,
+//! the daemon's pipeline and `/healthz` first. A watcher sums the CPU of
+//! the query's [`Crew`] (its thread and the workers it starts) every
+//! [`WATCH_EVERY`].
 //!
 //! A query whose client went away still runs to its end (a blocking thread
 //! cannot be interrupted) but keeps its turn while it does, so abandoned
@@ -25,7 +29,7 @@ use serde::Serialize;
 use tokio::sync::Semaphore;
 
 use super::error::ApiError;
-pub use crate::nice::{Nice, QUERY_NICE};
+pub use crate::nice::{Crew, QUERY_GRACE, QUERY_NICE};
 
 /// Queries computing at once (the host's cores are for the workloads).
 pub const MAX_RUNNING: usize = 2;
@@ -33,6 +37,8 @@ pub const MAX_RUNNING: usize = 2;
 pub const MAX_WAITING: usize = 16;
 /// Longest a query waits for a turn.
 pub const MAX_WAIT: Duration = Duration::from_secs(10);
+/// How often a running query's CPU is looked at.
+const WATCH_EVERY: Duration = Duration::from_millis(10);
 
 /// The bound on running queries, with its counters.
 pub struct Queries {
@@ -98,12 +104,22 @@ impl Queries {
             Ok(turn) => turn,
             Err(_) => self.wait_for_turn().await?,
         };
+        let crew = Crew::default();
+        let watched = crew.clone();
+        let watcher = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(WATCH_EVERY);
+            while watched.cpu() < QUERY_GRACE {
+                tick.tick().await;
+            }
+            watched.demote();
+        });
         let result = tokio::task::spawn_blocking(move || {
             let _turn = turn;
-            let _nice = Nice::set(QUERY_NICE);
+            let _member = crew.join();
             query()
         })
         .await;
+        watcher.abort();
         self.completed.fetch_add(1, Ordering::Relaxed);
         result.map_err(|e| ApiError::Failed(format!("query failed: {e}")))
     }
@@ -203,11 +219,49 @@ mod tests {
         release.send(()).unwrap();
         assert!(first.await.unwrap());
         assert_eq!(queries.run(|| 1).await.unwrap(), 1, "turns are given back");
+    }
+
+    fn own_nice() -> libc::c_int {
         // SAFETY: getpriority has no preconditions.
-        let nice = queries
-            .run(|| unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) })
+        unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) }
+    }
+
+    fn own_cpu() -> Duration {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: ts is written.
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_cheap_query_runs_at_the_workloads_nice_a_heavy_one_yields() {
+        let queries = Queries::default();
+        let cheap = queries.run(own_nice).await.unwrap();
+        assert!(cheap < QUERY_NICE, "a cheap query is not niced: {cheap}");
+        // A query spinning (and a worker it starts) until demoted, or for
+        // 20 times the grace.
+        let (nice, spent, worker) = queries
+            .run(|| {
+                let crew = Crew::current().expect("a query computes in a crew");
+                while own_nice() < QUERY_NICE && own_cpu() < QUERY_GRACE * 20 {
+                    std::hint::black_box((0..1000u64).sum::<u64>());
+                }
+                let worker = std::thread::spawn(move || {
+                    let _member = crew.join();
+                    own_nice()
+                });
+                (own_nice(), own_cpu(), worker.join().unwrap())
+            })
             .await
             .unwrap();
-        assert!(nice >= QUERY_NICE, "queries run niced: {nice}");
+        assert!(nice >= QUERY_NICE, "demoted: nice {nice} after {spent:?}");
+        assert!(spent >= QUERY_GRACE, "not before its grace: {spent:?}");
+        assert!(worker >= QUERY_NICE, "a worker joins demoted: {worker}");
+        // The pool's thread got its nice back.
+        let after = queries.run(own_nice).await.unwrap();
+        assert!(after < QUERY_NICE, "the next query starts afresh: {after}");
     }
 }

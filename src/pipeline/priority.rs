@@ -41,8 +41,8 @@ pub const OTHERS_NICE: i32 = 5;
 /// gets up to some 40 % when it wants it. Its work is bounded per batch.
 pub const SYMBOLIZE_NICE: i32 = -15;
 /// Nice of the HTTP runtime's threads, so that `/healthz` and `/metrics`
-/// answer on a saturated host; queries leave it for their own nice
-/// (`nice::QUERY_NICE`) while they run.
+/// answer on a saturated host; queries leave it for the workloads' nice,
+/// then `nice::QUERY_NICE` (see `nice::Crew`) while they run.
 pub const API_NICE: i32 = -10;
 
 /// Nice of the pusher's builder, which must finish an interval's profiles

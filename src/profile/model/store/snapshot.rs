@@ -308,8 +308,17 @@ impl Snapshot {
             }
             Some(out)
         };
+        // The workers compute for the query that asked (its priority).
+        let crew = crate::nice::Crew::current();
         let runs: Vec<Option<Vec<(Entry, bool)>>> = std::thread::scope(|scope| {
-            let workers: Vec<_> = all.chunks(run).map(|c| scope.spawn(|| narrow(c))).collect();
+            let work = |c| {
+                let _member = crew.as_ref().map(|crew| crew.join());
+                narrow(c)
+            };
+            let workers: Vec<_> = all
+                .chunks(run)
+                .map(|c| scope.spawn(move || work(c)))
+                .collect();
             workers
                 .into_iter()
                 .map(|w| w.join().ok().flatten())
