@@ -122,7 +122,7 @@ fn profile(shared: &Shared, filter: Filter, limits: Limits) -> Result<Profile, A
     } else {
         None
     };
-    let recorded = store.recorded(filter.window, SystemTime::now());
+    let recorded = store.recorded_of(filter.window, SystemTime::now(), filter.pid);
     Ok(Profile {
         filter,
         folded,
@@ -321,7 +321,7 @@ pub(super) async fn threads(
     let window = window(&p, &state.shared)?;
     let text = p.choice("format", &["json", "text"])? == Some("text");
     let report = over_snapshot(&state, move |store| {
-        let recorded = store.recorded(window, SystemTime::now());
+        let recorded = store.recorded_of(window, SystemTime::now(), Some(pid));
         // Four passes over the window: over the process's rows only.
         let narrowed = store.narrowed(pid, window);
         let store = narrowed.as_ref().unwrap_or(store);

@@ -200,8 +200,46 @@ pub fn encode_standalone(slice: &Slice) -> Vec<u8> {
     seal(slice, STANDALONE, &table, head, body)
 }
 
+/// Which rows a decode makes: all of them, or those concerning one
+/// process (its samples, thread totals, blocked intervals, culprit times
+/// and histograms, the wakeups it sent or received, and the names of the
+/// threads those rows name), for a snapshot narrowed to it. The other
+/// rows are read past, checked, but never allocated: on a host of 10,000
+/// threads a block is mostly other processes' thread totals and names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keep {
+    All,
+    Process(u32),
+}
+
+impl Keep {
+    fn pid(self, pid: u32) -> bool {
+        match self {
+            Keep::All => true,
+            Keep::Process(p) => p == pid,
+        }
+    }
+
+    /// `rows` without the room the rows read past took.
+    fn shrink<T>(self, mut rows: Vec<T>) -> Vec<T> {
+        if self != Keep::All {
+            rows.shrink_to_fit();
+        }
+        rows
+    }
+}
+
 /// Decodes a block [`encode`] wrote, its stacks from `stacks`.
 pub fn decode(bytes: &[u8], stacks: &dyn StackSource) -> Result<Slice, CodecError> {
+    decode_keeping(bytes, stacks, Keep::All)
+}
+
+/// Decodes the rows `keep` keeps of a block [`encode`] wrote.
+pub fn decode_keeping(
+    bytes: &[u8],
+    stacks: &dyn StackSource,
+    keep: Keep,
+) -> Result<Slice, CodecError> {
     let mut b = Budget::new(MAX_DECODED_BYTES);
     let mut p = parse(bytes, Some(BY_IDS))?;
     let ids = stacks::get_ids(&mut p.rest, &mut b)?;
@@ -210,11 +248,16 @@ pub fn decode(bytes: &[u8], stacks: &dyn StackSource) -> Result<Slice, CodecErro
     let mut r = Reader::new(&raw);
     let stats = rows::get_stats(&mut r, &p.shape)?;
     let names = names::get_strings(&mut r, &mut b)?;
-    fill(&p, (stats, &names, &table), r, &mut b)
+    fill(&p, (stats, &names, &table), r, (&mut b, keep))
 }
 
 /// Decodes a block [`encode_standalone`] wrote.
 pub fn decode_standalone(bytes: &[u8]) -> Result<Slice, CodecError> {
+    decode_standalone_keeping(bytes, Keep::All)
+}
+
+/// Decodes the rows `keep` keeps of a block [`encode_standalone`] wrote.
+pub fn decode_standalone_keeping(bytes: &[u8], keep: Keep) -> Result<Slice, CodecError> {
     let mut b = Budget::new(MAX_DECODED_BYTES);
     let mut p = parse(bytes, Some(STANDALONE))?;
     let n = count(p.rest.u64()?)?;
@@ -224,7 +267,7 @@ pub fn decode_standalone(bytes: &[u8]) -> Result<Slice, CodecError> {
     let names = names::get_strings(&mut r, &mut b)?;
     let frames = names::get_strings(&mut r, &mut b)?;
     let table = stacks::get_standalone(&mut r, n, &frames, &mut b)?;
-    fill(&p, (stats, &names, &table), r, &mut b)
+    fill(&p, (stats, &names, &table), r, (&mut b, keep))
 }
 
 /// A block's header, checksum checked, without decompressing its body.
@@ -391,20 +434,27 @@ fn fill(
     p: &Parsed,
     (stats, names, stacks): (crate::profile::model::StatDeltas, &names::Names, &[Stack]),
     mut r: Reader,
-    b: &mut Budget,
+    (b, keep): (&mut Budget, Keep),
 ) -> Result<Slice, CodecError> {
     let (h, shape) = (&p.header, &p.shape);
     let n = h.rows;
-    let samples = rows::get_samples(&mut r, n.samples, stacks, b)?;
-    let wakeups = rows::get_wakeups(&mut r, n.wakeups, stacks, b)?;
-    let threads = names::get_threads(&mut r, n.threads, names, b)?;
+    let samples = rows::get_samples(&mut r, n.samples, stacks, (b, keep))?;
+    let wakeups = rows::get_wakeups(&mut r, n.wakeups, stacks, (b, keep))?;
+    // The threads named: the process's own, and the other side of its
+    // wakeups.
+    let peers: rustc_hash::FxHashSet<u32> = match keep {
+        Keep::All => Default::default(),
+        Keep::Process(_) => wakeups.iter().flat_map(|w| [w.tid, w.peer_tid]).collect(),
+    };
+    let named = |pid, tid| keep.pid(pid) || peers.contains(&tid);
+    let threads = names::get_threads(&mut r, n.threads, names, b, named)?;
     let span = rows::span_ns(&Slice::empty(h.start, h.end));
-    let thread_totals = rows::get_totals(&mut r, (n.thread_totals, shape, span), names, b)?;
-    let runq_hists = rows::get_hists(&mut r, (n.runq_hists, shape), b)?;
+    let thread_totals = rows::get_totals(&mut r, (n.thread_totals, shape, span), names, (b, keep))?;
+    let runq_hists = rows::get_hists(&mut r, (n.runq_hists, shape), (b, keep))?;
     let (processes, origins) = names::get_processes(&mut r, (n.processes, n.origins), names, b)?;
     let containers = names::get_containers(&mut r, n.containers, names, b)?;
-    let kept_off = rows::get_kept_off(&mut r, n.kept_off, b)?;
-    let sleeps = rows::get_sleeps(&mut r, (n.sleeps, shape), b)?;
+    let kept_off = rows::get_kept_off(&mut r, n.kept_off, (b, keep))?;
+    let sleeps = rows::get_sleeps(&mut r, (n.sleeps, shape), (b, keep))?;
     r.finish()?;
     Ok(Slice {
         start: h.start,

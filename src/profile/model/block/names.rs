@@ -1,9 +1,10 @@
 //! Names: a table of a block's distinct strings (thread, process and
 //! container names, cgroups; frames in a standalone block), and the
 //! sections keyed by pid that refer to it. Each string is written once and
-//! decoded into one `Arc<str>` that every row naming it shares.
+//! decoded into one `Arc<str>` that every row naming it shares, the first
+//! time a row that is kept names it.
 
-use std::{collections::HashMap, mem::size_of, sync::Arc};
+use std::{cell::OnceCell, collections::HashMap, mem::size_of, sync::Arc};
 
 use rustc_hash::FxHashMap;
 
@@ -59,35 +60,70 @@ impl<'s> Strings<'s> {
     }
 }
 
+/// The strings a block's rows refer to: their bounds read and checked at
+/// once, each decoded (UTF-8 checked, its bytes charged to the budget) the
+/// first time a kept row names it. A decode narrowed to one process (see
+/// [`super::Keep`]) then makes a few of a block's thousands of thread
+/// names instead of all of them.
+pub struct Names<'a> {
+    bytes: &'a [u8],
+    /// Where each string ends in `bytes`.
+    ends: Vec<usize>,
+    made: Vec<OnceCell<Arc<str>>>,
+}
+
+impl Names<'_> {
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// String `i` (below [`Self::len`]).
+    pub fn get(&self, i: usize, budget: &mut Budget) -> Result<Arc<str>> {
+        if let Some(made) = self.made[i].get() {
+            return Ok(made.clone());
+        }
+        let start = i.checked_sub(1).map_or(0, |j| self.ends[j]);
+        let s = std::str::from_utf8(&self.bytes[start..self.ends[i]])
+            .map_err(|_| CodecError::Corrupt("a name is not UTF-8"))?;
+        budget.charge(ARC_HEADER + s.len())?;
+        Ok(self.made[i].get_or_init(|| Arc::from(s)).clone())
+    }
+}
+
 /// Reads back what [`Strings::put`] wrote.
-pub fn get_strings(r: &mut Reader, budget: &mut Budget) -> Result<Vec<Arc<str>>> {
+pub fn get_strings<'a>(r: &mut Reader<'a>, budget: &mut Budget) -> Result<Names<'a>> {
     let n = count(r.u64()?)?;
     let [mut lens, mut bytes] = r.columns()?;
-    let mut out = budget.vec(n, &lens)?;
+    let mut ends: Vec<usize> = budget.vec(n, &lens)?;
+    budget.charge(n.saturating_mul(size_of::<OnceCell<Arc<str>>>()))?;
+    let mut end = 0usize;
     for _ in 0..n {
         let len = count(lens.u64()?)?;
-        let s = std::str::from_utf8(bytes.bytes(len)?)
-            .map_err(|_| CodecError::Corrupt("a name is not UTF-8"))?;
-        budget.charge(ARC_HEADER + len)?;
-        out.push(Arc::from(s));
+        end = end.checked_add(len).ok_or(CodecError::Truncated)?;
+        ends.push(end);
     }
+    let all = bytes.bytes(end)?;
     finish_all(&[lens, bytes])?;
-    Ok(out)
+    Ok(Names {
+        bytes: all,
+        ends,
+        made: (0..n).map(|_| OnceCell::new()).collect(),
+    })
 }
 
 pub fn count(n: u64) -> Result<usize> {
     usize::try_from(n).map_err(|_| CodecError::Corrupt("count over usize"))
 }
 
-/// The strings a block's rows refer to, decoded.
-pub type Names = [Arc<str>];
-
-fn name(names: &Names, r: &mut Reader) -> Result<Arc<str>> {
-    Ok(names[r.index(names.len())?].clone())
+fn name(names: &Names, r: &mut Reader, budget: &mut Budget) -> Result<Arc<str>> {
+    names.get(r.index(names.len())?, budget)
 }
 
-fn opt_name(names: &Names, r: &mut Reader) -> Result<Option<Arc<str>>> {
-    Ok(r.opt_index(names.len())?.map(|i| names[i].clone()))
+fn opt_name(names: &Names, r: &mut Reader, budget: &mut Budget) -> Result<Option<Arc<str>>> {
+    match r.opt_index(names.len())? {
+        Some(i) => names.get(i, budget).map(Some),
+        None => Ok(None),
+    }
 }
 
 /// Inserts a decoded entry; a key twice is a corrupt block.
@@ -122,19 +158,25 @@ pub fn put_threads<'s>(s: &'s Slice, strings: &mut Strings<'s>, out: &mut Col) {
     put_columns(out, &[pids, tids, names]);
 }
 
+/// Thread names; those of threads `keep` (pid, tid) refuses are read
+/// past, not made.
 pub fn get_threads(
     r: &mut Reader,
     n: usize,
     names: &Names,
     budget: &mut Budget,
+    keep: impl Fn(u32, u32) -> bool,
 ) -> Result<HashMap<u32, ThreadInfo>> {
     let [pids, tids, mut col] = r.columns()?;
     let mut keys = KeysReader::new(pids, tids);
     let mut out = budget.map(n, &keys.tids)?;
     for _ in 0..n {
         let (pid, tid) = keys.next()?;
-        let name = name(names, &mut col)?;
-        insert(&mut out, tid, ThreadInfo { pid, name })?;
+        let i = col.index(names.len())?;
+        if keep(pid, tid) {
+            let name = names.get(i, budget)?;
+            insert(&mut out, tid, ThreadInfo { pid, name })?;
+        }
     }
     keys.finish()?;
     col.finish()?;
@@ -173,13 +215,13 @@ pub fn get_processes(
     let (mut processes, mut prev) = (budget.map(n, &pids)?, 0);
     for _ in 0..n {
         prev = pids.delta32(prev)?;
-        insert(&mut processes, prev, name(names, &mut col)?)?;
+        insert(&mut processes, prev, name(names, &mut col, budget)?)?;
     }
     let (mut origins, mut prev) = (budget.map(n_origins, &opids)?, 0);
     for _ in 0..n_origins {
         prev = opids.delta32(prev)?;
         let parent = parents.u32()?;
-        let cgroup = opt_name(names, &mut cgroups)?;
+        let cgroup = opt_name(names, &mut cgroups, budget)?;
         insert(&mut origins, prev, Origin { parent, cgroup })?;
     }
     finish_all(&[pids, col, opids, parents, cgroups])?;
@@ -227,7 +269,7 @@ pub fn get_containers(
         budget.charge(size_of::<Container>() + ARC_HEADER)?;
         let c = Container {
             id: text(names, &mut id, budget)?,
-            runtime: runtime_of(&name(names, &mut runtime)?)?,
+            runtime: runtime_of(&name(names, &mut runtime, budget)?)?,
             cgroup: text(names, &mut cgroup, budget)?,
             pod_uid: opt_text(names, &mut uid, budget)?,
             namespace: opt_text(names, &mut ns, budget)?,
@@ -250,13 +292,13 @@ pub fn get_containers(
 /// A name as an owned `String` (a thread's comm, a container's fields),
 /// charged before it is copied.
 pub fn text(names: &Names, r: &mut Reader, budget: &mut Budget) -> Result<String> {
-    let s = name(names, r)?;
+    let s = name(names, r, budget)?;
     budget.charge(s.len())?;
     Ok(s.to_string())
 }
 
 fn opt_text(names: &Names, r: &mut Reader, budget: &mut Budget) -> Result<Option<String>> {
-    let Some(s) = opt_name(names, r)? else {
+    let Some(s) = opt_name(names, r, budget)? else {
         return Ok(None);
     };
     budget.charge(s.len())?;

@@ -9,7 +9,7 @@ use super::{
     },
     names::{text, Names, Strings},
     stacks::Table,
-    CodecError, Shape,
+    CodecError, Keep, Shape,
 };
 use crate::{
     bpf::abi::{Hist, State},
@@ -83,25 +83,30 @@ pub fn get_samples(
     r: &mut Reader,
     n: usize,
     stacks: &[Stack],
-    b: &mut Budget,
+    (b, keep): (&mut Budget, Keep),
 ) -> Result<Vec<Sample>> {
     let [pids, tids, mut state, mut stack, mut ns, mut count] = r.columns()?;
     let mut keys = KeysReader::new(pids, tids);
     let mut out = b.vec(n, &state)?;
     for _ in 0..n {
         let (pid, tid) = keys.next()?;
-        out.push(Sample {
-            pid,
-            tid,
-            state: state_of(state.u8()?)?,
-            stack: stacks[stack.index(stacks.len())?].clone(),
-            ns: ns.u64()?,
-            count: count.u64()?,
-        });
+        let (state, stack) = (state_of(state.u8()?)?, stack.index(stacks.len())?);
+        let (ns, count) = (ns.u64()?, count.u64()?);
+        if keep.pid(pid) {
+            let stack = stacks[stack].clone();
+            out.push(Sample {
+                pid,
+                tid,
+                state,
+                stack,
+                ns,
+                count,
+            });
+        }
     }
     keys.finish()?;
     finish_all(&[state, stack, ns, count])?;
-    Ok(out)
+    Ok(keep.shrink(out))
 }
 
 fn state_of(raw: u8) -> Result<State> {
@@ -149,7 +154,7 @@ pub fn get_wakeups(
     r: &mut Reader,
     n: usize,
     stacks: &[Stack],
-    b: &mut Budget,
+    (b, keep): (&mut Budget, Keep),
 ) -> Result<Vec<Wakeup>> {
     let [pids, tids, mut irq, mut peer_pid, mut peer_tid, mut stack, mut ns, mut count] =
         r.columns()?;
@@ -164,20 +169,25 @@ pub fn get_wakeups(
             _ => return Err(CodecError::Corrupt("unknown interrupt")),
         };
         let peer_pid = peer_pid.delta32(pid)?;
-        out.push(Wakeup {
-            pid,
-            tid,
-            interrupt,
-            peer_pid,
-            peer_tid: peer_tid.delta32(peer_pid)?,
-            stack: stacks[stack.index(stacks.len())?].clone(),
-            ns: ns.u64()?,
-            count: count.u64()?,
-        });
+        let (peer_tid, stack) = (peer_tid.delta32(peer_pid)?, stack.index(stacks.len())?);
+        let (ns, count) = (ns.u64()?, count.u64()?);
+        if keep.pid(pid) || keep.pid(peer_pid) {
+            let stack = stacks[stack].clone();
+            out.push(Wakeup {
+                pid,
+                tid,
+                interrupt,
+                peer_pid,
+                peer_tid,
+                stack,
+                ns,
+                count,
+            });
+        }
     }
     keys.finish()?;
     finish_all(&[irq, peer_pid, peer_tid, stack, ns, count])?;
-    Ok(out)
+    Ok(keep.shrink(out))
 }
 
 /// A slice's span in nanoseconds: about the wall time of a thread alive
@@ -248,7 +258,7 @@ pub fn get_totals(
     r: &mut Reader,
     (n, shape, span): (usize, &Shape, u64),
     names: &Names,
-    b: &mut Budget,
+    (b, keep): (&mut Budget, Keep),
 ) -> Result<Vec<RawThread>> {
     let [pids, tids, mut comm, mut most] = r.columns()?;
     let mut ns = get_arrays::<{ State::COUNT }>(r, shape.states)?;
@@ -257,7 +267,6 @@ pub fn get_totals(
     let mut out = b.vec(n, &comm)?;
     for _ in 0..n {
         let (pid, tid) = keys.next()?;
-        let comm = text(names, &mut comm, b)?;
         let [vol, invol, sent, received] = get_array(&mut counts)?;
         let counters = ThreadCounters {
             ns: join_wall(most.u8()?, get_array(&mut ns)?, span, shape.states)?,
@@ -266,6 +275,11 @@ pub fn get_totals(
             wakeups_sent: sent,
             wakeups_received: received,
         };
+        if !keep.pid(pid) {
+            comm.index(names.len())?;
+            continue;
+        }
+        let comm = text(names, &mut comm, b)?;
         out.push(RawThread {
             tid,
             pid,
@@ -277,7 +291,7 @@ pub fn get_totals(
     finish_all(&[comm, most])?;
     finish_all(&ns)?;
     finish_all(&counts)?;
-    Ok(out)
+    Ok(keep.shrink(out))
 }
 
 fn owner_parts(o: &HistOwner) -> (u8, u64) {
@@ -319,7 +333,7 @@ pub fn put_hists(s: &Slice, out: &mut Col) {
 pub fn get_hists(
     r: &mut Reader,
     (n, shape): (usize, &Shape),
-    b: &mut Budget,
+    (b, keep): (&mut Budget, Keep),
 ) -> Result<Vec<(HistOwner, Hist)>> {
     let [mut kinds, mut values, mut nss] = r.columns()?;
     let mut slots = get_arrays::<{ crate::bpf::abi::HIST_SLOTS }>(r, shape.hist_slots)?;
@@ -331,11 +345,17 @@ pub fn get_hists(
             slots: get_array(&mut slots)?,
             ns: nss.u64()?,
         };
-        out.push((owner, hist));
+        let kept = match owner {
+            HistOwner::Process(pid) | HistOwner::ProcessThrottled(pid) => keep.pid(pid),
+            HistOwner::Cgroup(_) | HistOwner::CgroupThrottled(_) => keep == Keep::All,
+        };
+        if kept {
+            out.push((owner, hist));
+        }
     }
     finish_all(&[kinds, values, nss])?;
     finish_all(&slots)?;
-    Ok(out)
+    Ok(keep.shrink(out))
 }
 
 pub fn put_kept_off(s: &Slice, out: &mut Col) {
@@ -350,18 +370,24 @@ pub fn put_kept_off(s: &Slice, out: &mut Col) {
     put_columns(out, &[pids, tids, by, ns]);
 }
 
-pub fn get_kept_off(r: &mut Reader, n: usize, b: &mut Budget) -> Result<Vec<KeptOff>> {
+pub fn get_kept_off(
+    r: &mut Reader,
+    n: usize,
+    (b, keep): (&mut Budget, Keep),
+) -> Result<Vec<KeptOff>> {
     let [pids, tids, mut by, mut ns] = r.columns()?;
     let mut keys = KeysReader::new(pids, tids);
     let mut out = b.vec(n, &by)?;
     for _ in 0..n {
         let (pid, tid) = keys.next()?;
         let (by, ns) = (by.u32()?, ns.u64()?);
-        out.push(KeptOff { pid, tid, by, ns });
+        if keep.pid(pid) {
+            out.push(KeptOff { pid, tid, by, ns });
+        }
     }
     keys.finish()?;
     finish_all(&[by, ns])?;
-    Ok(out)
+    Ok(keep.shrink(out))
 }
 
 pub fn put_sleeps(s: &Slice, out: &mut Col) {
@@ -376,7 +402,7 @@ pub fn put_sleeps(s: &Slice, out: &mut Col) {
 pub fn get_sleeps(
     r: &mut Reader,
     (n, shape): (usize, &Shape),
-    b: &mut Budget,
+    (b, keep): (&mut Budget, Keep),
 ) -> Result<Vec<Sleeps>> {
     let [pids, tids] = r.columns()?;
     let mut slots = get_arrays::<{ crate::bpf::abi::SLEEP_SLOTS }>(r, shape.sleep_slots)?;
@@ -385,11 +411,13 @@ pub fn get_sleeps(
     for _ in 0..n {
         let (pid, tid) = keys.next()?;
         let slots = get_array(&mut slots)?;
-        out.push(Sleeps { pid, tid, slots });
+        if keep.pid(pid) {
+            out.push(Sleeps { pid, tid, slots });
+        }
     }
     keys.finish()?;
     finish_all(&slots)?;
-    Ok(out)
+    Ok(keep.shrink(out))
 }
 
 pub fn put_stats(s: &Slice, out: &mut Col) {

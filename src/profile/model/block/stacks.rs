@@ -155,7 +155,7 @@ pub fn get_standalone(
         budget.charge(2 * size_of::<usize>() + (shared + more) * size_of::<Frame>())?;
         scratch.truncate(shared);
         for _ in 0..more {
-            scratch.push(frames[names.index(frames.len())?].clone());
+            scratch.push(frames.get(names.index(frames.len())?, budget)?);
         }
         out.push(Stack::from(scratch.as_slice()));
     }

@@ -9,7 +9,7 @@ pub mod slices;
 use std::sync::Arc;
 
 use super::*;
-use crate::profile::model::{Frame, Slice};
+use crate::profile::model::{Frame, HistOwner, Slice};
 use slices::{busy, edges, Ids};
 
 /// Every field of a slice, rows sorted, stacks as their frames' names.
@@ -104,6 +104,49 @@ fn round_trips(s: &Slice) {
     assert_eq!(canon(&back), canon(s), "by ids");
     let back = decode_standalone(&encode_standalone(s)).unwrap();
     assert_eq!(canon(&back), canon(s), "standalone");
+}
+
+/// `s` as a decode keeping `pid`'s rows gives it back.
+fn kept_of(s: &Slice, pid: u32) -> Slice {
+    let mut want = s.clone();
+    want.samples.retain(|r| r.pid == pid);
+    want.wakeups.retain(|w| w.pid == pid || w.peer_pid == pid);
+    let peers: Vec<u32> = want
+        .wakeups
+        .iter()
+        .flat_map(|w| [w.tid, w.peer_tid])
+        .collect();
+    want.threads
+        .retain(|tid, t| t.pid == pid || peers.contains(tid));
+    want.thread_totals.retain(|t| t.pid == pid);
+    want.runq_hists.retain(
+        |(o, _)| matches!(o, HistOwner::Process(p) | HistOwner::ProcessThrottled(p) if *p == pid),
+    );
+    want.kept_off.retain(|k| k.pid == pid);
+    want.sleeps.retain(|k| k.pid == pid);
+    want
+}
+
+#[test]
+fn a_decode_keeping_one_process_reads_past_the_others_rows() {
+    for s in [busy(7), edges()] {
+        let mut ids = Ids::default();
+        let block = encode(&s, &mut ids);
+        let standalone = encode_standalone(&s);
+        let mut pids: Vec<u32> = s.samples.iter().map(|r| r.pid).collect();
+        pids.extend(s.thread_totals.iter().map(|t| t.pid));
+        pids.extend(s.wakeups.iter().map(|w| w.peer_pid));
+        pids.sort_unstable();
+        pids.dedup();
+        assert!(pids.len() >= 2, "{pids:?}");
+        for pid in pids {
+            let want = canon(&kept_of(&s, pid));
+            let got = decode_keeping(&block, &ids, Keep::Process(pid)).unwrap();
+            assert_eq!(canon(&got), want, "pid {pid}, by ids");
+            let got = decode_standalone_keeping(&standalone, Keep::Process(pid)).unwrap();
+            assert_eq!(canon(&got), want, "pid {pid}, standalone");
+        }
+    }
 }
 
 #[test]

@@ -412,4 +412,16 @@ fn under_pressure_only_the_largest_process_is_folded() {
         sample_ns(&held_pushed),
         "no sample time lost"
     );
+    // What answers say: pools for the host and the crowd, threads for a
+    // small process.
+    let (snap, now) = (store.snapshot(), held.last().unwrap().end);
+    let window = Window::last(RETENTION, now);
+    let rows = |pid| -> Vec<&'static str> {
+        let parts = snap.recorded_of(window, now, pid).resolution;
+        parts.iter().map(|p| p.rows).collect()
+    };
+    assert!(rows(None).contains(&"pool"), "{:?}", rows(None));
+    assert!(rows(Some(BIG)).contains(&"pool"), "{:?}", rows(Some(BIG)));
+    let small = rows(Some(PIDS[0]));
+    assert!(small.iter().all(|r| *r == "thread"), "{small:?}");
 }

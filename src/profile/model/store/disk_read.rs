@@ -37,9 +37,14 @@ impl Interner {
 /// The slice `stored` holds; `None` (counted by the history, or logged)
 /// when it cannot be read or decoded: a query reads around a damaged
 /// block.
-pub fn slice_of(history: &History, stored: &StoredBlock, stacks: &mut Interner) -> Option<Slice> {
+pub fn slice_of(
+    history: &History,
+    stored: &StoredBlock,
+    stacks: &mut Interner,
+    keep: block::Keep,
+) -> Option<Slice> {
     let bytes = history.read(stored).ok()?;
-    let mut slice = match block::decode_standalone(&bytes) {
+    let mut slice = match block::decode_standalone_keeping(&bytes, keep) {
         Ok(slice) => slice,
         Err(e) => {
             tracing::warn!("a block of the disk history did not decode ({e}): left out");

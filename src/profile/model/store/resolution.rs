@@ -85,8 +85,14 @@ impl Snapshot {
     /// The resolution of each part of `window` the store holds, oldest
     /// first, in seconds before `now`.
     pub fn resolution(&self, window: Window, now: SystemTime) -> Vec<Part> {
+        self.resolution_of(window, now, None)
+    }
+
+    /// [`Self::resolution`] of what concerns process `pid` (its rows are
+    /// pools only where it was folded), or of the whole host.
+    fn resolution_of(&self, window: Window, now: SystemTime, pid: Option<u32>) -> Vec<Part> {
         let within = self
-            .layout(window)
+            .layout(window, pid)
             .into_iter()
             .map(|(start, end, step, folded, _)| {
                 let start = start.max(window.from);
@@ -97,9 +103,15 @@ impl Snapshot {
 
     /// Seconds of `window` held, their resolution and exact span.
     pub fn recorded(&self, window: Window, now: SystemTime) -> Recorded {
+        self.recorded_of(window, now, None)
+    }
+
+    /// [`Self::recorded`] for an answer about process `pid` (or the host):
+    /// its resolution says pools only where that process was folded.
+    pub fn recorded_of(&self, window: Window, now: SystemTime, pid: Option<u32>) -> Recorded {
         Recorded {
             seconds: self.recorded_seconds(window),
-            resolution: self.resolution(window, now),
+            resolution: self.resolution_of(window, now, pid),
             covered: self.covered_exactly(window),
         }
     }
@@ -110,7 +122,7 @@ impl Snapshot {
         let ms =
             |a: SystemTime, b: SystemTime| b.duration_since(a).map_or(0, |d| d.as_millis() as u64);
         let prorated = self
-            .layout(window)
+            .layout(window, None)
             .into_iter()
             .filter(|l| l.4 == Overlap::Part)
             .map(|(start, end, ..)| {

@@ -73,9 +73,9 @@ impl Block {
         }
     }
 
-    /// The slice back, exactly as sealed.
-    pub fn open(&self) -> Result<Slice, CodecError> {
-        block::decode(&self.bytes, &Stacks(&self.stacks))
+    /// The slice back, exactly as sealed: the rows `keep` keeps of it.
+    pub fn open_keeping(&self, keep: block::Keep) -> Result<Slice, CodecError> {
+        block::decode_keeping(&self.bytes, &Stacks(&self.stacks), keep)
     }
 
     /// Heap bytes it holds (the stacks themselves are the table's).
@@ -114,7 +114,12 @@ impl Held {
 
 /// `block` decoded (see [`Store::open`]).
 pub(super) fn open_block(block: &Block) -> Slice {
-    block.open().unwrap_or_else(|e| {
+    open_block_keeping(block, block::Keep::All)
+}
+
+/// The rows `keep` keeps of `block`, decoded.
+pub(super) fn open_block_keeping(block: &Block, keep: block::Keep) -> Slice {
+    block.open_keeping(keep).unwrap_or_else(|e| {
         tracing::error!("a block of the store did not decode ({e}): its span reads as empty");
         Slice::empty(block.start, block.end)
     })

@@ -21,10 +21,10 @@ use super::{
     disk_read::{self as read, Interner},
     merge::FoldedPids,
     narrow_cache::NarrowCache,
-    open_block,
-    sealed::Block,
+    sealed::{open_block_keeping, Block},
 };
 use crate::profile::history::{History, StoredBlock};
+use crate::profile::model::block::Keep;
 use rustc_hash::FxHashSet;
 
 /// Where a slice a snapshot sees is.
@@ -66,9 +66,19 @@ impl Entry {
     /// The slice, decoded (read from disk first); `None` when a disk block
     /// cannot be read.
     fn read(&self, disk: Option<&History>, stacks: &mut Interner) -> Option<Arc<Slice>> {
+        self.read_keeping(disk, stacks, Keep::All)
+    }
+
+    /// Its rows `keep` keeps (all of a slice decoded already).
+    fn read_keeping(
+        &self,
+        disk: Option<&History>,
+        stacks: &mut Interner,
+        keep: Keep,
+    ) -> Option<Arc<Slice>> {
         match &self.body {
-            Body::Memory(b) => Some(Arc::new(open_block(b))),
-            Body::Disk(d) => read::slice_of(disk?, d, stacks).map(Arc::new),
+            Body::Memory(b) => Some(Arc::new(open_block_keeping(b, keep))),
+            Body::Disk(d) => read::slice_of(disk?, d, stacks, keep).map(Arc::new),
             Body::Decoded(s) => Some(s.clone()),
         }
     }
@@ -276,7 +286,8 @@ impl Snapshot {
                     return Some((hit.clone(), size::slice_bytes(&hit), false));
                 }
             }
-            let slice = e.read(disk, stacks)?;
+            // Only its rows decoded: the others are read past.
+            let slice = e.read_keeping(disk, stacks, Keep::Process(pid))?;
             let part = Arc::new(only_of(&slice, pid));
             let bytes = size::slice_bytes(&part);
             if let (Body::Memory(block), Some(cache)) = (&e.body, cache) {
@@ -421,16 +432,19 @@ impl Snapshot {
     }
 
     /// Each slice `window` overlaps, oldest first: its span, step and
-    /// whether it was folded (for [`super::resolution`]).
+    /// whether it holds rows folded into pools (of process `pid`, or of
+    /// any), for [`super::resolution`].
     pub(super) fn layout(
         &self,
         window: Window,
+        pid: Option<u32>,
     ) -> Vec<(SystemTime, SystemTime, u32, bool, Overlap)> {
         self.entries_in(window)
             .iter()
             .map(|e| {
                 let overlap = window.overlap(e.start(), e.end());
-                (e.start(), e.end(), e.step_s, e.folded.any(), overlap)
+                let folded = pid.map_or(e.folded.any(), |p| e.folded.contains(p));
+                (e.start(), e.end(), e.step_s, folded, overlap)
             })
             .collect()
     }
