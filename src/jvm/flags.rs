@@ -34,9 +34,10 @@ use std::{
 
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SegmentFlags};
 
-use super::{remote::Remote, vmstructs::Vm};
+use super::vmstructs::Vm;
 use crate::{
     process::files::{exec_mappings, is_libjvm, ExecMapping, FileKey},
+    process::remote::Remote,
     process::status,
     untrusted::refusals::{count_for, Reason, What},
 };

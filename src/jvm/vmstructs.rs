@@ -19,11 +19,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{
+use super::vmtables::Tables;
+use crate::process::{
+    files::{exec_mappings, is_libjvm, ExecMapping},
     remote::{uint_at, Remote},
-    vmtables::Tables,
 };
-use crate::process::files::{exec_mappings, is_libjvm, ExecMapping};
 
 /// Processes whose layout (or failure) is remembered (about 1 KiB each).
 pub const MAX_PROCESSES: usize = 1024;
