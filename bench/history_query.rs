@@ -18,7 +18,7 @@ use std::{
 use anyhow::{ensure, Result};
 use wallscope::{
     bpf::abi::State,
-    collect::{RawThread, ThreadCounters},
+    profile::model::{RawThread, ThreadCounters},
     profile::{
         history::{BlockMeta, History, HistoryConfig},
         model::block,

@@ -7,7 +7,8 @@
 //! ([`profile::report`]), [`api`] serves it over HTTP and [`export`] pushes
 //! it; [`pipeline`] wires them together (its doc lists every thread).
 //! [`state`] is what the pipeline writes and the API and the pusher read;
-//! [`token`], [`nice`] and [`hostname`] are the small utilities both use.
+//! [`token`] and [`hostname`] are the small utilities both use;
+//! [`priority`] sets which threads run above the others and which below.
 //! Files that profiled processes control are opened only through
 //! [`untrusted`].
 
@@ -20,8 +21,8 @@ pub mod export;
 pub mod held;
 pub mod hostname;
 pub mod jvm;
-pub mod nice;
 pub mod pipeline;
+pub mod priority;
 pub mod process;
 pub mod profile;
 pub mod python;

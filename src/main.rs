@@ -20,7 +20,8 @@ use wallscope::{
         push::{self, squat, PushOptions, Pusher, SeriesLabels, Sink},
     },
     jvm::{agent::JvmMode, JvmFrames},
-    pipeline::{priority, Pipeline, PipelineOptions},
+    pipeline::{Pipeline, PipelineOptions},
+    priority::raise,
     process::tasks,
     profile::{
         history::HistoryConfig,
@@ -29,6 +30,7 @@ use wallscope::{
         render::{self, GraphLabels},
         window::Window,
     },
+    token,
 };
 
 #[derive(Parser)]
@@ -179,9 +181,9 @@ struct Push {
 
 /// A token file given with `flag`, checked as --token-file is: a refused
 /// one is a usage error.
-fn push_token(flag: &str, path: Option<&PathBuf>) -> Result<Option<api::token::Token>> {
+fn push_token(flag: &str, path: Option<&PathBuf>) -> Result<Option<token::Token>> {
     path.map(|path| {
-        api::token::Token::from_file(path)
+        token::Token::from_file(path)
             .map_err(|e| Usage(format!("{flag} {}: {e}", path.display())).into())
     })
     .transpose()
@@ -456,7 +458,7 @@ fn unwind_table_mb(sampling: &Sampling) -> u64 {
 fn access(listen: SocketAddr, security: &Security) -> Result<api::Access> {
     let token = match &security.token_file {
         Some(path) => Some(
-            api::token::Token::from_file(path)
+            token::Token::from_file(path)
                 .map_err(|e| Usage(format!("--token-file {}: {e}", path.display())))?,
         ),
         None => None,
@@ -492,7 +494,7 @@ fn serve(
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .on_thread_start(|| {
-            priority::raise_worker(priority::API_NICE);
+            raise::worker(raise::API_NICE);
         })
         .build()
         .context("starting the async runtime")?;

@@ -13,7 +13,7 @@
 //! ```
 //!
 //! - `ws-collect`: drains the BPF maps every interval, raised above the
-//!   other threads ([`priority`]). Sends each batch to `ws-symbolize` on a
+//!   other threads ([`raise`]). Sends each batch to `ws-symbolize` on a
 //!   bounded channel of [`BATCH_QUEUE`] (when full it keeps the batch and
 //!   merges the next drains into it, up to [`max_batch_bytes`])
 //!   and each drain's pids to `ws-unwind` (a channel of 1; skipped while
@@ -53,8 +53,6 @@
 //!
 //! [`Jvms`]: crate::jvm::Jvms
 
-pub mod priority;
-
 use std::{
     collections::VecDeque,
     sync::{
@@ -67,16 +65,17 @@ use std::{
 
 use thiserror::Error;
 
-pub use crate::state::{Health, Shared};
 use crate::{
     bpf::{self, LoadError, ProbeOptions},
     budget,
     collect::{Drainer, RawBatch},
     held::{self, Holder},
     jvm::{agent, agent::JvmMode, JvmFrames},
+    priority::raise,
     process::{self, ProcessTable},
     profile::store::Store,
     python::registry::{PythonThreads, Pythons},
+    state::{Health, Shared},
     symbolize::{JvmLink, Symbolizer},
     unwind::registry::Registry,
 };
@@ -386,7 +385,7 @@ fn collect_loop(
     shared: &Shared,
     interval: Duration,
 ) {
-    let mut applied = priority::raise_current();
+    let mut applied = raise::collector();
     tracing::info!("drain priority: {}", applied.label());
     let mut updates = Updates::default();
     let label = applied.label();
@@ -420,7 +419,7 @@ fn collect_loop(
                         h.walk_cost = rows;
                         h.walk_cost_by_kind = by_kind;
                     });
-                    priority::keep(&mut applied, window.drains);
+                    raise::keep(&mut applied, window.drains);
                     let label = applied.label();
                     updates.push(move |h| h.drain_priority = label);
                     let mut pids: Vec<u32> = batch.records.iter().map(|r| r.pid).collect();
@@ -583,7 +582,7 @@ fn symbolize_loop(
     jvm_frames: JvmFrames,
     pythons: Pythons,
 ) {
-    priority::raise_worker(priority::SYMBOLIZE_NICE);
+    raise::worker(raise::SYMBOLIZE_NICE);
     let dropped = link.dropped.clone();
     let mut symbolizer =
         Symbolizer::with_jvms(table.clone(), link, jvm_frames).with_pythons(pythons);

@@ -1,6 +1,10 @@
 //! The state the pipeline writes and the API and the pusher read: the
 //! store and the daemon's health. It sits below `pipeline`, `api` and
 //! `export`, so that each of them can hold it without importing another.
+//! The pusher's counters ([`push`]) are here for the same reason: the
+//! pusher writes them, `/healthz` and `/metrics` read them.
+
+pub mod push;
 
 use std::{
     sync::{Arc, Mutex, OnceLock, RwLock},
@@ -9,10 +13,10 @@ use std::{
 
 use serde::Serialize;
 
+use self::push::PushStats;
 use crate::{
     bpf,
     collect::walks::WalkCostRow,
-    export::push::stats::PushStats,
     jvm::Jvms,
     process::{ProcessTable, TableStats},
     profile::store::Store,
@@ -36,7 +40,7 @@ pub struct Health {
     pub max_drain_gap_us: u64,
     pub drain_gap_us_p99: u64,
     /// How the collector thread was raised above the daemon's others:
-    /// `fifo 1`, `nice -10` or `others niced` (see `pipeline/priority.rs`).
+    /// `fifo 1`, `nice -10` or `others niced` (see `priority::raise`).
     pub drain_priority: String,
     pub last_symbolize_us: u64,
     /// Sum of every batch's `last_symbolize_us`: with

@@ -28,7 +28,7 @@ use super::{
     peer::Client,
     server::STATS,
 };
-pub use crate::hostname::this_host_name;
+use crate::hostname::this_host_name;
 use crate::{
     hostname::normalize,
     token::Token,

@@ -16,6 +16,8 @@
 //! A query whose client went away still runs to its end (a blocking thread
 //! cannot be interrupted) but keeps its turn while it does, so abandoned
 //! queries cannot pile up beyond the bound.
+//!
+//! [`QUERY_NICE`]: crate::priority::crew::QUERY_NICE
 
 use std::{
     sync::{
@@ -29,7 +31,7 @@ use serde::Serialize;
 use tokio::sync::Semaphore;
 
 use super::error::ApiError;
-pub use crate::nice::{Crew, QUERY_GRACE, QUERY_NICE};
+use crate::priority::crew::{Crew, QUERY_GRACE};
 
 /// Queries computing at once (the host's cores are for the workloads).
 pub const MAX_RUNNING: usize = 2;
@@ -168,6 +170,7 @@ mod tests {
     use std::sync::mpsc;
 
     use super::*;
+    use crate::priority::crew::QUERY_NICE;
 
     /// Starts a query that holds its turn until the sender is used.
     async fn hold(queries: &Arc<Queries>) -> (mpsc::Sender<()>, tokio::task::JoinHandle<bool>) {

@@ -20,10 +20,11 @@ use serde::Serialize;
 use super::limit::{QueryStats, MAX_RUNNING};
 use crate::{
     budget::{self, Part, Split},
-    export::push::{outbox, PushReport},
+    export::push::outbox,
     held::{self, Holder},
     process::own,
     profile::{store::StoreStats, truncate::Limits},
+    state::push::PushReport,
     symbolize::elf_files,
 };
 

@@ -17,8 +17,8 @@ use std::{
 };
 
 use super::{limit::QueryStats, memory::Rss};
-use crate::export::push::{stats::Failure, PushReport};
 use crate::profile::window::Window;
+use crate::state::push::{Failure, PushReport};
 use crate::{
     bpf::abi::{Stat, State},
     profile::{

@@ -20,8 +20,6 @@ mod recorded;
 pub mod server;
 mod timeline;
 mod trace;
-/// The bearer token, from its own module below `api` (the pusher uses it too).
-pub use crate::token;
 mod ui;
 mod wait_facts;
 pub mod window;

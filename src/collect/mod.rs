@@ -30,7 +30,7 @@ use crate::bpf::{
     },
     ProbeMaps,
 };
-pub use crate::profile::model::{
+use crate::profile::model::{
     counters::{RawThread, ThreadCounters},
     kind::MERGED_THREADS,
     HistOwner, KeptOff, Sleeps, StatDeltas,

@@ -8,12 +8,12 @@
 
 use std::io;
 
-use crate::untrusted::refusals::{self, Reason, What};
-
-use super::{
-    remote::{uint_at, Remote},
-    vmstructs::{CodeStart, Layout, MetadataPlace, NmethodData, Vm},
+use crate::{
+    process::remote::{uint_at, Remote},
+    untrusted::refusals::{self, Reason, What},
 };
+
+use super::vmstructs::{CodeStart, Layout, MetadataPlace, NmethodData, Vm};
 
 /// Code heaps a JVM has at most (non-profiled, profiled, non-nmethods).
 const MAX_HEAPS: u64 = 8;
@@ -499,7 +499,7 @@ mod tests {
 
     #[test]
     fn a_segment_map_walk_is_one_read_and_finds_the_block() {
-        use crate::jvm::remote::Budget;
+        use crate::process::remote::Budget;
         // Block 0: segments 0-299 (the map goes back in hops of up to 254,
         // as HotSpot writes it); block 1 from 300; free from 400.
         let mut map = vec![0xffu8; 512];
@@ -532,7 +532,7 @@ mod tests {
 
     #[test]
     fn a_forged_segment_map_costs_two_reads_at_most() {
-        use crate::jvm::remote::Budget;
+        use crate::process::remote::Budget;
         // All 0x01: every segment says "one back", for 1 MiB of map.
         let map = vec![1u8; 1 << 20];
         let heap = fake_heap(&map);

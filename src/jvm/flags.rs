@@ -34,9 +34,10 @@ use std::{
 
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SegmentFlags};
 
-use super::{remote::Remote, vmstructs::Vm};
+use super::vmstructs::Vm;
 use crate::{
-    process::files::{exec_mappings, is_libjvm, ExecMapping, FileKey},
+    process::files::{exec_mappings, hotspot_libjvm_in, ExecMapping, FileKey},
+    process::remote::Remote,
     process::status,
     untrusted::refusals::{count_for, Reason, What},
 };
@@ -157,7 +158,7 @@ fn enable(pid: u32) -> Result<DebugNonSafepoints, WriteError> {
 }
 
 fn libjvm(mappings: &[ExecMapping]) -> Option<ExecMapping> {
-    mappings.iter().find(|m| is_libjvm(&m.path)).cloned()
+    hotspot_libjvm_in(mappings).cloned()
 }
 
 /// The address of the flag's byte, found through the JVM's own flag table

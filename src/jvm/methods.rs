@@ -1,7 +1,8 @@
 //! Java method names from a JVM's `Method*`: its class's name and its own,
 //! from the symbols of the class's constant pool.
 
-use super::{remote::Remote, vmstructs::Vm};
+use super::vmstructs::Vm;
+use crate::process::remote::Remote;
 
 /// Longest symbol read (class and method names are far shorter).
 const MAX_SYMBOL: u64 = 4096;

@@ -15,8 +15,6 @@ pub mod jobs;
 pub mod leftover;
 pub mod methods;
 pub mod output;
-/// Reading other processes' memory lives in the host layer; JVM code reaches it here.
-pub use crate::process::remote;
 pub mod turns;
 pub mod vmstructs;
 mod vmtables;

@@ -19,11 +19,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{
+use super::vmtables::Tables;
+use crate::process::{
+    files::{exec_mappings, hotspot_libjvm_in, ExecMapping},
     remote::{uint_at, Remote},
-    vmtables::Tables,
 };
-use crate::process::files::{exec_mappings, is_libjvm, ExecMapping};
 
 /// Processes whose layout (or failure) is remembered (about 1 KiB each).
 pub const MAX_PROCESSES: usize = 1024;
@@ -348,10 +348,7 @@ pub fn layout_of(pid: u32) -> Result<Vm, LayoutError> {
 
 /// [`layout_of`], with the process's executable mappings already read.
 pub(crate) fn layout_in(pid: u32, mappings: &[ExecMapping]) -> Result<Vm, LayoutError> {
-    let m = mappings
-        .iter()
-        .find(|m| is_libjvm(&m.path))
-        .ok_or(LayoutError::NoLibjvm)?;
+    let m = hotspot_libjvm_in(mappings).ok_or(LayoutError::NoLibjvm)?;
     let file = m.open(pid).map_err(|e| LayoutError::File(e.to_string()))?;
     let bias = crate::unwind::table::load_bias_of(&file, m.start, m.offset)
         .map_err(|e| LayoutError::File(e.to_string()))?;

@@ -8,10 +8,8 @@ use std::collections::HashMap;
 
 use object::{Object, ObjectSymbol};
 
-use super::{
-    remote::{uint_at, Budget, Remote},
-    vmstructs::{Field, LayoutError},
-};
+use super::vmstructs::{Field, LayoutError};
+use crate::process::remote::{uint_at, Budget, Remote};
 
 /// Entries read from either table at most (JDK 25 has about 3,000).
 const MAX_ENTRIES: usize = 20_000;
@@ -245,7 +243,7 @@ impl Names {
     fn read(&mut self, addr: u64) -> Option<String> {
         let mut out = Vec::new();
         let mut at = addr;
-        while out.len() <= super::remote::MAX_CSTR {
+        while out.len() <= crate::process::remote::MAX_CSTR {
             let page = at & !(PAGE - 1);
             let mem = &self.mem;
             let bytes = self
@@ -256,7 +254,7 @@ impl Names {
             let chunk = &bytes[(at - page) as usize..];
             if let Some(end) = chunk.iter().position(|&b| b == 0) {
                 out.extend_from_slice(&chunk[..end]);
-                return (out.len() <= super::remote::MAX_CSTR)
+                return (out.len() <= crate::process::remote::MAX_CSTR)
                     .then(|| String::from_utf8(out).ok())
                     .flatten();
             }

@@ -7,7 +7,10 @@ use std::{
     sync::Arc,
 };
 
-use super::maps::{Backing, ProcMaps};
+use super::{
+    mapped::hotspot_libjvm,
+    maps::{Backing, ProcMaps},
+};
 use crate::untrusted::{self, Checked, Expect, Last, OpenError, What};
 
 /// Largest ELF file read (symbolized, unwound, or a libjvm's symbols):
@@ -122,11 +125,9 @@ pub fn exec_mappings(pid: u32) -> std::io::Result<Vec<ExecMapping>> {
     Ok(exec_mappings_in(&ProcMaps::read(pid)?))
 }
 
-/// Whether `path` (as `/proc/PID/maps` shows it) is HotSpot's `libjvm.so`.
-pub fn is_libjvm(path: &str) -> bool {
-    Path::new(path)
-        .file_name()
-        .is_some_and(|n| n.to_string_lossy().trim_end_matches(" (deleted)") == "libjvm.so")
+/// HotSpot's `libjvm.so` among `mappings` (see [`hotspot_libjvm`]).
+pub fn hotspot_libjvm_in(mappings: &[ExecMapping]) -> Option<&ExecMapping> {
+    hotspot_libjvm(mappings.iter().map(|m| &*m.path)).map(|i| &mappings[i])
 }
 
 /// The key of the file at `path` (tests).

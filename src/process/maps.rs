@@ -7,7 +7,7 @@
 
 use std::{fs, io, path::PathBuf};
 
-use super::files::FileKey;
+use super::{files::FileKey, mapped::hotspot_libjvm};
 
 /// Executable mappings kept per process (the first, by address): a
 /// process may map tens of thousands, and the table holds up to
@@ -98,21 +98,14 @@ impl ProcMaps {
         self.mappings.len()
     }
 
-    /// Whether these are a HotSpot JVM's mappings: it maps `libjvm.so`.
-    /// OpenJ9 ships a `libjvm.so` too, next to its `libj9vm*.so`; it
-    /// answers SIGQUIT with a javacore file, not an attach socket, so it
-    /// does not count.
+    /// Whether these are a HotSpot JVM's mappings (see
+    /// [`hotspot_libjvm`]).
     pub fn is_hotspot(&self) -> bool {
-        let mapped = |want: &dyn Fn(&str) -> bool| {
-            self.iter().any(|m| match &m.backing {
-                Backing::File { path, .. } => path
-                    .file_name()
-                    .and_then(|n| n.to_str())
-                    .is_some_and(|n| want(n.trim_end_matches(" (deleted)"))),
-                _ => false,
-            })
-        };
-        mapped(&|n| n == "libjvm.so") && !mapped(&|n| n.starts_with("libj9vm"))
+        let paths = self.iter().filter_map(|m| match &m.backing {
+            Backing::File { path, .. } => Some(path.to_string_lossy()),
+            _ => None,
+        });
+        hotspot_libjvm(paths).is_some()
     }
 
     /// True when no executable mapping was found.

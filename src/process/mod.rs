@@ -20,6 +20,7 @@ mod changes;
 pub mod container;
 pub mod files;
 pub mod locks;
+pub mod mapped;
 pub mod maps;
 pub mod own;
 mod reader;

@@ -11,6 +11,7 @@ use super::{
 };
 use crate::{
     process::files::ExecMapping,
+    process::mapped::MappedPath,
     process::remote::{uint_at, Budget, Remote},
 };
 
@@ -39,7 +40,7 @@ pub(super) struct Candidate {
 
 /// What the file named `path` (as `/proc/PID/maps` shows it) may be.
 pub(super) fn candidate(path: &str) -> Option<Candidate> {
-    let path = path.trim_end_matches(" (deleted)");
+    let path = MappedPath::parse(path).path;
     let name = path.rsplit('/').next()?;
     let (lib, rest) = if let Some(rest) = name.strip_prefix("libpython3.") {
         (true, rest)

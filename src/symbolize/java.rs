@@ -32,10 +32,13 @@ use crate::{
     jvm::{
         code::{segment_of, FrameKind, Heap, JavaCode, Nmethod},
         methods::method_name,
-        remote::{Budget, Remote},
         vmstructs::{layout_of, LayoutError, Vm},
     },
-    process::{status::Status, ProcKey},
+    process::{
+        remote::{Budget, Remote},
+        status::Status,
+        ProcKey,
+    },
     profile::Frame,
     untrusted::refusals::{count_for, Reason, What},
 };

@@ -7,6 +7,7 @@ use std::{collections::hash_map::Entry, path::Path, sync::Arc, time::Instant};
 use crate::process::{
     container::Container,
     files::{FileKey, Locator},
+    mapped::MappedPath,
     maps::{Backing, Mapping},
     Image, ProcKey, ProcessTable,
 };
@@ -228,11 +229,8 @@ fn classify(
 
 /// Base name of a mapped file, for `module+0xOFF` frames.
 fn display_name(path: &Path) -> String {
-    path.file_name()
-        .map(|n| {
-            n.to_string_lossy()
-                .trim_end_matches(" (deleted)")
-                .to_string()
-        })
-        .unwrap_or_else(|| path.display().to_string())
+    let shown = path.to_string_lossy();
+    MappedPath::parse(&shown)
+        .file_name()
+        .map_or_else(|| path.display().to_string(), str::to_string)
 }

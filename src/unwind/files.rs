@@ -4,13 +4,9 @@
 use std::collections::HashMap;
 use std::{sync::Arc, time::Instant};
 
-use crate::process::files::ExecMapping;
+use crate::{bpf::abi::UnwindRow, process::files::ExecMapping};
 
-use super::{
-    fair::Holding,
-    stats::Missing,
-    table::{UnwindRow, UnwindTable},
-};
+use super::{fair::Holding, stats::Missing, table::UnwindTable};
 
 /// `p_vaddr - p_offset` of the segment `m` maps in `pid`, as its file's
 /// headers say, expressed as the shift from file offset to address.

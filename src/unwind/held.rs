@@ -9,8 +9,8 @@ use crate::budget::{self, Part};
 use crate::held::{set, Holder};
 
 use super::registry::{MAX_IDLE_FILES, MAX_PROCS};
-use super::{files::FileEntry, procs::ProcState, table::UnwindRow};
-use crate::bpf::abi::UNWIND_MAX_MAPPINGS;
+use super::{files::FileEntry, procs::ProcState};
+use crate::bpf::abi::{UnwindRow, UNWIND_MAX_MAPPINGS};
 use crate::process::files::ExecMapping;
 
 /// Bytes a table build may hold per row it may yield: `.eh_frame` read

@@ -26,7 +26,7 @@ use object::{elf, Endianness, ReadCache, ReadRef};
 use super::elf::parse_elf;
 pub use super::elf::MAX_EH_FRAME;
 
-pub use crate::bpf::abi::{cfa, rbp, UnwindRow};
+use crate::bpf::abi::{cfa, rbp, UnwindRow};
 
 /// Share of code with frame pointers above which a module gets no table.
 const FRAME_POINTER_MODULE: f64 = 0.98;

@@ -10,8 +10,8 @@ use std::{
 use crate::support::api::{app, call, call_on, error_of, get_with, GONE_PID};
 use wallscope::{
     api,
-    pipeline::Shared,
     profile::{store::Store, Slice},
+    state::Shared,
 };
 
 #[tokio::test]
@@ -190,7 +190,7 @@ const NO_CGROUP: u64 = u64::MAX - 1;
 fn metrics_app() -> axum::Router {
     use wallscope::{
         bpf::abi::{Hist, Stat, HIST_SLOTS},
-        collect::{HistOwner, RawThread, ThreadCounters},
+        profile::model::{HistOwner, RawThread, ThreadCounters},
     };
     let thread = |pid: u32, tid: u32, comm: &str, ns: [u64; 6]| RawThread {
         counters: ThreadCounters {

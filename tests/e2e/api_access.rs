@@ -4,7 +4,7 @@
 use std::{sync::Arc, time::Duration};
 
 use crate::support::api::{app, call, error_of, get_with, send, shared, GONE_PID};
-use wallscope::api;
+use wallscope::{api, token};
 
 #[tokio::test]
 async fn other_hosts_are_421_and_local_ones_are_served() {
@@ -74,7 +74,7 @@ async fn other_hosts_are_421_and_local_ones_are_served() {
 #[tokio::test]
 async fn a_token_guards_every_endpoint_but_healthz() {
     let before = api::server::STATS.snapshot().rejected_token;
-    let token = api::token::Token::new("s3cret-t0ken").unwrap();
+    let token = token::Token::new("s3cret-t0ken").unwrap();
     let app = || api::router_with(shared(), api::Access::new(Vec::new(), Some(token.clone())));
     let folded = format!("/folded?pid={GONE_PID}");
     let uris = [

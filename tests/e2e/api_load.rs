@@ -16,8 +16,8 @@ use tokio::task::JoinHandle;
 use wallscope::{
     api,
     bpf::abi::State,
-    pipeline::Shared,
     profile::{store::Store, truncate::Limits, Frame, Sample, Slice, Stack, ThreadInfo},
+    state::Shared,
 };
 
 const SLICES: u64 = 120;

@@ -11,9 +11,9 @@ use crate::support::api::{call_on, error_of};
 use wallscope::{
     api,
     bpf::abi::{Hist, State, HIST_SLOTS, INTERRUPT_TID},
-    collect::{HistOwner, RawThread, ThreadCounters},
-    pipeline::Shared,
+    profile::model::{HistOwner, RawThread, ThreadCounters},
     profile::{store::Store, Interrupt, Sample, Slice, Stack, ThreadInfo, Wakeup},
+    state::Shared,
 };
 
 /// The process of the store: a JVM-like `java` with a throttled pool.

@@ -14,8 +14,8 @@ use axum::http::HeaderMap;
 use wallscope::{
     api::{self, headers, peer::Client, Access},
     bpf::abi::State,
-    pipeline::Shared,
     profile::{store::Store, Sample, Slice},
+    state::Shared,
 };
 
 async fn headers_of(uri: &str) -> (u16, HeaderMap, String) {

@@ -16,10 +16,10 @@ use tower::ServiceExt;
 use wallscope::{
     api,
     bpf::abi::State,
-    collect::{RawThread, ThreadCounters},
     export::pprof::proto::Profile,
-    pipeline::Shared,
+    profile::model::{RawThread, ThreadCounters},
     profile::{store::Store, Sample, Slice, ThreadInfo},
+    state::Shared,
 };
 
 const PID: u32 = 4_194_301;

@@ -1,6 +1,7 @@
 //! The crate's structure, checked from its source: modules import only
-//! modules below them in one declared order, and every `/proc` path is
-//! in the host layer (`src/process/`) or the opener of other users' files
+//! modules below them in one declared order, no item is re-exported under
+//! a second path (`pub use crate::…`), and every `/proc` path is in the
+//! host layer (`src/process/`) or the opener of other users' files
 //! (`src/untrusted/`). Test code (`#[cfg(test)] mod tests`, files named
 //! `*tests.rs`) may read anything for ground truth and is not checked.
 
@@ -17,7 +18,6 @@ const LAYERS: &[&str] = &[
     "export",
     "pipeline",
     "state",
-    "export::push::stats",
     "trace",
     "symbolize",
     "profile::report",
@@ -28,10 +28,10 @@ const LAYERS: &[&str] = &[
     "profile::model",
     "profile",
     "caps",
+    "priority",
     "process",
     "held",
     "hostname",
-    "nice",
     "token",
     // CPU budgets count their refusals with the other refusals.
     "budget::cpu",
@@ -241,6 +241,67 @@ fn tree(b: &[u8], at: &mut usize) -> Vec<Vec<String>> {
     vec![vec![ident]]
 }
 
+/// The lines of a text that re-export another module's items under a
+/// second path (`pub use crate::…`, any `pub(…)` too), with their numbers.
+/// A module's curated face (`pub use child::…`) is not one.
+fn aliases(text: &str) -> Vec<(usize, &str)> {
+    text.lines()
+        .enumerate()
+        .filter(|(_, line)| {
+            let Some(rest) = line.trim_start().strip_prefix("pub") else {
+                return false;
+            };
+            let rest = match rest.strip_prefix('(') {
+                Some(vis) => vis.split_once(')').map_or("", |(_, r)| r),
+                None => rest,
+            };
+            rest.starts_with(char::is_whitespace) && rest.trim_start().starts_with("use crate::")
+        })
+        .map(|(n, line)| (n + 1, line.trim()))
+        .collect()
+}
+
+/// Layers listed below a layer that holds them (`a::b` after `a`): a
+/// module carved out of its parent so that layers between the two may use
+/// it, which hides a cycle. A part listed above its parent is a sub-layer
+/// (`profile::model` above `profile`): its parent uses it, not it the
+/// parent.
+fn carve_outs<'a>(layers: &[&'a str]) -> Vec<(&'a str, &'a str)> {
+    let mut found = Vec::new();
+    for (i, inner) in layers.iter().enumerate() {
+        for outer in &layers[..i] {
+            if inner.starts_with(&format!("{outer}::")) {
+                found.push((*outer, *inner));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn no_layer_is_carved_out_of_another() {
+    let found = carve_outs(LAYERS);
+    assert!(
+        found.is_empty(),
+        "carve-outs in LAYERS (move the module instead): {found:?}"
+    );
+}
+
+#[test]
+fn items_have_one_path() {
+    let mut wrong = Vec::new();
+    for s in sources() {
+        for (line, text) in aliases(&s.text) {
+            wrong.push(format!("{}:{line}: {text}", s.path.display()));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "re-exports keep a second path alive (use the item where it is defined):\n{}",
+        wrong.join("\n")
+    );
+}
+
 #[test]
 fn modules_use_only_layers_below_them() {
     let mut wrong = Vec::new();
@@ -318,4 +379,17 @@ fn the_checks_see_what_they_check() {
     assert_eq!(layer_of(&["nowhere".into()]), None);
     let with_tests = "a\n#[cfg(test)]\nmod tests {\n\"/proc\"\n}";
     assert_eq!(without_tests(with_tests), "a");
+    // Re-exports of another module's items, not a module's own face.
+    let reexports = "pub use crate::a::B;\n  pub(crate) use crate::{c, d};\npub use self::x::Y;\npub use child::Z;\nuse crate::e;\npub(super) use crate::f;";
+    let lines: Vec<usize> = aliases(reexports).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(lines, [1, 2, 6]);
+    // The carve-out this file once had, and a sub-layer, which is none.
+    let layers = [
+        "export",
+        "state",
+        "export::push::stats",
+        "budget::cpu",
+        "budget",
+    ];
+    assert_eq!(carve_outs(&layers), [("export", "export::push::stats")]);
 }

@@ -14,9 +14,9 @@ use crate::support::api::call_on;
 use wallscope::{
     api,
     bpf::abi::{Hist, State, HIST_SLOTS, INTERRUPT_TID},
-    collect::{HistOwner, RawThread, ThreadCounters},
-    pipeline::Shared,
+    profile::model::{HistOwner, RawThread, ThreadCounters},
     profile::{store::Store, Interrupt, Sample, Slice, Stack, ThreadInfo, Wakeup},
+    state::Shared,
 };
 
 /// A JVM-like `java` process with a throttled pool.

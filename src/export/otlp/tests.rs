@@ -9,14 +9,13 @@ use prost::Message as _;
 use super::{proto::*, *};
 use crate::{
     bpf::abi::State,
-    collect::RawThread,
     export::{
         pprof::FrameKind,
         push::{Chosen, Encode},
     },
     process::container::Container,
     profile::{
-        model::{ThreadCounters, ThreadInfo},
+        model::{RawThread, ThreadCounters, ThreadInfo},
         store::Store,
         window::{unix_nanos, Window},
         Sample as Row, Slice,

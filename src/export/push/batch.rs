@@ -136,9 +136,8 @@ mod tests {
     use super::*;
     use crate::export::push::{choose::Chooser, service::ServiceNames};
     use crate::profile::fair;
-    use crate::profile::model::ThreadCounters;
+    use crate::profile::model::{RawThread, ThreadCounters};
     use crate::{
-        collect::RawThread,
         export::pprof::proto::Profile,
         profile::window::unix_nanos,
         profile::{store::Store, Sample, Slice},

@@ -28,7 +28,6 @@ pub mod proto;
 pub mod send;
 pub mod service;
 pub mod squat;
-pub mod stats;
 
 use std::{
     sync::{Arc, OnceLock},
@@ -46,12 +45,11 @@ pub use labels::SeriesLabels;
 use outbox::{Backoff, Outbox, Request};
 use send::{Client, Protocol};
 use service::ServiceNames;
-pub use stats::{PushReport, PushStats};
 
 use crate::{
-    pipeline::priority,
+    priority::raise,
     profile::{store::Snapshot, window::Window},
-    state::Shared,
+    state::{push::PushStats, Shared},
     token::Token,
 };
 
@@ -345,7 +343,7 @@ struct Building {
 fn build_loop(shared: &Shared, mut chooser: Chooser, mut sinks: Vec<Building>, interval: Duration) {
     // Building profiles is a query over the store, but one that must keep
     // pace with the interval on a saturated host (see PUSH_NICE).
-    priority::raise_worker(priority::PUSH_NICE);
+    raise::worker(raise::PUSH_NICE);
     // Every sink's outbox closes at once (Pusher::stop): the first one's
     // pause stands for all.
     let Some(first) = sinks.first().map(|s| s.outbox.clone()) else {

@@ -11,7 +11,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::stats::PushStats;
+use crate::state::push::PushStats;
 
 /// Intervals' worth of requests kept while the server does not take them:
 /// the newest and the one before.

@@ -7,11 +7,11 @@ use std::{io::Read, time::Duration};
 use base64::Engine as _;
 use url::Url;
 
-use super::{
-    outbox::{Backoff, Outbox, Request},
-    stats::{Failure, IntervalSent, PushStats},
+use super::outbox::{Backoff, Outbox, Request};
+use crate::{
+    state::push::{Failure, IntervalSent, PushStats},
+    token::Token,
 };
-use crate::token::Token;
 
 /// The Push API's path below the server's URL.
 pub const PUSH_PATH: &str = "push.v1.PusherService/Push";

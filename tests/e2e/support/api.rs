@@ -13,8 +13,8 @@ use tower::ServiceExt;
 use wallscope::{
     api,
     bpf::abi::State,
-    pipeline::Shared,
     profile::{store::Store, Sample, Slice, ThreadInfo},
+    state::Shared,
 };
 
 /// A pid that cannot exist (above the kernel's pid_max limit).

@@ -16,7 +16,8 @@ use std::{collections::HashMap, hash::Hash, sync::Arc};
 use rustc_hash::{FxHashMap, FxHasher};
 
 use super::super::{
-    kind::pool_name, HistOwner, KeptOff, RawThread, Sample, Sleeps, Slice, ThreadInfo, Wakeup,
+    kind::{pool_name, FOLDED_SUFFIX},
+    HistOwner, KeptOff, RawThread, Sample, Sleeps, Slice, ThreadInfo, Wakeup,
 };
 use crate::bpf::abi::{Hist, State};
 
@@ -24,8 +25,6 @@ use crate::bpf::abi::{Hist, State};
 /// thread: Linux tids stay below 2^22 (`pid_max`), and the collector's
 /// merged rows ([`crate::bpf::abi::MERGED_TID`] | pid) set only the top bit.
 pub const POOL_TID: u32 = 0xC000_0000;
-
-pub use crate::profile::model::kind::FOLDED_SUFFIX;
 
 /// Whether `tid` stands for a pool (rows folded by [`merge`]).
 pub fn is_pool_tid(tid: u32) -> bool {

@@ -320,7 +320,7 @@ impl Snapshot {
             Some(out)
         };
         // The workers compute for the query that asked (its priority).
-        let crew = crate::nice::Crew::current();
+        let crew = crate::priority::crew::Crew::current();
         let runs: Vec<Option<Vec<(Entry, bool)>>> = std::thread::scope(|scope| {
             let work = |c| {
                 let _member = crew.as_ref().map(|crew| crew.join());

@@ -1,6 +1,5 @@
-//! A thread's nice value, raised for a while: the pusher's rounds run
-//! below the profiled workloads and the daemon's pipeline, and so do
-//! queries once they have computed for [`QUERY_GRACE`] ([`Crew`]).
+//! A query's threads: they compute at the workloads' own nice until the
+//! query has used [`QUERY_GRACE`] of CPU, then at [`QUERY_NICE`].
 
 use std::{
     cell::RefCell,
@@ -8,34 +7,11 @@ use std::{
     time::Duration,
 };
 
+use super::{gettid, set_nice};
+
 /// Nice value of a query's threads once it has computed for
-/// [`QUERY_GRACE`], and of the pusher's rounds.
+/// [`QUERY_GRACE`].
 pub const QUERY_NICE: libc::c_int = 5;
-
-/// This thread's nice value, raised for a while: the pool's threads run
-/// other work after, so it is restored when dropped.
-pub struct Nice(Option<libc::c_int>);
-
-impl Nice {
-    /// Raises this thread's nice value to `nice` (never lowers it) until
-    /// dropped.
-    pub fn set(nice: libc::c_int) -> Nice {
-        Nice(raise(gettid(), nice))
-    }
-}
-
-impl Drop for Nice {
-    fn drop(&mut self) {
-        if let Some(before) = self.0 {
-            // Lowering it back needs CAP_SYS_NICE, which the daemon (root)
-            // has; without it the thread stays at QUERY_NICE, which is safe.
-            // SAFETY: a plain syscall on this thread.
-            unsafe {
-                libc::setpriority(libc::PRIO_PROCESS, gettid(), before);
-            }
-        }
-    }
-}
 
 /// The profiled workloads' usual nice value, a query's until its grace is
 /// spent.
@@ -101,7 +77,7 @@ impl Crew {
         } else {
             WORKLOAD_NICE
         };
-        member.before = raise(member.tid, nice);
+        member.before = nice_at_least(member.tid, nice);
         if found {
             state.members.push(member);
         }
@@ -126,7 +102,7 @@ impl Crew {
         let mut state = self.lock();
         state.demoted = true;
         for m in state.members.iter_mut() {
-            let before = raise(m.tid, QUERY_NICE);
+            let before = nice_at_least(m.tid, QUERY_NICE);
             m.before = m.before.or(before);
         }
     }
@@ -145,16 +121,12 @@ impl Drop for Membership {
             let m = state.members.swap_remove(i);
             state.spent += cpu_of(m.clock);
             if let Some(before) = m.before {
-                // SAFETY: a plain syscall on this thread.
-                unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, before) };
+                // Lowering it back needs CAP_SYS_NICE, which the daemon
+                // (root) has; without it the thread stays niced: safe.
+                set_nice(tid, before);
             }
         }
     }
-}
-
-fn gettid() -> libc::id_t {
-    // SAFETY: no preconditions.
-    unsafe { libc::gettid() as libc::id_t }
 }
 
 /// CPU used by the thread of `clock` (zero if it cannot be read).
@@ -172,15 +144,16 @@ fn cpu_of(clock: libc::clockid_t) -> Duration {
 
 /// Raises thread `tid`'s nice value to `nice` (never lowers it): the value
 /// before, when it was raised.
-fn raise(tid: libc::id_t, nice: libc::c_int) -> Option<libc::c_int> {
-    // SAFETY: plain syscalls; errno is checked because -1 is also a valid
+fn nice_at_least(tid: libc::id_t, nice: libc::c_int) -> Option<libc::c_int> {
+    // SAFETY: a plain syscall; errno is checked because -1 is also a valid
     // nice value.
-    unsafe {
+    let before = unsafe {
         *libc::__errno_location() = 0;
         let before = libc::getpriority(libc::PRIO_PROCESS, tid);
-        if *libc::__errno_location() != 0 || before >= nice {
+        if *libc::__errno_location() != 0 {
             return None;
         }
-        (libc::setpriority(libc::PRIO_PROCESS, tid, nice) == 0).then_some(before)
-    }
+        before
+    };
+    (before < nice && set_nice(tid, nice)).then_some(before)
 }

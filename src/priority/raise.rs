@@ -1,6 +1,7 @@
-//! The drain runs ahead of everything else in the daemon: on a saturated
-//! host, symbolization, queries and push may wait, the drain may not (the
-//! BPF maps fill up and rows are lost if it is late).
+//! The threads raised above the others. The drain runs ahead of
+//! everything else in the daemon: on a saturated host, symbolization,
+//! queries and push may wait, the drain may not (the BPF maps fill up and
+//! rows are lost if it is late).
 //!
 //! Three steps, the first that works is kept and reported in `/healthz`
 //! `pipeline.drain_priority`:
@@ -19,6 +20,8 @@
 //!    [`OTHERS_NICE`] (re-applied now and then for threads started since).
 
 use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::{gettid, set_nice};
 
 /// Real-time priority of the collector (the lowest: above every normal
 /// thread, below any real-time work the host has).
@@ -42,7 +45,8 @@ pub const OTHERS_NICE: i32 = 5;
 pub const SYMBOLIZE_NICE: i32 = -15;
 /// Nice of the HTTP runtime's threads, so that `/healthz` and `/metrics`
 /// answer on a saturated host; queries leave it for the workloads' nice,
-/// then `nice::QUERY_NICE` (see `nice::Crew`) while they run.
+/// then [`QUERY_NICE`](super::crew::QUERY_NICE) (see
+/// [`Crew`](super::crew::Crew)) while they run.
 pub const API_NICE: i32 = -10;
 
 /// Nice of the pusher's builder, which must finish an interval's profiles
@@ -77,17 +81,6 @@ impl Applied {
     }
 }
 
-fn tid() -> libc::pid_t {
-    // SAFETY: gettid has no preconditions.
-    unsafe { libc::gettid() }
-}
-
-/// Sets the calling thread's nice; true on success.
-fn set_nice(tid: libc::pid_t, nice: i32) -> bool {
-    // SAFETY: setpriority on a thread id of this process.
-    unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) == 0 }
-}
-
 fn try_fifo() -> bool {
     // SAFETY: a handler that only stores to an atomic is async-signal-safe.
     let handled = unsafe {
@@ -113,11 +106,11 @@ fn try_fifo() -> bool {
 }
 
 /// Raises the calling (collector) thread as far as allowed.
-pub fn raise_current() -> Applied {
+pub fn collector() -> Applied {
     if try_fifo() {
         return Applied::Fifo;
     }
-    if set_nice(tid(), DRAIN_NICE) {
+    if set_nice(gettid(), DRAIN_NICE) {
         return Applied::Nice;
     }
     lower_others();
@@ -126,8 +119,8 @@ pub fn raise_current() -> Applied {
 
 /// Raises the calling thread to `nice` (a worker the drain's data flows
 /// through); needs CAP_SYS_NICE, without it the thread stays as it is.
-pub fn raise_worker(nice: i32) -> bool {
-    set_nice(tid(), nice)
+pub fn worker(nice: i32) -> bool {
+    set_nice(gettid(), nice)
 }
 
 /// Called after each drain: leaves real-time for good once the cap was
@@ -138,7 +131,7 @@ pub fn keep(applied: &mut Applied, drains: u64) {
         let param = libc::sched_param { sched_priority: 0 };
         // SAFETY: plain system call on this thread.
         unsafe { libc::sched_setscheduler(0, libc::SCHED_OTHER, &param) };
-        *applied = if set_nice(tid(), DRAIN_NICE) {
+        *applied = if set_nice(gettid(), DRAIN_NICE) {
             Applied::Nice
         } else {
             lower_others();
@@ -153,11 +146,8 @@ pub fn keep(applied: &mut Applied, drains: u64) {
 /// Every other thread of the daemon to nice [`OTHERS_NICE`] (allowed
 /// without privilege: raising a nice lowers a priority).
 fn lower_others() {
-    let me = tid();
+    let me = gettid();
     for other in crate::process::own::task_ids() {
-        let Ok(other) = i32::try_from(other) else {
-            continue;
-        };
         if other != me {
             set_nice(other, OTHERS_NICE);
         }
