@@ -21,7 +21,7 @@ use wallscope::{
     },
     jvm::{agent::JvmMode, JvmFrames},
     pipeline::{priority, Pipeline, PipelineOptions},
-    process::tasks,
+    process::live,
     profile::{
         history::HistoryConfig,
         kind::Group,
@@ -572,7 +572,7 @@ impl RecordFormat {
 
 fn record(pid: u32, duration: Duration, output: &Path, sampling: &Sampling) -> Result<()> {
     let format = RecordFormat::of(output)?;
-    if !tasks::exists(pid) {
+    if !live::exists(pid) {
         bail!(Usage(format!("no process with pid {pid}")));
     }
     let retention = duration + Duration::from_secs(60);
@@ -584,7 +584,7 @@ fn record(pid: u32, duration: Duration, output: &Path, sampling: &Sampling) -> R
     wallscope::caps::check().map_err(anyhow::Error::msg)?;
     let pipeline = Pipeline::start(&pipeline_options(sampling, history))?;
     let started = Instant::now();
-    while started.elapsed() < duration && tasks::exists(pid) {
+    while started.elapsed() < duration && live::exists(pid) {
         std::thread::sleep(
             Duration::from_millis(100).min(duration.saturating_sub(started.elapsed())),
         );

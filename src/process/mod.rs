@@ -11,23 +11,27 @@
 //! gets a new entry and never the previous process's image.
 //!
 //! The host layer: every `/proc` path of the daemon is in this module (files
-//! other users control are opened through [`crate::untrusted`]). Stages that
-//! keep state per process subscribe to the table's [changes](Subscription)
-//! instead of reading `/proc` themselves.
+//! other users control are opened through [`crate::untrusted`]). Stages ask
+//! the table for a process's [`Facts`] and subscribe to its
+//! [changes](Subscription) instead of reading `/proc` themselves; the few
+//! deliberate re-checks before acting on a process are in [`live`].
 
 pub mod cgroups;
 mod changes;
 pub mod container;
+mod facts;
 pub mod files;
+pub mod live;
 pub mod locks;
 pub mod maps;
 pub mod own;
 mod reader;
 pub mod remote;
-pub mod status;
+mod status;
 mod table;
-pub mod tasks;
+mod tasks;
 
 pub use changes::{Change, ChangeKind, Due, ProcKey, Subscription};
+pub use facts::{Facts, MAX_CMDLINE};
 pub use reader::spawn_reader;
 pub use table::{Image, ProcessTable, TableStats, KEEP_ENDED, MAX_IMAGES};
