@@ -210,7 +210,7 @@ pub(in crate::process) fn regions(pid: u32) -> io::Result<Vec<Region>> {
     Ok(parse_regions(&text))
 }
 
-/// Mappings [`regions`] keeps: a JVM maps a few thousand.
+/// Mappings [`regions`](crate::process::live::regions) keeps: a JVM maps a few thousand.
 pub const MAX_REGIONS: usize = 65_536;
 
 fn parse_regions(text: &str) -> Vec<Region> {

@@ -4,7 +4,8 @@
 //!
 //! A process is identified by its pid and start time; what it runs between
 //! two execs is an [`Image`] (name, executable mappings, whether it is a
-//! JVM). Images are snapshotted while the process lives — shortly after
+//! JVM, container and cgroup, and its [`Facts`]: user, namespace pid,
+//! kernel thread, executable, a JVM's command line). Images are snapshotted while the process lives — shortly after
 //! exec, once the dynamic loader has mapped the libraries — and kept for a
 //! while after it exits or execs again, so samples drained later still
 //! symbolize with the maps and name they were taken under. A reused pid

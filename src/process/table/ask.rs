@@ -55,7 +55,7 @@ impl ProcessTable {
         tasks::comm(pid, tid)
     }
 
-    /// The tids of `pid`'s threads now, at most [`tasks::MAX_LISTED`],
+    /// The tids of `pid`'s threads now, at most `tasks::MAX_LISTED`,
     /// unordered (threads come and go without events of the table's).
     pub fn threads(&self, pid: u32) -> Vec<u32> {
         tasks::tids(pid)
