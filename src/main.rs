@@ -22,7 +22,7 @@ use wallscope::{
     jvm::{agent::JvmMode, JvmFrames},
     pipeline::{Pipeline, PipelineOptions},
     priority::raise,
-    process::tasks,
+    process::live,
     profile::{
         history::HistoryConfig,
         kind::Group,
@@ -574,7 +574,7 @@ impl RecordFormat {
 
 fn record(pid: u32, duration: Duration, output: &Path, sampling: &Sampling) -> Result<()> {
     let format = RecordFormat::of(output)?;
-    if !tasks::exists(pid) {
+    if !live::exists(pid) {
         bail!(Usage(format!("no process with pid {pid}")));
     }
     let retention = duration + Duration::from_secs(60);
@@ -586,7 +586,7 @@ fn record(pid: u32, duration: Duration, output: &Path, sampling: &Sampling) -> R
     wallscope::caps::check().map_err(anyhow::Error::msg)?;
     let pipeline = Pipeline::start(&pipeline_options(sampling, history))?;
     let started = Instant::now();
-    while started.elapsed() < duration && tasks::exists(pid) {
+    while started.elapsed() < duration && live::exists(pid) {
         std::thread::sleep(
             Duration::from_millis(100).min(duration.saturating_sub(started.elapsed())),
         );

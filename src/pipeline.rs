@@ -218,7 +218,11 @@ impl Pipeline {
                     r.java = Some(Box::new(crate::jvm::walk_code::code_for_walks));
                 }
                 if let Some(map) = py_threads.filter(|_| opts.python) {
-                    r = r.with_python(Box::new(PythonThreads::new(map, pythons.clone())));
+                    r = r.with_python(Box::new(PythonThreads::new(
+                        map,
+                        pythons.clone(),
+                        table.clone(),
+                    )));
                 }
                 r
             });

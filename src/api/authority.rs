@@ -61,7 +61,7 @@ pub fn others_hidden() -> bool {
 /// When the request's process started, with [`START_MARGIN`]; `None` if
 /// it is gone.
 pub fn start_of(pid: u32) -> Option<SystemTime> {
-    crate::process::status::start_time(pid).map(|t| t + START_MARGIN)
+    crate::process::live::start_time(pid).map(|t| t + START_MARGIN)
 }
 
 /// What a request may read.
@@ -198,9 +198,9 @@ pub fn check(
 }
 
 /// The uid of process `pid` if all its uids agree (see
-/// [`crate::process::status::sole_uid`]).
+/// [`crate::process::live::sole_uid`]).
 pub fn process_uid(pid: u32) -> Option<u32> {
-    crate::process::status::sole_uid(pid)
+    crate::process::live::sole_uid(pid)
 }
 
 #[cfg(test)]

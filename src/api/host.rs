@@ -19,12 +19,9 @@ use super::{
     recorded::with_recorded,
     ApiState,
 };
-use crate::{
-    process::status,
-    profile::{
-        host::{self, CpuUse},
-        model::{store::Snapshot, window::Window},
-    },
+use crate::profile::{
+    host::{self, CpuUse},
+    model::{store::Snapshot, window::Window},
 };
 
 /// Headers that carry the host's CPU count and utilisation in the window
@@ -47,13 +44,14 @@ pub(super) async fn host(
         .unwrap_or_else(|e| e.into_inner())
         .stats
         .history_s;
+    let processes = state.shared.processes.clone();
     let (report, recorded) = over_snapshot(&state, move |store| {
         let recorded = store.recorded(window, SystemTime::now());
         let sight = authority::reader(authority).sight();
         let sees = |pid| sight.sees(pid, SystemTime::now());
         let cpus = host::online_cpus();
         let mut report = host::report(store, window, cpus, recorded.seconds, history_s, &sight);
-        report.stuck = host::stuck_now(store.live(), sees, status::is_kernel_thread);
+        report.stuck = host::stuck_now(store.live(), sees, |pid| processes.is_kernel_thread(pid));
         (report, recorded)
     })
     .await?;

@@ -41,7 +41,7 @@ pub(super) async fn pprof(
             let (profile, cut) =
                 pprof::build_within(&store, &filter, Detail::Threads, pprof::MAX_TABLE_BYTES);
             let note = if profile.sample.is_empty() {
-                Some(empty_note(&store, &filter)?)
+                Some(empty_note(&store, &shared.processes, &filter)?)
             } else {
                 None
             };

@@ -20,13 +20,10 @@ use super::{
     recorded::with_recorded,
     ApiState,
 };
-use crate::{
-    process::status,
-    profile::{
-        groups::{self, GroupBy},
-        processes::{self, SortBy},
-        strip,
-    },
+use crate::profile::{
+    groups::{self, GroupBy},
+    processes::{self, SortBy},
+    strip,
 };
 
 /// `/processes`: every process recorded in the window, or for a local user
@@ -51,10 +48,12 @@ pub(super) async fn processes(
     let with_strips = p.choice("strip", &["0", "1"])? == Some("1");
     if let Some(by) = p.choice("group", &GroupBy::NAMES)? {
         let by: GroupBy = by.parse().expect("a listed name");
+        let processes = state.shared.processes.clone();
         let (rows, recorded) = over_snapshot(&state, move |store| {
             // A user other than root sums their own processes only.
             let sight = reader.sight();
-            let rows = groups::groups(store, window, by, sort, comm.as_deref(), &sight);
+            let name_now = |pid| processes.thread_name(pid, None);
+            let rows = groups::groups(store, window, by, sort, comm.as_deref(), &sight, &name_now);
             let cpu = host::cpu_use(store, window);
             (rows, (store.recorded(window, SystemTime::now()), cpu))
         })
@@ -77,7 +76,7 @@ pub(super) async fn processes(
     .await?;
     for row in &mut rows {
         row.jvm = jvm_report(&state.shared, row.pid);
-        row.kernel = status::is_kernel_thread(row.pid);
+        row.kernel = state.shared.processes.is_kernel_thread(row.pid);
     }
     let response = with_recorded(Json(rows).into_response(), &recorded.0);
     Ok(host::with_cpu_use(response, &recorded.1))

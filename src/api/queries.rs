@@ -23,7 +23,7 @@ use super::{
 };
 use crate::{
     bpf::abi,
-    process::{cgroups, tasks},
+    process::{cgroups, ProcessTable},
     profile::{
         blocked::{self, BlockedFilter},
         cgroup_list, culprits, gil,
@@ -118,7 +118,7 @@ fn profile(shared: &Shared, filter: Filter, limits: Limits) -> Result<Profile, A
     let (folded, truncated) =
         query::folded_within(narrowed.as_ref().unwrap_or(&store), &filter, limits);
     let note = if folded.stacks.is_empty() {
-        Some(empty_note(&store, &filter)?)
+        Some(empty_note(&store, &shared.processes, &filter)?)
     } else {
         None
     };
@@ -140,8 +140,8 @@ pub(super) fn jvm_report(shared: &Shared, pid: u32) -> Option<crate::jvm::JvmRep
 
 /// Why `pid` is unknown, if it is: no such process now, and nothing
 /// recorded for it within the retention.
-pub(super) fn unknown_pid(store: &Snapshot, pid: u32) -> Option<String> {
-    let known = query::pid_recorded(store, pid) || tasks::exists(pid);
+pub(super) fn unknown_pid(store: &Snapshot, processes: &ProcessTable, pid: u32) -> Option<String> {
+    let known = query::pid_recorded(store, pid) || processes.running(pid);
     let minutes = store.retention().as_secs() / 60;
     (!known).then(|| {
         format!("unknown pid {pid}: no such process, and nothing recorded for it in the last {minutes} min")
@@ -151,15 +151,22 @@ pub(super) fn unknown_pid(store: &Snapshot, pid: u32) -> Option<String> {
 /// Why `filter` found nothing: `Ok(note)` when its process and thread are
 /// known (alive, or recorded within the retention) but recorded nothing of
 /// the kind in the window, 404 when one of them was never seen.
-pub(super) fn empty_note(store: &Snapshot, filter: &Filter) -> Result<String, ApiError> {
+pub(super) fn empty_note(
+    store: &Snapshot,
+    processes: &ProcessTable,
+    filter: &Filter,
+) -> Result<String, ApiError> {
     let window = format!("in the {}", filter.window.describe());
     let what = format!("no {} samples", filter.kind.describe());
     let retention = format!("in the last {} min", store.retention().as_secs() / 60);
-    if let Some(unknown) = filter.pid.and_then(|pid| unknown_pid(store, pid)) {
+    if let Some(unknown) = filter
+        .pid
+        .and_then(|pid| unknown_pid(store, processes, pid))
+    {
         return Err(ApiError::NotFound(unknown));
     }
     Ok(match (filter.pid, filter.tid) {
-        (_, Some(tid)) if !query::tid_recorded(store, tid) && !tasks::exists(tid) => {
+        (_, Some(tid)) if !query::tid_recorded(store, tid) && !processes.running(tid) => {
             return Err(ApiError::NotFound(format!(
                 "unknown tid {tid}: no such thread, and nothing recorded for it {retention}"
             )));
@@ -320,6 +327,7 @@ pub(super) async fn threads(
         .ok_or_else(|| ApiError::bad("pid", "required"))?;
     let window = window(&p, &state.shared)?;
     let text = p.choice("format", &["json", "text"])? == Some("text");
+    let processes = state.shared.processes.clone();
     let report = over_snapshot(&state, move |store| {
         let recorded = store.recorded_of(window, SystemTime::now(), Some(pid));
         // Four passes over the window: over the process's rows only.
@@ -340,7 +348,7 @@ pub(super) async fn threads(
             report.recorded = recorded;
             return Ok(report);
         }
-        if let Some(unknown) = unknown_pid(store, pid) {
+        if let Some(unknown) = unknown_pid(store, &processes, pid) {
             return Err(ApiError::NotFound(unknown));
         }
         let note = format!(
@@ -348,10 +356,11 @@ pub(super) async fn threads(
             window.describe()
         );
         let now = threads::LiveProcess {
-            comm: tasks::comm(pid, None).unwrap_or_default(),
-            threads: tasks::tids(pid)
+            comm: processes.thread_name(pid, None).unwrap_or_default(),
+            threads: processes
+                .threads(pid)
                 .into_iter()
-                .map(|tid| (tid, tasks::comm(pid, Some(tid)).unwrap_or_default()))
+                .map(|tid| (tid, processes.thread_name(pid, Some(tid)).unwrap_or_default()))
                 .collect(),
         };
         let mut report = threads::empty_report(pid, now, window, note);
@@ -418,6 +427,7 @@ pub(super) async fn runqueue(
         let response = json_or_text(text, report, runqueue::render_text);
         return Ok(with_recorded(response, &recorded));
     }
+    let processes = state.shared.processes.clone();
     // Resolving a cgroup path walks the cgroup tree: blocking work too.
     let report = over_snapshot(&state, move |store| {
         let cgroup = match container {
@@ -464,7 +474,7 @@ pub(super) async fn runqueue(
                 // A process that exists is answered (200, zeros, a note):
                 // only a pid never seen is "not found".
                 match pid {
-                    Some(pid) => match unknown_pid(store, pid) {
+                    Some(pid) => match unknown_pid(store, &processes, pid) {
                         Some(unknown) => return Err(ApiError::NotFound(unknown)),
                         None => runqueue::empty(who, window, nothing),
                     },
@@ -551,15 +561,16 @@ pub(super) async fn blocked(
             .unwrap_or(DEFAULT_BLOCKED_LIMIT) as usize,
     };
     let text = p.choice("format", &["json", "text"])? == Some("text");
+    let processes = state.shared.processes.clone();
     let report = over_snapshot(&state, move |store| {
         let live = store.live();
         if let Some(pid) = filter.pid {
             let blocked_now = live.threads.iter().any(|t| t.pid == pid);
-            if let Some(unknown) = unknown_pid(store, pid).filter(|_| !blocked_now) {
+            if let Some(unknown) = unknown_pid(store, &processes, pid).filter(|_| !blocked_now) {
                 return Err(ApiError::NotFound(unknown));
             }
         }
-        let facts = super::wait_facts::read(store, &blocked::matched(live, &filter));
+        let facts = super::wait_facts::read(store, &processes, &blocked::matched(live, &filter));
         let sight = reader.sight();
         Ok(blocked::report(
             live,

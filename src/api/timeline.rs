@@ -37,6 +37,7 @@ pub(super) async fn timeline(
     let limit = p
         .int("limit", 1, MAX_ROWS as u64)?
         .map_or(DEFAULT_ROWS, |n| n as usize);
+    let processes = state.shared.processes.clone();
     let answer = over_snapshot(&state, move |store| {
         let recorded = store.recorded(window, SystemTime::now());
         match timeline::timeline(store, pid, window, group, limit) {
@@ -44,7 +45,7 @@ pub(super) async fn timeline(
                 t.recorded = recorded;
                 Ok(t)
             }
-            None => match unknown_pid(store, pid) {
+            None => match unknown_pid(store, &processes, pid) {
                 Some(unknown) => Err(ApiError::NotFound(unknown)),
                 None => Ok(timeline::Timeline {
                     recorded,

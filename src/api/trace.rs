@@ -20,7 +20,6 @@ use axum::{
 
 use super::{authority::Authority, error::ApiError, params::Params, queries::snapshot, ApiState};
 use crate::{
-    process::tasks,
     profile::{threads, window::Window},
     state::Shared,
     trace::{
@@ -110,7 +109,7 @@ pub(super) async fn trace(
             "no trace recorder: the kernel refused the trace programs (see the log)".into(),
         ));
     };
-    if tasks::tids(pid).is_empty() {
+    if state.shared.processes.threads(pid).is_empty() {
         return Err(ApiError::NotFound(format!("no process {pid} runs now")));
     }
     let ticket = recorder
@@ -193,13 +192,13 @@ fn names(shared: &Shared, pid: u32, tids: &[u32]) -> Names {
     known.retain(|tid, _| tids.binary_search(tid).is_ok());
     for &tid in tids {
         if let std::collections::hash_map::Entry::Vacant(v) = known.entry(tid) {
-            if let Some(comm) = tasks::comm(pid, Some(tid)) {
+            if let Some(comm) = shared.processes.thread_name(pid, Some(tid)) {
                 v.insert(comm);
             }
         }
     }
     Names {
-        process: tasks::comm(pid, None).unwrap_or_default(),
+        process: shared.processes.thread_name(pid, None).unwrap_or_default(),
         threads: known,
     }
 }

@@ -7,7 +7,7 @@ use std::{collections::HashMap, sync::Arc, time::SystemTime};
 
 use crate::{
     bpf::abi,
-    process::tasks,
+    process::ProcessTable,
     profile::{kind, live::LiveThread, store::Snapshot, stuck::WaitFacts, window::Window},
 };
 
@@ -20,7 +20,11 @@ const MAX_OWNER_READS_PER_PROCESS: usize = 32;
 /// What `/blocked` reads of the host for `matched`: each process's live
 /// threads by pool (named as the store last saw them: full Java names),
 /// and who holds the mutex each thread blocked on a futex waits for.
-pub(super) fn read(store: &Snapshot, matched: &[&LiveThread]) -> WaitFacts {
+pub(super) fn read(
+    store: &Snapshot,
+    processes: &ProcessTable,
+    matched: &[&LiveThread],
+) -> WaitFacts {
     let mut facts = WaitFacts::default();
     let mut pids: Vec<u32> = matched.iter().map(|t| t.pid).collect();
     pids.sort_unstable();
@@ -39,11 +43,11 @@ pub(super) fn read(store: &Snapshot, matched: &[&LiveThread]) -> WaitFacts {
         names.insert(t.tid, t.name.clone());
     }
     for &pid in &pids {
-        for tid in tasks::tids(pid) {
+        for tid in processes.threads(pid) {
             let name = names
                 .get(&tid)
                 .map(|n| n.to_string())
-                .or_else(|| tasks::comm(pid, Some(tid)))
+                .or_else(|| processes.thread_name(pid, Some(tid)))
                 .unwrap_or_default();
             *facts
                 .pool_sizes

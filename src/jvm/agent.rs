@@ -21,7 +21,7 @@ use super::{
 };
 use crate::{
     budget::cpu,
-    process::{status, ChangeKind, ProcKey, ProcessTable, Subscription},
+    process::{ChangeKind, ProcKey, ProcessTable, Subscription},
     untrusted::{refusals, Reason, What},
 };
 
@@ -231,16 +231,17 @@ impl Agent {
             _ => {}
         }
         self.jvms.track(s.key);
+        let table = self.changes.table();
         let t = self.tracked.entry(pid).or_insert_with(|| {
             let long_ago = now.checked_sub(REFRESH_INTERVAL).unwrap_or(now);
-            let status = status::Status::read(pid);
+            let facts = table.facts(s.key);
             Tracked {
                 key: s.key,
                 target: Target {
                     pid,
-                    ns_pid: status.as_ref().map_or(pid, |st| st.ns_pid),
+                    ns_pid: facts.as_ref().map_or(pid, |f| f.ns_pid),
                 },
-                uid: status.as_ref().map_or(u32::MAX, |st| st.euid),
+                uid: facts.as_ref().map_or(u32::MAX, |f| f.euid),
                 phase: Phase::Pending { tries: 0 },
                 last_perf_map: long_ago,
                 last_dump: long_ago,

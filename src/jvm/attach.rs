@@ -20,8 +20,7 @@ use std::{
 use thiserror::Error;
 
 use crate::{
-    process::maps::ProcMaps,
-    process::status::Status,
+    process::live::{self, Status},
     untrusted::{self, Dir, OpenError, Reason, What},
 };
 
@@ -241,7 +240,7 @@ impl Target {
                 Err(err @ AttachError::Unsafe(_)) => return Err(err),
                 Err(_) => {}
             }
-            if !crate::process::tasks::exists(self.pid) {
+            if !live::exists(self.pid) {
                 return Err(AttachError::Gone);
             }
             thread::sleep(Duration::from_millis(20));
@@ -360,9 +359,9 @@ fn parse_reply(command: &str, reply: &str) -> Result<String, AttachError> {
     Ok(rest.to_string())
 }
 
-/// Whether `pid` is a HotSpot JVM (see [`ProcMaps::is_hotspot`]).
+/// Whether `pid` is a HotSpot JVM (see [`crate::process::maps::ProcMaps::is_hotspot`]).
 pub fn maps_libjvm(pid: u32) -> Result<bool, AttachError> {
-    let maps = ProcMaps::read(pid).map_err(|_| AttachError::Gone)?;
+    let maps = live::maps(pid).map_err(|_| AttachError::Gone)?;
     Ok(maps.is_hotspot())
 }
 

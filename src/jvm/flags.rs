@@ -36,9 +36,9 @@ use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SegmentFlags};
 
 use super::vmstructs::Vm;
 use crate::{
-    process::files::{exec_mappings, hotspot_libjvm_in, ExecMapping, FileKey},
+    process::files::{hotspot_libjvm_in, ExecMapping, FileKey},
+    process::live::{self, exec_mappings},
     process::remote::Remote,
-    process::status,
     untrusted::refusals::{count_for, Reason, What},
 };
 
@@ -119,7 +119,7 @@ fn enable(pid: u32) -> Result<DebugNonSafepoints, WriteError> {
     // The pidfd first: the start time read after it (while it has not
     // exited) is that of the process it holds.
     let pidfd = PidFd::open(pid).map_err(unavailable)?;
-    let started = status::start_ticks(pid).ok_or_else(|| unavailable("exited"))?;
+    let started = live::start_ticks(pid).ok_or_else(|| unavailable("exited"))?;
     if pidfd.exited() {
         return Err(unavailable("exited"));
     }
@@ -134,7 +134,7 @@ fn enable(pid: u32) -> Result<DebugNonSafepoints, WriteError> {
     let addr = verified_flag(&vm, &mem, &facts, bias)?;
     writable_in(pid, &m, addr)?;
     let still_same = || -> Result<(), WriteError> {
-        if pidfd.exited() || status::start_ticks(pid) != Some(started) {
+        if pidfd.exited() || live::start_ticks(pid) != Some(started) {
             return Err(WriteError::Unverified("the process exited".into()));
         }
         let now = exec_mappings(pid).map_err(unavailable)?;
@@ -239,7 +239,7 @@ fn verified_flag(vm: &Vm, mem: &Remote, facts: &FileFacts, bias: u64) -> Result<
 /// `m` maps, or in the anonymous writable mappings right after it (its
 /// `.bss`).
 fn writable_in(pid: u32, m: &ExecMapping, addr: u64) -> Result<(), WriteError> {
-    let lines = crate::process::maps::regions(pid).map_err(unavailable)?;
+    let lines = live::regions(pid).map_err(unavailable)?;
     let mut i = lines
         .iter()
         .position(|l| l.start <= addr && addr < l.end)

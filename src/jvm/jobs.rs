@@ -211,7 +211,7 @@ fn read_thread_names(jvms: &Jvms, target: Target, deadline: Instant) -> Result<(
             return Ok(());
         }
     };
-    let host = crate::process::tasks::host_tids_by_ns_tid(pid);
+    let host = crate::process::live::host_tids_by_ns_tid(pid);
     let names = output::thread_names(pid, &dump)
         .into_iter()
         .filter_map(|(nid, name)| Some((*host.get(&nid)?, Arc::from(name.as_str()))))

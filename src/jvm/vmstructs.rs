@@ -21,7 +21,8 @@ use std::{
 
 use super::vmtables::Tables;
 use crate::process::{
-    files::{exec_mappings, hotspot_libjvm_in, ExecMapping},
+    files::{hotspot_libjvm_in, ExecMapping},
+    live::exec_mappings,
     remote::{uint_at, Remote},
 };
 
@@ -352,7 +353,7 @@ pub(crate) fn layout_in(pid: u32, mappings: &[ExecMapping]) -> Result<Vm, Layout
     let file = m.open(pid).map_err(|e| LayoutError::File(e.to_string()))?;
     let bias = crate::unwind::table::load_bias_of(&file, m.start, m.offset)
         .map_err(|e| LayoutError::File(e.to_string()))?;
-    let started = crate::process::status::start_ticks(pid)
+    let started = crate::process::live::start_ticks(pid)
         .ok_or_else(|| LayoutError::Read("the process is gone".into()))?;
     let key = (pid, started);
     let known = cache()
@@ -374,8 +375,7 @@ pub(crate) fn layout_in(pid: u32, mappings: &[ExecMapping]) -> Result<Vm, Layout
     let mut cache = cache().lock().unwrap_or_else(|e| e.into_inner());
     if cache.len() >= MAX_PROCESSES && !cache.contains_key(&key) {
         // Forget the processes that are gone; all, if none is.
-        cache
-            .retain(|&(pid, started), _| crate::process::status::start_ticks(pid) == Some(started));
+        cache.retain(|&(pid, started), _| crate::process::live::start_ticks(pid) == Some(started));
         if cache.len() >= MAX_PROCESSES {
             cache.clear();
         }

@@ -121,7 +121,7 @@ pub fn exec_mappings_in(maps: &ProcMaps) -> Vec<ExecMapping> {
 }
 
 /// Executable file mappings of `pid`, read now.
-pub fn exec_mappings(pid: u32) -> std::io::Result<Vec<ExecMapping>> {
+pub(in crate::process) fn exec_mappings(pid: u32) -> std::io::Result<Vec<ExecMapping>> {
     Ok(exec_mappings_in(&ProcMaps::read(pid)?))
 }
 

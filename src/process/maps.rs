@@ -63,7 +63,7 @@ pub struct ProcMaps {
 
 impl ProcMaps {
     /// Reads `/proc/PID/maps`.
-    pub fn read(pid: u32) -> io::Result<ProcMaps> {
+    pub(in crate::process) fn read(pid: u32) -> io::Result<ProcMaps> {
         Ok(ProcMaps::parse(&fs::read_to_string(format!(
             "/proc/{pid}/maps"
         ))?))
@@ -198,12 +198,12 @@ pub struct Region {
 
 /// Every mapping of `pid` (not only executable ones), by address, at most
 /// [`MAX_REGIONS`].
-pub fn regions(pid: u32) -> io::Result<Vec<Region>> {
+pub(in crate::process) fn regions(pid: u32) -> io::Result<Vec<Region>> {
     let text = fs::read_to_string(format!("/proc/{pid}/maps"))?;
     Ok(parse_regions(&text))
 }
 
-/// Mappings [`regions`] keeps: a JVM maps a few thousand.
+/// Mappings [`regions`](crate::process::live::regions) keeps: a JVM maps a few thousand.
 pub const MAX_REGIONS: usize = 65_536;
 
 fn parse_regions(text: &str) -> Vec<Region> {

@@ -18,6 +18,7 @@ use rustc_hash::FxHashMap;
 use serde::Serialize;
 
 use super::changes::{ChangeKind, ProcKey, Publisher, Subscription};
+use super::facts::Facts;
 use super::maps::ProcMaps;
 use crate::bpf::abi::{comm_str, proc_event, ProcEvent, COMM_LEN};
 
@@ -77,6 +78,8 @@ pub struct Image {
     pub parent: u32,
     /// Its cgroup (v2 path), inherited at fork and read with the maps.
     pub cgroup: Option<Arc<str>>,
+    /// Its facts, read when first asked for ([`ProcessTable::facts`]).
+    pub facts: Option<Arc<Facts>>,
     /// When the maps were read from `/proc` (`None`: not yet, or inherited
     /// from the parent at fork and not re-read).
     pub maps_read: Option<Instant>,
@@ -101,6 +104,7 @@ impl Image {
             container: None,
             parent: 0,
             cgroup: None,
+            facts: None,
             maps_read: None,
             began: now,
             ended: None,
@@ -127,6 +131,8 @@ impl Image {
             },
             maps: Arc::new(maps),
             maps_read: Some(now),
+            // Read again when next asked for (privileges may have changed).
+            facts: None,
             ..self.clone()
         }
     }
@@ -593,4 +599,5 @@ fn same_name(name: &str, comm: &str) -> bool {
 #[cfg(test)]
 mod tests;
 
+mod ask;
 mod bytes;

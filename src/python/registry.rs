@@ -23,7 +23,7 @@ use crate::{
     bpf::abi::{PyThreadKey, UnwindPython, PY_THREADS},
     budget::{cpu, shares::Shares},
     process::remote::{Budget, Remote},
-    process::{files::ExecMapping, status::Status, ProcKey},
+    process::{files::ExecMapping, ProcKey, ProcessTable},
     python::{self, shares, Interpreter, PyError, PyThread},
     untrusted::refusals::{self, Reason, What},
     unwind::python::{PythonSide, PythonStats},
@@ -117,12 +117,18 @@ pub struct PythonThreads {
     given_up: HashMap<u32, ProcKey>,
     /// The entries of `python_threads` each user holds.
     shares: Shares,
+    /// Where a process's threads are listed.
+    table: Arc<ProcessTable>,
 }
 
 impl PythonThreads {
     /// Keeps `map` (`python_threads`) and publishes the interpreters in
-    /// `shared`.
-    pub fn new(map: BpfHashMap<MapData, PyThreadKey, u64>, shared: Pythons) -> PythonThreads {
+    /// `shared`; the processes are `table`'s.
+    pub fn new(
+        map: BpfHashMap<MapData, PyThreadKey, u64>,
+        shared: Pythons,
+        table: Arc<ProcessTable>,
+    ) -> PythonThreads {
         PythonThreads {
             map,
             procs: HashMap::new(),
@@ -132,6 +138,7 @@ impl PythonThreads {
             name_bytes: 0,
             given_up: HashMap::new(),
             shares: shares::shares(PY_THREADS),
+            table,
         }
     }
 
@@ -222,7 +229,7 @@ impl PythonThreads {
             p.named = Some(now);
             let others: usize = self.name_bytes - names_bytes(&p.names);
             let room = NAME_BYTES_PER_PROCESS.min(NAME_BYTES.saturating_sub(others));
-            let (names, cut) = thread_names(&p.interp, &mem, &threads, room);
+            let (names, cut) = thread_names(&p.interp, &mem, &threads, room, &self.table);
             if cut {
                 refusals::count_for(What::Python, Reason::Budget, pid);
             }
@@ -309,6 +316,7 @@ fn thread_names(
     mem: &Remote,
     threads: &[PyThread],
     room: usize,
+    table: &ProcessTable,
 ) -> (HashMap<u32, Arc<str>>, bool) {
     let names = match interp.thread_names(mem) {
         Ok(n) => n,
@@ -317,9 +325,7 @@ fn thread_names(
             return (HashMap::new(), false);
         }
     };
-    let tids: HashSet<u32> = crate::process::tasks::tids(interp.pid)
-        .into_iter()
-        .collect();
+    let tids: HashSet<u32> = table.threads(interp.pid).into_iter().collect();
     let tid_of = |t: &PyThread| -> Option<u32> {
         if let Some(tid) = t.native_tid {
             return Some(tid);
@@ -374,6 +380,7 @@ impl PythonSide for PythonThreads {
         &mut self,
         pid: u32,
         key: ProcKey,
+        uid: u32,
         mappings: &[ExecMapping],
         now: Instant,
     ) -> Option<UnwindPython> {
@@ -390,8 +397,6 @@ impl PythonSide for PythonThreads {
         match python::find(pid, mappings) {
             Ok(interp) => {
                 self.retry.remove(&pid);
-                // Gone already if its status cannot be read.
-                let uid = Status::read(pid)?.euid;
                 let layout = interp.walk_layout();
                 self.procs.insert(
                     pid,

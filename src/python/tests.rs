@@ -11,8 +11,8 @@ use std::{
 
 use super::*;
 use crate::{
-    process::files::{exec_mappings, ExecMapping},
     process::remote::Budget,
+    process::{files::ExecMapping, live::exec_mappings},
 };
 
 /// A child killed when dropped.

@@ -16,6 +16,7 @@ use std::{borrow::Cow, sync::Arc};
 use rustc_hash::FxHashMap;
 
 use crate::{
+    process::ProcessTable,
     profile::Frame,
     untrusted::{
         refusals::{self, Reason, What},
@@ -59,15 +60,17 @@ pub struct Interner {
     /// Each charged process's effective user, read once per prune round
     /// (a pid reused meanwhile is charged to the old user until then).
     users: FxHashMap<u32, u32>,
-    /// Reads a process's effective user (`/proc`; tests give their own).
-    read_user: fn(u32) -> Option<u32>,
+    /// A process's effective user (the process table's; tests give
+    /// their own).
+    read_user: Box<dyn Fn(u32) -> Option<u32> + Send>,
     over_budget: Frame,
     /// A name was refused because the whole set was full.
     full: bool,
 }
 
-impl Default for Interner {
-    fn default() -> Self {
+impl Interner {
+    /// An empty interner charging names to the users `table` tells.
+    pub fn new(table: Arc<ProcessTable>) -> Self {
         let over_budget: Frame = Arc::from(OVER_BUDGET);
         let mut names = hashbrown::HashMap::default();
         names.insert(over_budget.clone(), 0);
@@ -77,14 +80,12 @@ impl Default for Interner {
             by_pid: FxHashMap::default(),
             by_user: FxHashMap::default(),
             users: FxHashMap::default(),
-            read_user: |pid| crate::process::status::Status::read(pid).map(|s| s.euid),
+            read_user: Box::new(move |pid| table.user_of(pid)),
             over_budget,
             full: false,
         }
     }
-}
 
-impl Interner {
     /// The shared copy of `name`, for no process in particular (fixed
     /// markers, kernel symbols, JVM method names): counted against the
     /// whole bound only ([`OVER_BUDGET`] once that is full).
@@ -133,7 +134,7 @@ impl Interner {
 
     /// `pid`'s effective user, read once per prune round.
     fn user_of(&mut self, pid: u32) -> u32 {
-        let read = self.read_user;
+        let read = &self.read_user;
         *self
             .users
             .entry(pid)
@@ -202,14 +203,14 @@ mod tests {
     /// An interner where process `pid` is user `pid / 100`.
     fn interner() -> Interner {
         Interner {
-            read_user: |pid| Some(pid / 100),
-            ..Interner::default()
+            read_user: Box::new(|pid| Some(pid / 100)),
+            ..Interner::new(Arc::default())
         }
     }
 
     #[test]
     fn names_are_cleaned_cut_and_pruned() {
-        let mut names = Interner::default();
+        let mut names = Interner::new(Arc::default());
         let base = names.bytes();
         let a = names.get("a;b\nc");
         assert_eq!(&*a, "a:b c");

@@ -36,8 +36,7 @@ use crate::{
     },
     process::{
         remote::{Budget, Remote},
-        status::Status,
-        ProcKey,
+        ProcKey, ProcessTable,
     },
     profile::Frame,
     untrusted::refusals::{count_for, Reason, What},
@@ -104,9 +103,19 @@ pub struct JavaFrames {
     nmethod_bytes: usize,
     /// `--jvm-frames perf-map`: never read JVM memory.
     pub disabled: bool,
+    /// Where a JVM's user comes from.
+    table: Arc<ProcessTable>,
 }
 
 impl JavaFrames {
+    /// No JVMs yet, of the processes of `table`.
+    pub fn new(table: Arc<ProcessTable>) -> Self {
+        JavaFrames {
+            table,
+            ..JavaFrames::default()
+        }
+    }
+
     /// Bytes of the JVMs' decoded nmethods, within [`nmethod_budget_bytes`].
     pub fn bytes(&self) -> usize {
         self.nmethod_bytes
@@ -155,7 +164,7 @@ impl JavaFrames {
         *self
             .owners
             .entry(key)
-            .or_insert_with(|| Status::read(key.pid).map_or(cpu::UNKNOWN_USER, |s| s.euid))
+            .or_insert_with(|| self.table.facts(key).map_or(cpu::UNKNOWN_USER, |f| f.euid))
     }
 
     fn jvm(&mut self, key: ProcKey, uid: u32) -> Option<&mut JvmCode> {

@@ -24,14 +24,17 @@
 //! new frame ([`OVER_BUDGET`]) until it refills; frames already made are
 //! handed out free.
 
-use std::{sync::LazyLock, time::Instant};
+use std::{
+    sync::{Arc, LazyLock},
+    time::Instant,
+};
 
 use rustc_hash::FxHashMap;
 
 use super::perfmap::{self, PerfMap, Progress, Stamp};
 use crate::{
     budget::cpu,
-    process::{status, ProcKey},
+    process::{ProcKey, ProcessTable},
     profile::Frame,
     untrusted::{
         self,
@@ -165,13 +168,23 @@ impl Entry {
 }
 
 /// Perf maps by process.
-#[derive(Default)]
 pub struct JitMaps {
     maps: FxHashMap<ProcKey, Entry>,
     batch: u64,
+    /// Where a process's namespace pid and user come from.
+    table: Arc<ProcessTable>,
 }
 
 impl JitMaps {
+    /// No maps yet, of the processes of `table`.
+    pub fn new(table: Arc<ProcessTable>) -> Self {
+        JitMaps {
+            maps: FxHashMap::default(),
+            batch: 0,
+            table,
+        }
+    }
+
     /// Starts a batch.
     pub fn begin_batch(&mut self) {
         self.batch += 1;
@@ -212,13 +225,14 @@ impl JitMaps {
     ) -> Option<Frame> {
         let batch = self.batch;
         let pid = key.pid;
+        let table = &self.table;
         let entry = self.maps.entry(key).or_insert_with(|| {
-            let status = status::Status::read(pid);
+            let facts = table.facts(key);
             Entry {
                 map: PerfMap::default(),
                 frames: Vec::new(),
-                ns_pid: status.map_or(pid, |s| s.ns_pid),
-                uid: status.map_or(cpu::UNKNOWN_USER, |s| s.euid),
+                ns_pid: facts.as_ref().map_or(pid, |f| f.ns_pid),
+                uid: facts.as_ref().map_or(cpu::UNKNOWN_USER, |f| f.euid),
                 refused: None,
                 building: None,
                 deferred: None,

@@ -12,7 +12,7 @@ use std::{
 };
 
 use crate::{
-    process::{status, ProcKey},
+    process::{live, ProcKey},
     untrusted::{self, Dir, Expect, OpenError, Reason, What},
 };
 
@@ -172,11 +172,12 @@ impl PerfMap {
         restart: bool,
     ) -> Result<Progress, OpenError> {
         let pid = key.pid;
-        let status = status::Status::read(pid).ok_or_else(gone)?;
+        // Live: the file is opened as its owner is now.
+        let status = live::Status::read(pid).ok_or_else(gone)?;
         let (started, slack) = match key.started_at() {
             Some(at) => (at, STALE_SLACK),
             None => (
-                status::start_time(pid).ok_or_else(gone)?,
+                live::start_time(pid).ok_or_else(gone)?,
                 STALE_SLACK_PROC_STAT,
             ),
         };

@@ -15,11 +15,13 @@ use crate::{
 /// process is registered, and their threads kept in `python_threads`.
 pub trait PythonSide: Send {
     /// The walk layout of `pid`'s interpreter, if it runs one that can be
-    /// read (registering it and its threads).
+    /// read (registering it and its threads, their reads paid by `uid`,
+    /// the user the process table says it runs as).
     fn register(
         &mut self,
         pid: u32,
         key: ProcKey,
+        uid: u32,
         mappings: &[ExecMapping],
         now: Instant,
     ) -> Option<UnwindPython>;

@@ -42,7 +42,6 @@ use crate::bpf::{
 use crate::budget::shares::Shares;
 use crate::process::{
     files::{exec_mappings_in, ExecMapping, FileKey},
-    status::Status,
     ProcessTable, Subscription,
 };
 
@@ -282,8 +281,8 @@ impl Registry {
         let Some(image) = self.changes.table().live(pid) else {
             return;
         };
-        // Gone already if its status cannot be read.
-        let Some(uid) = Status::read(pid).map(|s| s.euid) else {
+        // Gone already if its facts cannot be read.
+        let Some(uid) = self.changes.table().user_of(pid) else {
             return;
         };
         let old = self.take(pid);
@@ -337,7 +336,7 @@ impl Registry {
         let python = self
             .python
             .as_mut()
-            .and_then(|py| py.register(pid, image.key(), &mappings, now));
+            .and_then(|py| py.register(pid, image.key(), uid, &mappings, now));
         self.attach(&mappings, uid, now);
         self.keep(
             pid,

@@ -179,7 +179,7 @@ async fn a_user_sees_nothing_of_an_earlier_process_with_their_pid() {
         std::thread::sleep(Duration::from_millis(10));
     }
     assert!(owned(), "setpriv did not become nobody");
-    let started = wallscope::process::status::start_time(pid).unwrap();
+    let started = wallscope::process::live::start_time(pid).unwrap();
     // The second slice must have ended before the query.
     while SystemTime::now() < started + Duration::from_secs(2) {
         std::thread::sleep(Duration::from_millis(50));

@@ -1,8 +1,10 @@
 //! The crate's structure, checked from its source: modules import only
 //! modules below them in one declared order, no item is re-exported under
-//! a second path (`pub use crate::…`), and every `/proc` path is in the
-//! host layer (`src/process/`) or the opener of other users' files
-//! (`src/untrusted/`). Test code (`#[cfg(test)] mod tests`, files named
+//! a second path (`pub use crate::…`), every `/proc` path is in the host
+//! layer (`src/process/`) or the opener of other users' files
+//! (`src/untrusted/`), and only the host layer reads a process's `/proc`
+//! files: every other stage asks the process table, or makes its
+//! deliberate live re-checks through `process::live`. Test code (`#[cfg(test)] mod tests`, files named
 //! `*tests.rs`) may read anything for ground truth and is not checked.
 
 use std::{
@@ -42,6 +44,18 @@ const LAYERS: &[&str] = &[
 
 /// Where `/proc` may be named.
 const PROC_HOMES: &[&str] = &["process", "untrusted"];
+
+/// The per-pid `/proc` readers, by crate path: called from `src/process/`
+/// only (which re-exports the live re-checks in `process::live`).
+const PROC_READERS: &[&str] = &[
+    "process::status",
+    "process::tasks",
+    "process::files::exec_mappings",
+    "process::maps::regions",
+];
+/// Readers called as methods or through a `process` path (not seen as a
+/// crate path).
+const PROC_READER_TEXTS: &[&str] = &["ProcMaps::read(", "process::status::", "process::tasks::"];
 
 /// A source file: its module path and its text without test code and
 /// comments, line numbers kept.
@@ -353,6 +367,43 @@ fn only_the_host_layer_names_proc() {
     );
 }
 
+/// The calls into per-pid `/proc` readers in `text` of `module`, by
+/// line (one each): none in the host layer itself.
+fn reader_calls(module: &[String], text: &str) -> Vec<(usize, String)> {
+    if module.first().is_some_and(|m| m == "process") {
+        return Vec::new();
+    }
+    let mut found = std::collections::BTreeMap::new();
+    for (line, path) in crate_paths(text, module) {
+        let path = path.join("::");
+        let reader = |r: &&str| path == *r || path.starts_with(&format!("{r}::"));
+        if PROC_READERS.iter().any(reader) {
+            found.entry(line).or_insert(path);
+        }
+    }
+    for (n, line) in text.lines().enumerate() {
+        if let Some(t) = PROC_READER_TEXTS.iter().find(|t| line.contains(**t)) {
+            found.entry(n + 1).or_insert_with(|| t.to_string());
+        }
+    }
+    found.into_iter().collect()
+}
+
+#[test]
+fn only_the_host_layer_reads_a_process() {
+    let mut wrong = Vec::new();
+    for s in sources() {
+        for (line, what) in reader_calls(&s.module, &s.text) {
+            wrong.push(format!("{}:{line}: {what}", s.path.display()));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "per-pid /proc readers outside src/process (ask the process table, or          process::live for a re-check before acting on a process):\n{}",
+        wrong.join("\n")
+    );
+}
+
 #[test]
 fn the_checks_see_what_they_check() {
     // A group, a nested group, `self` and `super` paths.
@@ -392,4 +443,25 @@ fn the_checks_see_what_they_check() {
         "budget",
     ];
     assert_eq!(carve_outs(&layers), [("export", "export::push::stats")]);
+    // Planted per-pid readers: a `use` group, a full path, a method, a
+    // path through `process`; none through `live`, the table or in the
+    // host layer.
+    let jit = vec!["symbolize".to_string(), "jit".to_string()];
+    let planted = "use crate::process::{status, ProcKey};\n\
+                   let s = status::Status::read(pid);\n\
+                   let t = crate::process::tasks::tids(pid);\n\
+                   let m = ProcMaps::read(pid);\n\
+                   let c = process::status::cmdline(pid, 10);\n\
+                   use crate::process::files::{exec_mappings, FileKey};";
+    let lines: Vec<usize> = reader_calls(&jit, planted)
+        .into_iter()
+        .map(|(line, _)| line)
+        .collect();
+    assert_eq!(lines, [1, 3, 4, 5, 6]);
+    let allowed = "use crate::process::{live, files::FileKey};\n\
+                   let s = live::Status::read(pid);\n\
+                   let f = table.facts(key);";
+    assert!(reader_calls(&jit, allowed).is_empty());
+    let host = vec!["process".to_string(), "live".to_string()];
+    assert!(reader_calls(&host, planted).is_empty());
 }

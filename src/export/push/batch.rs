@@ -135,7 +135,7 @@ mod tests {
 
     use super::*;
     use crate::export::push::{choose::Chooser, service::ServiceNames};
-    use crate::profile::fair;
+    use crate::process::ProcessTable;
     use crate::profile::model::{RawThread, ThreadCounters};
     use crate::{
         export::pprof::proto::Profile,
@@ -166,7 +166,8 @@ mod tests {
 
     /// A kernel thread of this host, if this pid namespace shows any.
     fn kernel_thread() -> Option<u32> {
-        (1..=4096).find(|pid| crate::process::status::is_kernel_thread(*pid))
+        let table = ProcessTable::default();
+        (1..=4096).find(|pid| table.is_kernel_thread(*pid))
     }
 
     /// One second of the app (cpu 300 ms, futex 700 ms on another thread),
@@ -214,10 +215,11 @@ mod tests {
     fn a_request_per_busy_process_with_both_series() {
         let end = SystemTime::now();
         let window = Window::between(end - Duration::from_secs(2), end);
+        let table: Arc<ProcessTable> = Arc::default();
         let mut chooser = Chooser {
             top: 1,
-            services: ServiceNames::new(&Arc::default()),
-            user_of: fair::user_of,
+            services: ServiceNames::new(&table),
+            user_of: Box::new(move |pid| table.user_of(pid)),
         };
         let mut batcher = Batcher {
             labels: SeriesLabels::new(vec![("env".into(), "dev".into())], "box".into()).unwrap(),
@@ -301,7 +303,7 @@ mod tests {
         let mut chooser = Chooser {
             top: 20,
             services: ServiceNames::new(&Arc::default()),
-            user_of: |pid| Some(if pid >= CROWD { 65534 } else { 0 }),
+            user_of: Box::new(|pid| Some(if pid >= CROWD { 65534 } else { 0 })),
         };
         let mut batcher = Batcher {
             labels: SeriesLabels::new(vec![], "box".into()).unwrap(),

@@ -30,8 +30,10 @@ pub struct Chooser {
     /// Processes per interval.
     pub top: usize,
     pub services: ServiceNames,
-    /// The user a process runs as ([`fair::user_of`]; tests give others).
-    pub user_of: fn(u32) -> Option<u32>,
+    /// The user a process runs as, `None` once it exited (the process
+    /// table's [`user_of`](crate::process::ProcessTable::user_of); tests
+    /// give others).
+    pub user_of: Box<dyn FnMut(u32) -> Option<u32> + Send>,
 }
 
 impl Chooser {

@@ -263,7 +263,10 @@ impl Pusher {
         let chooser = Chooser {
             top: opts.top,
             services: ServiceNames::new(&shared.processes),
-            user_of: crate::profile::fair::user_of,
+            user_of: {
+                let table = shared.processes.clone();
+                Box::new(move |pid| table.user_of(pid))
+            },
         };
         let interval = opts.interval;
         let builder = spawn(

@@ -8,11 +8,7 @@
 
 use std::{collections::HashMap, sync::Arc, time::Instant};
 
-use crate::process::{status, ChangeKind, ProcKey, ProcessTable, Subscription};
-
-/// Most of `/proc/PID/cmdline` read: the JVM options before the main class
-/// are rarely longer, and a longer command line falls back to the name.
-const MAX_CMDLINE: u64 = 16 * 1024;
+use crate::process::{ChangeKind, Facts, ProcKey, ProcessTable, Subscription};
 
 /// Options of the `java` launcher that take the next argument as their
 /// value (so it is not the main class).
@@ -83,16 +79,15 @@ fn is_class_or_jar_name(name: &str) -> bool {
             .all(|c| c.is_alphanumeric() || matches!(c, '.' | '_' | '$' | '-' | '+'))
 }
 
-/// The name of `pid`'s executable when `comm` is the kernel's 15-byte cut
-/// of it; else `comm` (a process may have renamed itself).
-fn executable_name(pid: u32, comm: &str) -> String {
+/// The name of the process's executable when `comm` is the kernel's
+/// 15-byte cut of it; else `comm` (a process may have renamed itself).
+fn executable_name(facts: Option<&Facts>, comm: &str) -> String {
     const COMM_BYTES: usize = 15;
     if comm.len() < COMM_BYTES {
         return comm.to_string();
     }
-    let exe = status::executable(pid);
-    let file = exe
-        .as_ref()
+    let file = facts
+        .and_then(|f| f.executable.as_ref())
         .and_then(|p| p.file_name())
         .map(|f| f.to_string_lossy());
     match file {
@@ -132,15 +127,23 @@ impl ServiceNames {
         if let Some(name) = self.known.get(&key) {
             return name.clone();
         }
-        let name = if status::is_kernel_thread(pid) {
+        let table = self.changes.table();
+        let facts = match image {
+            Some(_) => table.facts(key),
+            None => table.facts_of(pid),
+        };
+        let name = if pid == 0 || facts.as_ref().is_some_and(|f| f.kernel_thread) {
             None
         } else {
             // A JVM as its maps tell (whatever it calls itself): its main
-            // class, read while it runs.
+            // class, from the command line the table read while it ran
+            // (`MAX_CMDLINE` bytes at most: the JVM options before the
+            // main class are rarely longer, and a longer command line
+            // falls back to the name).
             let is_jvm = image.as_ref().is_some_and(|i| i.jvm && i.ended.is_none());
-            let main =
-                is_jvm.then(|| status::cmdline(pid, MAX_CMDLINE).and_then(|c| java_main(&c)));
-            Some(main.flatten().unwrap_or_else(|| executable_name(pid, comm)))
+            let cmdline = facts.as_ref().and_then(|f| f.cmdline.as_deref());
+            let main = cmdline.filter(|_| is_jvm).and_then(java_main);
+            Some(main.unwrap_or_else(|| executable_name(facts.as_deref(), comm)))
         };
         if self.known.len() >= MAX_KNOWN {
             self.known.clear();

@@ -11,6 +11,7 @@ fn image_bytes(image: &Image) -> usize {
         + 16
         + image.name.len()
         + image.cgroup.as_ref().map_or(0, |c| c.len())
+        + image.facts.as_ref().map_or(0, |f| f.bytes())
 }
 
 /// Bytes of a mapping list.

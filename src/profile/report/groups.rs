@@ -81,6 +81,7 @@ pub fn groups(
     sort: SortBy,
     comm: Option<&str>,
     sight: &Sight,
+    name_now: &dyn Fn(u32) -> Option<String>,
 ) -> Vec<ProcessGroup> {
     let (all, unseen) = accumulate(store, window, sight);
     let mut sums: HashMap<String, Sum> = HashMap::new();
@@ -89,7 +90,7 @@ pub fn groups(
         if comm.is_some_and(|c| !name.contains(c)) {
             continue;
         }
-        let (key, parent_pid) = match key_of(by, &name, acc, &all) {
+        let (key, parent_pid) = match key_of(by, &name, acc, &all, name_now) {
             (_, Some(parent)) if !sight.sees(parent, SystemTime::now()) => {
                 (HIDDEN_PARENT.to_string(), None)
             }
@@ -141,7 +142,13 @@ pub fn groups(
 }
 
 /// The group of one process, and its parent's pid when grouped by parent.
-fn key_of(by: GroupBy, name: &str, acc: &Acc, all: &HashMap<u32, Acc>) -> (String, Option<u32>) {
+fn key_of(
+    by: GroupBy,
+    name: &str,
+    acc: &Acc,
+    all: &HashMap<u32, Acc>,
+    name_now: &dyn Fn(u32) -> Option<String>,
+) -> (String, Option<u32>) {
     let origin = acc.origin.as_ref();
     match by {
         GroupBy::Comm => (name.to_string(), None),
@@ -151,7 +158,7 @@ fn key_of(by: GroupBy, name: &str, acc: &Acc, all: &HashMap<u32, Acc>) -> (Strin
                     .get(&parent)
                     .and_then(|p| p.name.as_deref())
                     .map(str::to_string)
-                    .or_else(|| crate::process::tasks::comm(parent, None))
+                    .or_else(|| name_now(parent))
                     .unwrap_or_else(|| "[gone]".into());
                 (format!("{parent_name} (pid {parent})"), Some(parent))
             }
@@ -182,6 +189,11 @@ mod tests {
 
     use super::*;
     use crate::profile::model::{store::Store, Origin, RawThread, Slice, ThreadCounters};
+
+    /// The kernel's name of a process, as the daemon's table gives it.
+    fn name_now(pid: u32) -> Option<String> {
+        crate::process::ProcessTable::default().thread_name(pid, None)
+    }
 
     /// A script (pid 10) forks three short-lived `hasher`s over two slices;
     /// a daemon (pid 20, its own parent 1) runs beside them.
@@ -232,6 +244,7 @@ mod tests {
             sort,
             None,
             &Sight::all(),
+            &name_now,
         )
     }
 
@@ -292,6 +305,7 @@ mod tests {
             sort,
             None,
             &reader.sight(),
+            &name_now,
         );
         let shown: Vec<(&str, u64, u64)> = rows
             .iter()

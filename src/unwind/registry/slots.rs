@@ -18,7 +18,6 @@ use super::{ProcState, Registry};
 use crate::{
     bpf::abi::UnwindProc,
     budget::shares::Shares,
-    process::tasks,
     untrusted::refusals::{self, Reason, What},
 };
 
@@ -127,7 +126,7 @@ impl Registry {
             .procs
             .keys()
             .filter_map(Result::ok)
-            .filter(|pid| !self.procs.contains_key(pid) && !tasks::exists(*pid))
+            .filter(|pid| !self.procs.contains_key(pid) && !self.changes.table().running(*pid))
             .collect();
         for pid in &stale {
             let _ = self.maps.procs.remove(pid);
