@@ -14,16 +14,17 @@ use axum::{
 use super::{
     authority::{self, Authority},
     error::ApiError,
+    host_facts::LiveHost,
     params::Params,
-    queries::{json_or_text, over_snapshot, window, with_window},
-    recorded::with_recorded,
+    queries::{answer_response, over_snapshot, window, with_window},
     ApiState,
 };
-use crate::{
-    process::status,
-    profile::{
+use crate::profile::{
+    model::{store::Snapshot, window::Window},
+    report::{
+        answer::Answer,
         host::{self, CpuUse},
-        model::{store::Snapshot, window::Window},
+        host_facts::HostFacts,
     },
 };
 
@@ -47,18 +48,27 @@ pub(super) async fn host(
         .unwrap_or_else(|e| e.into_inner())
         .stats
         .history_s;
-    let (report, recorded) = over_snapshot(&state, move |store| {
-        let recorded = store.recorded(window, SystemTime::now());
+    let answer = over_snapshot(&state, move |store| {
         let sight = authority::reader(authority).sight();
         let sees = |pid| sight.sees(pid, SystemTime::now());
         let cpus = host::online_cpus();
-        let mut report = host::report(store, window, cpus, recorded.seconds, history_s, &sight);
-        report.stuck = host::stuck_now(store.live(), sees, status::is_kernel_thread);
-        (report, recorded)
+        let mut answer = Answer::over(store, window, None, |recorded| {
+            host::report(
+                store,
+                &LiveHost,
+                window,
+                cpus,
+                recorded.seconds,
+                history_s,
+                &sight,
+            )
+        });
+        let is_kernel = |pid| LiveHost.is_kernel_thread(pid);
+        answer.body.stuck = host::stuck_now(store.live(), sees, is_kernel);
+        answer
     })
     .await?;
-    let response = json_or_text(text, report, host::render_text);
-    Ok(with_recorded(response, &recorded))
+    Ok(answer_response(text, answer, host::render_text))
 }
 
 /// The host's CPU use in `window`, for `/processes`' headers.

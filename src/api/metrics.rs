@@ -85,7 +85,7 @@ pub fn render(shared: &Shared, queries: &QueryStats, now: SystemTime) -> String 
         fair::MAX_LOOKED_AT,
     );
     drop(snapshot);
-    let ranked = fair::top(&ranked, TOP, fair::user_of);
+    let ranked = fair::top(&ranked, TOP, crate::process::status::user_of);
     let (procs, mut kept_off) = {
         let store = shared.store.read().unwrap_or_else(|e| e.into_inner());
         let kept_off: Vec<(String, String, u64)> = store

@@ -48,6 +48,13 @@ impl Status {
     }
 }
 
+/// The user a process runs as (its effective uid), or `None` when it has
+/// exited (all exited processes then count as one user): the fair share's
+/// users (see [`crate::profile::report::fair`]).
+pub fn user_of(pid: u32) -> Option<u32> {
+    Status::read(pid).map(|s| s.euid)
+}
+
 /// The uid of process `pid` if its real, effective, saved and filesystem
 /// uids are all the same (a set-uid program run by a user is not theirs
 /// to read), from `/proc/PID/status`.

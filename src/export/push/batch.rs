@@ -135,7 +135,6 @@ mod tests {
 
     use super::*;
     use crate::export::push::{choose::Chooser, service::ServiceNames};
-    use crate::profile::fair;
     use crate::profile::model::ThreadCounters;
     use crate::{
         collect::RawThread,
@@ -218,7 +217,7 @@ mod tests {
         let mut chooser = Chooser {
             top: 1,
             services: ServiceNames::new(&Arc::default()),
-            user_of: fair::user_of,
+            user_of: crate::process::status::user_of,
         };
         let mut batcher = Batcher {
             labels: SeriesLabels::new(vec![("env".into(), "dev".into())], "box".into()).unwrap(),

@@ -30,7 +30,7 @@ pub struct Chooser {
     /// Processes per interval.
     pub top: usize,
     pub services: ServiceNames,
-    /// The user a process runs as ([`fair::user_of`]; tests give others).
+    /// The user a process runs as ([`crate::process::status::user_of`]; tests give others).
     pub user_of: fn(u32) -> Option<u32>,
 }
 

@@ -265,7 +265,7 @@ impl Pusher {
         let chooser = Chooser {
             top: opts.top,
             services: ServiceNames::new(&shared.processes),
-            user_of: crate::profile::fair::user_of,
+            user_of: crate::process::status::user_of,
         };
         let interval = opts.interval;
         let builder = spawn(

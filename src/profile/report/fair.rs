@@ -9,14 +9,9 @@ use std::collections::HashMap;
 use crate::untrusted::refusals::{self, Reason, What};
 
 /// Ranked processes looked at for their users: past these, the rest are
-/// left out (each look-up reads `/proc/PID/status`).
+/// left out (each look-up may read `/proc/PID/status`, see
+/// [`crate::process::status::user_of`]).
 pub const MAX_LOOKED_AT: usize = 4096;
-
-/// The user a process runs as (its effective uid), or `None` when it has
-/// exited (all exited processes then count as one user).
-pub fn user_of(pid: u32) -> Option<u32> {
-    crate::process::status::Status::read(pid).map(|s| s.euid)
-}
 
 /// Up to `n` of `ranked` (best first), taking turns by user: each round
 /// gives every user that still has processes its best remaining one, users

@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use super::{
     disclosure::Sight,
+    host_facts::HostFacts,
     processes::{accumulate, Acc, SortBy, StateTimes},
     query::ns_to_us,
 };
@@ -76,6 +77,7 @@ const HIDDEN_PARENT: &str = "[another user's process]";
 /// `[other users] ×N` group, last.
 pub fn groups(
     store: &Snapshot,
+    host: &dyn HostFacts,
     window: Window,
     by: GroupBy,
     sort: SortBy,
@@ -89,7 +91,7 @@ pub fn groups(
         if comm.is_some_and(|c| !name.contains(c)) {
             continue;
         }
-        let (key, parent_pid) = match key_of(by, &name, acc, &all) {
+        let (key, parent_pid) = match key_of(host, by, &name, acc, &all) {
             (_, Some(parent)) if !sight.sees(parent, SystemTime::now()) => {
                 (HIDDEN_PARENT.to_string(), None)
             }
@@ -141,7 +143,13 @@ pub fn groups(
 }
 
 /// The group of one process, and its parent's pid when grouped by parent.
-fn key_of(by: GroupBy, name: &str, acc: &Acc, all: &HashMap<u32, Acc>) -> (String, Option<u32>) {
+fn key_of(
+    host: &dyn HostFacts,
+    by: GroupBy,
+    name: &str,
+    acc: &Acc,
+    all: &HashMap<u32, Acc>,
+) -> (String, Option<u32>) {
     let origin = acc.origin.as_ref();
     match by {
         GroupBy::Comm => (name.to_string(), None),
@@ -151,7 +159,7 @@ fn key_of(by: GroupBy, name: &str, acc: &Acc, all: &HashMap<u32, Acc>) -> (Strin
                     .get(&parent)
                     .and_then(|p| p.name.as_deref())
                     .map(str::to_string)
-                    .or_else(|| crate::process::tasks::comm(parent, None))
+                    .or_else(|| host.comm(parent, None))
                     .unwrap_or_else(|| "[gone]".into());
                 (format!("{parent_name} (pid {parent})"), Some(parent))
             }
@@ -182,6 +190,7 @@ mod tests {
 
     use super::*;
     use crate::profile::model::{store::Store, Origin, RawThread, Slice, ThreadCounters};
+    use crate::profile::report::host_facts::Empty;
 
     /// A script (pid 10) forks three short-lived `hasher`s over two slices;
     /// a daemon (pid 20, its own parent 1) runs beside them.
@@ -227,6 +236,7 @@ mod tests {
         let sort = SortBy::State(State::Cpu);
         groups(
             &store.snapshot(),
+            &Empty,
             Window::last(30, now),
             by,
             sort,
@@ -287,6 +297,7 @@ mod tests {
         let sort = SortBy::State(State::Cpu);
         let rows = groups(
             &store.snapshot(),
+            &Empty,
             window,
             GroupBy::Parent,
             sort,
