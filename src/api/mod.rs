@@ -198,7 +198,7 @@ async fn healthz(
         "history": history,
         "memory": memory::report(&store, &state.queries.stats(), &push.iter().chain(&otlp).cloned().collect::<Vec<_>>()),
         "queries": state.queries.stats(),
-        "http": server::STATS.snapshot(),
+        "http": server::stats::STATS.snapshot(),
         "answers": answers::BUDGET.stats(),
         "capabilities": crate::caps::report(),
         "push": push,

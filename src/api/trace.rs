@@ -18,15 +18,17 @@ use axum::{
     Extension,
 };
 
-use super::{authority::Authority, error::ApiError, params::Params, queries::snapshot, ApiState};
+use super::{
+    authority::Authority, error::ApiError, host_facts::LiveHost, params::Params, queries::snapshot,
+    ApiState,
+};
 use crate::{
-    process::tasks,
-    profile::{threads, window::Window},
+    profile::{report::host_facts::HostFacts, threads, window::Window},
     state::Shared,
     trace::{
         perfetto::Names,
         queue::{QueueError, Stop, Who, MAX_WAIT},
-        QueueEvent, Recorder, TraceError, MAX_SECONDS,
+        QueueEvent, Recorder, Trace, TraceError, MAX_SECONDS,
     },
     untrusted::refusals::{self, Reason, What},
 };
@@ -110,7 +112,7 @@ pub(super) async fn trace(
             "no trace recorder: the kernel refused the trace programs (see the log)".into(),
         ));
     };
-    if tasks::tids(pid).is_empty() {
+    if LiveHost.tids(pid).is_empty() {
         return Err(ApiError::NotFound(format!("no process {pid} runs now")));
     }
     let ticket = recorder
@@ -150,6 +152,12 @@ pub(super) async fn trace(
             TraceError::Busy => ApiError::Conflict(e.to_string()),
             e => ApiError::Failed(e.to_string()),
         })?;
+    Ok(trace_response(pid, trace))
+}
+
+/// The trace as a Perfetto file to save, with headers saying what it
+/// holds.
+fn trace_response(pid: u32, trace: Trace) -> Response {
     let stamp =
         humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_nanos(trace.start_unix_ns))
             .to_string()
@@ -179,7 +187,7 @@ pub(super) async fn trace(
     put(CUT_HEADER, trace.cut.to_string());
     put(LOST_HEADER, trace.lost.to_string());
     put(PREEMPTED_HEADER, trace.preempted.to_string());
-    Ok(response)
+    response
 }
 
 /// The process's name and its threads': the store's (full JVM and Python
@@ -193,13 +201,13 @@ fn names(shared: &Shared, pid: u32, tids: &[u32]) -> Names {
     known.retain(|tid, _| tids.binary_search(tid).is_ok());
     for &tid in tids {
         if let std::collections::hash_map::Entry::Vacant(v) = known.entry(tid) {
-            if let Some(comm) = tasks::comm(pid, Some(tid)) {
+            if let Some(comm) = LiveHost.comm(pid, Some(tid)) {
                 v.insert(comm);
             }
         }
     }
     Names {
-        process: tasks::comm(pid, None).unwrap_or_default(),
+        process: LiveHost.comm(pid, None).unwrap_or_default(),
         threads: known,
     }
 }

@@ -10,7 +10,10 @@ use std::{
 
 use tokio::sync::Notify;
 
-use super::{bump, EVICTABLE_STALL, IDLE_TIMEOUT, STATS, WRITE_DEADLINE, WRITE_STALL};
+use super::{
+    stats::{bump, STATS},
+    EVICTABLE_STALL, IDLE_TIMEOUT, WRITE_DEADLINE, WRITE_STALL,
+};
 use crate::untrusted::refusals::{self, Reason, What};
 
 /// Where an open connection is, for the idle and eviction rules.
