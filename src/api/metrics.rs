@@ -22,7 +22,7 @@ use super::limit::QueryStats;
 use crate::export::push::PushReport;
 use crate::profile::window::Window;
 use crate::{
-    bpf::abi::{Stat, State},
+    bpf::abi::State,
     profile::{
         fair, hist::slot_bounds_us, model::store::kept_off_totals::MAX_PAIRS, query,
         store::ProcessTotals,
@@ -30,7 +30,8 @@ use crate::{
     state::Shared,
 };
 use daemon::{
-    history_series, holder_series, http_series, memory_series, push_series, query_series,
+    engine_series, history_series, holder_series, http_series, memory_series, push_series,
+    query_series,
 };
 
 /// Content type of the exposition.
@@ -46,29 +47,6 @@ struct Process {
     labels: String,
     totals: ProcessTotals,
 }
-
-/// The daemon's own metrics: name and help (a counter if named `_total`).
-const DAEMON: [(&str, &str); 7] = [
-    ("wallscope_drains_total", "Drains of the BPF maps"),
-    ("wallscope_drain_errors_total", "Failed drains"),
-    (
-        "wallscope_last_drain_seconds",
-        "Duration of the last drain of the BPF maps",
-    ),
-    (
-        "wallscope_last_symbolize_seconds",
-        "Duration of the last symbolization",
-    ),
-    ("wallscope_stacks", "Distinct stacks in the store"),
-    (
-        "wallscope_daemon_cpu_seconds_total",
-        "CPU time (user + system) of the wallscope daemon itself",
-    ),
-    (
-        "wallscope_daemon_resident_memory_bytes",
-        "Resident memory of the wallscope daemon itself",
-    ),
-];
 
 const RETAINED: &str = "since wallscope first saw the process";
 
@@ -102,10 +80,31 @@ pub fn render(shared: &Shared, queries: &QueryStats, now: SystemTime) -> String 
     let health = shared.health().clone();
     let mut out = Out::default();
 
+    process_series(&mut out, &procs);
+    kept_off_series(&mut out, &kept_off);
+    engine_series(&mut out, &totals, &health, stacks);
+    memory_series(&mut out, &store, &health);
+    history_series(&mut out, &history);
+    let sinks: Vec<PushReport> = [&shared.push, &shared.otlp]
+        .into_iter()
+        .filter_map(|s| s.get().map(|p| p.report()))
+        .collect();
+    holder_series(&mut out, &store, queries, &sinks);
+    query_series(&mut out, queries);
+    http_series(&mut out);
+    for sink in &sinks {
+        push_series(&mut out, sink);
+    }
+    out.0
+}
+
+/// The [`TOP`] processes' series: time by state, runqueue latency,
+/// wakeups and switches.
+fn process_series(out: &mut Out, procs: &[Process]) {
     let name = "wallscope_process_state_seconds_total";
     let help = format!("Thread time by state, {RETAINED}");
     out.family(name, "counter", &help);
-    for p in &procs {
+    for p in procs {
         for s in State::ALL {
             let labels = format!("{},{}", p.labels, label("state", s.name()));
             out.sample(name, &labels, p.totals.counters.ns_in(s) as f64 / 1e9);
@@ -114,7 +113,7 @@ pub fn render(shared: &Shared, queries: &QueryStats, now: SystemTime) -> String 
     let name = "wallscope_process_runqueue_latency_seconds";
     let help = format!("Time from wakeup to running, {RETAINED}; _sum from bucket midpoints");
     out.family(name, "histogram", &help);
-    for p in &procs {
+    for p in procs {
         let (mut n, mut sum_us) = (0, 0.0);
         for (slot, c) in p.totals.runq.iter().enumerate() {
             let (from, to) = slot_bounds_us(slot);
@@ -134,13 +133,13 @@ pub fn render(shared: &Shared, queries: &QueryStats, now: SystemTime) -> String 
     let name = "wallscope_process_wakeups_total";
     let help = format!("Wakeups received by the threads, {RETAINED}");
     out.family(name, "counter", &help);
-    for p in &procs {
+    for p in procs {
         out.sample(name, &p.labels, p.totals.counters.wakeups_received);
     }
     let name = "wallscope_process_switches_total";
     let help = format!("Context switches of the threads, {RETAINED}");
     out.family(name, "counter", &help);
-    for p in &procs {
+    for p in procs {
         let switches = [
             p.totals.counters.switches_voluntary,
             p.totals.counters.switches_involuntary,
@@ -149,104 +148,17 @@ pub fn render(shared: &Shared, queries: &QueryStats, now: SystemTime) -> String 
             out.sample(name, &format!("{},{}", p.labels, label("kind", kind)), n);
         }
     }
+}
+
+/// Runqueue wait by victim and culprit cgroup.
+fn kept_off_series(out: &mut Out, kept_off: &[(String, String, u64)]) {
     let name = "wallscope_cgroup_kept_off_cpu_seconds_total";
     let help = format!("Runqueue wait of a cgroup's threads by the cgroup of what ran on that CPU meanwhile ([idle]: the CPU idled, [other CPU]: waited on another CPU's queue, [others]: past a thread's first culprits), since start; pairs past the first {MAX_PAIRS} under [other]");
     out.family(name, "counter", &help);
-    for (victim, by, ns) in &kept_off {
+    for (victim, by, ns) in kept_off {
         let labels = format!("{},{}", label("cgroup", victim), label("by_cgroup", by));
         out.sample(name, &labels, *ns as f64 / 1e9);
     }
-
-    let name = "wallscope_bpf_events_total";
-    let help = "BPF-side event and loss counters since start";
-    out.family(name, "counter", help);
-    for stat in Stat::ALL {
-        out.sample(name, &label("counter", stat.name()), totals[stat as usize]);
-    }
-    let name = "wallscope_stack_walk_seconds";
-    let help = "Time BPF stack walks took since start, by what was walked and frames found (slot upper bounds)";
-    out.family(name, "summary", help);
-    for w in &health.walk_cost {
-        let frames = if w.frames_to == u32::MAX {
-            format!("{}+", w.frames_from)
-        } else {
-            format!("{}-{}", w.frames_from, w.frames_to)
-        };
-        let labels = format!("{},{}", label("kind", w.kind), label("frames", &frames));
-        for (q, ns) in [("0.5", w.p50_ns), ("0.99", w.p99_ns)] {
-            let labels = format!("{labels},{}", label("quantile", q));
-            out.sample(name, &labels, ns as f64 / 1e9);
-        }
-        out.sample(&format!("{name}_count"), &labels, w.walks);
-    }
-    let name = "wallscope_refused_total";
-    let help = "Files and sockets of profiled processes refused (symlink, FIFO, owner, size...), by what and why";
-    out.family(name, "counter", help);
-    for (what, reason, n) in crate::untrusted::refusals::all() {
-        let labels = format!(
-            "{},{}",
-            label("what", what.name()),
-            label("reason", reason.name())
-        );
-        out.sample(name, &labels, n);
-    }
-    let name = "wallscope_user_cpu_seconds_total";
-    let help = "CPU time of work done on processes' behalf (perf maps, JVM and CPython memory, JVM attach) charged to their users' budgets, by pool (root's processes, or every other user's), since start";
-    out.family(name, "counter", help);
-    let pools = crate::budget::cpu::totals();
-    for (pool, t) in &pools {
-        out.sample(name, &label("pool", pool.name()), t.cpu_ns as f64 / 1e9);
-    }
-    let name = "wallscope_user_cpu_refused_total";
-    let help =
-        "Units of that work skipped because their user was over budget, by pool, since start";
-    out.family(name, "counter", help);
-    for (pool, t) in &pools {
-        out.sample(name, &label("pool", pool.name()), t.refused);
-    }
-    let name = "wallscope_pipeline_dropped_total";
-    let help = "Work the daemon dropped rather than queue without bound";
-    out.family(name, "counter", help);
-    out.sample(name, &label("what", "batch"), health.batches_dropped);
-    out.sample(
-        name,
-        &label("what", "jvm_sighting"),
-        health.jvm_sightings_dropped,
-    );
-    let secs = |us: u64| Some(us as f64 / 1e6);
-    let values = [
-        Some(health.drains as f64),
-        Some(health.drain_errors as f64),
-        secs(health.last_drain_us),
-        secs(health.last_symbolize_us),
-        Some(stacks as f64),
-        crate::process::own::cpu_seconds(),
-        crate::process::own::resident_bytes().map(|b| b as f64),
-    ];
-    for ((name, help), value) in DAEMON.into_iter().zip(values) {
-        if let Some(value) = value {
-            let kind = if name.ends_with("_total") {
-                "counter"
-            } else {
-                "gauge"
-            };
-            out.family(name, kind, help);
-            out.sample(name, "", value);
-        }
-    }
-    memory_series(&mut out, &store, &health);
-    history_series(&mut out, &history);
-    let sinks: Vec<PushReport> = [&shared.push, &shared.otlp]
-        .into_iter()
-        .filter_map(|s| s.get().map(|p| p.report()))
-        .collect();
-    holder_series(&mut out, &store, queries, &sinks);
-    query_series(&mut out, queries);
-    http_series(&mut out);
-    for sink in &sinks {
-        push_series(&mut out, sink);
-    }
-    out.0
 }
 
 /// The processes in `pids` with their running totals.

@@ -4,10 +4,121 @@
 use super::{label, Out};
 use crate::{
     api::{limit::QueryStats, memory::Rss},
+    bpf::abi::Stat,
     export::push::{stats::Failure, PushReport},
     profile::model::store::{HistoryState, StoreStats},
     state::Health,
 };
+
+/// The daemon's own metrics: name and help (a counter if named `_total`).
+const DAEMON: [(&str, &str); 7] = [
+    ("wallscope_drains_total", "Drains of the BPF maps"),
+    ("wallscope_drain_errors_total", "Failed drains"),
+    (
+        "wallscope_last_drain_seconds",
+        "Duration of the last drain of the BPF maps",
+    ),
+    (
+        "wallscope_last_symbolize_seconds",
+        "Duration of the last symbolization",
+    ),
+    ("wallscope_stacks", "Distinct stacks in the store"),
+    (
+        "wallscope_daemon_cpu_seconds_total",
+        "CPU time (user + system) of the wallscope daemon itself",
+    ),
+    (
+        "wallscope_daemon_resident_memory_bytes",
+        "Resident memory of the wallscope daemon itself",
+    ),
+];
+
+/// The engine's series: BPF counters, stack walk cost, refusals, CPU
+/// budgets, dropped work, and the daemon's drains, stacks, CPU and memory.
+pub(super) fn engine_series(
+    out: &mut Out,
+    totals: &[u64; Stat::COUNT],
+    health: &Health,
+    stacks: usize,
+) {
+    let name = "wallscope_bpf_events_total";
+    let help = "BPF-side event and loss counters since start";
+    out.family(name, "counter", help);
+    for stat in Stat::ALL {
+        out.sample(name, &label("counter", stat.name()), totals[stat as usize]);
+    }
+    let name = "wallscope_stack_walk_seconds";
+    let help = "Time BPF stack walks took since start, by what was walked and frames found (slot upper bounds)";
+    out.family(name, "summary", help);
+    for w in &health.walk_cost {
+        let frames = if w.frames_to == u32::MAX {
+            format!("{}+", w.frames_from)
+        } else {
+            format!("{}-{}", w.frames_from, w.frames_to)
+        };
+        let labels = format!("{},{}", label("kind", w.kind), label("frames", &frames));
+        for (q, ns) in [("0.5", w.p50_ns), ("0.99", w.p99_ns)] {
+            let labels = format!("{labels},{}", label("quantile", q));
+            out.sample(name, &labels, ns as f64 / 1e9);
+        }
+        out.sample(&format!("{name}_count"), &labels, w.walks);
+    }
+    let name = "wallscope_refused_total";
+    let help = "Files and sockets of profiled processes refused (symlink, FIFO, owner, size...), by what and why";
+    out.family(name, "counter", help);
+    for (what, reason, n) in crate::untrusted::refusals::all() {
+        let labels = format!(
+            "{},{}",
+            label("what", what.name()),
+            label("reason", reason.name())
+        );
+        out.sample(name, &labels, n);
+    }
+    let name = "wallscope_user_cpu_seconds_total";
+    let help = "CPU time of work done on processes' behalf (perf maps, JVM and CPython memory, JVM attach) charged to their users' budgets, by pool (root's processes, or every other user's), since start";
+    out.family(name, "counter", help);
+    let pools = crate::budget::cpu::totals();
+    for (pool, t) in &pools {
+        out.sample(name, &label("pool", pool.name()), t.cpu_ns as f64 / 1e9);
+    }
+    let name = "wallscope_user_cpu_refused_total";
+    let help =
+        "Units of that work skipped because their user was over budget, by pool, since start";
+    out.family(name, "counter", help);
+    for (pool, t) in &pools {
+        out.sample(name, &label("pool", pool.name()), t.refused);
+    }
+    let name = "wallscope_pipeline_dropped_total";
+    let help = "Work the daemon dropped rather than queue without bound";
+    out.family(name, "counter", help);
+    out.sample(name, &label("what", "batch"), health.batches_dropped);
+    out.sample(
+        name,
+        &label("what", "jvm_sighting"),
+        health.jvm_sightings_dropped,
+    );
+    let secs = |us: u64| Some(us as f64 / 1e6);
+    let values = [
+        Some(health.drains as f64),
+        Some(health.drain_errors as f64),
+        secs(health.last_drain_us),
+        secs(health.last_symbolize_us),
+        Some(stacks as f64),
+        crate::process::own::cpu_seconds(),
+        crate::process::own::resident_bytes().map(|b| b as f64),
+    ];
+    for ((name, help), value) in DAEMON.into_iter().zip(values) {
+        if let Some(value) = value {
+            let kind = if name.ends_with("_total") {
+                "counter"
+            } else {
+                "gauge"
+            };
+            out.family(name, kind, help);
+            out.sample(name, "", value);
+        }
+    }
+}
 
 /// The daemon's resident memory by kind and the size of what it holds.
 pub(super) fn memory_series(out: &mut Out, store: &StoreStats, health: &Health) {
