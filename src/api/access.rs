@@ -26,7 +26,7 @@ use super::{
     authority::{self, Authority},
     error::ApiError,
     peer::Client,
-    server::STATS,
+    server::stats::STATS,
 };
 use crate::hostname::this_host_name;
 use crate::{

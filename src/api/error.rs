@@ -7,6 +7,8 @@ use axum::{
 };
 use thiserror::Error;
 
+use crate::profile::report::answer::Refusal;
+
 /// Everything a request can fail with. User mistakes are 4xx with a message
 /// naming what was wrong; only our own failures are 5xx.
 #[derive(Debug, Error)]
@@ -95,5 +97,14 @@ impl IntoResponse for ApiError {
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
         }
         response
+    }
+}
+
+impl From<Refusal> for ApiError {
+    fn from(refusal: Refusal) -> Self {
+        match refusal {
+            Refusal::Bad(param, message) => ApiError::bad(param, message),
+            Refusal::NotFound(message) => ApiError::NotFound(message),
+        }
     }
 }

@@ -14,14 +14,18 @@ use axum::{
 use super::{
     authority::{self, Authority},
     error::ApiError,
+    host_facts::LiveHost,
     params::Params,
-    queries::{json_or_text, over_snapshot, window, with_window},
-    recorded::with_recorded,
+    queries::{answer_response, over_snapshot, window, with_window},
     ApiState,
 };
 use crate::profile::{
-    host::{self, CpuUse},
     model::{store::Snapshot, window::Window},
+    report::{
+        answer::Answer,
+        host::{self, CpuUse},
+        host_facts::HostFacts,
+    },
 };
 
 /// Headers that carry the host's CPU count and utilisation in the window
@@ -44,19 +48,28 @@ pub(super) async fn host(
         .unwrap_or_else(|e| e.into_inner())
         .stats
         .history_s;
-    let processes = state.shared.processes.clone();
-    let (report, recorded) = over_snapshot(&state, move |store| {
-        let recorded = store.recorded(window, SystemTime::now());
+    let live_host = LiveHost::of(&state);
+    let answer = over_snapshot(&state, move |store| {
         let sight = authority::reader(authority).sight();
         let sees = |pid| sight.sees(pid, SystemTime::now());
         let cpus = host::online_cpus();
-        let mut report = host::report(store, window, cpus, recorded.seconds, history_s, &sight);
-        report.stuck = host::stuck_now(store.live(), sees, |pid| processes.is_kernel_thread(pid));
-        (report, recorded)
+        let mut answer = Answer::over(store, window, None, |recorded| {
+            host::report(
+                store,
+                &live_host,
+                window,
+                cpus,
+                recorded.seconds,
+                history_s,
+                &sight,
+            )
+        });
+        let is_kernel = |pid| live_host.is_kernel_thread(pid);
+        answer.body.stuck = host::stuck_now(store.live(), sees, is_kernel);
+        answer
     })
     .await?;
-    let response = json_or_text(text, report, host::render_text);
-    Ok(with_recorded(response, &recorded))
+    Ok(answer_response(text, answer, host::render_text))
 }
 
 /// The host's CPU use in `window`, for `/processes`' headers.

@@ -16,19 +16,22 @@ use std::{
     time::SystemTime,
 };
 
-use super::{limit::QueryStats, memory::Rss};
+mod daemon;
+
+use super::limit::QueryStats;
 use crate::profile::window::Window;
-use crate::state::push::{Failure, PushReport};
+use crate::state::push::PushReport;
 use crate::{
-    bpf::abi::{Stat, State},
+    bpf::abi::State,
     profile::{
-        fair,
-        hist::slot_bounds_us,
-        model::store::kept_off_totals::MAX_PAIRS,
-        query,
-        store::{HistoryState, ProcessTotals, StoreStats},
+        fair, hist::slot_bounds_us, model::store::kept_off_totals::MAX_PAIRS, query,
+        store::ProcessTotals,
     },
-    state::{Health, Shared},
+    state::Shared,
+};
+use daemon::{
+    engine_series, history_series, holder_series, http_series, memory_series, push_series,
+    query_series,
 };
 
 /// Content type of the exposition.
@@ -44,29 +47,6 @@ struct Process {
     labels: String,
     totals: ProcessTotals,
 }
-
-/// The daemon's own metrics: name and help (a counter if named `_total`).
-const DAEMON: [(&str, &str); 7] = [
-    ("wallscope_drains_total", "Drains of the BPF maps"),
-    ("wallscope_drain_errors_total", "Failed drains"),
-    (
-        "wallscope_last_drain_seconds",
-        "Duration of the last drain of the BPF maps",
-    ),
-    (
-        "wallscope_last_symbolize_seconds",
-        "Duration of the last symbolization",
-    ),
-    ("wallscope_stacks", "Distinct stacks in the store"),
-    (
-        "wallscope_daemon_cpu_seconds_total",
-        "CPU time (user + system) of the wallscope daemon itself",
-    ),
-    (
-        "wallscope_daemon_resident_memory_bytes",
-        "Resident memory of the wallscope daemon itself",
-    ),
-];
 
 const RETAINED: &str = "since wallscope first saw the process";
 
@@ -100,10 +80,31 @@ pub fn render(shared: &Shared, queries: &QueryStats, now: SystemTime) -> String 
     let health = shared.health().clone();
     let mut out = Out::default();
 
+    process_series(&mut out, &procs);
+    kept_off_series(&mut out, &kept_off);
+    engine_series(&mut out, &totals, &health, stacks);
+    memory_series(&mut out, &store, &health);
+    history_series(&mut out, &history);
+    let sinks: Vec<PushReport> = [&shared.push, &shared.otlp]
+        .into_iter()
+        .filter_map(|s| s.get().map(|p| p.report()))
+        .collect();
+    holder_series(&mut out, &store, queries, &sinks);
+    query_series(&mut out, queries);
+    http_series(&mut out);
+    for sink in &sinks {
+        push_series(&mut out, sink);
+    }
+    out.0
+}
+
+/// The [`TOP`] processes' series: time by state, runqueue latency,
+/// wakeups and switches.
+fn process_series(out: &mut Out, procs: &[Process]) {
     let name = "wallscope_process_state_seconds_total";
     let help = format!("Thread time by state, {RETAINED}");
     out.family(name, "counter", &help);
-    for p in &procs {
+    for p in procs {
         for s in State::ALL {
             let labels = format!("{},{}", p.labels, label("state", s.name()));
             out.sample(name, &labels, p.totals.counters.ns_in(s) as f64 / 1e9);
@@ -112,7 +113,7 @@ pub fn render(shared: &Shared, queries: &QueryStats, now: SystemTime) -> String 
     let name = "wallscope_process_runqueue_latency_seconds";
     let help = format!("Time from wakeup to running, {RETAINED}; _sum from bucket midpoints");
     out.family(name, "histogram", &help);
-    for p in &procs {
+    for p in procs {
         let (mut n, mut sum_us) = (0, 0.0);
         for (slot, c) in p.totals.runq.iter().enumerate() {
             let (from, to) = slot_bounds_us(slot);
@@ -132,13 +133,13 @@ pub fn render(shared: &Shared, queries: &QueryStats, now: SystemTime) -> String 
     let name = "wallscope_process_wakeups_total";
     let help = format!("Wakeups received by the threads, {RETAINED}");
     out.family(name, "counter", &help);
-    for p in &procs {
+    for p in procs {
         out.sample(name, &p.labels, p.totals.counters.wakeups_received);
     }
     let name = "wallscope_process_switches_total";
     let help = format!("Context switches of the threads, {RETAINED}");
     out.family(name, "counter", &help);
-    for p in &procs {
+    for p in procs {
         let switches = [
             p.totals.counters.switches_voluntary,
             p.totals.counters.switches_involuntary,
@@ -147,327 +148,16 @@ pub fn render(shared: &Shared, queries: &QueryStats, now: SystemTime) -> String 
             out.sample(name, &format!("{},{}", p.labels, label("kind", kind)), n);
         }
     }
+}
+
+/// Runqueue wait by victim and culprit cgroup.
+fn kept_off_series(out: &mut Out, kept_off: &[(String, String, u64)]) {
     let name = "wallscope_cgroup_kept_off_cpu_seconds_total";
     let help = format!("Runqueue wait of a cgroup's threads by the cgroup of what ran on that CPU meanwhile ([idle]: the CPU idled, [other CPU]: waited on another CPU's queue, [others]: past a thread's first culprits), since start; pairs past the first {MAX_PAIRS} under [other]");
     out.family(name, "counter", &help);
-    for (victim, by, ns) in &kept_off {
+    for (victim, by, ns) in kept_off {
         let labels = format!("{},{}", label("cgroup", victim), label("by_cgroup", by));
         out.sample(name, &labels, *ns as f64 / 1e9);
-    }
-
-    let name = "wallscope_bpf_events_total";
-    let help = "BPF-side event and loss counters since start";
-    out.family(name, "counter", help);
-    for stat in Stat::ALL {
-        out.sample(name, &label("counter", stat.name()), totals[stat as usize]);
-    }
-    let name = "wallscope_stack_walk_seconds";
-    let help = "Time BPF stack walks took since start, by what was walked and frames found (slot upper bounds)";
-    out.family(name, "summary", help);
-    for w in &health.walk_cost {
-        let frames = if w.frames_to == u32::MAX {
-            format!("{}+", w.frames_from)
-        } else {
-            format!("{}-{}", w.frames_from, w.frames_to)
-        };
-        let labels = format!("{},{}", label("kind", w.kind), label("frames", &frames));
-        for (q, ns) in [("0.5", w.p50_ns), ("0.99", w.p99_ns)] {
-            let labels = format!("{labels},{}", label("quantile", q));
-            out.sample(name, &labels, ns as f64 / 1e9);
-        }
-        out.sample(&format!("{name}_count"), &labels, w.walks);
-    }
-    let name = "wallscope_refused_total";
-    let help = "Files and sockets of profiled processes refused (symlink, FIFO, owner, size...), by what and why";
-    out.family(name, "counter", help);
-    for (what, reason, n) in crate::untrusted::refusals::all() {
-        let labels = format!(
-            "{},{}",
-            label("what", what.name()),
-            label("reason", reason.name())
-        );
-        out.sample(name, &labels, n);
-    }
-    let name = "wallscope_user_cpu_seconds_total";
-    let help = "CPU time of work done on processes' behalf (perf maps, JVM and CPython memory, JVM attach) charged to their users' budgets, by pool (root's processes, or every other user's), since start";
-    out.family(name, "counter", help);
-    let pools = crate::budget::cpu::totals();
-    for (pool, t) in &pools {
-        out.sample(name, &label("pool", pool.name()), t.cpu_ns as f64 / 1e9);
-    }
-    let name = "wallscope_user_cpu_refused_total";
-    let help =
-        "Units of that work skipped because their user was over budget, by pool, since start";
-    out.family(name, "counter", help);
-    for (pool, t) in &pools {
-        out.sample(name, &label("pool", pool.name()), t.refused);
-    }
-    let name = "wallscope_pipeline_dropped_total";
-    let help = "Work the daemon dropped rather than queue without bound";
-    out.family(name, "counter", help);
-    out.sample(name, &label("what", "batch"), health.batches_dropped);
-    out.sample(
-        name,
-        &label("what", "jvm_sighting"),
-        health.jvm_sightings_dropped,
-    );
-    let secs = |us: u64| Some(us as f64 / 1e6);
-    let values = [
-        Some(health.drains as f64),
-        Some(health.drain_errors as f64),
-        secs(health.last_drain_us),
-        secs(health.last_symbolize_us),
-        Some(stacks as f64),
-        crate::process::own::cpu_seconds(),
-        crate::process::own::resident_bytes().map(|b| b as f64),
-    ];
-    for ((name, help), value) in DAEMON.into_iter().zip(values) {
-        if let Some(value) = value {
-            let kind = if name.ends_with("_total") {
-                "counter"
-            } else {
-                "gauge"
-            };
-            out.family(name, kind, help);
-            out.sample(name, "", value);
-        }
-    }
-    memory_series(&mut out, &store, &health);
-    history_series(&mut out, &history);
-    let sinks: Vec<PushReport> = [&shared.push, &shared.otlp]
-        .into_iter()
-        .filter_map(|s| s.get().map(|p| p.report()))
-        .collect();
-    holder_series(&mut out, &store, queries, &sinks);
-    query_series(&mut out, queries);
-    http_series(&mut out);
-    for sink in &sinks {
-        push_series(&mut out, sink);
-    }
-    out.0
-}
-
-/// The daemon's resident memory by kind and the size of what it holds.
-fn memory_series(out: &mut Out, store: &StoreStats, health: &Health) {
-    if let Some(rss) = Rss::of_self() {
-        let name = "wallscope_daemon_rss_bytes";
-        out.family(
-            name,
-            "gauge",
-            "Resident memory of the daemon by kind (RssAnon, RssFile, RssShmem)",
-        );
-        for (kind, v) in [
-            ("anon", rss.anon_bytes),
-            ("file", rss.file_bytes),
-            ("shmem", rss.shmem_bytes),
-        ] {
-            out.sample(name, &label("kind", kind), v);
-        }
-    }
-    let name = "wallscope_held_bytes";
-    let help = "Estimated bytes the daemon holds, by table (store slices, stacks and live view, the bound on them, symbolizer frame names)";
-    out.family(name, "gauge", help);
-    for (what, v) in [
-        ("store_slices", store.slice_bytes),
-        ("store_stacks", store.stack_bytes),
-        ("store_live", store.live_bytes),
-        ("store_max", store.max_bytes),
-        ("frame_names", health.frame_name_bytes as usize),
-    ] {
-        out.sample(name, &label("what", what), v);
-    }
-    let name = "wallscope_held_entries";
-    out.family(name, "gauge", "Entries the daemon holds, by table");
-    for (what, v) in [
-        ("store_slices", store.slices as u64),
-        ("store_process_totals", store.process_totals as u64),
-        ("store_live_threads", store.live_threads as u64),
-        ("elf_files_open", health.elf_files_open),
-    ] {
-        out.sample(name, &label("what", what), v);
-    }
-    let name = "wallscope_store_history_seconds";
-    out.family(
-        name,
-        "gauge",
-        "History the store holds (the retention, older parts merged in time; below it when its memory bound evicted slices)",
-    );
-    out.sample(name, "", store.history_s);
-    let name = "wallscope_store_evicted_total";
-    let help = "Slices and their stack rows dropped, oldest first, to keep the store within --max-memory-mb";
-    out.family(name, "counter", help);
-    out.sample(name, &label("what", "slices"), store.evicted_slices);
-    out.sample(name, &label("what", "rows"), store.evicted_rows);
-    let name = "wallscope_store_compacted_total";
-    let help =
-        "Slices merged into coarser ones (10 s, 60 s) to keep the retention within --max-memory-mb";
-    out.family(name, "counter", help);
-    out.sample(name, "", store.compacted_slices);
-    let name = "wallscope_store_folded_slices";
-    let help = "Slices held whose stack rows are folded into per-pool rows";
-    out.family(name, "gauge", help);
-    out.sample(name, "", store.folded_slices as u64);
-    let name = "wallscope_store_folded_parts_total";
-    let help = "Parts of slices (the rows and thread totals of the process holding the most) folded into per-pool ones to keep within --max-memory-mb";
-    out.family(name, "counter", help);
-    out.sample(name, "", store.folded_parts);
-}
-
-/// The disk history's size and what it lost (nothing without one).
-fn history_series(out: &mut Out, history: &HistoryState) {
-    let HistoryState::On {
-        stats,
-        encoder_dropped,
-    } = history
-    else {
-        return;
-    };
-    let gauges = [
-        (
-            "wallscope_history_disk_bytes",
-            "Bytes the disk history holds (--history-disk-mb bounds them)",
-            stats.bytes,
-        ),
-        (
-            "wallscope_history_disk_seconds",
-            "Seconds of history held on disk",
-            stats.seconds,
-        ),
-        (
-            "wallscope_history_degraded",
-            "1 while writing the disk history fails (see /healthz history.degraded)",
-            u64::from(stats.degraded.is_some()),
-        ),
-    ];
-    for (name, help, v) in gauges {
-        out.family(name, "gauge", help);
-        out.sample(name, "", v);
-    }
-    let name = "wallscope_history_disk_errors_total";
-    let help = "Disk history failures: writes that failed, torn blocks skipped at open, reads that failed, blocks dropped (writer or encoder behind)";
-    out.family(name, "counter", help);
-    for (what, v) in [
-        ("write", stats.write_errors),
-        ("torn", stats.torn_blocks),
-        ("read", stats.read_errors),
-        ("dropped", stats.dropped_blocks + encoder_dropped),
-    ] {
-        out.sample(name, &label("what", what), v);
-    }
-}
-
-/// What each holder holds and its bound (`/healthz` `memory.holders`).
-fn holder_series(out: &mut Out, store: &StoreStats, queries: &QueryStats, sinks: &[PushReport]) {
-    let Some(memory) = super::memory::report(store, queries, sinks) else {
-        return;
-    };
-    let name = "wallscope_memory_holder_bytes";
-    out.family(name, "gauge", "Bytes each of the daemon's holders holds");
-    for h in &memory.holders {
-        out.sample(name, &label("holder", h.name), h.bytes);
-    }
-    let name = "wallscope_memory_holder_bound_bytes";
-    out.family(name, "gauge", "The byte bound enforced on each holder");
-    for h in &memory.holders {
-        if let Some(bound) = h.bound {
-            out.sample(name, &label("holder", h.name), bound);
-        }
-    }
-    let name = "wallscope_memory_budget_bytes";
-    out.family(name, "gauge", "The daemon's memory budget (--memory-mb)");
-    out.sample(name, "", memory.budget.budget_bytes);
-    let name = "wallscope_memory_budget_part_bytes";
-    let help = "Each part of the memory budget, which bounds its holder";
-    out.family(name, "gauge", help);
-    for s in &memory.budget.split {
-        out.sample(name, &label("part", s.part.name()), s.bytes);
-    }
-}
-
-/// The bound on concurrent queries.
-fn query_series(out: &mut Out, q: &QueryStats) {
-    let name = "wallscope_queries";
-    out.family(name, "gauge", "Store queries running or waiting for a turn");
-    out.sample(name, &label("state", "running"), q.running);
-    out.sample(name, &label("state", "waiting"), q.waiting);
-    let name = "wallscope_queries_total";
-    out.family(
-        name,
-        "counter",
-        "Store queries completed, and refused with 503 (too many waiting, or no turn in time)",
-    );
-    out.sample(name, &label("outcome", "completed"), q.completed);
-    out.sample(name, &label("outcome", "refused"), q.refused);
-}
-
-/// The HTTP server's connection gauge and event counters.
-fn http_series(out: &mut Out) {
-    let http = super::server::STATS.snapshot();
-    let name = "wallscope_http_connections_open";
-    out.family(name, "gauge", "Open HTTP connections");
-    out.sample(name, "", http.connections_open);
-    let name = "wallscope_http_events_total";
-    let help = "HTTP connections accepted, closed (idle_timeout, evicted, write_stalled: an answer not taken), refused (full) and requests rejected (host, token) since start";
-    out.family(name, "counter", help);
-    for (event, n) in http.events() {
-        out.sample(name, &label("event", event), n);
-    }
-    let answers = super::answers::BUDGET.stats();
-    let name = "wallscope_http_answer_bytes";
-    let help = "Bytes of HTTP answers being written (held), and the answer budget";
-    out.family(name, "gauge", help);
-    out.sample(name, &label("state", "held"), answers.held);
-    out.sample(name, &label("state", "budget"), answers.limits.total);
-    let name = "wallscope_http_answers_total";
-    let help = "HTTP answers charged to the answer budget, and requests refused with 503 past it";
-    out.family(name, "counter", help);
-    out.sample(name, &label("outcome", "charged"), answers.answers);
-    out.sample(name, &label("outcome", "refused"), answers.refused);
-}
-
-/// A push sink's counters: `wallscope_push_*` for Pyroscope
-/// (`--push-url`), `wallscope_otlp_*` for OTLP (`--otlp-url`).
-fn push_series(out: &mut Out, r: &PushReport) {
-    let (sink, server) = match r.sink {
-        "otlp" => ("otlp", "the OTLP receiver"),
-        _ => ("push", "Pyroscope"),
-    };
-    let name = format!("wallscope_{sink}_requests_total");
-    let help = format!("Requests to {server} (several processes each): sent, and failed tries by reason (timeout, refused, http_4xx, http_5xx)");
-    out.family(&name, "counter", &help);
-    out.sample(&name, &label("outcome", "sent"), r.sent_requests);
-    for &f in Failure::ALL {
-        out.sample(&name, &label("outcome", f.name()), r.failed.get(f));
-    }
-    let name = format!("wallscope_{sink}_profiles_total");
-    let help = format!("Profiles pushed to {server}, refused as invalid (4xx but 429), and dropped unsent from the full queue");
-    out.family(&name, "counter", &help);
-    for (outcome, n) in [
-        ("sent", r.sent_profiles),
-        ("rejected", r.rejected_profiles),
-        ("dropped", r.dropped_profiles),
-    ] {
-        out.sample(&name, &label("outcome", outcome), n);
-    }
-    let name = format!("wallscope_{sink}_trimmed_samples_total");
-    let help = format!("Samples merged into [trimmed] to fit the limits of {server}");
-    out.family(&name, "counter", &help);
-    out.sample(&name, "", r.trimmed_samples);
-    let name = format!("wallscope_{sink}_queued_bytes");
-    out.family(
-        &name,
-        "gauge",
-        &format!("Bytes of requests waiting to be pushed to {server}"),
-    );
-    out.sample(&name, "", r.queued_bytes);
-    if let Some(t) = r.last_success_unix {
-        let name = format!("wallscope_{sink}_last_success_timestamp_seconds");
-        out.family(
-            &name,
-            "gauge",
-            &format!("When a push to {server} last succeeded (Unix time)"),
-        );
-        out.sample(&name, "", t);
     }
 }
 

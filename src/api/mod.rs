@@ -4,10 +4,12 @@
 pub mod access;
 pub mod answers;
 pub mod authority;
+mod blocked;
 mod disclosed;
 pub mod error;
 pub mod headers;
 mod host;
+mod host_facts;
 pub mod limit;
 pub mod memory;
 mod metrics;
@@ -15,9 +17,12 @@ pub mod params;
 pub mod peer;
 mod pprof;
 mod processes;
+mod profiles;
 mod queries;
 mod recorded;
+mod runqueue;
 pub mod server;
+mod threads;
 mod timeline;
 mod trace;
 mod ui;
@@ -99,15 +104,15 @@ fn routes(shared: Arc<Shared>) -> Router {
         .route("/ui/meta.json", get(ui::meta))
         .route("/ui/{name}", get(ui::asset))
         .route("/timeline", get(timeline::timeline))
-        .route("/folded", get(queries::folded))
-        .route("/flamegraph", get(queries::flamegraph))
+        .route("/folded", get(profiles::folded))
+        .route("/flamegraph", get(profiles::flamegraph))
         .route("/pprof", get(pprof::pprof))
         .route("/processes", get(processes::processes))
         .route("/host", get(host::host))
-        .route("/threads", get(queries::threads))
+        .route("/threads", get(threads::threads))
         .route("/healthz", get(healthz))
-        .route("/runqueue", get(queries::runqueue))
-        .route("/blocked", get(queries::blocked))
+        .route("/runqueue", get(runqueue::runqueue))
+        .route("/blocked", get(blocked::blocked))
         .route("/metrics", get(metrics))
         .route("/trace", get(trace::trace))
         .with_state(state)
@@ -191,7 +196,7 @@ async fn healthz(
         "history": history,
         "memory": memory::report(&store, &state.queries.stats(), &push.iter().chain(&otlp).cloned().collect::<Vec<_>>()),
         "queries": state.queries.stats(),
-        "http": server::STATS.snapshot(),
+        "http": server::stats::STATS.snapshot(),
         "answers": answers::BUDGET.stats(),
         "capabilities": crate::caps::report(),
         "push": push,

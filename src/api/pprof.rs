@@ -1,8 +1,6 @@
 //! `/pprof`: a profile in pprof's format, gzipped, for `go tool pprof`,
 //! Pyroscope, Parca and speedscope.
 
-use std::time::SystemTime;
-
 use axum::{
     extract::{RawQuery, State},
     http::{header, HeaderValue},
@@ -11,14 +9,20 @@ use axum::{
 
 use super::{
     error::ApiError,
+    host_facts::LiveHost,
     params::Params,
-    queries::{empty_note, filter, snapshot, PROFILE_PARAMS, TRUNCATED_HEADER},
-    recorded::{with_note, with_recorded},
+    queries::{filter, snapshot, with_envelope, PROFILE_PARAMS, TRUNCATED_HEADER},
     ApiState,
 };
 use crate::{
     export::pprof::{self, Detail},
-    profile::{kind::Group, query},
+    profile::{
+        model::kind::Group,
+        report::{
+            answer::{empty_note, Answer},
+            query,
+        },
+    },
 };
 
 /// `/pprof?pid=&tid=&kind=&group=&seconds=|from=&until=`: samples labelled
@@ -34,19 +38,22 @@ pub(super) async fn pprof(
     let p = Params::parse(q.as_deref(), &PROFILE_PARAMS)?;
     let filter = filter(&state.shared, &p, Group::Thread)?;
     let shared = state.shared.clone();
-    let (bytes, note, recorded, cut) = state
+    let live_host = LiveHost::of(&state);
+    let ((bytes, cut), envelope) = state
         .queries
         .run(move || {
             let store = snapshot(&shared);
             let (profile, cut) =
                 pprof::build_within(&store, &filter, Detail::Threads, pprof::MAX_TABLE_BYTES);
             let note = if profile.sample.is_empty() {
-                Some(empty_note(&store, &shared.processes, &filter)?)
+                Some(empty_note(&store, &live_host, &filter)?)
             } else {
                 None
             };
-            let recorded = store.recorded(filter.window, SystemTime::now());
-            Ok::<_, ApiError>((pprof::encode_gzip(&profile), note, recorded, cut))
+            let answer = Answer::over(&store, filter.window, note, |_| {
+                (pprof::encode_gzip(&profile), cut)
+            });
+            Ok::<_, ApiError>(answer.split())
         })
         .await??;
     let mut response = (
@@ -72,8 +79,5 @@ pub(super) async fn pprof(
             response.headers_mut().insert(TRUNCATED_HEADER, value);
         }
     }
-    Ok(with_recorded(
-        with_note(response, note.as_deref()),
-        &recorded,
-    ))
+    Ok(with_envelope(response, &envelope))
 }

@@ -3,8 +3,6 @@
 //! host's CPU count and utilisation in the window ride in headers (see
 //! [`super::host`]).
 
-use std::time::SystemTime;
-
 use axum::{
     extract::{RawQuery, State},
     response::{IntoResponse, Response},
@@ -15,13 +13,15 @@ use super::{
     authority::{self, Authority},
     error::ApiError,
     host,
+    host_facts::LiveHost,
     params::Params,
-    queries::{jvm_report, over_snapshot, window, with_window},
-    recorded::with_recorded,
+    queries::{jvm_report, over_snapshot, window, with_envelope, with_window},
     ApiState,
 };
-use crate::profile::{
+use crate::profile::report::{
+    answer::Answer,
     groups::{self, GroupBy},
+    host_facts::HostFacts,
     processes::{self, SortBy},
     strip,
 };
@@ -48,20 +48,21 @@ pub(super) async fn processes(
     let with_strips = p.choice("strip", &["0", "1"])? == Some("1");
     if let Some(by) = p.choice("group", &GroupBy::NAMES)? {
         let by: GroupBy = by.parse().expect("a listed name");
-        let processes = state.shared.processes.clone();
-        let (rows, recorded) = over_snapshot(&state, move |store| {
+        let live_host = LiveHost::of(&state);
+        let ((rows, cpu), envelope) = over_snapshot(&state, move |store| {
             // A user other than root sums their own processes only.
             let sight = reader.sight();
-            let name_now = |pid| processes.thread_name(pid, None);
-            let rows = groups::groups(store, window, by, sort, comm.as_deref(), &sight, &name_now);
-            let cpu = host::cpu_use(store, window);
-            (rows, (store.recorded(window, SystemTime::now()), cpu))
+            let rows = groups::groups(store, &live_host, window, by, sort, comm.as_deref(), &sight);
+            Answer::over(store, window, None, |_| {
+                (rows, host::cpu_use(store, window))
+            })
+            .split()
         })
         .await?;
-        let response = with_recorded(Json(rows).into_response(), &recorded.0);
-        return Ok(host::with_cpu_use(response, &recorded.1));
+        let response = with_envelope(Json(rows).into_response(), &envelope);
+        return Ok(host::with_cpu_use(response, &cpu));
     }
-    let (mut rows, recorded) = over_snapshot(&state, move |store| {
+    let ((mut rows, cpu), envelope) = over_snapshot(&state, move |store| {
         let sight = reader.sight();
         let mut rows = processes::processes(store, window, sort, comm.as_deref(), &sight);
         if with_strips {
@@ -70,14 +71,17 @@ pub(super) async fn processes(
                 row.strip = strips.remove(&row.pid);
             }
         }
-        let cpu = host::cpu_use(store, window);
-        (rows, (store.recorded(window, SystemTime::now()), cpu))
+        Answer::over(store, window, None, |_| {
+            (rows, host::cpu_use(store, window))
+        })
+        .split()
     })
     .await?;
+    let live_host = LiveHost::of(&state);
     for row in &mut rows {
         row.jvm = jvm_report(&state.shared, row.pid);
-        row.kernel = state.shared.processes.is_kernel_thread(row.pid);
+        row.kernel = live_host.is_kernel_thread(row.pid);
     }
-    let response = with_recorded(Json(rows).into_response(), &recorded.0);
-    Ok(host::with_cpu_use(response, &recorded.1))
+    let response = with_envelope(Json(rows).into_response(), &envelope);
+    Ok(host::with_cpu_use(response, &cpu))
 }

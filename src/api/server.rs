@@ -18,15 +18,13 @@
 
 mod body;
 mod connections;
+pub mod stats;
 
 use std::{
     convert::Infallible,
     future::Future,
     io,
-    sync::{
-        atomic::{AtomicU64, Ordering},
-        Arc,
-    },
+    sync::{atomic::Ordering, Arc},
     time::{Duration, Instant},
 };
 
@@ -40,7 +38,7 @@ use hyper::{
     Request,
 };
 use hyper_util::{rt::TokioIo, service::TowerToHyperService};
-use serde::Serialize;
+use stats::{bump, STATS};
 
 use super::peer::Client;
 use tokio::{
@@ -118,106 +116,6 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 /// Minimum time between two warnings about failed accepts, so that a flood
 /// does not flood the log too.
 const ACCEPT_WARN_EVERY: Duration = Duration::from_secs(10);
-
-/// The HTTP server's counters since start, for `/healthz` and `/metrics`.
-#[derive(Debug)]
-pub struct Stats {
-    connections_open: AtomicU64,
-    connection_limit: AtomicU64,
-    connections_accepted: AtomicU64,
-    closed_idle_timeout: AtomicU64,
-    closed_evicted: AtomicU64,
-    closed_write_stalled: AtomicU64,
-    refused_full: AtomicU64,
-    rejected_host: AtomicU64,
-    rejected_token: AtomicU64,
-}
-
-/// The counters of the one server of this process. A static rather than
-/// router state: the access middleware and the accept loop count into it
-/// without being handed anything.
-pub static STATS: Stats = Stats {
-    connections_open: AtomicU64::new(0),
-    connection_limit: AtomicU64::new(0),
-    connections_accepted: AtomicU64::new(0),
-    closed_idle_timeout: AtomicU64::new(0),
-    closed_evicted: AtomicU64::new(0),
-    closed_write_stalled: AtomicU64::new(0),
-    refused_full: AtomicU64::new(0),
-    rejected_host: AtomicU64::new(0),
-    rejected_token: AtomicU64::new(0),
-};
-
-/// The counters at one moment.
-#[derive(Debug, Clone, Copy, Serialize)]
-pub struct Snapshot {
-    /// Connections open now.
-    pub connections_open: u64,
-    /// The connection cap in force (0 before the server started).
-    pub connection_limit: u64,
-    pub connections_accepted: u64,
-    /// Closed after waiting for a request longer than [`IDLE_TIMEOUT`].
-    pub closed_idle_timeout: u64,
-    /// Closed to make room for a new one: waiting for a request, or its
-    /// answer stalled for [`EVICTABLE_STALL`].
-    pub closed_evicted: u64,
-    /// Closed because their answer stopped moving ([`WRITE_STALL`]) or took
-    /// longer than [`WRITE_DEADLINE`].
-    pub closed_write_stalled: u64,
-    /// New connections closed at once: at the cap, every one busy.
-    pub refused_full: u64,
-    /// Requests refused for their `Host` (421).
-    pub rejected_host: u64,
-    /// Requests refused for a missing or wrong token (401).
-    pub rejected_token: u64,
-}
-
-impl Snapshot {
-    /// The event counters by name, as `/metrics` labels them.
-    pub fn events(&self) -> [(&'static str, u64); 7] {
-        [
-            ("connections_accepted", self.connections_accepted),
-            ("closed_idle_timeout", self.closed_idle_timeout),
-            ("closed_evicted", self.closed_evicted),
-            ("closed_write_stalled", self.closed_write_stalled),
-            ("refused_full", self.refused_full),
-            ("rejected_host", self.rejected_host),
-            ("rejected_token", self.rejected_token),
-        ]
-    }
-}
-
-impl Stats {
-    /// All counters now.
-    pub fn snapshot(&self) -> Snapshot {
-        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        Snapshot {
-            connections_open: get(&self.connections_open),
-            connection_limit: get(&self.connection_limit),
-            connections_accepted: get(&self.connections_accepted),
-            closed_idle_timeout: get(&self.closed_idle_timeout),
-            closed_evicted: get(&self.closed_evicted),
-            closed_write_stalled: get(&self.closed_write_stalled),
-            refused_full: get(&self.refused_full),
-            rejected_host: get(&self.rejected_host),
-            rejected_token: get(&self.rejected_token),
-        }
-    }
-
-    /// Counts a request refused for its `Host`.
-    pub fn count_rejected_host(&self) {
-        bump(&self.rejected_host);
-    }
-
-    /// Counts a request refused for its token.
-    pub fn count_rejected_token(&self) {
-        bump(&self.rejected_token);
-    }
-}
-
-fn bump(counter: &AtomicU64) {
-    counter.fetch_add(1, Ordering::Relaxed);
-}
 
 /// Raises the soft `RLIMIT_NOFILE` to the hard limit (capped by
 /// `fs.nr_open`, which the kernel will not exceed) and returns the soft

@@ -1,8 +1,6 @@
 //! `/timeline`: each thread's (or pool's) time by state across a window,
 //! for the web UI's thread-state timeline.
 
-use std::time::SystemTime;
-
 use axum::{
     extract::{RawQuery, State},
     response::{IntoResponse, Response},
@@ -11,12 +9,15 @@ use axum::{
 
 use super::{
     error::ApiError,
+    host_facts::LiveHost,
     params::Params,
-    queries::{over_snapshot, unknown_pid, window, with_window},
-    recorded::with_recorded,
+    queries::{over_snapshot, window, with_envelope, with_window},
     ApiState,
 };
-use crate::profile::timeline::{self, Grouping, DEFAULT_ROWS, MAX_ROWS};
+use crate::profile::report::{
+    answer,
+    timeline::{Grouping, DEFAULT_ROWS, MAX_ROWS},
+};
 
 /// `/timeline?pid=&group=thread|pool&limit=&seconds=|from=&until=`: 404
 /// for a pid never seen; a known process with nothing in the window gets
@@ -37,24 +38,11 @@ pub(super) async fn timeline(
     let limit = p
         .int("limit", 1, MAX_ROWS as u64)?
         .map_or(DEFAULT_ROWS, |n| n as usize);
-    let processes = state.shared.processes.clone();
+    let live_host = LiveHost::of(&state);
     let answer = over_snapshot(&state, move |store| {
-        let recorded = store.recorded(window, SystemTime::now());
-        match timeline::timeline(store, pid, window, group, limit) {
-            Some(mut t) => {
-                t.recorded = recorded;
-                Ok(t)
-            }
-            None => match unknown_pid(store, &processes, pid) {
-                Some(unknown) => Err(ApiError::NotFound(unknown)),
-                None => Ok(timeline::Timeline {
-                    recorded,
-                    ..timeline::Timeline::empty(pid, window, group)
-                }),
-            },
-        }
+        answer::timeline::timeline(store, &live_host, pid, window, group, limit)
     })
     .await??;
-    let recorded = answer.recorded.clone();
-    Ok(with_recorded(Json(answer).into_response(), &recorded))
+    let (timeline, envelope) = answer.split();
+    Ok(with_envelope(Json(timeline).into_response(), &envelope))
 }

@@ -25,7 +25,7 @@ use crate::{
     trace::{
         perfetto::Names,
         queue::{QueueError, Stop, Who, MAX_WAIT},
-        QueueEvent, Recorder, TraceError, MAX_SECONDS,
+        QueueEvent, Recorder, Trace, TraceError, MAX_SECONDS,
     },
     untrusted::refusals::{self, Reason, What},
 };
@@ -149,6 +149,12 @@ pub(super) async fn trace(
             TraceError::Busy => ApiError::Conflict(e.to_string()),
             e => ApiError::Failed(e.to_string()),
         })?;
+    Ok(trace_response(pid, trace))
+}
+
+/// The trace as a Perfetto file to save, with headers saying what it
+/// holds.
+fn trace_response(pid: u32, trace: Trace) -> Response {
     let stamp =
         humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_nanos(trace.start_unix_ns))
             .to_string()
@@ -178,7 +184,7 @@ pub(super) async fn trace(
     put(CUT_HEADER, trace.cut.to_string());
     put(LOST_HEADER, trace.lost.to_string());
     put(PREEMPTED_HEADER, trace.preempted.to_string());
-    Ok(response)
+    response
 }
 
 /// The process's name and its threads': the store's (full JVM and Python

@@ -8,7 +8,7 @@ use wallscope::{api, token};
 
 #[tokio::test]
 async fn other_hosts_are_421_and_local_ones_are_served() {
-    let before = api::server::STATS.snapshot().rejected_host;
+    let before = api::server::stats::STATS.snapshot().rejected_host;
     let app = || {
         api::router_with(
             shared(),
@@ -67,13 +67,13 @@ async fn other_hosts_are_421_and_local_ones_are_served() {
     .await;
     assert_eq!(status, 200);
     // Counted: 4 hosts x 3 paths + the default router's refusal.
-    let after = api::server::STATS.snapshot().rejected_host;
+    let after = api::server::stats::STATS.snapshot().rejected_host;
     assert!(after >= before + 13, "{before} -> {after}");
 }
 
 #[tokio::test]
 async fn a_token_guards_every_endpoint_but_healthz() {
-    let before = api::server::STATS.snapshot().rejected_token;
+    let before = api::server::stats::STATS.snapshot().rejected_token;
     let token = token::Token::new("s3cret-t0ken").unwrap();
     let app = || api::router_with(shared(), api::Access::new(Vec::new(), Some(token.clone())));
     let folded = format!("/folded?pid={GONE_PID}");
@@ -259,7 +259,7 @@ fn server_evicts_refuses_and_stops_promptly() {
             std::thread::sleep(Duration::from_millis(10));
         }
     };
-    let stats = || api::server::STATS.snapshot();
+    let stats = || api::server::stats::STATS.snapshot();
     wait_until("the server", &|| stats().connection_limit > 0);
     let cap = stats().connection_limit as usize;
     let before = stats();

@@ -2,9 +2,11 @@
 //! modules below them in one declared order, no item is re-exported under
 //! a second path (`pub use crate::…`), every `/proc` path is in the host
 //! layer (`src/process/`) or the opener of other users' files
-//! (`src/untrusted/`), and only the host layer reads a process's `/proc`
-//! files: every other stage asks the process table, or makes its
-//! deliberate live re-checks through `process::live`. Test code (`#[cfg(test)] mod tests`, files named
+//! (`src/untrusted/`), only the host layer reads a process's `/proc`
+//! files (every other stage asks the process table, or makes its
+//! deliberate live re-checks through `process::live`), and reports
+//! (`src/profile/report/`) ask the live host only through their
+//! `host_facts` port. Test code (`#[cfg(test)] mod tests`, files named
 //! `*tests.rs`) may read anything for ground truth and is not checked.
 
 use std::{
@@ -404,6 +406,54 @@ fn only_the_host_layer_reads_a_process() {
     );
 }
 
+/// What a report may name of the host layer: its types, never a reader
+/// (the live host's answers come through `report::host_facts`).
+const REPORT_HOST_TYPES: &[&str] = &["process::container"];
+
+/// Where `text` (of `module`) reads the host: a `process` path other than
+/// [`REPORT_HOST_TYPES`], or the file system (`fs`), each with its line.
+fn host_reads(text: &str, module: &[String]) -> Vec<(usize, String)> {
+    let allowed = |p: &str| {
+        REPORT_HOST_TYPES
+            .iter()
+            .any(|t| p == *t || p.starts_with(&format!("{t}::")))
+    };
+    let mut found: Vec<(usize, String)> = crate_paths(text, module)
+        .into_iter()
+        .filter(|(_, p)| p.first().is_some_and(|f| f == "process"))
+        .map(|(line, p)| (line, p.join("::")))
+        .filter(|(_, p)| !allowed(p))
+        .collect();
+    for (n, line) in text.lines().enumerate() {
+        let mut words = line.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'));
+        if words.any(|w| w == "fs") {
+            found.push((n + 1, line.trim().to_string()));
+        }
+    }
+    found
+}
+
+#[test]
+fn reports_read_no_host() {
+    let mut wrong = Vec::new();
+    for s in sources() {
+        if !s
+            .module
+            .starts_with(&["profile".to_string(), "report".to_string()])
+        {
+            continue;
+        }
+        for (line, what) in host_reads(&s.text, &s.module) {
+            wrong.push(format!("{}:{line}: {what}", s.path.display()));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "reports reading the host (ask report::host_facts::HostFacts):\n{}",
+        wrong.join("\n")
+    );
+}
+
 #[test]
 fn the_checks_see_what_they_check() {
     // A group, a nested group, `self` and `super` paths.
@@ -428,6 +478,15 @@ fn the_checks_see_what_they_check() {
     );
     assert_eq!(layer_of(&["api".into(), "queries".into()]), Some(0));
     assert_eq!(layer_of(&["nowhere".into()]), None);
+    // A report naming a host reader or the file system, beside a type.
+    let report: Vec<String> = vec!["profile".into(), "report".into(), "groups".into()];
+    let planted = "use crate::process::{container::Container, tasks};\nlet t = std::fs::read(p);\nlet c: Container;";
+    let reads: Vec<usize> = host_reads(planted, &report)
+        .into_iter()
+        .map(|(line, _)| line)
+        .collect();
+    assert_eq!(reads, [1, 2]);
+    assert!(host_reads("use crate::process::container::Container;", &report).is_empty());
     let with_tests = "a\n#[cfg(test)]\nmod tests {\n\"/proc\"\n}";
     assert_eq!(without_tests(with_tests), "a");
     // Re-exports of another module's items, not a module's own face.

@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use super::{
     hist::{self, Merged},
+    host_facts::HostFacts,
     query::ns_to_us,
     runqueue::Owner,
 };
@@ -49,7 +50,7 @@ pub struct CgroupList {
 }
 
 /// Every cgroup with waits or throttled time within `window`.
-pub fn list(store: &Snapshot, window: Window) -> CgroupList {
+pub fn list(store: &Snapshot, host: &dyn HostFacts, window: Window) -> CgroupList {
     // Per cgroup id: waits, throttled.
     let mut by_id: HashMap<u64, (Merged, Merged)> = HashMap::new();
     for slice in store.within(window) {
@@ -64,7 +65,7 @@ pub fn list(store: &Snapshot, window: Window) -> CgroupList {
     let mut cgroups: Vec<CgroupRow> = by_id
         .into_iter()
         .map(|(id, (waits, throttled))| CgroupRow {
-            owner: Owner::resolve(HistOwner::Cgroup(id)),
+            owner: Owner::resolve(host, HistOwner::Cgroup(id)),
             runqueue_waits: waits.count(),
             runqueue_total_us: ns_to_us(waits.ns),
             runqueue_p99_us: hist::quantile_rounded(&waits.slots, 0.99),
@@ -132,6 +133,7 @@ mod tests {
     use super::*;
     use crate::bpf::abi::{Hist, HIST_SLOTS};
     use crate::profile::model::{store::Store, Slice};
+    use crate::profile::report::host_facts::Empty;
 
     fn hist(slot: usize, n: u64, ns: u64) -> Hist {
         let mut h = Hist {
@@ -170,7 +172,7 @@ mod tests {
             sleeps: Default::default(),
             stats: [0; crate::bpf::abi::Stat::COUNT],
         });
-        let list = list(&store.snapshot(), Window::last(30, end));
+        let list = list(&store.snapshot(), &Empty, Window::last(30, end));
         let ids: Vec<u64> = list.cgroups.iter().map(id).collect();
         assert_eq!(ids, [capped, busy, idle]);
         let json = serde_json::to_value(&list).unwrap();
@@ -202,6 +204,7 @@ mod tests {
     fn list_is_empty_outside_the_window(store: &Store, end: SystemTime) -> bool {
         list(
             &store.snapshot(),
+            &Empty,
             Window::last(30, end + Duration::from_secs(60)),
         )
         .cgroups

@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use super::{
     disclosure::Sight,
+    host_facts::HostFacts,
     processes::{accumulate, Acc, SortBy, StateTimes},
     query::ns_to_us,
 };
@@ -76,12 +77,12 @@ const HIDDEN_PARENT: &str = "[another user's process]";
 /// `[other users] ×N` group, last.
 pub fn groups(
     store: &Snapshot,
+    host: &dyn HostFacts,
     window: Window,
     by: GroupBy,
     sort: SortBy,
     comm: Option<&str>,
     sight: &Sight,
-    name_now: &dyn Fn(u32) -> Option<String>,
 ) -> Vec<ProcessGroup> {
     let (all, unseen) = accumulate(store, window, sight);
     let mut sums: HashMap<String, Sum> = HashMap::new();
@@ -90,7 +91,7 @@ pub fn groups(
         if comm.is_some_and(|c| !name.contains(c)) {
             continue;
         }
-        let (key, parent_pid) = match key_of(by, &name, acc, &all, name_now) {
+        let (key, parent_pid) = match key_of(host, by, &name, acc, &all) {
             (_, Some(parent)) if !sight.sees(parent, SystemTime::now()) => {
                 (HIDDEN_PARENT.to_string(), None)
             }
@@ -143,11 +144,11 @@ pub fn groups(
 
 /// The group of one process, and its parent's pid when grouped by parent.
 fn key_of(
+    host: &dyn HostFacts,
     by: GroupBy,
     name: &str,
     acc: &Acc,
     all: &HashMap<u32, Acc>,
-    name_now: &dyn Fn(u32) -> Option<String>,
 ) -> (String, Option<u32>) {
     let origin = acc.origin.as_ref();
     match by {
@@ -158,7 +159,7 @@ fn key_of(
                     .get(&parent)
                     .and_then(|p| p.name.as_deref())
                     .map(str::to_string)
-                    .or_else(|| name_now(parent))
+                    .or_else(|| host.comm(parent, None))
                     .unwrap_or_else(|| "[gone]".into());
                 (format!("{parent_name} (pid {parent})"), Some(parent))
             }
@@ -189,11 +190,7 @@ mod tests {
 
     use super::*;
     use crate::profile::model::{store::Store, Origin, RawThread, Slice, ThreadCounters};
-
-    /// The kernel's name of a process, as the daemon's table gives it.
-    fn name_now(pid: u32) -> Option<String> {
-        crate::process::ProcessTable::default().thread_name(pid, None)
-    }
+    use crate::profile::report::host_facts::Empty;
 
     /// A script (pid 10) forks three short-lived `hasher`s over two slices;
     /// a daemon (pid 20, its own parent 1) runs beside them.
@@ -239,12 +236,12 @@ mod tests {
         let sort = SortBy::State(State::Cpu);
         groups(
             &store.snapshot(),
+            &Empty,
             Window::last(30, now),
             by,
             sort,
             None,
             &Sight::all(),
-            &name_now,
         )
     }
 
@@ -300,12 +297,12 @@ mod tests {
         let sort = SortBy::State(State::Cpu);
         let rows = groups(
             &store.snapshot(),
+            &Empty,
             window,
             GroupBy::Parent,
             sort,
             None,
             &reader.sight(),
-            &name_now,
         );
         let shown: Vec<(&str, u64, u64)> = rows
             .iter()

@@ -13,6 +13,7 @@ use serde::Serialize;
 use super::{
     culprits::{self, Culprit},
     disclosure::Sight,
+    host_facts::HostFacts,
     processes::{self, SortBy},
     query::ns_to_us,
     runqueue, stuck,
@@ -147,6 +148,7 @@ pub fn cpu_use(store: &Snapshot, window: Window, cpus: u32) -> CpuUse {
 /// may see named.
 pub fn report(
     store: &Snapshot,
+    host: &dyn HostFacts,
     window: Window,
     cpus: u32,
     recorded_seconds: u64,
@@ -154,7 +156,7 @@ pub fn report(
     sight: &Sight,
 ) -> HostReport {
     let runq = runqueue::host_report(store, window);
-    let throttled_cgroups = super::cgroup_list::list(store, window)
+    let throttled_cgroups = super::cgroup_list::list(store, host, window)
         .cgroups
         .iter()
         .filter(|c| c.throttled_intervals > 0)

@@ -1,6 +1,7 @@
 //! Reports over the [`super::model`]: one module per answer the API, the
 //! exporters and the command line give.
 
+pub mod answer;
 pub mod blocked;
 pub mod budget;
 pub mod cgroup_list;
@@ -14,6 +15,7 @@ pub mod gil;
 pub mod groups;
 pub mod hist;
 pub mod host;
+pub mod host_facts;
 pub mod processes;
 pub mod query;
 pub mod render;

@@ -3,16 +3,14 @@
 //! the BPF log2 histograms; and, apart from it, how long they were throttled (runnable, but their cgroup's CPU
 //! quota was spent), which the latency histogram does not count.
 
-use crate::{
-    process::cgroups,
-    profile::model::{store::Snapshot, window::Window},
-};
+use crate::profile::model::{store::Snapshot, window::Window};
 use std::fmt::Write as _;
 
 use serde::Serialize;
 
 use super::{
     hist::{self, Bucket, Merged},
+    host_facts::HostFacts,
     query::ns_to_us,
     threads::recorded_note,
 };
@@ -45,12 +43,12 @@ pub enum Owner {
 
 impl Owner {
     /// The JSON owner of `owner`, resolving cgroup ids to paths.
-    pub fn resolve(owner: HistOwner) -> Owner {
+    pub fn resolve(host: &dyn HostFacts, owner: HistOwner) -> Owner {
         match owner {
             HistOwner::Process(pid) | HistOwner::ProcessThrottled(pid) => Owner::Pid { pid },
             HistOwner::Cgroup(id) | HistOwner::CgroupThrottled(id) => Owner::Cgroup {
                 cgroup: id,
-                path: cgroups::system().path_of(id),
+                path: host.cgroup_path(id),
             },
         }
     }
@@ -138,13 +136,17 @@ pub enum OwnerError {
 /// The owner named by exactly one of `pid` and `cgroup` (an id, or a path
 /// under the cgroup2 mount such as `/system.slice/ssh.service`). The
 /// listing of every cgroup (`cgroup=all`) is [`super::cgroup_list`]'s.
-pub fn owner(pid: Option<u32>, cgroup: Option<&str>) -> Result<HistOwner, OwnerError> {
+pub fn owner(
+    host: &dyn HostFacts,
+    pid: Option<u32>,
+    cgroup: Option<&str>,
+) -> Result<HistOwner, OwnerError> {
     let either = "give either `pid` or `cgroup`";
     match (pid, cgroup) {
         (Some(pid), None) => Ok(HistOwner::Process(pid)),
         (None, None) => Err(OwnerError::Param("pid", format!("required: {either}"))),
         (Some(_), Some(_)) => Err(OwnerError::Param("cgroup", format!("{either}, not both"))),
-        (None, Some(arg)) if arg.starts_with('/') => match cgroups::system().id_of(arg) {
+        (None, Some(arg)) if arg.starts_with('/') => match host.cgroup_id(arg) {
             Some(id) => Ok(HistOwner::Cgroup(id)),
             None => Err(OwnerError::NoSuchCgroup(format!("no cgroup at {arg}"))),
         },
@@ -209,10 +211,15 @@ pub fn processes_report(
 /// The report of `owner` (a [`HistOwner::Process`] or
 /// [`HistOwner::Cgroup`]) within `window`; `None` when it neither
 /// waited nor was throttled.
-pub fn report(store: &Snapshot, owner: HistOwner, window: Window) -> Option<RunqueueReport> {
+pub fn report(
+    store: &Snapshot,
+    host: &dyn HostFacts,
+    owner: HistOwner,
+    window: Window,
+) -> Option<RunqueueReport> {
     let waits = hist::merged(store, owner, window);
     let throttled = hist::merged(store, throttled_owner(owner), window);
-    from_merged(&waits, &throttled, Owner::resolve(owner), window)
+    from_merged(&waits, &throttled, Owner::resolve(host, owner), window)
 }
 
 /// The report on merged histograms; `None` if both are empty.
@@ -351,6 +358,7 @@ mod tests {
     use super::*;
     use crate::bpf::abi::{Hist, HIST_SLOTS};
     use crate::profile::model::{store::Store, Slice};
+    use crate::profile::report::host_facts::Empty;
 
     /// 100 waits: 10 under 1 us, 40 in [4, 8), 40 in [8, 16), 10 in [64, 128).
     fn slots() -> hist::Slots {
@@ -419,6 +427,7 @@ mod tests {
         let report = |pid, seconds| {
             report(
                 &store.snapshot(),
+                &Empty,
                 HistOwner::Process(pid),
                 Window::last(seconds, end),
             )
@@ -450,6 +459,7 @@ mod tests {
         let store = store(end);
         let r = report(
             &store.snapshot(),
+            &Empty,
             HistOwner::Process(7),
             Window::last(60, end),
         )
@@ -471,6 +481,7 @@ mod tests {
         );
         let r = report(
             &store.snapshot(),
+            &Empty,
             HistOwner::Process(8),
             Window::last(60, end),
         )
@@ -484,6 +495,7 @@ mod tests {
         // Only throttled: a report with no waits, not a 404.
         let r = report(
             &store.snapshot(),
+            &Empty,
             HistOwner::Process(9),
             Window::last(60, end),
         )
@@ -510,15 +522,15 @@ mod tests {
 
     #[test]
     fn owner_needs_exactly_one_of_pid_and_cgroup() {
-        assert_eq!(owner(Some(3), None), Ok(HistOwner::Process(3)));
-        assert_eq!(owner(None, Some("77")), Ok(HistOwner::Cgroup(77)));
+        assert_eq!(owner(&Empty, Some(3), None), Ok(HistOwner::Process(3)));
+        assert_eq!(owner(&Empty, None, Some("77")), Ok(HistOwner::Cgroup(77)));
         let param = |r| match r {
             Err(OwnerError::Param(param, _)) => param,
             other => panic!("{other:?}"),
         };
-        assert_eq!(param(owner(None, None)), "pid");
-        assert_eq!(param(owner(Some(3), Some("77"))), "cgroup");
-        assert_eq!(param(owner(None, Some("x.slice"))), "cgroup");
+        assert_eq!(param(owner(&Empty, None, None)), "pid");
+        assert_eq!(param(owner(&Empty, Some(3), Some("77"))), "cgroup");
+        assert_eq!(param(owner(&Empty, None, Some("x.slice"))), "cgroup");
         assert_eq!(
             throttled_owner(HistOwner::Cgroup(4)),
             HistOwner::CgroupThrottled(4)
