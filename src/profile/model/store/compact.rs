@@ -26,7 +26,7 @@
 
 use std::{ops::Range, time::SystemTime};
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::{merge, Held, Store};
 use crate::profile::model::Slice;
@@ -130,14 +130,14 @@ impl Store {
             };
         }
         let pressure = self.max_bytes / 100 * PRESSURE_PERCENT;
-        let mut steps = 0;
+        let (mut steps, mut counted) = (0, FxHashSet::default());
         while self.bytes() > pressure && (steps < PRESSURE_STEPS || self.bytes() > self.max_bytes) {
             steps += 1;
             let done = match self.due(true) {
                 Some((range, step)) => self.merge_range(range, step),
                 None => false,
             };
-            if !done && !self.fold_largest() {
+            if !done && !self.fold_largest(&mut counted) {
                 break;
             }
         }
@@ -147,7 +147,9 @@ impl Store {
     /// but the newest) and has not had folded there yet: the oldest of
     /// equal ones. False when no part is worth it (under
     /// [`MIN_FOLD_BYTES`]) or no room for the fold.
-    fn fold_largest(&mut self) -> bool {
+    /// The process folded pays as in the fair share (see
+    /// [`Store::count_share`]).
+    fn fold_largest(&mut self, counted: &mut FxHashSet<u32>) -> bool {
         let n = self.slices.len();
         let parts = (0..n.saturating_sub(1)).flat_map(|i| {
             let held = &self.slices[i];
@@ -164,6 +166,7 @@ impl Store {
         if self.bytes() + self.slices[i].bytes > self.max_bytes + self.max_bytes / 4 {
             return false;
         }
+        self.count_share(pid, counted);
         self.fold_part(i, pid);
         true
     }

@@ -37,7 +37,7 @@ impl Store {
     pub(super) fn shed_largest(&mut self, target: usize) {
         let mut counted = FxHashSet::default();
         while self.bytes() > target {
-            let Some((&pid, &held)) = self.pid_bytes.iter().max_by_key(|(_, b)| **b) else {
+            let Some((&pid, _)) = self.pid_bytes.iter().max_by_key(|(_, b)| **b) else {
                 break;
             };
             // Its oldest rows; the newest slice's too when it has no
@@ -45,15 +45,7 @@ impl Store {
             let Some(i) = self.slices.iter().position(|h| h.by_pid.contains_key(&pid)) else {
                 break;
             };
-            // Counted (`share`/`budget`) when it holds more than a quarter
-            // of what all processes hold: a store merely full of like
-            // processes, or of one process alone, is nobody's fault. Pid 0
-            // (wakeups sent by interrupts) is no process: its rows are
-            // shed like any, but it is not named.
-            let total: usize = self.pid_bytes.values().sum();
-            if pid != 0 && held > total / 4 && self.pid_bytes.len() > 1 && counted.insert(pid) {
-                refusals::count_for(What::Share, Reason::Budget, pid);
-            }
+            self.count_share(pid, &mut counted);
             let has = |j: usize| self.slices[j].by_pid.contains_key(&pid);
             if let Some(j) =
                 (i..self.slices.len()).find(|&j| has(j) && foldable(&self.open(j), pid))
@@ -67,6 +59,20 @@ impl Store {
             }
             // What the rows alone held goes too: counted before the next.
             self.sweep_stacks();
+        }
+    }
+
+    /// Counts (`share`/`budget`, naming it, once per pass: `counted`) a
+    /// process paying for the store's bound when that is its own doing:
+    /// it holds more than a quarter of what all processes hold. A store
+    /// merely full of like processes, or of one process alone, is
+    /// nobody's fault; pid 0 (wakeups sent by interrupts) is no process:
+    /// its rows pay like any, but it is not named.
+    pub(super) fn count_share(&self, pid: u32, counted: &mut FxHashSet<u32>) {
+        let held = self.pid_bytes.get(&pid).copied().unwrap_or(0);
+        let total: usize = self.pid_bytes.values().sum();
+        if pid != 0 && held > total / 4 && self.pid_bytes.len() > 1 && counted.insert(pid) {
+            refusals::count_for(What::Share, Reason::Budget, pid);
         }
     }
 
