@@ -163,12 +163,18 @@ impl Store {
         let Some((_, std::cmp::Reverse(i), pid)) = parts.max() else {
             return false;
         };
-        if self.bytes() + self.slices[i].bytes > self.max_bytes + self.max_bytes / 4 {
+        if !self.room_for(self.slices[i].bytes) {
             return false;
         }
         self.count_share(pid, counted);
         self.fold_part(i, pid);
         true
+    }
+
+    /// Whether a slice of at most `bytes` can be built beside what is
+    /// held: in a working space of a quarter of the bound past it.
+    fn room_for(&self, bytes: usize) -> bool {
+        self.bytes() + bytes <= self.max_bytes + self.max_bytes / 4
     }
 
     /// Replaces the slices in `range` with one merged slice of `step`
@@ -188,7 +194,7 @@ impl Store {
         // bound itself stopped every merge once the store was full, and
         // left only shedding.)
         let estimate: usize = parts.iter().map(|h| h.bytes).sum();
-        if self.bytes() + estimate > self.max_bytes + self.max_bytes / 4 {
+        if !self.room_for(estimate) {
             return false;
         }
         let fold = merge::FoldedPids::of(parts.iter().flat_map(|h| h.folded.pids()));
