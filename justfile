@@ -30,6 +30,7 @@ bench:
     cargo bench --bench soak
     cargo bench --bench web
     cargo bench --bench python
+    cargo bench --bench otel_ctx
     cargo bench --bench push
     cargo bench --bench history
     cargo bench --bench history_query

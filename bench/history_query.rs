@@ -17,12 +17,12 @@ use std::{
 
 use anyhow::{ensure, Result};
 use wallscope::{
-    bpf::abi::State,
-    profile::model::{RawThread, ThreadCounters},
+    profile::model::counters::{RawThread, ThreadCounters},
+    profile::model::state::State,
     profile::{
         history::{BlockMeta, History, HistoryConfig},
         model::block,
-        Sample, Slice, Stack, ThreadInfo,
+        model::{Sample, Slice, Stack, ThreadInfo},
     },
 };
 

@@ -13,6 +13,7 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include "culprits.bpf.h"
+#include "spantimes.bpf.h"
 #include "threads.bpf.h"
 #include "wallscope.h"
 
@@ -28,12 +29,15 @@ struct ws_counts {
 	__u32 sleeps; /* blocked intervals ended since the export; 0: slots untouched */
 	__u32 sleep_slots[WS_SLEEP_SLOTS];
 	struct ws_culprit_slots culprits; /* who kept it off the CPU meanwhile */
+	struct ws_span_acc span; /* its OpenTelemetry span's share of ns[] */
 };
 
 static __always_inline void ws_count_ns(struct ws_counts *c, __u32 state, __u64 ns)
 {
-	if (ns && state < WS_STATE_COUNT)
+	if (ns && state < WS_STATE_COUNT) {
 		__sync_fetch_and_add(&c->ns[state], ns);
+		ws_span_count(&c->span, state, ns);
+	}
 }
 
 static __always_inline void ws_count_runq_wait(struct ws_counts *c, __u64 ns)
@@ -104,6 +108,8 @@ static __always_inline void ws_export_counts(struct task_struct *t, struct ws_co
 	struct ws_thread_totals *row = NULL;
 	__u64 v;
 
+	if (c->span.id)
+		ws_span_flush(t, &c->span, bpf_ktime_get_ns());
 	for (int i = 0; i < WS_STATE_COUNT; i++) {
 		if (!c->ns[i] || !(v = __sync_lock_test_and_set(&c->ns[i], 0)))
 			continue;

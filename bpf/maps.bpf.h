@@ -131,6 +131,7 @@ static __always_inline void ws_merge_key(struct ws_stack_key *key, bool strip)
 	if (key->peer_tid)
 		key->peer_tid = WS_MERGED_TID | key->peer_pid;
 	__builtin_memset(key->comm, 0, sizeof(key->comm));
+	key->span = 0;
 	if (strip) {
 		key->user_stack_id = WS_NO_STACK;
 		key->kernel_stack_id = WS_NO_STACK;

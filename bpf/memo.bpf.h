@@ -59,7 +59,7 @@ static __always_inline __u64 ws_stack_top(__u64 sp)
  * only when the registers match: that first read of the thread's memory
  * costs about what a short walk does. Two calls of one function from
  * different callers at the very same stack depth, with identical top
- * words, would share a stack: the approximation the README states.
+ * words, would share a stack: the approximation docs/design.md states ("Walk less").
  */
 static __always_inline __s32 ws_user_stack_memo(void *ctx, struct ws_walk_memos *s, __u32 gen)
 {

@@ -26,6 +26,7 @@
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_helpers.h>
 #include "culprits.bpf.h"
+#include "otelctx.bpf.h"
 #include "task.bpf.h"
 #include "trace.bpf.h"
 #include "unseen.bpf.h"
@@ -83,14 +84,17 @@ static __always_inline void ws_switch_out(void *ctx, bool preempt, struct task_s
 		return;
 	if (!s->on_cpu_since && s->phase_start)
 		ws_switch_in_unseen(prev, s, now);
-	ws_count_ns(&s->c, WS_STATE_CPU, ws_take(&s->on_cpu_since, now, 0));
 	if (s->pending_ns[0] || s->pending_ns[1]) {
-		/* Its switch-in hook never ran: keep the time, without a stack. */
+		/* Its switch-in hook never ran: keep the time, without a stack
+		 * (under the span of the phase it ended, so before the read). */
 		s->user_stack_id = WS_NO_STACK;
 		s->kernel_stack_id = WS_NO_STACK;
 		ws_emit_pending(prev, s);
 		ws_stat_inc(WS_STAT_DEFERRED_LOST);
 	}
+	/* The span of the run's end and of the phase that begins. */
+	ws_otel_observe(prev, s, now);
+	ws_count_ns(&s->c, WS_STATE_CPU, ws_take(&s->on_cpu_since, now, 0));
 	st = ws_task_state(prev);
 	s->syscall = kthread ? 0 : ws_syscall(prev);
 	s->state = ws_classify(preempt || st == TASK_RUNNING, prev, st, s->syscall);
@@ -138,7 +142,7 @@ static __always_inline void ws_switch_in(struct task_struct *next, __u64 now,
 		if (state == WS_STATE_RUNQUEUE)
 			ws_blame(runs, &s->c.culprits, s->phase_start, now,
 				 (__u64)next->tgid << 32 | next->pid);
-		w = ws_draw(d, ws_take(&s->row_from, now, 0));
+		w = ws_draw(d, ws_take(&s->row_from, now, 0), s->c.span.id);
 		if (w) {
 			s->pending_ns[1] = w;
 			s->pending_state[1] = state;
@@ -352,7 +356,7 @@ static __always_inline void ws_on_wakeup(struct task_struct *p)
 
 	ws_count_sleep(&s->c, d);
 	ws_count_ns(&s->c, state, ws_take(&s->acct_from, now, now));
-	w = ws_draw(d, ws_take(&s->row_from, now, now));
+	w = ws_draw(d, ws_take(&s->row_from, now, now), s->c.span.id);
 	if (w) {
 		s->pending_ns[0] = w;
 		s->pending_state[0] = state;

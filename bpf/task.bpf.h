@@ -170,10 +170,13 @@ static __always_inline __u64 ws_sample_weight(__u64 d, __u64 rem)
 	return rem * t / d;
 }
 
-/* As ws_sample_weight, counting what gets no row. */
-static __always_inline __u64 ws_draw(__u64 d, __u64 rem)
+/* As ws_sample_weight, counting what gets no row. An interval under an
+ * OpenTelemetry span (`whole`) is always drawn: a span is its own unit,
+ * and one row at most per interval of it (never one weighed up for
+ * others) is what shows where that request waited. */
+static __always_inline __u64 ws_draw(__u64 d, __u64 rem, bool whole)
 {
-	__u64 w = ws_sample_weight(d, rem);
+	__u64 w = whole && d >= offcpu_min_ns ? rem : ws_sample_weight(d, rem);
 
 	if (!w && rem)
 		ws_stat_inc(d < offcpu_min_ns ? WS_STAT_BELOW_THRESHOLD : WS_STAT_SAMPLED_OUT);
@@ -199,6 +202,9 @@ static __always_inline void ws_phase_key(struct ws_stack_key *key, struct task_s
 	key->user_stack_id = s->user_stack_id;
 	key->kernel_stack_id = s->kernel_stack_id;
 	key->syscall = s->syscall;
+	/* Read at the switch-out that began the phase: it cannot change
+	 * while the thread is off the CPU. */
+	key->span = s->c.span.id;
 	__builtin_memcpy(key->comm, t->comm, sizeof(key->comm));
 }
 

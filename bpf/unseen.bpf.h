@@ -59,7 +59,7 @@ static __always_inline __u64 ws_unseen_in_split(struct task_struct *t, struct ws
 	/* The phase's row, whole, with the stacks the iterator walked for this
 	 * episode if it did; none otherwise (its switch-in walk never ran). */
 	w = ran_from > s->phase_start ? ws_draw(ran_from - s->phase_start,
-						ws_take(&s->row_from, ran_from, 0))
+						ws_take(&s->row_from, ran_from, 0), s->c.span.id)
 				      : 0;
 	if (w && s->stack_episode != s->off_since) {
 		s->user_stack_id = WS_NO_STACK;

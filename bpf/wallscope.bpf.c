@@ -97,6 +97,7 @@ SEC("tp_btf/sched_process_fork")
 int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
 {
 	ws_unwind_on_fork(parent, child);
+	ws_otel_on_fork(parent, child);
 	ws_lifecycle_on_fork(parent, child);
 	return 0;
 }
@@ -106,6 +107,7 @@ int BPF_PROG(on_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm 
 {
 	ws_unwind_on_exec();
 	ws_forget_walks(p);
+	ws_otel_forget(p);
 	ws_lifecycle_on_exec(p);
 	return 0;
 }
@@ -116,6 +118,8 @@ int BPF_PROG(on_exit, struct task_struct *p)
 	ws_thread_exit(p);
 	ws_trace_exit(p);
 	ws_lifecycle_on_exit(p);
+	if (p->signal->live.counter == 0)
+		ws_otel_forget(p);
 	return 0;
 }
 

@@ -20,6 +20,7 @@ typedef unsigned short __u16;
 typedef int __s32;
 typedef unsigned int __u32;
 typedef unsigned long long __u64;
+typedef long long __s64;
 #endif
 
 #define WS_COMM_LEN 16
@@ -79,6 +80,9 @@ struct ws_stack_key {
 	__u32 syscall;         /* off-CPU: syscall nr at switch-out + 1, 0 if none */
 	__u32 _pad;
 	__u8 comm[WS_COMM_LEN]; /* thread name at the time of the event */
+	/* The OpenTelemetry span active on the thread (its 8 bytes as the
+	 * record holds them), 0 for none: see ws_otel_proc. */
+	__u64 span;
 };
 
 /*
@@ -406,7 +410,13 @@ struct ws_hist {
 	X(TRACE_EVENTS, "trace_events", EVENT)                      /* state changes sent to a running /trace recording */ \
 	X(TRACE_LOST, "trace_events_lost", LOSS)                    /* state change of a traced thread dropped: trace ring buffer full */ \
 	X(UNWIND_PENDING_WALKS, "unwind_pending_walks", EVENT)      /* user stacks walked while their process's tables were pending (innermost frame checked) */ \
-	X(UNWIND_PENDING, "unwind_tables_pending", LOSS)            /* walk met code whose table was pending: [tables pending] frame */
+	X(UNWIND_PENDING, "unwind_tables_pending", LOSS)            /* walk met code whose table was pending: [tables pending] frame */ \
+	X(OTEL_READS, "otel_context_reads", EVENT)                  /* OpenTelemetry thread contexts read (a sample or switch-out in a registered process) */ \
+	X(OTEL_READ_FAILED, "otel_context_read_failed", LOSS)       /* thread context unreadable (TLS, pointer or record): no span */ \
+	X(SPAN_TIMES_FULL, "span_times_map_full", LOSS)             /* a thread's time under a span dropped: span times map full */ \
+	X(SPAN_RECORDS_FULL, "span_records_map_full", LOSS)         /* a span's record (trace id, attributes) dropped: map full */ \
+	X(SPAN_QUOTA_SPENT, "span_process_quota_spent", LOSS)       /* a span's record or time dropped: its process added a quarter of the map this second */ \
+	X(SPAN_ATTRS_CUT, "span_attributes_cut", LOSS)              /* a span record's attributes cut at WS_SPAN_ATTR_BYTES, or unreadable */
 
 /* Indexes of the per-CPU `stats` array. */
 enum ws_stat {
@@ -519,8 +529,85 @@ struct ws_trace_event {
 	__u32 waker_tid;
 };
 
+/*
+ * OpenTelemetry thread context (OTEP 4947). A process that publishes it
+ * has a TLS variable `otel_thread_ctx_v1` pointing to its threads' active
+ * record: trace id (16 B), span id (8 B), valid (1 B, 1: valid), trace
+ * flags (1 B), attrs-data size (u16), then attributes (key index u8,
+ * length u8, value). User space finds the variable and how the thread
+ * pointer leads to it, and writes it per process into `otel_procs`
+ * (keyed by tgid); the programs read the record of the thread they run
+ * for, only while it is stopped (a sample, its switch-out).
+ */
+enum ws_otel_tls {
+	WS_OTEL_TLS_NONE = 0,
+	/* At thread pointer + tp_offset: initial- or local-exec, or a TLSDESC
+	 * resolved to static TLS. */
+	WS_OTEL_TLS_STATIC = 1,
+	/* At the thread's dtv[module].pointer + offset (glibc: dtv at thread
+	 * pointer + 8, 16 bytes an entry): a TLSDESC resolved to dynamic TLS,
+	 * or general dynamic. An unallocated entry (0 or -1): no context. */
+	WS_OTEL_TLS_DTV = 2,
+};
+struct ws_otel_proc {
+	__u32 kind; /* enum ws_otel_tls */
+	__u32 _pad;
+	__s64 tp_offset; /* STATIC */
+	__u64 module;    /* DTV: the TLS module id */
+	__u64 offset;    /* DTV: the variable's offset in the module's block */
+};
+/* Entries of `otel_procs`: user space registers no more. */
+#define WS_OTEL_PROCS 8192
+/* The record's fixed header: trace id, span id, valid, flags, attrs size. */
+#define WS_OTEL_HEADER 28
+/* Attribute bytes kept of a span's record; the rest is cut (counted). */
+#define WS_SPAN_ATTR_BYTES 256
+/*
+ * A thread's exact time under one span (`span_times_0` / `span_times_1`,
+ * by the control buffer like the thread totals): every nanosecond of the
+ * thread's states while the span was its active one, the on-CPU part
+ * split at the span's change as sampling bounds it.
+ */
+struct ws_span_key {
+	__u32 pid;
+	__u32 tid;
+	__u64 span; /* never 0 */
+};
+struct ws_span_times {
+	__u64 ns[WS_STATE_COUNT]; /* by enum ws_state */
+	__u64 first_ns; /* when the thread's time under the span began (ktime) */
+	__u64 last_ns;  /* when it last ended, so far */
+};
+/* A span as its record says, written by the first thread seen in it
+ * (`span_records`, keyed by pid and span; user space takes them at each
+ * drain). */
+struct ws_span_record_key {
+	__u32 pid;
+	__u32 _pad;
+	__u64 span;
+};
+struct ws_span_record {
+	__u8 trace_id[16];
+	__u8 flags;
+	__u8 _pad;
+	__u16 attrs_size; /* as the record says */
+	__u16 attrs_len;  /* bytes kept in attrs (at most WS_SPAN_ATTR_BYTES) */
+	__u16 _pad2;
+	__u32 tid;        /* the thread it was read from */
+	__u32 _pad3;
+	__u64 seen_ns;    /* when (ktime) */
+	__u8 attrs[WS_SPAN_ATTR_BYTES];
+};
+/* Entries of the span maps; a span that finds one full is counted. */
+#define WS_SPAN_TIMES 16384
+#define WS_SPAN_RECORDS 4096
+
 /* Checked by both clang for BPF and bindgen (host), so the two agree. */
-_Static_assert(sizeof(struct ws_stack_key) == 56, "ws_stack_key size");
+_Static_assert(sizeof(struct ws_stack_key) == 64, "ws_stack_key size");
+_Static_assert(sizeof(struct ws_otel_proc) == 32, "ws_otel_proc size");
+_Static_assert(sizeof(struct ws_span_key) == 16, "ws_span_key size");
+_Static_assert(sizeof(struct ws_span_times) == 8 * WS_STATE_COUNT + 16, "ws_span_times size");
+_Static_assert(sizeof(struct ws_span_record) == 40 + WS_SPAN_ATTR_BYTES, "ws_span_record size");
 _Static_assert(sizeof(struct ws_stack_value) == 16, "ws_stack_value size");
 _Static_assert(sizeof(struct ws_stack) == 16 + 8 * WS_MAX_STACK_DEPTH, "ws_stack size");
 _Static_assert(sizeof(struct ws_unwind_row) == 12, "ws_unwind_row size");

@@ -58,6 +58,19 @@ kv_ok() { PYTHONPATH="$KV_DIR" python3 -c 'import kubernetes_validate' >/dev/nul
 if ! kv_ok; then
   { have_cmd python3 && python3 -m pip --version >/dev/null 2>&1; } || need+=(python3-pip)
 fi
+# Request-context tests (#43): PyPI's ddtrace, a real writer of the
+# OpenTelemetry thread context (DD_TRACE_OTEL_CTX_ENABLED=true), for
+# Debian's CPython; tests/e2e/support/ddtrace.rs runs it with
+# PYTHONPATH=/opt/wallscope-ddtrace.
+DDTRACE_DIR=/opt/wallscope-ddtrace
+ddtrace_ok() {
+  PYTHONPATH="$DDTRACE_DIR" /usr/bin/python3 -c \
+    'import ddtrace, sys; from ddtrace.internal.native._native import update_otel_thread_context_from_span; sys.exit(ddtrace.__version__.split(".")[:2] != ["4", "16"])' \
+    >/dev/null 2>&1
+}
+if ! ddtrace_ok; then
+  /usr/bin/python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
+fi
 # Python frame tests: the distribution's CPython (Debian 12: 3.11, a static
 # build); pyenv's 3.10-3.13 are tested too where installed.
 [ -x /usr/bin/python3 ] || need+=(python3)
@@ -119,6 +132,20 @@ if ! kv_ok; then
   $sudo rm -rf "$KV_DIR"
   $sudo mv "$new" "$KV_DIR"
   kv_ok || { echo "deps: kubernetes-validate did not install" >&2; exit 1; }
+fi
+
+if ! ddtrace_ok; then
+  echo "deps: installing ddtrace 4.16 into $DDTRACE_DIR" >&2
+  # Debian's interpreter, not pyenv's: the native module is built per
+  # CPython version and the tests run /usr/bin/python3.
+  new="$DDTRACE_DIR.new"
+  $sudo rm -rf "$new"
+  $sudo env PIP_ROOT_USER_ACTION=ignore /usr/bin/python3 -m pip install --quiet \
+    --disable-pip-version-check --target "$new" 'ddtrace>=4.16,<4.17'
+  $sudo chmod -R a+rX "$new"
+  $sudo rm -rf "$DDTRACE_DIR"
+  $sudo mv "$new" "$DDTRACE_DIR"
+  ddtrace_ok || { echo "deps: ddtrace did not install into $DDTRACE_DIR" >&2; exit 1; }
 fi
 
 if [ "${1:-}" = bench ] && ! pyspy_ok; then

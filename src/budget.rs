@@ -32,6 +32,8 @@ const PER_MILLE: u64 = 1000;
 pub enum Part {
     /// The history: slices, their stacks and thread names.
     Store,
+    /// The OpenTelemetry spans' times, records and stack rows.
+    Spans,
     /// The interned frame names and the address caches handing them out.
     Names,
     /// Names read from JIT perf maps.
@@ -62,6 +64,7 @@ impl Part {
     pub fn name(self) -> &'static str {
         match self {
             Part::Store => "store",
+            Part::Spans => "spans",
             Part::Names => "names",
             Part::PerfMapNames => "perf_map_names",
             Part::ElfSymbols => "elf_symbols",
@@ -84,17 +87,19 @@ impl Part {
 /// table, kept lines and text: `profile::report::truncate::Limits::API`)
 /// may run at once; answers being written hold two clients' largest
 /// answers and root's reserve; a drained batch of 10,000 threads' stacks
-/// is estimated at about 20 MB; the reserve holds the daemon's binary and
-/// the allocator's slack.
-const SPLIT: [(Part, u64); 12] = [
-    (Part::Store, 120),
+/// is estimated at about 20 MB; the spans' part holds a few minutes of a
+/// busy service's spans in full (older ones aggregated); the reserve holds
+/// the daemon's binary and the allocator's slack.
+const SPLIT: [(Part, u64); 13] = [
+    (Part::Store, 110),
+    (Part::Spans, 20),
     (Part::Names, 120),
     (Part::PerfMapNames, 50),
     (Part::ElfSymbols, 130),
     (Part::UnwindTables, 60),
     (Part::JvmCode, 40),
     (Part::ProcessTable, 35),
-    (Part::QueryBuffers, 150),
+    (Part::QueryBuffers, 140),
     (Part::Answers, 70),
     (Part::PushOutbox, 35),
     (Part::Batches, 110),
@@ -307,7 +312,7 @@ mod tests {
         assert_eq!(s.split.len(), SPLIT.len());
         assert!(s.sum() <= s.budget_bytes);
         assert!(s.sum() > s.budget_bytes - 1024, "{}", s.sum());
-        assert_eq!(s.of(Part::Store), (DEFAULT_MB << 20) * 120 / 1000);
+        assert_eq!(s.of(Part::Store), (DEFAULT_MB << 20) * 110 / 1000);
     }
 
     #[test]

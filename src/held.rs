@@ -3,7 +3,7 @@
 //! breaks the daemon's memory down by holder without walking anything.
 //!
 //! The store's figures are not here: it publishes its own
-//! ([`crate::profile::store::Published`]). Nor is the file-backed memory
+//! ([`crate::profile::model::store::Published`]). Nor is the file-backed memory
 //! of the ELF files the symbolizer maps: the kernel counts it, per
 //! mapping, and [`crate::api::memory`] reads it from `/proc/self/smaps`
 //! for the files listed by [`set_mapped_files`].

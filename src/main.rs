@@ -1,11 +1,12 @@
 //! The `wallscope` command: `serve` runs the daemon, `record` profiles one
-//! process once and writes a file.
+//! process once and writes a file, `explain` asks a running daemon why a
+//! process is slow.
 
 use std::{
     net::SocketAddr,
     path::{Path, PathBuf},
     process::ExitCode,
-    time::{Duration, Instant, SystemTime},
+    time::{Duration, Instant},
 };
 
 use anyhow::{bail, Context, Result};
@@ -16,20 +17,14 @@ use wallscope::{
     budget::{self, Override, Part, Split},
     export::{
         otlp::Otlp,
-        pprof::{self, Detail},
         push::{self, squat, PushOptions, Pusher, SeriesLabels, Sink},
+        record::{self, RecordFormat},
     },
     jvm::{agent::JvmMode, JvmFrames},
     pipeline::{Pipeline, PipelineOptions},
     priority::raise,
     process::live,
-    profile::{
-        history::HistoryConfig,
-        kind::Group,
-        query::{self, Filter},
-        render::{self, GraphLabels},
-        window::Window,
-    },
+    profile::history::HistoryConfig,
     token,
 };
 
@@ -257,7 +252,7 @@ enum Command {
         /// The daemon's memory budget in MiB: every holder's bound (history,
         /// frame names, ELF symbols, unwind tables, JVM code, process
         /// table, query answers, push outbox, drained batches) is a fixed
-        /// share of it (see README, "Resource use"; /healthz
+        /// share of it (see docs/resource-bounds.md; /healthz
         /// `memory.budget`). The default fits the unit's MemoryMax=512M
         /// with a margin for the kernel's share (BPF maps).
         #[arg(long, default_value_t = budget::DEFAULT_MB, value_parser = clap::value_parser!(u64).range(budget::MIN_MB..=65_536))]
@@ -307,6 +302,16 @@ enum Command {
         output: PathBuf,
         #[command(flatten)]
         sampling: Sampling,
+    },
+    /// Ask a running daemon why a process is slow: its findings, ranked,
+    /// each with the call that shows its evidence (`/explain`). Without
+    /// --pid, the processes that lost the most time waiting.
+    Explain {
+        /// The daemon's address.
+        #[arg(long, default_value = "http://127.0.0.1:7070")]
+        url: String,
+        #[command(flatten)]
+        asked: api::client::Question,
     },
 }
 
@@ -369,6 +374,7 @@ fn main() -> ExitCode {
             output,
             sampling,
         } => record(pid, duration, &output, &sampling),
+        Command::Explain { url, asked } => explain(&url, &asked),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -376,6 +382,19 @@ fn main() -> ExitCode {
             eprintln!("wallscope: {err:#}");
             ExitCode::from(err.downcast_ref::<Usage>().map_or(1, |_| 2))
         }
+    }
+}
+
+/// Prints the daemon's `/explain` answer; a question it refuses (a bad
+/// parameter, an unknown pid) is a usage error.
+fn explain(url: &str, asked: &api::client::Question) -> Result<()> {
+    match api::client::explain(url, asked) {
+        Ok(answer) => {
+            print!("{answer}");
+            Ok(())
+        }
+        Err(api::client::ClientError::Refused(why)) => bail!(Usage(why)),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -548,32 +567,13 @@ fn serve(
     served.context("serving HTTP")
 }
 
-/// What `record` writes, by the output file's name.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum RecordFormat {
-    Svg,
-    Folded,
-    Pprof,
-}
-
-impl RecordFormat {
-    fn of(output: &Path) -> Result<RecordFormat> {
-        let name = output.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        let ext = output.extension().and_then(|e| e.to_str());
-        Ok(match ext {
-            Some("svg") => RecordFormat::Svg,
-            Some("folded" | "txt") => RecordFormat::Folded,
-            _ if name.ends_with(".pb.gz") || ext == Some("pprof") => RecordFormat::Pprof,
-            _ => bail!(Usage(format!(
-                "cannot tell the output type of {}: use a .svg, .folded or .pb.gz file name",
-                output.display()
-            ))),
-        })
-    }
-}
-
 fn record(pid: u32, duration: Duration, output: &Path, sampling: &Sampling) -> Result<()> {
-    let format = RecordFormat::of(output)?;
+    let Some(format) = RecordFormat::of(output) else {
+        bail!(Usage(format!(
+            "cannot tell the output type of {}: use a .svg, .folded or .pb.gz file name",
+            output.display()
+        )));
+    };
     if !live::exists(pid) {
         bail!(Usage(format!("no process with pid {pid}")));
     }
@@ -595,53 +595,19 @@ fn record(pid: u32, duration: Duration, output: &Path, sampling: &Sampling) -> R
     // Nothing waits on us here: give the last drain and its symbolization
     // time to reach the store.
     pipeline.stop_within(Duration::from_secs(10));
-
-    let window = Window::last(retention.as_secs(), SystemTime::now());
-    let filter = Filter::cpu(Some(pid), None, window);
     let snapshot = shared
         .store
         .read()
         .unwrap_or_else(|e| e.into_inner())
         .snapshot();
-    let folded = query::folded(&snapshot, &filter);
-    if folded.stacks.is_empty() {
-        bail!(
-            "no CPU samples for pid {pid} in {:.1} s (was it idle?)",
-            started.elapsed().as_secs_f64()
-        );
-    }
-    let bytes = if format == RecordFormat::Pprof {
-        let profile = pprof::build(
-            &snapshot,
-            &Filter {
-                group: Group::Thread,
-                ..filter
-            },
-            Detail::Threads,
-        );
-        pprof::encode_gzip(&profile)
-    } else if format == RecordFormat::Svg {
-        let name = folded
-            .processes
-            .get(&pid)
-            .map(|n| n.to_string())
-            .unwrap_or_default();
-        let labels = GraphLabels {
-            subject: format!("{name} (pid {pid})"),
-            kind: filter.kind,
-            group: filter.group,
-            window: Window::last(started.elapsed().as_secs().max(1), SystemTime::now()),
-        };
-        render::flamegraph_svg(&folded, &labels, false)?
-    } else {
-        render::folded_text(&folded).into_bytes()
-    };
-    std::fs::write(output, bytes).with_context(|| format!("writing {}", output.display()))?;
+    let recorded = record::profile(&snapshot, pid, retention, started.elapsed(), format)?;
+    std::fs::write(output, &recorded.bytes)
+        .with_context(|| format!("writing {}", output.display()))?;
     eprintln!(
         "wallscope: wrote {} ({} stacks, {:.1} ms of CPU)",
         output.display(),
-        folded.stacks.len(),
-        folded.total_ns as f64 / 1e6
+        recorded.stacks,
+        recorded.cpu_ns as f64 / 1e6
     );
     Ok(())
 }

@@ -18,16 +18,19 @@
 //!   merges the next drains into it, up to [`max_batch_bytes`])
 //!   and each drain's pids to `ws-unwind` (a channel of 1; skipped while
 //!   busy). Its health updates never wait for the lock (`Updates`).
-//! - `ws-symbolize`: names the frames (reading the [`ProcessTable`] and
-//!   [`Jvms`]), pushes the slice into [`Shared::store`] and updates
-//!   [`Shared::health`].
+//! - `ws-symbolize`: names the frames (reading the [`ProcessTable`], and
+//!   through the runtimes' naming halves, `crate::runtime`, the JVMs'
+//!   memory, [`Jvms`] and Python's interpreters), pushes the slice into
+//!   [`Shared::store`] and updates [`Shared::health`]. The runtimes are
+//!   one set shared with `ws-unwind`, which calls their walk halves; each
+//!   half's state is locked by its own thread only.
 //! - `ws-procs` (`process::spawn_reader`, when the kernel has the
 //!   lifecycle ring buffer): applies fork/exec/exit events to the
 //!   [`ProcessTable`], reads new images' maps and prepares new JVMs
 //!   (`jvm::flags::prepare`, on the table's `JvmFound`). The table
 //!   publishes its changes (`New`, `Exec`, `Exit`, `JvmFound`) on a bounded
 //!   queue per subscriber, never blocking: `ws-procs` itself, `ws-unwind`,
-//!   `ws-jvm`, `ws-symbolize` (JIT and Java caches) and `ws-push-build`
+//!   `ws-jvm`, `ws-symbolize` (the runtimes' caches) and `ws-push-build`
 //!   (service names) read theirs when they next run, and forget a process
 //!   by the one rule of `process::Subscription`.
 //! - `ws-unwind` (with unwind tables): builds tables for the pids it is
@@ -54,10 +57,9 @@
 //! [`Jvms`]: crate::jvm::Jvms
 
 use std::{
-    collections::VecDeque,
     sync::{
         atomic::{AtomicBool, AtomicU64, Ordering},
-        mpsc, Arc,
+        mpsc, Arc, Mutex,
     },
     thread::{self, JoinHandle},
     time::{Duration, Instant},
@@ -71,14 +73,20 @@ use crate::{
     collect::{Drainer, RawBatch},
     held::{self, Holder},
     jvm::{agent, agent::JvmMode, JvmFrames},
+    otelctx::{OtelContexts, OtelProcsSink},
     priority::raise,
     process::{self, ProcessTable},
-    profile::store::Store,
+    profile::model::store::Store,
     python::registry::{PythonThreads, Pythons},
-    state::{Health, Shared},
-    symbolize::{JvmLink, Symbolizer},
+    runtime::Runtimes,
+    runtimes::RuntimeOptions,
+    state::Shared,
+    symbolize::Symbolizer,
     unwind::registry::Registry,
 };
+
+mod collector;
+use collector::collect_loop;
 
 /// Why the pipeline could not start.
 #[derive(Debug, Error)]
@@ -140,24 +148,6 @@ pub fn max_batch_bytes() -> u64 {
     budget::bytes(budget::Part::Batches) as u64
 }
 
-/// Keeps `batch` within `max` bytes ([`RawBatch::fit_within`]), counting
-/// what that cost. False if dropped.
-fn fit(batch: &mut RawBatch, max: u64, updates: &mut Updates) -> bool {
-    let fit = batch.fit_within(max);
-    if fit.stripped {
-        updates.push(move |h| {
-            h.batches_stripped += 1;
-            h.batch_processes_folded += fit.folded;
-            h.rows_dropped += fit.rows_dropped;
-            h.batches_dropped += u64::from(fit.dropped);
-        });
-    }
-    if fit.dropped {
-        tracing::warn!("drained batch past its bound even with only its totals: dropped");
-    }
-    !fit.dropped
-}
-
 /// Drains the duration percentiles are taken over (10 minutes).
 pub const DRAIN_WINDOW: usize = 600;
 /// Longest [`Pipeline::stop`] waits for the last drain and symbolization.
@@ -180,9 +170,9 @@ const HISTORY_FLUSH: Duration = Duration::from_secs(2);
 /// The disk history `config` names, opened, and the thread encoding for it.
 fn history_feed(
     config: crate::profile::history::HistoryConfig,
-) -> Result<crate::profile::store::feed::Feed, String> {
+) -> Result<crate::profile::model::store::feed::Feed, String> {
     let history = crate::profile::history::History::open(config).map_err(|e| e.to_string())?;
-    crate::profile::store::feed::Feed::start(history).map_err(|e| e.to_string())
+    crate::profile::model::store::feed::Feed::start(history).map_err(|e| e.to_string())
 }
 
 impl Pipeline {
@@ -194,7 +184,9 @@ impl Pipeline {
             JvmMode::Auto => opts.jvm_frames,
         };
         let (probes, mut maps) = bpf::load(&opts.probes)?;
-        let store = Store::new(opts.retention).with_max_bytes(opts.store_max_bytes);
+        let store = Store::new(opts.retention)
+            .with_max_bytes(opts.store_max_bytes)
+            .with_span_bytes(budget::bytes(budget::Part::Spans));
         let store = match opts.history.clone().map(history_feed).transpose() {
             Ok(Some(feed)) => store.with_history(feed),
             Ok(None) => store,
@@ -205,27 +197,48 @@ impl Pipeline {
         };
         let shared = Shared::new(store, probes.attached.clone());
         let table = shared.processes.clone();
-        // Python interpreters, found by the registry, named by the symbolizer.
+        let mut threads = Vec::new();
+        let (sightings, agent) =
+            agent::spawn(shared.jvms.clone(), opts.jvm, &table).map_err(|source| {
+                PipelineError::Thread {
+                    name: "JVM agent",
+                    source,
+                }
+            })?;
+        threads.push(agent);
+        let sightings_dropped = Arc::new(AtomicU64::new(0));
+        let mut unwind = maps.unwind.take().filter(|_| opts.probes.unwind_tables);
+        // Python interpreters, found by the walk half, named by the naming
+        // half of the Python runtime.
         let pythons = Pythons::default();
-        let registry = maps
-            .unwind
+        let python_walk = unwind
+            .as_mut()
+            .and_then(|u| u.py_threads.take())
+            .filter(|_| opts.python)
+            .map(|map| PythonThreads::new(map, pythons.clone(), table.clone()));
+        // OpenTelemetry thread contexts: found by discovery (a runtime),
+        // read by the programs of the processes it registers.
+        let otel = maps
+            .otel_procs
             .take()
-            .filter(|_| opts.probes.unwind_tables)
-            .map(|mut unwind| {
-                let py_threads = unwind.py_threads.take();
-                let mut r = Registry::new(unwind, table.clone());
-                if jvm_frames == JvmFrames::Full {
-                    r.java = Some(Box::new(crate::jvm::walk_code::code_for_walks));
-                }
-                if let Some(map) = py_threads.filter(|_| opts.python) {
-                    r = r.with_python(Box::new(PythonThreads::new(
-                        map,
-                        pythons.clone(),
-                        table.clone(),
-                    )));
-                }
-                r
-            });
+            .filter(|_| unwind.is_some())
+            .map(|procs| OtelContexts::new(Arc::new(BpfOtelProcs(Mutex::new(procs)))));
+        let runtimes = crate::runtimes::build(
+            &table,
+            RuntimeOptions {
+                jvm_frames,
+                jvms: shared.jvms.clone(),
+                jvm_link: Some(crate::jvm::runtime::JvmLink {
+                    sightings,
+                    dropped: sightings_dropped.clone(),
+                }),
+                pythons,
+                python_walk,
+                otel: otel.clone(),
+            },
+        );
+        let registry =
+            unwind.map(|u| Registry::new(u, table.clone()).with_runtimes(runtimes.clone()));
         if jvm_frames == JvmFrames::Full {
             // The one write into other processes; see `jvm::flags`.
             shared.jvms.allow_flag_writes();
@@ -238,10 +251,13 @@ impl Pipeline {
         }
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, rx) = mpsc::sync_channel::<RawBatch>(BATCH_QUEUE);
-        let mut threads = Vec::new();
-        if let Some(ring) = maps.proc_events.take() {
+        let proc_events = maps
+            .proc_events
+            .take()
+            .map(|ring| process::ProcEvents::new(ring, table.clone()));
+        if let Some(events) = proc_events.clone() {
             let jvms = shared.jvms.clone();
-            let procs = process::spawn_reader(ring, table.clone(), stop.clone(), move |pid| {
+            let procs = process::spawn_reader(events, stop.clone(), move |pid| {
                 crate::jvm::flags::prepare(pid, &jvms);
             })
             .map_err(|source| PipelineError::Thread {
@@ -276,24 +292,19 @@ impl Pipeline {
                 })?
         };
         threads.push(collector);
-        let (sightings, agent) =
-            agent::spawn(shared.jvms.clone(), opts.jvm, &table).map_err(|source| {
-                PipelineError::Thread {
-                    name: "JVM agent",
-                    source,
-                }
-            })?;
-        threads.push(agent);
-        let link = JvmLink {
-            jvms: shared.jvms.clone(),
-            sightings,
-            dropped: Arc::new(AtomicU64::new(0)),
-        };
         let symbolizer = {
             let shared = shared.clone();
             thread::Builder::new()
                 .name("ws-symbolize".into())
-                .spawn(move || symbolize_loop(&rx, &shared, table, link, jvm_frames, pythons))
+                .spawn(move || {
+                    let sources = Sources {
+                        table,
+                        proc_events,
+                        runtimes,
+                        otel,
+                    };
+                    symbolize_loop(&rx, &shared, sources, sightings_dropped)
+                })
                 .map_err(|source| PipelineError::Thread {
                     name: "symbolizer",
                     source,
@@ -380,217 +391,37 @@ fn spawn_unwind(
         })?;
     Ok((tx, thread))
 }
-
-fn collect_loop(
-    drainer: &mut Drainer,
-    unwind: Option<mpsc::SyncSender<Vec<u32>>>,
-    tx: &mpsc::SyncSender<RawBatch>,
-    stop: &AtomicBool,
-    shared: &Shared,
-    interval: Duration,
-) {
-    let mut applied = raise::collector();
-    tracing::info!("drain priority: {}", applied.label());
-    let mut updates = Updates::default();
-    let label = applied.label();
-    updates.push(move |h| h.drain_priority = label);
-    let max_bytes = max_batch_bytes();
-    held::set(Holder::Batches, 0, Some(max_bytes));
-    let mut next = Instant::now() + interval;
-    // A drained batch the symbolizer had no room for yet.
-    let mut waiting: Option<RawBatch> = None;
-    let mut window = DrainWindow::default();
-    loop {
-        while Instant::now() < next && !stop.load(Ordering::SeqCst) {
-            thread::sleep((next - Instant::now()).min(Duration::from_millis(20)));
-        }
-        // After a stall (a slow drain, tables built for a new binary), the
-        // rhythm restarts from now: draining back to back to make up for
-        // missed ticks would only overflow the symbolizer's queue and drop
-        // the batches that hold the data.
-        next = (next + interval).max(Instant::now() + interval / 2);
-        let stopping = stop.load(Ordering::SeqCst);
-        // On stop, drain twice: the second pass empties the buffer that was
-        // active during the first.
-        for _ in 0..if stopping { 2 } else { 1 } {
-            let started = Instant::now();
-            match drainer.drain() {
-                Ok(batch) => {
-                    window.record(&mut updates, &batch, started);
-                    let costs = drainer.walk_costs();
-                    let (rows, by_kind) = (costs.rows(), costs.by_kind());
-                    updates.push(move |h| {
-                        h.walk_cost = rows;
-                        h.walk_cost_by_kind = by_kind;
-                    });
-                    raise::keep(&mut applied, window.drains);
-                    let label = applied.label();
-                    updates.push(move |h| h.drain_priority = label);
-                    let mut pids: Vec<u32> = batch.records.iter().map(|r| r.pid).collect();
-                    pids.sort_unstable();
-                    pids.dedup();
-                    let mut batch = match waiting.take() {
-                        Some(mut earlier) => {
-                            held::change(Holder::Batches, earlier.estimated_bytes(), false);
-                            earlier.absorb(batch);
-                            earlier
-                        }
-                        None => batch,
-                    };
-                    // A third each for the batch queued, the one being
-                    // symbolized and this one: the bound holds by
-                    // construction, and a symbolizer stuck on a large
-                    // batch never leaves this one no room at all (what
-                    // the others left was 0 at a load of thousands, and
-                    // every batch was dropped).
-                    let room = max_bytes / 3;
-                    let sent = if fit(&mut batch, room, &mut updates) {
-                        let bytes = batch.estimated_bytes();
-                        tx.try_send(batch).map(|()| bytes)
-                    } else {
-                        Ok(0)
-                    };
-                    match sent {
-                        Ok(bytes) => held::change(Holder::Batches, bytes, true),
-                        // The symbolizer is behind: keep the data, merged
-                        // with the next drain's, within the bound.
-                        Err(mpsc::TrySendError::Full(batch)) => {
-                            updates.push(|h| h.batches_merged += 1);
-                            held::change(Holder::Batches, batch.estimated_bytes(), true);
-                            waiting = Some(batch);
-                        }
-                        Err(mpsc::TrySendError::Disconnected(_)) => return,
-                    }
-                    // Not when stopping: tables for new processes would never
-                    // be used.
-                    if let Some(unwind) = unwind.as_ref().filter(|_| !stopping) {
-                        if let Err(mpsc::TrySendError::Full(_)) = unwind.try_send(pids) {
-                            updates.push(|h| h.unwind_updates_skipped += 1);
-                        }
-                    }
-                }
-                Err(err) => {
-                    tracing::error!("drain failed: {err}");
-                    updates.push(|h| h.drain_errors += 1);
-                }
-            }
-        }
-        updates.publish(shared, stopping);
-        if stopping {
-            if let Some(batch) = waiting.take() {
-                let _ = tx.send(batch);
-            }
-            return;
-        }
-    }
-}
-
-/// Health updates of the collector, applied when the health lock is
-/// free: the collector never waits for it, since a thread of lower
-/// priority (the symbolizer, a `/healthz` request) may hold it while the
-/// host keeps it off the CPU for seconds (priority inversion). Updates
-/// are applied in order, so counters and latest values come out right.
-#[derive(Default)]
-struct Updates {
-    queue: Vec<Update>,
-}
-
-/// One queued change to [`Health`].
-type Update = Box<dyn FnOnce(&mut Health)>;
-
-/// Updates past which the collector waits for the lock after all (each
-/// drain queues a few; an hour's worth is far more than any stall).
-const MAX_PENDING_UPDATES: usize = 4096;
-
-impl Updates {
-    fn push(&mut self, f: impl FnOnce(&mut Health) + 'static) {
-        self.queue.push(Box::new(f));
-    }
-
-    /// Applies the queued updates if the lock is free (or `wait`, or too
-    /// many are queued).
-    fn publish(&mut self, shared: &Shared, wait: bool) {
-        let mut health = match shared.health.try_lock() {
-            Ok(h) => h,
-            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(std::sync::TryLockError::WouldBlock) => {
-                if !wait && self.queue.len() < MAX_PENDING_UPDATES {
-                    return;
-                }
-                shared.health()
-            }
-        };
-        for f in self.queue.drain(..) {
-            f(&mut health);
-        }
-    }
-}
-
-/// The last [`DRAIN_WINDOW`] drains' durations and the gaps between them.
-#[derive(Default)]
-struct DrainWindow {
-    drains: u64,
-    durations: VecDeque<u64>,
-    gaps: VecDeque<u64>,
-    last_start: Option<Instant>,
-}
-
-/// The `q` quantile (0..=1) of `values`, nearest rank.
-fn quantile(values: &VecDeque<u64>, q: f64) -> u64 {
-    let mut sorted: Vec<u64> = values.iter().copied().collect();
-    sorted.sort_unstable();
-    let rank = ((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len().max(1));
-    sorted.get(rank - 1).copied().unwrap_or(0)
-}
-
-impl DrainWindow {
-    fn record(&mut self, updates: &mut Updates, batch: &RawBatch, started: Instant) {
-        let push = |q: &mut VecDeque<u64>, v: u64| {
-            if q.len() == DRAIN_WINDOW {
-                q.pop_front();
-            }
-            q.push_back(v);
-        };
-        self.drains += 1;
-        let us = batch.drain_time.as_micros() as u64;
-        push(&mut self.durations, us);
-        let gap = self.last_start.map(|l| (started - l).as_micros() as u64);
-        self.last_start = Some(started);
-        if let Some(gap) = gap {
-            push(&mut self.gaps, gap);
-        }
-        let (p50, p99) = (
-            quantile(&self.durations, 0.5),
-            quantile(&self.durations, 0.99),
-        );
-        let gap_p99 = quantile(&self.gaps, 0.99);
-        let missing = batch.missing_stacks;
-        updates.push(move |h| {
-            h.drains += 1;
-            h.last_drain_us = us;
-            h.max_drain_us = h.max_drain_us.max(us);
-            h.drain_us_p50 = p50;
-            h.drain_us_p99 = p99;
-            h.drain_gap_us_p99 = gap_p99;
-            h.max_drain_gap_us = h.max_drain_gap_us.max(gap.unwrap_or(0));
-            h.missing_stacks += missing;
-        });
-    }
+/// What the symbolizer names a batch's records from.
+struct Sources {
+    table: Arc<ProcessTable>,
+    /// Caught up on before each batch: its processes' forks are applied.
+    proc_events: Option<process::ProcEvents>,
+    runtimes: Runtimes,
+    /// The processes' OpenTelemetry contexts: their records' key names.
+    otel: Option<Arc<OtelContexts>>,
 }
 
 fn symbolize_loop(
     rx: &mpsc::Receiver<RawBatch>,
     shared: &Shared,
-    table: Arc<ProcessTable>,
-    link: JvmLink,
-    jvm_frames: JvmFrames,
-    pythons: Pythons,
+    sources: Sources,
+    dropped: Arc<AtomicU64>,
 ) {
     raise::worker(raise::SYMBOLIZE_NICE);
-    let dropped = link.dropped.clone();
-    let mut symbolizer =
-        Symbolizer::with_jvms(table.clone(), link, jvm_frames).with_pythons(pythons);
+    let Sources {
+        table,
+        proc_events,
+        runtimes,
+        otel,
+    } = sources;
+    let mut symbolizer = Symbolizer::with_runtimes(table.clone(), runtimes);
+    if let Some(otel) = &otel {
+        symbolizer.set_span_key_names(otel.clone());
+    }
     for batch in rx {
+        if let Some(events) = &proc_events {
+            events.catch_up_all();
+        }
         let bytes = batch.estimated_bytes();
         let started = Instant::now();
         let cpu_started = thread_cpu_us();
@@ -615,6 +446,28 @@ fn symbolize_loop(
         h.elf_files_open = elf_files as u64;
         h.frame_cache = symbolizer.cache_stats();
         h.processes = processes;
+        if let Some(otel) = &otel {
+            h.otel = otel.stats();
+        }
         drop(h);
+    }
+}
+
+/// The BPF map of the processes whose thread context is read, as the
+/// discovery's sink. A write that fails (the map full) leaves the process
+/// without spans; discovery counts what it registered.
+struct BpfOtelProcs(Mutex<bpf::otel::OtelProcs>);
+
+impl OtelProcsSink for BpfOtelProcs {
+    fn set(&self, pid: u32, access: bpf::otel::OtelTls) {
+        let mut procs = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Err(e) = procs.set(pid, access) {
+            tracing::debug!(pid, "otel_procs: {e}");
+        }
+    }
+
+    fn remove(&self, pid: u32) {
+        let mut procs = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        procs.remove(pid);
     }
 }

@@ -19,7 +19,7 @@ use crate::{
     collect::walks::WalkCostRow,
     jvm::Jvms,
     process::{ProcessTable, TableStats},
-    profile::store::Store,
+    profile::model::store::Store,
     trace::Recorder,
     unwind::registry::UnwindStats,
 };
@@ -94,6 +94,8 @@ pub struct Health {
     pub unwind_updates_skipped: u64,
     /// How the off-CPU engine runs on this kernel.
     pub engine: Option<bpf::Engine>,
+    /// OpenTelemetry contexts found, and what was refused.
+    pub otel: crate::otelctx::OtelStats,
 }
 
 /// State that the API reads.

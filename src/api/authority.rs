@@ -17,7 +17,7 @@ use std::{
 };
 
 use super::peer::Client;
-use crate::profile::{disclosure::Reader, window::Window};
+use crate::profile::{model::window::Window, report::disclosure::Reader};
 
 tokio::task_local! {
     /// While a request of a user other than root is handled: when the
@@ -52,7 +52,7 @@ pub fn clamp(window: Window) -> Window {
 
 /// Whether the request being handled is a user's other than root (about
 /// their own process): answers then leave out other processes' stacks
-/// and names ([`crate::profile::query::Filter::others_hidden`]). Called
+/// and names ([`crate::profile::report::query::Filter::others_hidden`]). Called
 /// in the handler's async part, as [`clamp`] is.
 pub fn others_hidden() -> bool {
     NOT_BEFORE.try_with(|_| ()).is_ok()
@@ -91,7 +91,7 @@ fn open_path(path: &str) -> bool {
 }
 
 /// Endpoints answering about the one process of their `pid` parameter.
-const PER_PROCESS: [&str; 8] = [
+const PER_PROCESS: [&str; 9] = [
     "/folded",
     "/trace",
     "/flamegraph",
@@ -100,6 +100,7 @@ const PER_PROCESS: [&str; 8] = [
     "/timeline",
     "/blocked",
     "/runqueue",
+    "/explain",
 ];
 
 /// The authority of a client without a token: root and remote clients (a
@@ -124,7 +125,7 @@ fn unknown_client() -> Refusal {
 }
 
 /// Who reads an answer, for what it may name of other processes
-/// ([`crate::profile::disclosure`]): a user other than root (or one whose
+/// ([`crate::profile::report::disclosure`]): a user other than root (or one whose
 /// uid is unknown) sees other users' processes only as a count.
 pub fn reader(authority: Authority) -> Reader {
     let uid = match authority {

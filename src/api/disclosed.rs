@@ -1,12 +1,12 @@
 //! What `/healthz`, open to every local user, shows a reader of the
 //! processes it names: a user other than root reads their own processes,
-//! and the others only as a count ([`crate::profile::disclosure`]).
+//! and the others only as a count ([`crate::profile::report::disclosure`]).
 
 use std::time::SystemTime;
 
 use crate::{
     budget::cpu,
-    profile::disclosure::{Hidden, Sight},
+    profile::report::disclosure::{Hidden, Sight},
     state::Health,
     untrusted::refusals,
     unwind::stats::{PartialProcess, ProcessMissing, UserTables},
@@ -128,7 +128,7 @@ mod tests {
 
     use super::*;
     use crate::{
-        profile::disclosure::Reader,
+        profile::report::disclosure::Reader,
         untrusted::refusals::{Reason, What},
         unwind::stats::{Missing, MissingFile},
     };
@@ -212,7 +212,7 @@ mod tests {
         for pid in [5151, 5252, 5353, 5252] {
             refusals::count_for(What::Elf, Reason::Budget, pid);
         }
-        let reader = crate::profile::disclosure::Reader::User {
+        let reader = crate::profile::report::disclosure::Reader::User {
             uid: Some(1000),
             owner_of: std::sync::Arc::new(|pid| {
                 (pid == 5151).then_some((1000, std::time::SystemTime::UNIX_EPOCH))

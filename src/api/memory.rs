@@ -23,7 +23,10 @@ use crate::{
     export::push::outbox,
     held::{self, Holder},
     process::own,
-    profile::{store::StoreStats, truncate::Limits},
+    profile::{
+        model::{spans_store::SpanStats, store::StoreStats},
+        report::truncate::Limits,
+    },
     state::push::PushReport,
     symbolize::elf_files,
 };
@@ -118,7 +121,12 @@ static SMAPS: Mutex<Option<(Instant, Mapped)>> = Mutex::new(None);
 /// The memory report, from the store's published stats, the query bound
 /// and the reports of the push sinks running; `None` if `/proc` cannot be
 /// read.
-pub fn report(store: &StoreStats, queries: &QueryStats, sinks: &[PushReport]) -> Option<Memory> {
+pub fn report(
+    store: &StoreStats,
+    spans: &SpanStats,
+    queries: &QueryStats,
+    sinks: &[PushReport],
+) -> Option<Memory> {
     let status = own::status()?;
     let rss = Rss::of(&status);
     let rss_bytes = status.vm_rss.unwrap_or(rss.total_bytes());
@@ -141,6 +149,8 @@ pub fn report(store: &StoreStats, queries: &QueryStats, sinks: &[PushReport]) ->
         // Within the store's bound, which counts slices and stacks
         // together: no bound of its own.
         holder("stacks", store.stack_bytes as u64, None),
+        // The spans' store: its own part of the budget (`spans_store`).
+        holder("spans", spans.bytes as u64, Some(spans.max_bytes as u64)),
         // The store's names are the interner's allocations (counted once),
         // but thread and process names are the store's own: the larger
         // of the two, and the perf maps' names beside.
@@ -242,13 +252,14 @@ mod tests {
             max_bytes: 4 << 20,
             ..StoreStats::default()
         };
-        let m = report(&store, &QueryStats::default(), &[]).unwrap();
+        let m = report(&store, &SpanStats::default(), &QueryStats::default(), &[]).unwrap();
         let names: Vec<&str> = m.holders.iter().map(|h| h.name).collect();
         assert_eq!(
             names,
             [
                 "store",
                 "stacks",
+                "spans",
                 "names",
                 "elf_symbols",
                 "unwind_tables",
@@ -265,7 +276,7 @@ mod tests {
             (m.holders[0].bytes, m.holders[0].bound),
             (1024, Some(4 << 20))
         );
-        assert!(m.holders[11].bytes > 0, "the test binary is mapped");
+        assert!(m.holders[12].bytes > 0, "the test binary is mapped");
         let sum: u64 = m.holders.iter().map(|h| h.bytes).sum();
         assert_eq!(m.unaccounted_bytes, m.rss_bytes.saturating_sub(sum));
         assert!(m.hwm_bytes >= m.rss_bytes);
@@ -281,7 +292,11 @@ mod tests {
             max_running: query_slots(),
             ..QueryStats::default()
         };
-        let m = report(&store, &queries, &[]).unwrap();
+        let spans = SpanStats {
+            max_bytes: budget::bytes(Part::Spans),
+            ..SpanStats::default()
+        };
+        let m = report(&store, &spans, &queries, &[]).unwrap();
         let reserve = m.budget.of(Part::Reserve);
         assert!(
             m.bounds_bytes <= m.budget.budget_bytes - reserve,

@@ -3,7 +3,7 @@
 //! Cardinality is bounded: per-process series exist only for [`TOP`]
 //! processes, ranked by time on or waiting for a CPU, then wall time, in
 //! the last [`TOP_WINDOW_S`] seconds, each user getting a fair share of the
-//! slots (see [`crate::profile::fair`]), and their only labels are `pid`, `comm` and one of `state` (6 values:
+//! slots (see [`crate::profile::report::fair`]), and their only labels are `pid`, `comm` and one of `state` (6 values:
 //! cpu, runqueue, futex, io, sleep, throttled), `kind` (2) or `le` (33).
 //! So at most 20 × 6 state series, 20 × 2 switch
 //! series, 20 wakeup series and 20 × 35 latency histogram series (buckets,
@@ -19,19 +19,20 @@ use std::{
 mod daemon;
 
 use super::limit::QueryStats;
-use crate::profile::window::Window;
+use crate::profile::model::window::Window;
 use crate::state::push::PushReport;
 use crate::{
-    bpf::abi::State,
+    profile::model::state::State,
     profile::{
-        fair, hist::slot_bounds_us, model::store::kept_off_totals::MAX_PAIRS, query,
-        store::ProcessTotals,
+        model::store::kept_off_totals::MAX_PAIRS,
+        model::store::ProcessTotals,
+        report::{fair, hist::slot_bounds_us, query},
     },
     state::Shared,
 };
 use daemon::{
     engine_series, history_series, holder_series, http_series, memory_series, push_series,
-    query_series,
+    query_series, spans_series,
 };
 
 /// Content type of the exposition.
@@ -64,6 +65,7 @@ pub fn render(shared: &Shared, queries: &QueryStats, now: SystemTime) -> String 
         Window::last(TOP_WINDOW_S, now),
         fair::MAX_LOOKED_AT,
     );
+    let spans = snapshot.span_view().stats;
     drop(snapshot);
     let ranked = fair::top(&ranked, TOP, |pid| shared.processes.user_of(pid));
     let (procs, mut kept_off) = {
@@ -89,7 +91,8 @@ pub fn render(shared: &Shared, queries: &QueryStats, now: SystemTime) -> String 
         .into_iter()
         .filter_map(|s| s.get().map(|p| p.report()))
         .collect();
-    holder_series(&mut out, &store, queries, &sinks);
+    holder_series(&mut out, (&store, &spans), queries, &sinks);
+    spans_series(&mut out, &spans);
     query_series(&mut out, queries);
     http_series(&mut out);
     for sink in &sinks {

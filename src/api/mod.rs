@@ -1,12 +1,15 @@
 //! The HTTP API (axum): folded stacks, flame graphs, process list, thread
-//! breakdowns, blocked threads, health, and the web UI at `/`.
+//! breakdowns, blocked threads, findings (`/explain`), health, and the web
+//! UI at `/`.
 
 pub mod access;
 pub mod answers;
 pub mod authority;
 mod blocked;
+pub mod client;
 mod disclosed;
 pub mod error;
+mod explain;
 pub mod headers;
 mod host;
 mod host_facts;
@@ -21,7 +24,10 @@ mod profiles;
 mod queries;
 mod recorded;
 mod runqueue;
+pub mod select;
 pub mod server;
+mod span_params;
+mod spans;
 mod threads;
 mod timeline;
 mod trace;
@@ -47,7 +53,7 @@ use tower_http::compression::{
     CompressionLayer,
 };
 
-use crate::{bpf::abi::Stat, profile::store::Published, state::Shared};
+use crate::{bpf::abi::Stat, profile::model::store::Published, state::Shared};
 pub use access::Access;
 use authority::Authority;
 use error::ApiError;
@@ -110,9 +116,11 @@ fn routes(shared: Arc<Shared>) -> Router {
         .route("/processes", get(processes::processes))
         .route("/host", get(host::host))
         .route("/threads", get(threads::threads))
+        .route("/spans", get(spans::spans))
         .route("/healthz", get(healthz))
         .route("/runqueue", get(runqueue::runqueue))
         .route("/blocked", get(blocked::blocked))
+        .route("/explain", get(explain::explain))
         .route("/metrics", get(metrics))
         .route("/trace", get(trace::trace))
         .with_state(state)
@@ -157,6 +165,7 @@ async fn healthz(
         totals,
         retention,
         history,
+        spans,
     } = state
         .store
         .lock()
@@ -194,7 +203,8 @@ async fn healthz(
         "stacks": store.stacks,
         "store": store,
         "history": history,
-        "memory": memory::report(&store, &state.queries.stats(), &push.iter().chain(&otlp).cloned().collect::<Vec<_>>()),
+        "spans": spans,
+        "memory": memory::report(&store, &spans, &state.queries.stats(), &push.iter().chain(&otlp).cloned().collect::<Vec<_>>()),
         "queries": state.queries.stats(),
         "http": server::stats::STATS.snapshot(),
         "answers": answers::BUDGET.stats(),

@@ -11,7 +11,8 @@ use super::{
     error::ApiError,
     host_facts::LiveHost,
     params::Params,
-    queries::{filter, snapshot, with_envelope, PROFILE_PARAMS, TRUNCATED_HEADER},
+    queries::{filter, profile_snapshot, with_envelope, PROFILE_PARAMS, TRUNCATED_HEADER},
+    span_params::{span_match, split_attrs, SPAN_PARAMS},
     ApiState,
 };
 use crate::{
@@ -35,14 +36,16 @@ pub(super) async fn pprof(
     State(state): State<ApiState>,
     RawQuery(q): RawQuery,
 ) -> Result<Response, ApiError> {
-    let p = Params::parse(q.as_deref(), &PROFILE_PARAMS)?;
+    let (rest, attrs) = split_attrs(q.as_deref())?;
+    let p = Params::parse(Some(&rest), &[&PROFILE_PARAMS[..], &SPAN_PARAMS].concat())?;
     let filter = filter(&state.shared, &p, Group::Thread)?;
+    let matching = span_match(&p, attrs)?;
     let shared = state.shared.clone();
     let live_host = LiveHost::of(&state);
     let ((bytes, cut), envelope) = state
         .queries
         .run(move || {
-            let store = snapshot(&shared);
+            let store = profile_snapshot(&shared, &filter, &matching, None);
             let (profile, cut) =
                 pprof::build_within(&store, &filter, Detail::Threads, pprof::MAX_TABLE_BYTES);
             let note = if profile.sample.is_empty() {

@@ -1,10 +1,11 @@
-//! `/processes`: every process of the window with its time by state, or
-//! processes summed by name, parent, cgroup or container (`group=`). The
-//! host's CPU count and utilisation in the window ride in headers (see
-//! [`super::host`]).
+//! `/processes`: every process of the window with its time by state and
+//! identity (found by `name=`, at most `limit=` rows), or processes summed
+//! by name, parent, cgroup or container (`group=`). The host's CPU count
+//! and utilisation in the window ride in headers (see [`super::host`]).
 
 use axum::{
     extract::{RawQuery, State},
+    http::header,
     response::{IntoResponse, Response},
     Extension, Json,
 };
@@ -16,14 +17,17 @@ use super::{
     host_facts::LiveHost,
     params::Params,
     queries::{jvm_report, over_snapshot, window, with_envelope, with_window},
+    select::{self, SELECT_PARAMS},
     ApiState,
 };
 use crate::profile::report::{
     answer::Answer,
+    disclosure,
     groups::{self, GroupBy},
     host_facts::HostFacts,
+    identity,
     processes::{self, SortBy},
-    strip,
+    processes_text, strip,
 };
 
 /// `/processes`: every process recorded in the window, or for a local user
@@ -37,7 +41,13 @@ pub(super) async fn processes(
     let reader = authority::reader_of(authority);
     let p = Params::parse(
         q.as_deref(),
-        &with_window(&["sort", "comm", "group", "strip"]),
+        &with_window(
+            &[
+                &["sort", "comm", "group", "strip", "format"],
+                &SELECT_PARAMS[..],
+            ]
+            .concat(),
+        ),
     )?;
     let window = window(&p, &state.shared)?;
     let sort = p
@@ -46,7 +56,16 @@ pub(super) async fn processes(
         .unwrap_or(SortBy::Cpu);
     let comm = p.text("comm").map(str::to_string);
     let with_strips = p.choice("strip", &["0", "1"])? == Some("1");
+    let name = select::name(&p)?;
+    let text = p.choice("format", &["json", "text"])? == Some("text");
+    let limit = select::limit_for(select::limit(&p)?, text);
     if let Some(by) = p.choice("group", &GroupBy::NAMES)? {
+        if text || name.is_some() || limit.is_some() {
+            return Err(ApiError::bad(
+                "group",
+                "`format=text`, `name=` and `limit=` are for process rows, not with `group=`",
+            ));
+        }
         let by: GroupBy = by.parse().expect("a listed name");
         let live_host = LiveHost::of(&state);
         let ((rows, cpu), envelope) = over_snapshot(&state, move |store| {
@@ -64,7 +83,8 @@ pub(super) async fn processes(
     }
     let ((mut rows, cpu), envelope) = over_snapshot(&state, move |store| {
         let sight = reader.sight();
-        let mut rows = processes::processes(store, window, sort, comm.as_deref(), &sight);
+        let select = (comm.as_deref(), name.as_ref());
+        let mut rows = processes::processes(store, window, sort, select, &sight);
         if with_strips {
             let mut strips = strip::strips(store, window, &sight);
             for row in &mut rows {
@@ -77,11 +97,23 @@ pub(super) async fn processes(
         .split()
     })
     .await?;
+    // The `[other users]` summary row (pid 0, last) is not cut.
+    let others = rows.pop_if(|r| r.pid == 0 && r.comm.starts_with(disclosure::OTHER_USERS));
+    let omitted = identity::cut(&mut rows, limit);
+    rows.extend(others);
     let live_host = LiveHost::of(&state);
     for row in &mut rows {
         row.jvm = jvm_report(&state.shared, row.pid);
         row.kernel = live_host.is_kernel_thread(row.pid);
     }
-    let response = with_envelope(Json(rows).into_response(), &envelope);
+    let body = match text {
+        true => (
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            processes_text::render(&rows, omitted, limit.unwrap_or(0)),
+        )
+            .into_response(),
+        false => Json(rows).into_response(),
+    };
+    let response = select::with_omitted(with_envelope(body, &envelope), omitted);
     Ok(host::with_cpu_use(response, &cpu))
 }

@@ -11,7 +11,8 @@ use super::{
     error::ApiError,
     host_facts::LiveHost,
     params::Params,
-    queries::{filter, snapshot, with_envelope, PROFILE_PARAMS, TRUNCATED_HEADER},
+    queries::{filter, profile_snapshot, with_envelope, PROFILE_PARAMS, TRUNCATED_HEADER},
+    span_params::{group_attr_needs_pid, span_match, split_attrs, split_group_attr, SPAN_PARAMS},
     ApiState,
 };
 use crate::profile::{
@@ -28,13 +29,20 @@ pub(super) async fn folded(
     State(state): State<ApiState>,
     RawQuery(q): RawQuery,
 ) -> Result<Response, ApiError> {
-    let p = Params::parse(q.as_deref(), &PROFILE_PARAMS)?;
+    let (rest, attrs) = split_attrs(q.as_deref())?;
+    let (rest, by_attr) = split_group_attr(&rest)?;
+    let p = Params::parse(Some(&rest), &[&PROFILE_PARAMS[..], &SPAN_PARAMS].concat())?;
     let filter = filter(&state.shared, &p, Group::Process)?;
+    let matching = span_match(&p, attrs)?;
+    group_attr_needs_pid(by_attr.as_deref(), filter.pid)?;
     let shared = state.shared.clone();
     let live_host = LiveHost::of(&state);
     let answer = state
         .queries
-        .run(move || profile(&snapshot(&shared), &live_host, filter, Limits::API))
+        .run(move || {
+            let store = profile_snapshot(&shared, &filter, &matching, by_attr.as_deref());
+            profile(&store, &live_host, filter, Limits::API)
+        })
         .await??;
     let (profile, envelope) = answer.split();
     let text = render::folded_text(&profile.folded);
@@ -84,9 +92,14 @@ pub(super) async fn flamegraph(
     State(state): State<ApiState>,
     RawQuery(q): RawQuery,
 ) -> Result<Response, ApiError> {
-    let p = Params::parse(q.as_deref(), &[&PROFILE_PARAMS[..], &["format"]].concat())?;
+    let (rest, attrs) = split_attrs(q.as_deref())?;
+    let (rest, by_attr) = split_group_attr(&rest)?;
+    let allowed = [&PROFILE_PARAMS[..], &SPAN_PARAMS, &["format"]].concat();
+    let p = Params::parse(Some(&rest), &allowed)?;
     let svg = p.choice("format", &["svg", "folded"])?.unwrap_or("svg") == "svg";
     let filter = filter(&state.shared, &p, Group::Process)?;
+    let matching = span_match(&p, attrs)?;
+    group_attr_needs_pid(by_attr.as_deref(), filter.pid)?;
     let shared = state.shared.clone();
     // What inferno and the SVG hold grows with the frames drawn.
     let limits = if svg { Limits::GRAPH } else { Limits::API };
@@ -94,8 +107,8 @@ pub(super) async fn flamegraph(
     let (body, truncated) = state
         .queries
         .run(move || {
-            let (profile, envelope) =
-                profile(&snapshot(&shared), &live_host, filter, limits)?.split();
+            let store = profile_snapshot(&shared, &filter, &matching, by_attr.as_deref());
+            let (profile, envelope) = profile(&store, &live_host, filter, limits)?.split();
             if !svg {
                 let text = render::folded_text(&profile.folded);
                 return Ok((

@@ -20,14 +20,14 @@ use super::{
     ApiState,
 };
 use crate::{
-    bpf::abi,
+    profile::model::state::State,
     profile::{
         model::{
             kind::{Group, Kind},
             store::Snapshot,
             window::Window,
         },
-        report::{answer::Answer, filter::Filter},
+        report::{answer::Answer, filter::Filter, spans::select::SpanMatch},
     },
     state::Shared,
 };
@@ -46,6 +46,27 @@ pub(super) fn snapshot(shared: &Shared) -> Snapshot {
         .read()
         .unwrap_or_else(|e| e.into_inner())
         .snapshot()
+}
+
+/// What a profile reads: the store's rows, or (spans asked for) only
+/// those spent under the spans `matching` keeps; with `by_attr`, every
+/// stack under a first frame `NAME=value` of that span attribute.
+pub(super) fn profile_snapshot(
+    shared: &Shared,
+    filter: &Filter,
+    matching: &SpanMatch,
+    by_attr: Option<&str>,
+) -> Snapshot {
+    let mut store = snapshot(shared);
+    if !matching.is_any() {
+        store = store.under_spans(filter.window, filter.pid, |span, record| {
+            matching.keeps(span, record)
+        });
+    }
+    match by_attr {
+        Some(name) => store.by_attribute(filter.window, filter.pid, name),
+        None => store,
+    }
 }
 
 /// The window `p` asks for, `seconds` bounded by the retention. "The last
@@ -71,7 +92,7 @@ pub(super) fn filter(shared: &Shared, p: &Params, group: Group) -> Result<Filter
     let kind = p
         .choice("kind", &Kind::names())?
         .and_then(Kind::parse)
-        .unwrap_or(Kind::State(abi::State::Cpu));
+        .unwrap_or(Kind::State(State::Cpu));
     let group = p
         .choice("group", &Group::names())?
         .and_then(Group::parse)

@@ -3,7 +3,7 @@
 
 use axum::{http::HeaderValue, response::Response};
 
-use crate::profile::store::Recorded;
+use crate::profile::model::store::Recorded;
 
 /// Response header saying why an answer for a known process is empty.
 pub const NOTE_HEADER: &str = "x-wallscope-note";

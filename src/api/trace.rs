@@ -20,7 +20,7 @@ use axum::{
 
 use super::{authority::Authority, error::ApiError, params::Params, queries::snapshot, ApiState};
 use crate::{
-    profile::{threads, window::Window},
+    profile::{model::window::Window, report::threads},
     state::Shared,
     trace::{
         perfetto::Names,

@@ -1,14 +1,17 @@
 //! What `/blocked` reads of the host beside the live view, for its pool
-//! summaries and deadlock findings ([`crate::profile::stuck`]): each
+//! summaries and deadlock findings ([`crate::profile::report::stuck`]): each
 //! process's live threads by pool, and who holds the mutexes its threads
 //! wait for. Bounded per process and per request.
 
 use std::{collections::HashMap, sync::Arc, time::SystemTime};
 
 use crate::{
-    bpf::abi,
     process::ProcessTable,
-    profile::{kind, live::LiveThread, store::Snapshot, stuck::WaitFacts, window::Window},
+    profile::model::state::State,
+    profile::{
+        model::{kind, live::LiveThread, store::Snapshot, window::Window},
+        report::stuck::WaitFacts,
+    },
 };
 
 /// Processes whose pools are counted for one `/blocked`, and mutex owners
@@ -59,7 +62,7 @@ pub(super) fn read(
     // threads cannot use up the reads of the others.
     let mut reads: HashMap<u32, usize> = HashMap::new();
     let mut total = 0;
-    for t in matched.iter().filter(|t| t.state == abi::State::Futex) {
+    for t in matched.iter().filter(|t| t.state == State::Futex) {
         let done = reads.entry(t.pid).or_default();
         if *done >= MAX_OWNER_READS_PER_PROCESS {
             continue;

@@ -3,7 +3,7 @@
 use std::time::{Duration, SystemTime};
 
 use super::{error::ApiError, params::Params};
-use crate::profile::window::Window;
+use crate::profile::model::window::Window;
 
 /// Window used when a query gives neither `seconds` nor `from`.
 pub const DEFAULT_SECONDS: u64 = 30;
@@ -52,8 +52,8 @@ pub fn window(p: &Params, max: Duration, now: SystemTime) -> Result<Window, ApiE
             "until",
             format!(
                 "must be after `from` ({} is not after {})",
-                crate::profile::window::rfc3339(until),
-                crate::profile::window::rfc3339(from)
+                crate::profile::model::window::rfc3339(until),
+                crate::profile::model::window::rfc3339(from)
             ),
         ));
     }

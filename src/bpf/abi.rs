@@ -118,6 +118,24 @@ pub type ProcEvent = c::ws_proc_event;
 /// A state change of a traced thread from the `trace_events` ring buffer
 /// (`struct ws_trace_event`).
 pub type TraceEvent = c::ws_trace_event;
+/// How a process's thread pointer leads to its OpenTelemetry thread
+/// context (`otel_procs` values).
+pub type OtelProc = c::ws_otel_proc;
+/// `enum ws_otel_tls`, the values of [`OtelProc::kind`].
+pub mod otel_tls {
+    pub const STATIC: u32 = super::c::ws_otel_tls_WS_OTEL_TLS_STATIC;
+    pub const DTV: u32 = super::c::ws_otel_tls_WS_OTEL_TLS_DTV;
+}
+/// Entries of `otel_procs`.
+pub const OTEL_PROCS: u32 = c::WS_OTEL_PROCS;
+/// A thread's time under one span (`span_times_N`).
+pub type SpanKey = c::ws_span_key;
+pub type SpanTimes = c::ws_span_times;
+/// A span's record as BPF read it (`span_records`).
+pub type SpanRecordKey = c::ws_span_record_key;
+pub type SpanRecord = c::ws_span_record;
+/// Attribute bytes a [`SpanRecord`] keeps (`WS_SPAN_ATTR_BYTES`).
+pub const SPAN_ATTR_BYTES: usize = c::WS_SPAN_ATTR_BYTES as usize;
 /// Bytes of the `trace_events` ring buffer (`WS_TRACE_RING_BYTES`).
 pub const TRACE_RING_BYTES: u32 = c::WS_TRACE_RING_BYTES;
 
@@ -145,10 +163,19 @@ unsafe impl aya::Pod for CulpritKey {}
 unsafe impl aya::Pod for Hist {}
 // SAFETY: as above.
 unsafe impl aya::Pod for PyThreadKey {}
+// SAFETY: as above.
+unsafe impl aya::Pod for OtelProc {}
+// SAFETY: as above.
+unsafe impl aya::Pod for SpanKey {}
+// SAFETY: as above.
+unsafe impl aya::Pod for SpanTimes {}
+// SAFETY: as above.
+unsafe impl aya::Pod for SpanRecordKey {}
+// SAFETY: as above.
+unsafe impl aya::Pod for SpanRecord {}
 
-/// Where a thread's time went (`enum ws_state`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
+/// Where a thread's time went (`enum ws_state`), as BPF stores it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u32)]
 pub enum State {
     Cpu = c::ws_state::WS_STATE_CPU as u32,
@@ -173,21 +200,10 @@ impl State {
         State::Throttled,
     ];
 
-    /// Decodes the raw value stored by BPF.
+    /// Decodes the raw value stored by BPF (`collect::convert` turns it
+    /// into the model's state).
     pub fn from_raw(raw: u32) -> Option<State> {
         State::ALL.get(raw as usize).copied()
-    }
-
-    /// Lower-case name as used in the API.
-    pub fn name(self) -> &'static str {
-        match self {
-            State::Cpu => "cpu",
-            State::Runqueue => "runqueue",
-            State::Futex => "futex",
-            State::Io => "io",
-            State::Sleep => "sleep",
-            State::Throttled => "throttled",
-        }
     }
 }
 
@@ -383,6 +399,9 @@ pub mod names {
     pub const UNWIND_ROWS: &str = "unwind_rows";
     pub const UNWIND_PROCS: &str = "unwind_procs";
     pub const PYTHON_THREADS: &str = "python_threads";
+    pub const OTEL_PROCS: &str = "otel_procs";
+    pub const SPAN_TIMES: [&str; 2] = ["span_times_0", "span_times_1"];
+    pub const SPAN_RECORDS: &str = "span_records";
 }
 
 /// Reads a NUL-padded kernel name.

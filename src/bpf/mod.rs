@@ -4,6 +4,7 @@
 pub mod abi;
 pub mod batch;
 pub mod iter;
+pub mod otel;
 
 use std::{os::fd::AsFd, path::Path};
 
@@ -85,6 +86,26 @@ pub struct ProbeOptions {
     pub host_threads: u32,
 }
 
+impl ProbeOptions {
+    /// Every off-CPU interval with its stack, no unwind tables and no
+    /// culprits, sampling at `frequency_hz`: the programs alone, as tests
+    /// and benchmarks that load them without the daemon want them.
+    pub fn plain(frequency_hz: u64) -> Self {
+        ProbeOptions {
+            frequency_hz,
+            include_idle: false,
+            offcpu_min_ns: 0,
+            offcpu_sample_ns: 0,
+            live_min_ns: 100_000_000,
+            stacks_at_switch_in: true,
+            unwind_tables: false,
+            culprits: false,
+            unwind_rows: 1024,
+            host_threads: 4096,
+        }
+    }
+}
+
 /// One of the two aggregation buffers.
 pub struct Buffer {
     pub counts: HashMap<MapData, StackKey, StackValue>,
@@ -92,6 +113,8 @@ pub struct Buffer {
     pub runq_hist: HashMap<MapData, HistKey, Hist>,
     /// Who ran while each thread waited in a runqueue (ns).
     pub culprits: HashMap<MapData, abi::CulpritKey, u64>,
+    /// Each thread's exact time per OpenTelemetry span.
+    pub span_times: HashMap<MapData, abi::SpanKey, abi::SpanTimes>,
 }
 
 /// Stacks of one generation by id.
@@ -118,6 +141,11 @@ pub struct ProbeMaps {
     pub proc_events: Option<RingBuf<MapData>>,
     /// The drain-time task iterator (`None` where the kernel refused it).
     pub live: Option<iter::TaskIter>,
+    /// Records of spans first seen (taken at every drain).
+    pub span_records: HashMap<MapData, abi::SpanRecordKey, abi::SpanRecord>,
+    /// Where processes keep their thread context, taken by discovery
+    /// (`None` once taken).
+    pub otel_procs: Option<otel::OtelProcs>,
     /// What `/trace` recordings use (`None` once taken, or where the
     /// kernel refused the snapshot iterator).
     pub trace: Option<TraceMaps>,
@@ -395,6 +423,7 @@ fn take_maps(ebpf: &mut Ebpf, unwind_rows: u32) -> Result<ProbeMaps, LoadError> 
             threads: take(ebpf, names::THREADS[i])?,
             runq_hist: take(ebpf, names::RUNQ_HIST[i])?,
             culprits: take(ebpf, names::CULPRITS[i])?,
+            span_times: take(ebpf, names::SPAN_TIMES[i])?,
         })
     };
     Ok(ProbeMaps {
@@ -417,6 +446,8 @@ fn take_maps(ebpf: &mut Ebpf, unwind_rows: u32) -> Result<ProbeMaps, LoadError> 
         }),
         proc_events: Some(take(ebpf, names::PROC_EVENTS)?),
         live: None,
+        span_records: take(ebpf, names::SPAN_RECORDS)?,
+        otel_procs: Some(otel::OtelProcs::new(take(ebpf, names::OTEL_PROCS)?)),
         trace: None,
     })
 }

@@ -9,8 +9,11 @@
 
 use std::collections::HashMap;
 
-use super::{merge::merge_rows, RawBatch, RawRecord, RecordKind, MERGED_THREADS};
-use crate::bpf::abi::{is_merged_tid, MERGED_TID};
+use super::{
+    merge::{merge_rows, merge_span_times},
+    RawBatch, RawRecord, RecordKind, MERGED_THREADS,
+};
+use crate::profile::model::state::{is_merged_tid, MERGED_TID};
 
 /// The tid of `pid`'s merged thread (as the BPF programs write it).
 fn merged(pid: u32) -> u32 {
@@ -131,17 +134,24 @@ impl RawBatch {
             l.user_stack = None;
             l.kernel_stack = None;
         }
+        for t in self.span_times.iter_mut().filter(|t| t.pid == pid) {
+            t.tid = merged(pid);
+        }
+        merge_span_times(&mut self.span_times);
         Some(pid)
     }
 
-    /// Drops the rows and the threads seen off-CPU, keeping every thread's
-    /// totals, runqueue histograms, culprits and sleeps; how many rows
-    /// went.
+    /// Drops the rows, the threads seen off-CPU and the span data,
+    /// keeping every thread's totals, runqueue histograms, culprits and
+    /// sleeps; how many rows went.
     pub fn drop_rows(&mut self) -> u64 {
-        let rows = (self.records.len() + self.live.len()) as u64;
+        let rows =
+            self.records.len() + self.live.len() + self.span_times.len() + self.span_records.len();
         self.records = Vec::new();
         self.live = Vec::new();
-        rows
+        self.span_times = Vec::new();
+        self.span_records = Vec::new();
+        rows as u64
     }
 
     /// The process whose rows take the most bytes, among those with a
@@ -188,8 +198,8 @@ mod tests {
 
     use super::super::{RawThread, Sleeps};
     use super::*;
-    use crate::bpf::abi::{Stat, State};
-    use crate::profile::model::ThreadCounters;
+    use crate::profile::model::counters::ThreadCounters;
+    use crate::profile::model::state::{State, STAT_COUNTERS};
 
     fn thread(pid: u32, tid: u32, ns: u64) -> RawThread {
         RawThread {
@@ -217,6 +227,7 @@ mod tests {
             kernel_stack: None,
             ns,
             count: 1,
+            span: None,
         }
     }
 
@@ -232,7 +243,9 @@ mod tests {
             kept_off: Vec::new(),
             sleeps: Vec::new(),
             live: Vec::new(),
-            stats: [0; Stat::COUNT],
+            span_times: Vec::new(),
+            span_records: Vec::new(),
+            stats: [0; STAT_COUNTERS],
             missing_stacks: 0,
             drain_time: Duration::ZERO,
         };
@@ -245,7 +258,7 @@ mod tests {
                 b.sleeps.push(Sleeps {
                     pid,
                     tid,
-                    slots: [1; crate::bpf::abi::SLEEP_SLOTS],
+                    slots: [1; crate::profile::model::state::SLEEP_SLOTS],
                 });
                 let peer = RecordKind::Wakeup {
                     peer_pid: pid,

@@ -8,12 +8,13 @@ use std::{
 };
 
 use super::{RawBatch, RawRecord, RecordKind};
+use crate::profile::model::spans::{SpanId, SpanTime};
 
 /// Hash of the fields that make a row distinct (everything but `ns` and
 /// `count`): rows with the same key are summed.
 fn row_hash(state: &impl BuildHasher, r: &RawRecord) -> u64 {
     let mut h = state.build_hasher();
-    (r.pid, r.tid, r.syscall, r.comm.as_str()).hash(&mut h);
+    (r.pid, r.tid, r.syscall, r.comm.as_str(), r.span).hash(&mut h);
     match r.kind {
         RecordKind::Time(s) => (0u8, s as u32, 0u32).hash(&mut h),
         RecordKind::Wakeup { peer_pid, peer_tid } => (1u8, peer_pid, peer_tid).hash(&mut h),
@@ -31,6 +32,31 @@ fn same_row(a: &RawRecord, b: &RawRecord) -> bool {
         && a.comm == b.comm
         && a.user_stack == b.user_stack
         && a.kernel_stack == b.kernel_stack
+        && a.span == b.span
+}
+
+/// Sums span times of the same thread and span (first and last widened),
+/// keeping the first occurrence's place.
+pub(super) fn merge_span_times(times: &mut Vec<SpanTime>) {
+    let mut index: HashMap<(u32, u32, SpanId), usize> = HashMap::with_capacity(times.len());
+    let mut kept: Vec<SpanTime> = Vec::with_capacity(times.len());
+    for t in times.drain(..) {
+        match index.entry((t.pid, t.tid, t.span)) {
+            Entry::Occupied(at) => {
+                let known = &mut kept[*at.get()];
+                for (sum, n) in known.ns.iter_mut().zip(t.ns) {
+                    *sum += n;
+                }
+                known.first_ns = known.first_ns.min(t.first_ns);
+                known.last_ns = known.last_ns.max(t.last_ns);
+            }
+            Entry::Vacant(slot) => {
+                slot.insert(kept.len());
+                kept.push(t);
+            }
+        }
+    }
+    *times = kept;
 }
 
 /// Appends `later` to `rows`, summing rows with the same key, so that rows
@@ -97,6 +123,16 @@ impl RawBatch {
         }
         self.kept_off.extend(later.kept_off);
         self.sleeps.extend(later.sleeps);
+        self.span_times.extend(later.span_times);
+        merge_span_times(&mut self.span_times);
+        // A span's record is taken once per drain it is first seen in.
+        let mut known: std::collections::HashSet<(u32, SpanId)> =
+            self.span_records.iter().map(|r| (r.pid, r.span)).collect();
+        for r in later.span_records {
+            if known.insert((r.pid, r.span)) {
+                self.span_records.push(r);
+            }
+        }
         for (sum, n) in self.stats.iter_mut().zip(later.stats) {
             *sum += n;
         }
@@ -126,14 +162,16 @@ mod tests {
 
     use super::super::{HistOwner, KeptOff, RawThread};
     use super::*;
-    use crate::bpf::abi::{Hist, Stat};
-    use crate::profile::model::ThreadCounters;
+    use crate::profile::model::counters::ThreadCounters;
+    use crate::profile::model::state::{Hist, STAT_COUNTERS};
 
     fn batch(tid: u32, ns: u64, end: u64) -> RawBatch {
-        let mut stats = [0; Stat::COUNT];
+        let mut stats = [0; STAT_COUNTERS];
         stats[0] = 1;
         RawBatch {
             live: Vec::new(),
+            span_times: Vec::new(),
+            span_records: Vec::new(),
             end: SystemTime::UNIX_EPOCH + Duration::from_secs(end),
             interval: Duration::from_secs(1),
             records: Vec::new(),
@@ -173,13 +211,14 @@ mod tests {
         RawRecord {
             pid: 1,
             tid,
-            kind: RecordKind::Time(crate::bpf::abi::State::Cpu),
+            kind: RecordKind::Time(crate::profile::model::state::State::Cpu),
             comm: "w".into(),
             syscall: None,
             user_stack: Some(vec![stack, 1].into()),
             kernel_stack: None,
             ns,
             count: 1,
+            span: None,
         }
     }
 
@@ -223,5 +262,39 @@ mod tests {
         // Who kept threads off the CPU: every drain's, kept.
         assert_eq!(first.kept_off.len(), 3);
         assert_eq!(first.stats[0], 3);
+    }
+
+    #[test]
+    fn spans_keep_rows_apart_and_their_times_are_summed() {
+        use crate::profile::model::spans::{SpanId, SpanTime};
+
+        let span = SpanId::from_raw(5);
+        let time = |tid, ns, first, last| SpanTime {
+            pid: 1,
+            tid,
+            span: span.unwrap(),
+            ns: [ns; 6],
+            first_ns: first,
+            last_ns: last,
+        };
+        let mut first = batch(7, 10, 1);
+        let mut under = row(7, 1, 10);
+        under.span = span;
+        first.records = vec![row(7, 1, 10), under.clone()];
+        first.span_times = vec![time(7, 10, 100, 200)];
+        let mut later = batch(7, 10, 2);
+        later.records = vec![under];
+        later.span_times = vec![time(7, 5, 200, 300), time(8, 1, 250, 260)];
+        first.absorb(later);
+        assert_eq!(first.records.len(), 2);
+        let spanned: Vec<u64> = (first.records.iter())
+            .filter(|r| r.span == span)
+            .map(|r| r.ns)
+            .collect();
+        assert_eq!(spanned, [20]);
+        assert_eq!(
+            first.span_times,
+            vec![time(7, 15, 100, 300), time(8, 1, 250, 260)]
+        );
     }
 }

@@ -10,8 +10,10 @@
 //! a stack is read from the kernel once per generation.
 
 mod batch;
+pub mod convert;
 mod fold;
 mod merge;
+pub mod spans;
 mod stacks;
 pub mod walks;
 
@@ -25,14 +27,16 @@ use thiserror::Error;
 
 use crate::bpf::{
     abi::{
-        comm_str, is_merged_tid, Control, Hist, HistKey, LiveThread, Stat, State, ThreadTotals,
-        INTERRUPT_TID, WAKEUP_STATE,
+        comm_str, is_merged_tid, Control, HistKey, LiveThread, Stat, ThreadTotals, INTERRUPT_TID,
+        WAKEUP_STATE,
     },
     ProbeMaps,
 };
 use crate::profile::model::{
     counters::{RawThread, ThreadCounters},
     kind::MERGED_THREADS,
+    spans::{SpanId, SpanTime},
+    state::{Hist, State},
     HistOwner, KeptOff, Sleeps, StatDeltas,
 };
 use stacks::StackCache;
@@ -68,6 +72,8 @@ pub struct RawRecord {
     pub kernel_stack: Option<RawStack>,
     pub ns: u64,
     pub count: u64,
+    /// The OpenTelemetry span the thread was in (time rows only).
+    pub span: Option<SpanId>,
 }
 
 impl RawRecord {
@@ -124,6 +130,10 @@ pub struct RawBatch {
     pub sleeps: Vec<Sleeps>,
     /// Threads off-CPU when the drain looked, longest first.
     pub live: Vec<RawLive>,
+    /// Each thread's exact time per span in the drained interval.
+    pub span_times: Vec<SpanTime>,
+    /// Records of the spans first seen since the last drain.
+    pub span_records: Vec<spans::RawSpanRecord>,
     pub stats: StatDeltas,
     /// Rows whose stack id was missing from the stack map when read.
     pub missing_stacks: u64,
@@ -162,7 +172,13 @@ impl RawBatch {
             + self.threads.capacity() * std::mem::size_of::<RawThread>()
             + self.runq_hists.capacity() * std::mem::size_of::<(HistOwner, Hist)>()
             + self.kept_off.capacity() * std::mem::size_of::<KeptOff>()
-            + self.sleeps.capacity() * std::mem::size_of::<Sleeps>()) as u64
+            + self.sleeps.capacity() * std::mem::size_of::<Sleeps>()
+            + self.span_times.capacity() * std::mem::size_of::<SpanTime>()
+            + self
+                .span_records
+                .iter()
+                .map(|r| std::mem::size_of::<spans::RawSpanRecord>() + r.attrs.capacity())
+                .sum::<usize>()) as u64
     }
 }
 
@@ -246,6 +262,8 @@ impl Drainer {
         let threads = take_all(&mut buf.threads, "threads map")?;
         let hists = take_all(&mut buf.runq_hist, "runqueue histograms")?;
         let culprits = take_all(&mut buf.culprits, "runqueue culprits")?;
+        let span_times = take_all(&mut buf.span_times, "span times")?;
+        let span_records = take_all(&mut self.maps.span_records, "span records")?;
 
         let mut missing_stacks = 0;
         let mut records = Vec::with_capacity(rows.len());
@@ -256,7 +274,7 @@ impl Drainer {
                     peer_tid: key.peer_tid,
                 }
             } else {
-                match State::from_raw(key.state) {
+                match convert::state_from_raw(key.state) {
                     Some(state) => RecordKind::Time(state),
                     None => continue, // not in the contract: nothing to attribute it to
                 }
@@ -277,11 +295,12 @@ impl Drainer {
                 kernel_stack,
                 ns: value.ns,
                 count: value.count,
+                span: SpanId::from_raw(key.span),
             });
         }
         let mut live = Vec::with_capacity(live_rows.len());
         for row in &live_rows {
-            let Some(state) = State::from_raw(row.state) else {
+            let Some(state) = convert::state_from_raw(row.state) else {
                 continue;
             };
             let user_stack = self.stack(row.stack_gen, row.user_stack_id, &mut missing_stacks);
@@ -327,7 +346,7 @@ impl Drainer {
             sleeps,
             runq_hists: hists
                 .into_iter()
-                .filter_map(|(k, h)| Some((hist_owner(&k)?, h)))
+                .filter_map(|(k, h)| Some((hist_owner(&k)?, convert::hist(&h))))
                 .collect(),
             kept_off: culprits
                 .into_iter()
@@ -339,6 +358,14 @@ impl Drainer {
                 })
                 .collect(),
             live,
+            span_times: span_times
+                .iter()
+                .filter_map(|(k, t)| spans::span_time(k, t))
+                .collect(),
+            span_records: span_records
+                .iter()
+                .filter_map(|(k, r)| spans::RawSpanRecord::from_bpf(k, r))
+                .collect(),
             stats,
             missing_stacks,
             drain_time: started.elapsed(),

@@ -29,7 +29,7 @@ use std::{
         fd::{AsRawFd, FromRawFd, OwnedFd},
         unix::fs::MetadataExt,
     },
-    sync::{Arc, Mutex, OnceLock},
+    sync::{Arc, Mutex},
 };
 
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SegmentFlags};
@@ -95,7 +95,7 @@ pub fn prepare(pid: u32, jvms: &super::Jvms) {
     {
         return;
     }
-    let state = match enable(pid) {
+    let state = match enable(pid, jvms) {
         Ok(state) => state,
         Err(WriteError::NotYet(why)) => {
             tracing::debug!(pid, "{FLAG}: {why}");
@@ -115,7 +115,7 @@ pub fn prepare(pid: u32, jvms: &super::Jvms) {
 }
 
 /// Finds, checks and turns on the flag in JVM `pid`.
-fn enable(pid: u32) -> Result<DebugNonSafepoints, WriteError> {
+fn enable(pid: u32, jvms: &super::Jvms) -> Result<DebugNonSafepoints, WriteError> {
     // The pidfd first: the start time read after it (while it has not
     // exited) is that of the process it holds.
     let pidfd = PidFd::open(pid).map_err(unavailable)?;
@@ -127,8 +127,8 @@ fn enable(pid: u32) -> Result<DebugNonSafepoints, WriteError> {
     let m = libjvm(&mappings).ok_or_else(|| unavailable("no libjvm.so mapping"))?;
     let file = m.open(pid).map_err(unavailable)?;
     let bias = crate::unwind::table::load_bias_of(&file, m.start, m.offset).map_err(unavailable)?;
-    let facts = file_facts(&file, m.key)?;
-    let vm = super::vmstructs::layout_in(pid, &mappings)
+    let facts = jvms.libjvm_facts().of(&file, m.key)?;
+    let vm = (jvms.layouts().of_mapped(pid, &mappings))
         .map_err(|e| WriteError::NotYet(e.to_string()))?;
     let mem = Remote::new(pid);
     let addr = verified_flag(&vm, &mem, &facts, bias)?;
@@ -322,14 +322,29 @@ impl FileFacts {
     }
 }
 
-/// The facts of the libjvm `file` (`key`), read once per file version.
-fn file_facts(file: &File, key: FileKey) -> Result<Arc<FileFacts>, WriteError> {
-    type Facts = HashMap<(FileKey, i64, i64, u64), Arc<FileFacts>>;
-    static FACTS: OnceLock<Mutex<Facts>> = OnceLock::new();
+/// The facts of libjvm files, read once per file version (at most
+/// [`MAX_FILES`]): held by [`super::Jvms`].
+#[derive(Debug, Default)]
+pub struct LibjvmFacts(Mutex<FactsByVersion>);
+
+/// Facts by file and version (mtime, its nanoseconds, size).
+type FactsByVersion = HashMap<(FileKey, i64, i64, u64), Arc<FileFacts>>;
+
+impl LibjvmFacts {
+    /// The facts of the libjvm `file` (`key`).
+    fn of(&self, file: &File, key: FileKey) -> Result<Arc<FileFacts>, WriteError> {
+        file_facts(&self.0, file, key)
+    }
+}
+
+fn file_facts(
+    facts: &Mutex<FactsByVersion>,
+    file: &File,
+    key: FileKey,
+) -> Result<Arc<FileFacts>, WriteError> {
     let meta = file.metadata().map_err(unavailable)?;
     // A file rewritten in place (its owner's to do) is read again.
     let version = (key, meta.mtime(), meta.mtime_nsec(), meta.size());
-    let facts = FACTS.get_or_init(Mutex::default);
     if let Some(known) = facts
         .lock()
         .unwrap_or_else(|e| e.into_inner())

@@ -8,7 +8,7 @@ use crate::process::remote::Remote;
 const MAX_SYMBOL: u64 = 4096;
 
 /// `pkg.Class.method` for `method`, with hidden-class and lambda names
-/// made stable ([`super::frames::stable_name`]); `None` when what is there
+/// made stable ([`crate::perfmap::names::stable_name`]); `None` when what is there
 /// does not read as a method (freed, or not a `Method*` at all).
 pub fn method_name(vm: &Vm, mem: &Remote, method: u64) -> Option<String> {
     let l = &vm.layout;
@@ -18,7 +18,7 @@ pub fn method_name(vm: &Vm, mem: &Remote, method: u64) -> Option<String> {
     let holder = l.pool_holder.read(mem, pool).ok()?;
     let class = symbol(vm, mem, l.klass_name.read(mem, holder).ok()?)?;
     let name = pool_symbol(vm, mem, pool, name_index)?;
-    Some(super::frames::stable_name(&format!(
+    Some(crate::perfmap::names::stable_name(&format!(
         "{}.{name}",
         class.replace('/', ".")
     )))

@@ -9,12 +9,13 @@
 pub mod agent;
 pub mod attach;
 pub mod code;
+mod code_frames;
 pub mod flags;
-pub mod frames;
 pub mod jobs;
 pub mod leftover;
 pub mod methods;
 pub mod output;
+pub mod runtime;
 pub mod turns;
 pub mod vmstructs;
 mod vmtables;
@@ -154,11 +155,25 @@ struct JvmEntry {
 #[derive(Debug, Default)]
 pub struct Jvms {
     entries: RwLock<HashMap<u32, JvmEntry>>,
+    /// Their layouts, parsed once per process for every reader.
+    layouts: vmstructs::Layouts,
+    /// What was read of their libjvm files, for the flag writer.
+    libjvm_facts: flags::LibjvmFacts,
     /// Whether [`flags::prepare`] may write into JVMs (off by default).
     flag_writes: AtomicBool,
 }
 
 impl Jvms {
+    /// The JVMs' layouts (see [`vmstructs::Layouts`]).
+    pub fn layouts(&self) -> &vmstructs::Layouts {
+        &self.layouts
+    }
+
+    /// What was read of the JVMs' libjvm files.
+    pub(crate) fn libjvm_facts(&self) -> &flags::LibjvmFacts {
+        &self.libjvm_facts
+    }
+
     /// Lets [`flags::prepare`] turn `DebugNonSafepoints` on: only with
     /// `--jvm=auto --jvm-frames full`, the one mode that uses it.
     pub fn allow_flag_writes(&self) {

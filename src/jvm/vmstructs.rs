@@ -9,7 +9,7 @@
 //! between processes: any user can `dlopen` the system's libjvm and
 //! rewrite these tables in their own copy, and a layout taken from that
 //! copy must not choose what is read (or written) in anyone else's JVM.
-//! [`layout_of`] parses it once per process (pid and start time), with a
+//! [`Layouts::of`] parses it once per process (pid and start time), with a
 //! bounded number of reads, and keeps statics as offsets from the load
 //! bias.
 
@@ -303,7 +303,7 @@ pub struct Vm {
 }
 
 /// A process's layout, or why it could not be read, and when.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 struct Known {
     result: Result<Arc<Layout>, LayoutError>,
     at: Instant,
@@ -332,23 +332,32 @@ impl Known {
     }
 }
 
+/// The JVMs' layouts by (pid, start time in ticks), parsed once per
+/// process for every thread that reads a JVM (the walk's registration,
+/// the symbolizer, the flag writer): held by [`super::Jvms`], at most
+/// [`MAX_PROCESSES`].
+#[derive(Debug, Default)]
+pub struct Layouts(Mutex<Cache>);
+
 /// Layouts by (pid, start time in ticks).
 type Cache = HashMap<(u32, u64), Known>;
 
-fn cache() -> &'static Mutex<Cache> {
-    static CACHE: std::sync::OnceLock<Mutex<Cache>> = std::sync::OnceLock::new();
-    CACHE.get_or_init(Mutex::default)
+impl Layouts {
+    /// The layout of JVM `pid`'s libjvm, parsed from its own memory once
+    /// per process (a failure is tried again later, less and less often).
+    pub fn of(&self, pid: u32) -> Result<Vm, LayoutError> {
+        let mappings = exec_mappings(pid).map_err(|e| LayoutError::Read(e.to_string()))?;
+        self.of_mapped(pid, &mappings)
+    }
+
+    /// [`Layouts::of`], with the process's executable mappings already
+    /// read.
+    pub(crate) fn of_mapped(&self, pid: u32, mappings: &[ExecMapping]) -> Result<Vm, LayoutError> {
+        layout_in(&self.0, pid, mappings)
+    }
 }
 
-/// The layout of JVM `pid`'s libjvm, parsed from its own memory once per
-/// process (a failure is tried again later, less and less often).
-pub fn layout_of(pid: u32) -> Result<Vm, LayoutError> {
-    let mappings = exec_mappings(pid).map_err(|e| LayoutError::Read(e.to_string()))?;
-    layout_in(pid, &mappings)
-}
-
-/// [`layout_of`], with the process's executable mappings already read.
-pub(crate) fn layout_in(pid: u32, mappings: &[ExecMapping]) -> Result<Vm, LayoutError> {
+fn layout_in(cache: &Mutex<Cache>, pid: u32, mappings: &[ExecMapping]) -> Result<Vm, LayoutError> {
     let m = hotspot_libjvm_in(mappings).ok_or(LayoutError::NoLibjvm)?;
     let file = m.open(pid).map_err(|e| LayoutError::File(e.to_string()))?;
     let bias = crate::unwind::table::load_bias_of(&file, m.start, m.offset)
@@ -356,7 +365,7 @@ pub(crate) fn layout_in(pid: u32, mappings: &[ExecMapping]) -> Result<Vm, Layout
     let started = crate::process::live::start_ticks(pid)
         .ok_or_else(|| LayoutError::Read("the process is gone".into()))?;
     let key = (pid, started);
-    let known = cache()
+    let known = cache
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .get(&key)
@@ -372,7 +381,7 @@ pub(crate) fn layout_in(pid: u32, mappings: &[ExecMapping]) -> Result<Vm, Layout
         (Err(_), Some(k)) => k.failures + 1,
         (Err(_), None) => 1,
     };
-    let mut cache = cache().lock().unwrap_or_else(|e| e.into_inner());
+    let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
     if cache.len() >= MAX_PROCESSES && !cache.contains_key(&key) {
         // Forget the processes that are gone; all, if none is.
         cache.retain(|&(pid, started), _| crate::process::live::start_ticks(pid) == Some(started));
@@ -463,7 +472,7 @@ pub(crate) mod tests {
     fn layouts_are_per_process_and_not_read_from_a_non_jvm() {
         // This test process maps no libjvm.
         assert_eq!(
-            layout_of(std::process::id()).err(),
+            Layouts::default().of(std::process::id()).err(),
             Some(LayoutError::NoLibjvm)
         );
     }

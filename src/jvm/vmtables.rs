@@ -317,10 +317,15 @@ mod tests {
 
     #[test]
     fn table_strings_read_a_page_at_a_time() {
-        let text = b"CodeCache\0_heaps\0GrowableArray<CodeHeap*>*\0".to_vec();
+        // The strings inside one page (where an allocation lands varies:
+        // across a page boundary they would take a read more).
+        let strings = b"CodeCache\0_heaps\0GrowableArray<CodeHeap*>*\0";
+        let mut text = vec![0u8; 3 * PAGE as usize];
+        let page_start = ((PAGE - text.as_ptr() as u64 % PAGE) % PAGE) as usize + 16;
+        text[page_start..page_start + strings.len()].copy_from_slice(strings);
         let budget = Budget::new(3, 1 << 20);
         let mut names = Names::new(Remote::with_budget(std::process::id(), budget.clone()));
-        let at = text.as_ptr() as u64;
+        let at = text[page_start..].as_ptr() as u64;
         assert_eq!(names.get(at).as_deref(), Some("CodeCache"));
         assert_eq!(names.get(at + 10).as_deref(), Some("_heaps"));
         assert_eq!(

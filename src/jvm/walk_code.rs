@@ -15,10 +15,11 @@ use crate::bpf::abi::{UnwindJava, UnwindJavaHeap, JAVA_BLOB_HEADER, UNWIND_JAVA_
 /// code heaps with where a code blob keeps its frame size (compiled frames
 /// are stepped through without frame pointers, `bpf/java.bpf.h`).
 pub(crate) fn code_for_walks(
+    layouts: &super::vmstructs::Layouts,
     pid: u32,
     mappings: &[crate::process::files::ExecMapping],
 ) -> Option<UnwindJava> {
-    let vm = super::vmstructs::layout_in(pid, mappings).ok()?;
+    let vm = layouts.of_mapped(pid, mappings).ok()?;
     let code = JavaCode::new(&vm, pid);
     let (interp_start, interp_end) = code.interpreter().ok()?;
     let mut java = UnwindJava {

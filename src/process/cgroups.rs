@@ -81,31 +81,76 @@ impl Cgroups {
     }
 }
 
-/// Most processes [`v1_members`] looks at.
-const MAX_PROCESSES: usize = 100_000;
+/// Most v1 hierarchies kept per process: a host mounts one per
+/// controller (or group of them) and a few named ones (`name=systemd`),
+/// about a dozen.
+pub const MAX_V1_HIERARCHIES: usize = 16;
 
-/// The processes now in the cgroup v1 directory `path` (as
-/// `/proc/PID/cgroup` shows it) of any v1 hierarchy. BPF keys cgroups by
-/// their cgroup2 id, which a v1 directory has none of: a v1 cgroup is its
-/// processes.
-pub fn v1_members(path: &str) -> Vec<u32> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.filter_map(Result::ok)
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .take(MAX_PROCESSES)
-        .filter(|pid| {
-            // Written by the kernel: no checks needed beyond reading it.
-            std::fs::read_to_string(format!("/proc/{pid}/cgroup")).is_ok_and(|text| {
-                text.lines().any(|l| {
-                    let mut parts = l.splitn(3, ':');
-                    let id = parts.next().unwrap_or("0");
-                    id != "0" && parts.nth(1) == Some(path)
-                })
-            })
-        })
-        .collect()
+/// A process's cgroup v1 paths, one per hierarchy: its controllers
+/// (`cpu,cpuacct`, `name=systemd`) and its path there (`/docker/x`), as
+/// its `/proc/PID/cgroup` lists them. BPF keys cgroups by their cgroup2
+/// id, which a v1 directory has none of: a v1 cgroup is its processes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct V1Paths(Vec<(Box<str>, Box<str>)>);
+
+impl V1Paths {
+    /// The v1 lines of a `/proc/PID/cgroup` file's `text` (every line but
+    /// the unified `0::`), at most [`MAX_V1_HIERARCHIES`]; a line whose
+    /// controllers or path is longer than [`MAX_PATH`] is left out. The
+    /// kernel writes the file, not the process.
+    pub fn in_file(text: &str) -> V1Paths {
+        let lines = text.lines().filter_map(|l| {
+            let mut parts = l.splitn(3, ':');
+            let (id, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+            let fits = controllers.len() <= MAX_PATH && path.len() <= MAX_PATH;
+            (id != "0" && fits).then(|| (controllers.into(), path.into()))
+        });
+        V1Paths(lines.take(MAX_V1_HIERARCHIES).collect())
+    }
+
+    /// Paths as (controllers, path) pairs, bounded as [`V1Paths::in_file`]
+    /// bounds a file's (a decoded block's).
+    pub fn of_pairs(pairs: Vec<(Box<str>, Box<str>)>) -> V1Paths {
+        let fits = |(c, p): &(Box<str>, Box<str>)| c.len() <= MAX_PATH && p.len() <= MAX_PATH;
+        V1Paths(
+            pairs
+                .into_iter()
+                .filter(fits)
+                .take(MAX_V1_HIERARCHIES)
+                .collect(),
+        )
+    }
+
+    /// Whether the process is in directory `path` of any v1 hierarchy.
+    pub fn contains(&self, path: &str) -> bool {
+        self.0.iter().any(|(_, p)| &**p == path)
+    }
+
+    /// (controllers, path) of each hierarchy.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(c, p)| (&**c, &**p))
+    }
+
+    /// Bytes these paths hold, for the process table's bound.
+    pub fn bytes(&self) -> usize {
+        std::mem::size_of::<V1Paths>()
+            + self
+                .0
+                .iter()
+                .map(|(c, p)| std::mem::size_of::<(Box<str>, Box<str>)>() + c.len() + p.len())
+                .sum::<usize>()
+    }
+}
+
+/// `pid`'s cgroup v1 paths now; `None` when it is gone.
+pub(super) fn v1_paths_of(pid: u32) -> Option<V1Paths> {
+    paths_of(pid).map(|(_, v1)| v1)
+}
+
+/// `pid`'s cgroup v2 path and v1 paths now; `None` when it is gone.
+pub(super) fn paths_of(pid: u32) -> Option<(Option<String>, V1Paths)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    Some((v2_path_in(&text), V1Paths::in_file(&text)))
 }
 
 /// The host's cgroup2 hierarchy: `/sys/fs/cgroup`, or
@@ -177,6 +222,36 @@ mod tests {
         assert_eq!(v2_path_in(&long), None);
         let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
         assert!(v2_path_in(&own).is_some_and(|p| p.starts_with('/')));
+    }
+
+    #[test]
+    fn v1_paths_come_from_every_line_but_the_unified_one() {
+        let file = "12:pids:/docker/x\n4:cpu,cpuacct:/docker/x:y\n\
+                    1:name=systemd:/system.slice/a.service\n0::/system.slice/a.service\n";
+        let v1 = V1Paths::in_file(file);
+        assert_eq!(
+            v1.iter().collect::<Vec<_>>(),
+            [
+                ("pids", "/docker/x"),
+                ("cpu,cpuacct", "/docker/x:y"),
+                ("name=systemd", "/system.slice/a.service"),
+            ]
+        );
+        assert!(v1.contains("/docker/x") && v1.contains("/system.slice/a.service"));
+        assert!(!v1.contains("/docker") && !v1.contains("/"));
+        assert!(v1.bytes() > "/docker/x".len());
+        // A pure v2 host: no v1 hierarchy.
+        assert_eq!(
+            V1Paths::in_file("0::/system.slice/a.service\n"),
+            V1Paths::default()
+        );
+        // Bounded: hierarchies and each path.
+        let many: String = (1..100).map(|i| format!("{i}:c{i}:/p\n")).collect();
+        assert_eq!(V1Paths::in_file(&many).iter().count(), MAX_V1_HIERARCHIES);
+        let long = format!("3:pids:/{}\n", "a".repeat(MAX_PATH));
+        assert_eq!(V1Paths::in_file(&long), V1Paths::default());
+        assert!(v1_paths_of(std::process::id()).is_some());
+        assert_eq!(v1_paths_of(u32::MAX), None);
     }
 
     #[test]

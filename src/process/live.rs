@@ -32,3 +32,8 @@ pub fn exec_mappings(pid: u32) -> io::Result<Vec<ExecMapping>> {
 pub fn regions(pid: u32) -> io::Result<Vec<Region>> {
     maps::regions(pid)
 }
+
+/// The mappings of `pid` now whose name starts with one of `names`.
+pub fn regions_named(pid: u32, names: &[&str]) -> io::Result<Vec<Region>> {
+    maps::regions_named(pid, names)
+}

@@ -203,13 +203,30 @@ pub(in crate::process) fn regions(pid: u32) -> io::Result<Vec<Region>> {
     Ok(parse_regions(&text))
 }
 
+/// The mappings of `pid` whose name starts with one of `names` (the
+/// process context's `OTEL_CTX`), at most [`MAX_REGIONS`] lines looked at.
+pub(in crate::process) fn regions_named(pid: u32, names: &[&str]) -> io::Result<Vec<Region>> {
+    let text = fs::read_to_string(format!("/proc/{pid}/maps"))?;
+    Ok(parse_named(&text, names))
+}
+
+fn parse_named(text: &str, names: &[&str]) -> Vec<Region> {
+    regions_where(text, |name| names.iter().any(|n| name.starts_with(n)))
+}
+
 /// Mappings [`regions`](crate::process::live::regions) keeps: a JVM maps a few thousand.
 pub const MAX_REGIONS: usize = 65_536;
 
 fn parse_regions(text: &str) -> Vec<Region> {
+    regions_where(text, |_| true)
+}
+
+/// The first [`MAX_REGIONS`] mappings of `text` whose name `keep` takes.
+fn regions_where(text: &str, keep: impl Fn(&str) -> bool) -> Vec<Region> {
     text.lines()
         .filter_map(split_line)
         .take(MAX_REGIONS)
+        .filter(|l| keep(l.name))
         .map(|l| Region {
             start: l.start,
             end: l.end,
@@ -266,6 +283,14 @@ garbage line
             })
         );
         assert_eq!(r[2].file, None);
+    }
+
+    #[test]
+    fn named_regions_by_prefix() {
+        let text = "7f00-7f01 rw-s 0 00:01 32040 /memfd:OTEL_CTX (deleted)\n8000-9000 rw-p 0 00:00 0 [anon:other]\n";
+        let r = parse_named(text, &["/memfd:OTEL_CTX", "[anon:OTEL_CTX]"]);
+        assert_eq!(r.len(), 1);
+        assert_eq!((r[0].start, r[0].end), (0x7f00, 0x7f01));
     }
 
     #[test]

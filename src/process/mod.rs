@@ -4,8 +4,8 @@
 //!
 //! A process is identified by its pid and start time; what it runs between
 //! two execs is an [`Image`] (name, executable mappings, whether it is a
-//! JVM, container and cgroup, and its [`Facts`]: user, namespace pid,
-//! kernel thread, executable, a JVM's command line). Images are snapshotted while the process lives — shortly after
+//! JVM, container and cgroups, and its [`Facts`]: user, namespace pid,
+//! kernel thread, executable, identity, a JVM's command line). Images are snapshotted while the process lives — shortly after
 //! exec, once the dynamic loader has mapped the libraries — and kept for a
 //! while after it exits or execs again, so samples drained later still
 //! symbolize with the maps and name they were taken under. A reused pid
@@ -20,8 +20,10 @@
 pub mod cgroups;
 mod changes;
 pub mod container;
+pub mod cpu_cgroup;
 mod facts;
 pub mod files;
+pub mod identity;
 pub mod live;
 pub mod locks;
 pub mod mapped;
@@ -35,5 +37,5 @@ mod tasks;
 
 pub use changes::{Change, ChangeKind, Due, ProcKey, Subscription};
 pub use facts::{Facts, MAX_CMDLINE};
-pub use reader::spawn_reader;
-pub use table::{Image, ProcessTable, TableStats, KEEP_ENDED, MAX_IMAGES};
+pub use reader::{spawn_reader, ProcEvents};
+pub use table::{image::Image, ProcessTable, TableStats, KEEP_ENDED, MAX_IMAGES};

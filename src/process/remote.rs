@@ -120,7 +120,7 @@ impl Remote {
         }
     }
 
-    /// Writes one byte at `addr` (a VM flag; see [`super::flags`]).
+    /// Writes one byte at `addr` (a VM flag; see [`crate::jvm::flags`]).
     pub fn write_byte(&self, addr: u64, value: u8) -> io::Result<()> {
         let buf = [value];
         let local = libc::iovec {

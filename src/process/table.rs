@@ -6,7 +6,6 @@
 //! [`KEEP_ENDED`] after it ended, and past either bound the ones that
 //! ended first go first, then the oldest live ones (counted as evicted).
 
-use super::container::{self, Container};
 use std::{
     cmp::Reverse,
     collections::BinaryHeap,
@@ -18,9 +17,9 @@ use rustc_hash::FxHashMap;
 use serde::Serialize;
 
 use super::changes::{ChangeKind, ProcKey, Publisher, Subscription};
-use super::facts::Facts;
 use super::maps::ProcMaps;
-use crate::bpf::abi::{comm_str, proc_event, ProcEvent, COMM_LEN};
+use crate::bpf::abi::COMM_LEN;
+use image::Image;
 
 /// Most images held (live and recently ended, all pids).
 pub const MAX_IMAGES: usize = 32_768;
@@ -53,103 +52,6 @@ fn is_java_launcher(maps: &ProcMaps) -> bool {
         super::maps::Backing::File { path, .. } => path.ends_with("libjli.so"),
         _ => false,
     })
-}
-
-/// What one process runs between two execs, as last read.
-#[derive(Debug, Clone)]
-pub struct Image {
-    pub pid: u32,
-    /// The process's start, ns since boot (0 when found without an event):
-    /// with the pid, the process's identity.
-    pub start_ns: u64,
-    /// Execs the table saw the process make before this program: with the
-    /// pid and start, the program's identity ([`ProcKey`]).
-    pub exec: u32,
-    /// The process's name (its main thread's), following exec and prctl.
-    pub name: String,
-    /// Executable mappings; shared with the parent after a fork.
-    pub maps: Arc<ProcMaps>,
-    /// A HotSpot JVM, as its maps tell.
-    pub jvm: bool,
-    /// Its container, read with the maps (runtimes place a process in its
-    /// container's cgroup before it execs).
-    pub container: Option<Arc<Container>>,
-    /// Its parent's pid (0: not known), from its fork event or `/proc`.
-    pub parent: u32,
-    /// Its cgroup (v2 path), inherited at fork and read with the maps.
-    pub cgroup: Option<Arc<str>>,
-    /// Its facts, read when first asked for ([`ProcessTable::facts`]).
-    pub facts: Option<Arc<Facts>>,
-    /// When the maps were read from `/proc` (`None`: not yet, or inherited
-    /// from the parent at fork and not re-read).
-    pub maps_read: Option<Instant>,
-    /// When this image began (exec, fork, or first seen).
-    pub began: Instant,
-    /// When the process exited or exec'd another program.
-    pub ended: Option<Instant>,
-    /// The name before the last rename: an exec renames the process just
-    /// before its exec event, and the old image keeps its old name.
-    renamed_from: Option<String>,
-}
-
-impl Image {
-    fn new(pid: u32, start_ns: u64, name: String, now: Instant) -> Image {
-        Image {
-            pid,
-            start_ns,
-            exec: 0,
-            name,
-            maps: Arc::default(),
-            jvm: false,
-            container: None,
-            parent: 0,
-            cgroup: None,
-            facts: None,
-            maps_read: None,
-            began: now,
-            ended: None,
-            renamed_from: None,
-        }
-    }
-
-    fn with_maps(&self, maps: ProcMaps, now: Instant) -> Image {
-        // One read for the container and the cgroup.
-        let cgroup_file = std::fs::read_to_string(format!("/proc/{}/cgroup", self.pid)).ok();
-        let cgroup_file = cgroup_file.as_deref();
-        Image {
-            jvm: maps.is_hotspot(),
-            container: cgroup_file
-                .and_then(container::of_cgroup_file)
-                .map(Arc::new),
-            cgroup: cgroup_file
-                .and_then(crate::process::cgroups::v2_path_in)
-                .map(Arc::from)
-                .or_else(|| self.cgroup.clone()),
-            parent: match self.parent {
-                0 => crate::process::status::parent_pid(self.pid).unwrap_or(0),
-                known => known,
-            },
-            maps: Arc::new(maps),
-            maps_read: Some(now),
-            // Read again when next asked for (privileges may have changed).
-            facts: None,
-            ..self.clone()
-        }
-    }
-
-    /// The process's identity.
-    pub fn key(&self) -> ProcKey {
-        ProcKey {
-            pid: self.pid,
-            start_ns: self.start_ns,
-            exec: self.exec,
-        }
-    }
-
-    /// Whether it existed at some time since `since`.
-    fn alive_since(&self, since: Instant) -> bool {
-        self.ended.is_none_or(|end| end >= since)
-    }
 }
 
 /// Counters of the table, for `/healthz` and `/metrics`.
@@ -232,77 +134,6 @@ impl ProcessTable {
     pub fn live(&self, pid: u32) -> Option<Arc<Image>> {
         self.lookup(pid, "", Instant::now())
             .filter(|i| i.ended.is_none())
-    }
-
-    /// Applies one lifecycle event.
-    pub fn apply(&self, event: &ProcEvent, now: Instant) {
-        let name = comm_str(&event.comm);
-        let (pid, start) = (event.pid, event.start_ns);
-        let mut inner = self.lock();
-        match event.kind {
-            proc_event::FORK => {
-                inner.stats.forks += 1;
-                let parent = inner.live(event.parent).cloned();
-                let mut child = Image::new(pid, start, name, now);
-                child.parent = event.parent;
-                child.cgroup = parent.as_ref().and_then(|p| p.cgroup.clone());
-                match parent {
-                    // The child starts with its parent's address space.
-                    Some(p) if p.maps_read.is_some() => {
-                        child.maps = p.maps.clone();
-                        child.jvm = p.jvm;
-                        child.maps_read = p.maps_read;
-                    }
-                    _ => inner.due.push(Reverse((now + SETTLE, pid, start))),
-                }
-                let child = inner.push(child, now);
-                inner.publisher.publish(child.key(), ChangeKind::New);
-            }
-            proc_event::EXEC => {
-                inner.stats.execs += 1;
-                if let Some(slot) = inner.live_mut(pid) {
-                    if let Some(old) = slot.renamed_from.clone().filter(|_| slot.name == name) {
-                        *slot = Arc::new(Image {
-                            name: old,
-                            renamed_from: None,
-                            ..(**slot).clone()
-                        });
-                    }
-                }
-                let before = inner.live(pid).filter(|i| i.start_ns == start);
-                let exec = before.map_or(1, |i| i.exec + 1);
-                // An exec keeps the process's parent and cgroup.
-                let (parent, cgroup) = before.map_or((0, None), |i| (i.parent, i.cgroup.clone()));
-                let image = Image {
-                    exec,
-                    parent,
-                    cgroup,
-                    ..Image::new(pid, start, name, now)
-                };
-                let image = inner.push(image, now);
-                inner.publisher.publish(image.key(), ChangeKind::Exec);
-                // Once the loader has mapped the libraries, and again once
-                // the program has loaded its own (a JVM's libjvm is
-                // dlopen'd by the `java` launcher after a few ms).
-                inner.due.push(Reverse((now + SETTLE, pid, start)));
-                inner.due.push(Reverse((now + SECOND_LOOK, pid, start)));
-            }
-            proc_event::EXIT => {
-                inner.stats.exits += 1;
-                inner.end(pid, now);
-            }
-            proc_event::RENAME => {
-                inner.stats.renames += 1;
-                if let Some(slot) = inner.live_mut(pid) {
-                    *slot = Arc::new(Image {
-                        renamed_from: Some(slot.name.clone()),
-                        name,
-                        ..(**slot).clone()
-                    });
-                }
-            }
-            _ => {}
-        }
     }
 
     /// Processes whose maps are due for a scheduled read, oldest first.
@@ -601,3 +432,5 @@ mod tests;
 
 mod ask;
 mod bytes;
+mod events;
+pub(super) mod image;

@@ -10,6 +10,21 @@ pub fn exists(pid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
 
+/// Most processes [`pids`] lists.
+pub const MAX_PROCESSES: usize = 100_000;
+
+/// The pids of the processes now (`/proc`'s numeric entries), at most
+/// [`MAX_PROCESSES`], unordered.
+pub fn pids() -> Vec<u32> {
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .take(MAX_PROCESSES)
+        .collect()
+}
+
 /// The name (`comm`) of process `pid`, or of its thread `tid`.
 pub fn comm(pid: u32, tid: Option<u32>) -> Option<String> {
     let path = match tid {

@@ -11,6 +11,7 @@
 //! anything implausible is refused (counted), never followed.
 
 mod find;
+pub(crate) mod frames;
 mod layout;
 mod names;
 mod objects;
@@ -20,6 +21,7 @@ mod tests;
 use std::sync::{Arc, Mutex};
 
 pub mod registry;
+pub mod runtime;
 pub mod shares;
 
 use crate::{bpf::abi::UnwindPython, process::files::ExecMapping, process::remote::Remote};

@@ -25,8 +25,8 @@ use crate::{
     process::remote::{Budget, Remote},
     process::{files::ExecMapping, ProcKey, ProcessTable},
     python::{self, shares, Interpreter, PyError, PyThread},
+    runtime::stats::PythonStats,
     untrusted::refusals::{self, Reason, What},
-    unwind::python::{PythonSide, PythonStats},
 };
 
 /// Threads are read again this often (a new thread's stacks show native
@@ -326,14 +326,21 @@ fn thread_names(
         }
     };
     let tids: HashSet<u32> = table.threads(interp.pid).into_iter().collect();
+    // The interpreter and glibc write down tids of the process's own pid
+    // namespace: in a container, not the host's the samples carry.
+    let in_container = table.host_tids_in_container(interp.pid);
+    let host_tid = |tid: u32| match &in_container {
+        Some(by_ns) => by_ns.get(&tid).copied(),
+        None => Some(tid),
+    };
     let tid_of = |t: &PyThread| -> Option<u32> {
         if let Some(tid) = t.native_tid {
-            return Some(tid);
+            return host_tid(tid);
         }
         let mut b = [0u8; 4];
         mem.read(t.thread_id.checked_add(GLIBC_PTHREAD_TID)?, &mut b)
             .ok()?;
-        Some(u32::from_le_bytes(b)).filter(|tid| tids.contains(tid))
+        host_tid(u32::from_le_bytes(b)).filter(|tid| tids.contains(tid))
     };
     let by_id: HashMap<u64, u32> = threads
         .iter()
@@ -372,11 +379,12 @@ fn maps_interpreter(path: &str) -> bool {
 
 const _: () = assert!(PY_THREADS >= python::MAX_THREADS);
 
-impl PythonSide for PythonThreads {
+/// The walk half of the Python runtime (see [`super::runtime`]).
+impl PythonThreads {
     /// The walk layout of `pid`'s interpreter, if it runs one that can be
     /// read (registering it and its threads), else `None` (tried again
     /// later if it maps an interpreter).
-    fn register(
+    pub fn register(
         &mut self,
         pid: u32,
         key: ProcKey,
@@ -434,14 +442,14 @@ impl PythonSide for PythonThreads {
         }
     }
     /// Whether `pid`'s interpreter is due to be tried again.
-    fn retry_due(&self, pid: u32, now: Instant) -> bool {
+    pub fn retry_due(&self, pid: u32, now: Instant) -> bool {
         self.retry
             .get(&pid)
             .is_some_and(|&(_, next, _)| now >= next)
     }
     /// Reads the threads of the Python processes among `pids` again (at
     /// most once per [`SCAN_EVERY`] each), until `deadline`.
-    fn scan(&mut self, pids: &HashSet<u32>, now: Instant, deadline: Instant) -> Vec<u32> {
+    pub fn scan(&mut self, pids: &HashSet<u32>, now: Instant, deadline: Instant) -> Vec<u32> {
         let due: Vec<u32> = self
             .procs
             .iter()
@@ -468,11 +476,11 @@ impl PythonSide for PythonThreads {
         grown
     }
     /// Forgets process `pid`: it ended.
-    fn ended(&mut self, pid: u32) {
+    pub fn ended(&mut self, pid: u32) {
         self.given_up.remove(&pid);
         self.forget(pid);
     }
-    fn stats(&self) -> PythonStats {
+    pub fn stats(&self) -> PythonStats {
         PythonStats {
             interpreters: self.procs.len() as u64,
             threads: self.procs.values().map(|p| p.written.len() as u64).sum(),

@@ -23,7 +23,7 @@ use hashbrown::HashMap;
 use rustc_hash::FxBuildHasher;
 use serde::Serialize;
 
-use crate::{process::files::FileKey, profile::Frame};
+use crate::{process::files::FileKey, profile::model::Frame};
 
 /// Batches after which the frames of a file that none was used from go.
 pub const IDLE_BATCHES: u32 = 60;
@@ -251,7 +251,13 @@ impl FrameCache {
         if self.full {
             return false;
         }
-        self.evict();
+        // A quarter evicted may not give back enough (a table shrinks only
+        // below half full): evict again while older entries are left.
+        while self.evict() > 0 {
+            if self.bytes() + self.growth(file) <= self.max_bytes {
+                return true;
+            }
+        }
         let fits = self.bytes() + self.growth(file) <= self.max_bytes;
         self.full = !fits;
         fits
@@ -267,8 +273,9 @@ impl FrameCache {
     }
 
     /// Drops the least recently used quarter of the entries (at least),
-    /// none of the current batch, and gives their tables' room back.
-    fn evict(&mut self) {
+    /// none of the current batch, and gives their tables' room back; how
+    /// many it dropped.
+    fn evict(&mut self) -> usize {
         let batch = self.batch;
         let age = |used: u32| (batch.wrapping_sub(used) as usize).min(AGES);
         let mut by_age = [0usize; AGES + 1];
@@ -296,6 +303,7 @@ impl FrameCache {
         self.files.shrink_to_fit();
         self.stats.evicted += evicted as u64;
         self.recount();
+        evicted
     }
 
     /// Drops every entry (the names they hold must go).

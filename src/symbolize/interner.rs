@@ -17,7 +17,7 @@ use rustc_hash::FxHashMap;
 
 use crate::{
     process::ProcessTable,
-    profile::Frame,
+    profile::model::Frame,
     untrusted::{
         refusals::{self, Reason, What},
         text::clean_to,
@@ -194,6 +194,20 @@ impl Interner {
 /// stack a line) and cut to [`MAX_FRAME_BYTES`] on a character boundary.
 pub fn clean(name: &str) -> Cow<'_, str> {
     clean_to(name, MAX_FRAME_BYTES)
+}
+
+impl crate::runtime::FrameNames for Interner {
+    fn get(&mut self, name: &str) -> Frame {
+        Interner::get(self, name)
+    }
+
+    fn get_for(&mut self, pid: u32, name: &str) -> Frame {
+        Interner::get_for(self, pid, name)
+    }
+
+    fn try_get_for(&mut self, pid: u32, name: &str) -> Result<Frame, Frame> {
+        Interner::try_get_for(self, pid, name)
+    }
 }
 
 #[cfg(test)]

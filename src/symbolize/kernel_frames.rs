@@ -4,7 +4,7 @@
 //! Names are matched without the `_[k]` mark and without the suffixes the
 //! compiler adds to clones (`.cold`, `.isra.0`, `.constprop.0`).
 
-use crate::profile::Interrupt;
+use crate::profile::model::Interrupt;
 
 /// Exact names of BPF machinery frames (the prefixes are in [`is_own`]).
 const OWN_NAMES: [&str; 3] = ["trace_call_bpf", "bpf_overflow_handler", "___bpf_prog_run"];

@@ -7,7 +7,7 @@ use std::{collections::HashMap, time::SystemTime};
 use super::{syscalls, Symbolizer};
 use crate::{
     collect::{RawLive, Waker},
-    profile::{
+    profile::model::{
         live::{LeftOut, LiveThread, LiveView, LiveWaker, Syscall},
         Frame, Stack, ThreadInfo,
     },
@@ -70,15 +70,16 @@ impl Symbolizer {
         }
     }
 
-    /// A thread's name as the batch knew it, else its Java name (a waker
-    /// need not have run in the batch; `comm` is its name, if known).
+    /// A thread's name as the batch knew it, else its runtime's name (a
+    /// waker need not have run in the batch; `comm` is its name, if known).
     fn thread_name(&mut self, names: &Names, pid: u32, tid: u32, comm: &str) -> Option<Frame> {
         let seen = names.threads.get(&tid).filter(|t| t.pid == pid);
         if let Some(t) = seen {
             return Some(t.name.clone());
         }
-        let key = self.procs.key(pid, comm);
-        self.jvm.as_ref()?.jvms.thread_name(key, tid)
+        let proc = self.named_proc(pid, comm);
+        let interner = &mut self.interner;
+        self.runtimes.first(|r| r.thread_name(&proc, tid, interner))
     }
 }
 
@@ -91,9 +92,9 @@ mod tests {
 
     use super::super::Symbolizer;
     use crate::{
-        bpf::abi::{Stat, State},
         collect::{RawBatch, RawLive, RawRecord, RawStack, RecordKind, Waker},
-        profile::live::{LiveWaker, MAX_LIVE_THREADS},
+        profile::model::live::{LiveWaker, MAX_LIVE_THREADS},
+        profile::model::state::{State, STAT_COUNTERS},
     };
 
     /// A pid that cannot exist (above the kernel's pid_max limit): its
@@ -142,13 +143,16 @@ mod tests {
                 kernel_stack: None,
                 ns: 1_000,
                 count: 1,
+                span: None,
             }],
             threads: Vec::new(),
             runq_hists: Vec::new(),
             kept_off: Vec::new(),
             sleeps: Vec::new(),
             live: waits,
-            stats: [0; Stat::COUNT],
+            span_times: Vec::new(),
+            span_records: Vec::new(),
+            stats: [0; STAT_COUNTERS],
             missing_stacks: 0,
             drain_time: Duration::ZERO,
         };

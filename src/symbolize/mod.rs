@@ -16,13 +16,9 @@
 pub mod elf_files;
 pub mod frame_cache;
 mod interner;
-mod java;
-mod jit;
 mod kernel_frames;
 mod live;
-pub(crate) mod perfmap;
 mod procs;
-mod python;
 mod stacks;
 mod syscalls;
 #[cfg(test)]
@@ -30,10 +26,7 @@ mod tests;
 
 use std::{
     collections::{hash_map::Entry, HashMap},
-    sync::{
-        atomic::{AtomicU64, Ordering},
-        Arc,
-    },
+    sync::Arc,
     time::{Duration, Instant, SystemTime},
 };
 
@@ -42,14 +35,17 @@ use rustc_hash::FxHashMap;
 use blazesym::symbolize::Symbolizer as Blaze;
 
 use crate::{
-    bpf::abi::is_merged_tid,
-    collect::{RawBatch, RecordKind},
-    jvm::{agent::Sighting, JvmFrames, Jvms},
+    collect::{
+        spans::{NoKeyNames, RawSpanRecord, SpanKeyNames},
+        RawBatch, RecordKind,
+    },
     process::{ProcKey, ProcessTable, Subscription},
-    profile::{
+    profile::model::{
         live::{keep_longest, LiveView, MAX_LIVE_THREADS},
+        spans::{SpanRecord, SpanSample, SpanSlice},
         Frame, Sample, Slice, ThreadInfo, Wakeup,
     },
+    runtime::{Named as NamedProc, Runtimes},
 };
 use elf_files::ElfFiles;
 pub use elf_files::MAX_OPEN as MAX_OPEN_ELF_FILES;
@@ -83,16 +79,6 @@ fn kernel_cache_limit() -> usize {
 /// Batches between two prunings of the name interner.
 const PRUNE_EVERY_BATCHES: u64 = 30;
 
-/// Where the symbolizer reports the JVMs it sees and reads their thread
-/// names from.
-pub struct JvmLink {
-    pub jvms: Arc<Jvms>,
-    /// Bounded: a JVM agent busy with a slow JVM must not hold up drains.
-    pub sightings: std::sync::mpsc::SyncSender<Sighting>,
-    /// Sightings dropped because the agent's queue was full.
-    pub dropped: Arc<AtomicU64>,
-}
-
 /// What one batch becomes once named: history for the store, and the
 /// newest live view, which replaces the store's previous one.
 pub struct Named {
@@ -113,15 +99,14 @@ pub struct Symbolizer {
     kernel_cache: FxHashMap<u64, Frame>,
     interner: Interner,
     batches: u64,
-    jit: jit::JitMaps,
-    java: java::JavaFrames,
-    python: python::PythonFrames,
-    jvm: Option<JvmLink>,
-    /// JVMs of the current batch, and whether JIT lookups missed in them.
-    jvms_seen: FxHashMap<ProcKey, bool>,
-    /// The process table's changes: the JIT and Java caches forget a
-    /// process by them.
+    /// The language runtimes that name what native symbols do not (see
+    /// [`crate::runtime`]), asked in order.
+    runtimes: Runtimes,
+    /// The process table's changes: the runtimes' caches forget a process
+    /// by them.
     changes: Subscription,
+    /// Names of span attributes' keys per process.
+    span_key_names: Arc<dyn SpanKeyNames>,
 }
 
 impl Default for Symbolizer {
@@ -132,13 +117,17 @@ impl Default for Symbolizer {
 
 impl Symbolizer {
     /// A symbolizer with empty caches and a process table of its own,
-    /// filled from `/proc` as processes are seen (no lifecycle events).
+    /// filled from `/proc` as processes are seen (no lifecycle events),
+    /// naming the runtimes wallscope reads (no agent, no walk entries).
     pub fn new() -> Self {
-        Self::with_table(Arc::default())
+        let table: Arc<ProcessTable> = Arc::default();
+        let runtimes = crate::runtimes::standard(&table);
+        Self::with_runtimes(table, runtimes)
     }
 
-    /// A symbolizer that reads processes from `table`.
-    pub fn with_table(table: Arc<ProcessTable>) -> Self {
+    /// A symbolizer that reads processes from `table` and names runtime
+    /// frames and threads through `runtimes`.
+    pub fn with_runtimes(table: Arc<ProcessTable>, runtimes: Runtimes) -> Self {
         let blaze = Blaze::builder()
             .enable_code_info(false)
             .enable_inlined_fns(false)
@@ -150,32 +139,17 @@ impl Symbolizer {
             procs: Procs::new(table.clone()),
             frames: FrameCache::new(caches_bytes() / 2),
             kernel_cache: FxHashMap::default(),
-            interner: Interner::new(table.clone()),
+            interner: Interner::new(table),
             batches: 0,
-            jit: jit::JitMaps::new(table.clone()),
-            java: java::JavaFrames::new(table),
-            python: python::PythonFrames::default(),
-            jvm: None,
-            jvms_seen: FxHashMap::default(),
+            runtimes,
+            span_key_names: Arc::new(NoKeyNames),
         }
     }
 
-    /// A symbolizer that reads processes from `table`, reports JVMs to the
-    /// JVM agent and uses the Java thread names it finds.
-    pub fn with_jvms(table: Arc<ProcessTable>, link: JvmLink, frames: JvmFrames) -> Self {
-        let mut s = Symbolizer {
-            jvm: Some(link),
-            ..Symbolizer::with_table(table)
-        };
-        s.java.disabled = frames == JvmFrames::PerfMap;
-        s
-    }
-
-    /// Names Python frames and threads from the interpreters the unwind
-    /// registry publishes in `pythons`.
-    pub fn with_pythons(mut self, pythons: crate::python::registry::Pythons) -> Self {
-        self.python = python::PythonFrames::new(pythons);
-        self
+    /// Names span attributes' keys through `names` (by default none are
+    /// known: attributes are named by their index).
+    pub fn set_span_key_names(&mut self, names: Arc<dyn SpanKeyNames>) {
+        self.span_key_names = names;
     }
 
     /// Symbolizes one drained batch: its slice of history, and the live
@@ -190,10 +164,8 @@ impl Symbolizer {
         }
         self.procs.begin_batch(batch_began(&batch));
         self.frames.begin_batch();
-        self.python.start_batch();
+        self.runtimes.each(|r| r.begin_batch());
         self.forget_ended();
-        self.jit.begin_batch();
-        self.java.begin_batch();
         let RawBatch {
             end,
             interval,
@@ -204,6 +176,8 @@ impl Symbolizer {
             sleeps,
             mut live,
             stats,
+            span_times,
+            span_records,
             ..
         } = batch;
         // The longest waits only: the others are neither named nor kept.
@@ -236,17 +210,33 @@ impl Symbolizer {
             .collect();
         let mut samples = Vec::with_capacity(records.len());
         let mut wakeups = Vec::new();
+        let mut span_samples = Vec::new();
         for (record, stack) in records.iter().zip(stacks) {
             let (pid, tid, ns, count) = (record.pid, record.tid, record.ns, record.count);
             match record.kind {
-                RecordKind::Time(state) => samples.push(Sample {
-                    pid,
-                    tid,
-                    state,
-                    stack,
-                    ns,
-                    count,
-                }),
+                RecordKind::Time(state) => {
+                    // Under a span: also the span's row, the main one as
+                    // ever (the store's rows do not multiply by spans).
+                    if let Some(span) = record.span {
+                        span_samples.push(SpanSample {
+                            pid,
+                            tid,
+                            span,
+                            state,
+                            stack: stack.clone(),
+                            ns,
+                            count,
+                        });
+                    }
+                    samples.push(Sample {
+                        pid,
+                        tid,
+                        state,
+                        stack,
+                        ns,
+                        count,
+                    })
+                }
                 RecordKind::Wakeup { peer_pid, peer_tid } => {
                     let interrupt = record
                         .from_interrupt()
@@ -279,7 +269,7 @@ impl Symbolizer {
             },
             end,
         );
-        self.report_jvms(&threads);
+        self.runtimes.each(|r| r.end_batch(&threads));
         self.procs.end_batch();
         self.elf.end_batch();
         self.frames.end_batch();
@@ -299,28 +289,43 @@ impl Symbolizer {
             kept_off,
             sleeps,
             stats,
+            spans: SpanSlice {
+                records: self.span_records(&span_records),
+                times: span_times,
+                samples: span_samples,
+            },
         };
         Named { slice, live }
     }
 
-    /// Drops the JIT and Java state of processes whose program ended (see
+    /// The records' attributes, named by each process's key map.
+    fn span_records(&self, raw: &[RawSpanRecord]) -> Vec<SpanRecord> {
+        let mut names: FxHashMap<u32, Option<Arc<[Arc<str>]>>> = FxHashMap::default();
+        raw.iter()
+            .map(|r| {
+                let known = names
+                    .entry(r.pid)
+                    .or_insert_with(|| self.span_key_names.names(r.pid));
+                r.parse(known.as_deref())
+            })
+            .collect()
+    }
+
+    /// Drops the runtimes' state of processes whose program ended (see
     /// [`crate::process::Subscription`]).
     fn forget_ended(&mut self) {
         let due = self.changes.poll(Instant::now());
         for key in due.forget {
-            self.jit.forget(key);
-            self.java.forget(key);
-            self.python.forget(key);
+            self.runtimes.each(|r| r.forget(key));
         }
         if due.check_all {
             let table = self.changes.table().clone();
-            self.jit.retain(|k| table.knows(k));
-            self.java.retain(|k| table.knows(k));
+            self.runtimes.each(|r| r.retain(&|k| table.knows(k)));
         }
     }
 
-    /// Names of the batch's threads (full Java names where the JVM agent
-    /// found them) and processes, by tid and pid; the first name seen wins.
+    /// Names of the batch's threads (the runtime's own name where one gave
+    /// it) and processes, by tid and pid; the first name seen wins.
     fn name_threads<'a>(
         &mut self,
         names: impl Iterator<Item = (u32, u32, &'a str)>,
@@ -329,9 +334,9 @@ impl Symbolizer {
         let mut processes = HashMap::new();
         for (pid, tid, comm) in names {
             if let Entry::Vacant(slot) = threads.entry(tid) {
-                let key = self.procs.key(pid, comm);
-                let java_name = self.jvm.as_ref().and_then(|j| j.jvms.thread_name(key, tid));
-                let name = java_name.or_else(|| self.python_thread_name(pid, tid));
+                let proc = self.named_proc(pid, comm);
+                let interner = &mut self.interner;
+                let name = (self.runtimes).first(|r| r.thread_name(&proc, tid, interner));
                 slot.insert(ThreadInfo {
                     pid,
                     name: name.unwrap_or_else(|| self.interner.get_for(pid, comm)),
@@ -345,41 +350,13 @@ impl Symbolizer {
         (threads, processes)
     }
 
-    /// Python's name of thread `tid` of `pid`, if it runs a registered
-    /// interpreter that named it.
-    fn python_thread_name(&mut self, pid: u32, tid: u32) -> Option<Frame> {
-        let proc = self.python.process(pid)?;
-        let name = proc.names.get(&tid)?;
-        Some(self.interner.get_for(pid, name))
-    }
-
-    /// Tells the JVM agent which JVMs ran, whether their perf maps missed
-    /// code, and which of their threads still lack a Java name.
-    fn report_jvms(&mut self, threads: &HashMap<u32, ThreadInfo>) {
-        let seen = std::mem::take(&mut self.jvms_seen);
-        let Some(link) = &self.jvm else {
-            return;
-        };
-        for (key, jit_misses) in seen {
-            let pid = key.pid;
-            if let Some(frames) = self.java.status(key) {
-                link.jvms.set_frames(pid, frames);
-            }
-            let unnamed_tids = threads
-                .iter()
-                .filter(|(tid, t)| {
-                    t.pid == pid && !is_merged_tid(**tid) && !link.jvms.knows_thread(key, **tid)
-                })
-                .map(|(tid, _)| *tid)
-                .collect();
-            let sighting = Sighting {
-                key,
-                jit_misses,
-                unnamed_tids,
-            };
-            if let Err(std::sync::mpsc::TrySendError::Full(_)) = link.sightings.try_send(sighting) {
-                link.dropped.fetch_add(1, Ordering::Relaxed);
-            }
+    /// Process `pid` as thread `comm` saw it, for the runtimes.
+    pub(super) fn named_proc(&mut self, pid: u32, comm: &str) -> NamedProc {
+        // The key is the image's (one lookup), else the pid's alone.
+        let image = self.procs.image(pid, comm);
+        NamedProc {
+            key: image.as_ref().map_or(ProcKey::of_pid(pid), |i| i.key()),
+            image,
         }
     }
 
@@ -395,8 +372,7 @@ impl Symbolizer {
         if self.interner.bytes() > interner::max_bytes() / 10 * 9 {
             self.frames.clear();
             self.kernel_cache.clear();
-            self.jit.clear_frames();
-            self.python.clear_names();
+            self.runtimes.each(|r| r.clear_names());
             self.interner.prune();
         }
     }
@@ -406,15 +382,17 @@ impl Symbolizer {
         self.batches
     }
 
-    /// Tells [`crate::held`] what the names and the JVM code it decoded
+    /// Tells [`crate::held`] what the names and the runtimes' code it decoded
     /// hold, with their bounds (running counters: no walk).
     fn publish_held(&self) {
         use crate::held::{set, Holder};
         // The address caches that hand the names out count with them:
         // by capacity (one control byte per slot).
+        let mut runtime_caches = 0;
+        self.runtimes.each(|r| runtime_caches += r.held());
         let caches = self.frames.bytes()
             + self.kernel_cache.capacity() * cache_slot(std::mem::size_of::<u64>())
-            + self.python.held_bytes();
+            + runtime_caches;
         // The kernel cache is cleared past kernel_cache_limit() at the
         // start of a batch; one batch may grow it once more (it doubles).
         let max_caches = self.frames.max_bytes() + 2 * 4 * kernel_cache_limit() * cache_slot(32);
@@ -429,16 +407,6 @@ impl Symbolizer {
             let bytes = *KSYMS.get_or_init(crate::process::own::kallsyms_bytes);
             set(Holder::KernelSymbols, bytes, Some(bytes));
         }
-        set(
-            Holder::PerfMapNames,
-            self.jit.bytes() as u64,
-            Some(jit::budget_bytes() as u64),
-        );
-        set(
-            Holder::JvmCode,
-            self.java.bytes() as u64,
-            Some(java::nmethod_budget_bytes() as u64),
-        );
     }
 
     /// Bytes of frame names held, and ELF files open (for `/healthz`).

@@ -9,7 +9,7 @@ use crate::process::{
     files::{FileKey, Locator},
     mapped::MappedPath,
     maps::{Backing, Mapping},
-    Image, ProcKey, ProcessTable,
+    Image, ProcessTable,
 };
 
 /// Batches after which a file no process was seen mapping is forgotten.
@@ -92,26 +92,28 @@ impl Procs {
         self.choose(pid, NO_THREAD)?.image.container.clone()
     }
 
-    /// The parent and cgroup of `pid`'s newest image in the batch.
+    /// The parent, cgroups and identity of `pid`'s newest image in the
+    /// batch (its facts read now if it lives and they were not yet).
     pub fn origin(&mut self, pid: u32) -> Option<crate::profile::model::Origin> {
         const NO_THREAD: &str = "\0";
-        let image = &self.choose(pid, NO_THREAD)?.image;
+        let image = self.choose(pid, NO_THREAD)?.image.clone();
+        // An ended image keeps what was read while it ran: never the
+        // facts of whatever process holds its pid now.
+        let facts = match image.ended {
+            Some(_) => image.facts.clone(),
+            None => self.table.facts(image.key()),
+        };
         Some(crate::profile::model::Origin {
             parent: image.parent,
             cgroup: image.cgroup.clone(),
+            cgroups_v1: image.cgroups_v1.clone(),
+            identity: facts.and_then(|f| f.identity.clone()),
         })
     }
 
-    /// The process `pid` was when thread `comm` was seen (pid and start
-    /// time: what per-process caches are keyed by).
-    pub fn key(&mut self, pid: u32, comm: &str) -> ProcKey {
-        self.choose(pid, comm)
-            .map_or(ProcKey::of_pid(pid), |c| c.image.key())
-    }
-
-    /// Whether `pid` (as seen by thread `comm`) is a HotSpot JVM.
-    pub fn is_jvm(&mut self, pid: u32, comm: &str) -> bool {
-        self.choose(pid, comm).is_some_and(|c| c.image.jvm)
+    /// The table's image of `pid` as thread `comm` saw it.
+    pub fn image(&mut self, pid: u32, comm: &str) -> Option<Arc<Image>> {
+        Some(self.choose(pid, comm)?.image.clone())
     }
 
     /// How to reach a mapped file.

@@ -9,17 +9,14 @@ use blazesym::symbolize::{
 };
 use rustc_hash::FxHashMap;
 
-use super::{
-    procs::Found,
-    python::{self, PyPart},
-    syscalls, Symbolizer,
-};
-use crate::process::{files::FileKey, ProcKey};
+use super::{procs::Found, syscalls, Symbolizer};
+use crate::process::files::FileKey;
 use crate::{
-    bpf::abi::{State, JAVA_METHOD_TAG, UNWIND_PENDING_FRAME},
+    bpf::abi::UNWIND_PENDING_FRAME,
     collect::{RawLive, RawRecord, RawStack, RecordKind},
-    jvm::frames,
-    profile::{Frame, Stack},
+    profile::model::state::State,
+    profile::model::{Frame, Stack},
+    runtime::{AnonCode, Appended, Frames},
 };
 
 /// Where one user address points, before symbolization.
@@ -32,11 +29,9 @@ enum Location {
     /// A file offset once named (from the frame cache or its file).
     Named(Frame),
     Vdso,
-    /// JIT code named by the process's perf map.
-    Jit(Frame),
-    /// Java frames read from the JVM: a compiled method and the methods
-    /// inlined into it, outermost first, or one interpreted method.
-    Java(Vec<Frame>),
+    /// Frames a language runtime named (JIT code, a compiled method and
+    /// the methods inlined into it, an interpreted method).
+    Runtime(Frames),
     /// Where the walk stopped for want of a table not loaded yet.
     Pending,
     Unknown,
@@ -124,44 +119,52 @@ impl Symbolizer {
                 })
             })
             .collect();
-        let mut locations: Vec<Vec<Location>> =
-            firsts.iter().map(|s| self.locate_user(s)).collect();
-        let python: Vec<Option<PyPart>> = firsts.iter().map(|s| self.python_part(s)).collect();
+        let mut locations = Vec::with_capacity(firsts.len());
+        let mut appended = Vec::with_capacity(firsts.len());
+        for s in &firsts {
+            let (native, part) = self.appended_part(s);
+            locations.push(self.locate_user(s, native));
+            appended.push(part);
+        }
         self.resolve_user(&firsts, &mut locations);
         self.resolve_kernel(&firsts);
         let stacks: Vec<Stack> = firsts
             .iter()
             .zip(&locations)
-            .zip(&python)
-            .map(|((s, locs), py)| self.stack(s, locs, py.as_ref()))
+            .zip(&appended)
+            .map(|((s, locs), app)| self.stack(s, locs, app.as_ref()))
             .collect();
         which.into_iter().map(|k| stacks[k].clone()).collect()
     }
 
-    /// The Python frames the walk appended to a stack's native ones.
-    fn python_part(&mut self, source: &StackSource) -> Option<PyPart> {
-        let ips = source.user?;
-        let first = ips.iter().position(|&ip| python::is_python(ip))?;
-        Some(
-            self.python
-                .part(source.pid, &ips[first..], &mut self.interner),
-        )
+    /// The frames a runtime's walk appended to a stack's native ones.
+    /// How many of a stack's user entries are native frames, and, named,
+    /// the frames a runtime's walk appended after them.
+    fn appended_part(&mut self, source: &StackSource) -> (usize, Option<Appended>) {
+        let Some(ips) = source.user else {
+            return (0, None);
+        };
+        match self.runtimes.appended_from(ips) {
+            Some((first, runtime)) => {
+                let part = runtime.appended(source.pid, &ips[first..], &mut self.interner);
+                (first, Some(part))
+            }
+            None => (ips.len(), None),
+        }
     }
 
-    fn locate_user(&mut self, source: &StackSource) -> Vec<Location> {
+    /// Where each of the first `native` user entries of `source` points.
+    fn locate_user(&mut self, source: &StackSource, native: usize) -> Vec<Location> {
         let Some(ips) = source.user else {
             return Vec::new();
         };
-        // Python frames follow the native ones (see `python_part`).
-        let native = ips.iter().take_while(|&&ip| !python::is_python(ip)).count();
-        let ips = &ips[..native];
+        let ips = &ips[..native.min(ips.len())];
         let (pid, comm) = (source.pid, source.comm);
-        let key = self.procs.key(pid, comm);
         let found: Vec<(u64, Option<Found>)> = ips
             .iter()
             .enumerate()
             .map(|(i, &ip)| {
-                if ip & JAVA_METHOD_TAG != 0 || ip == UNWIND_PENDING_FRAME {
+                if self.runtimes.owns_entry(ip) || ip == UNWIND_PENDING_FRAME {
                     return (ip, None);
                 }
                 // Callers' frames hold return addresses, which may already
@@ -170,50 +173,36 @@ impl Symbolizer {
                 (addr, self.procs.find(pid, comm, addr))
             })
             .collect();
-        let jvm = self.procs.is_jvm(pid, comm);
-        if jvm {
-            self.jvms_seen.entry(key).or_insert(false);
+        let proc = self.named_proc(pid, comm);
+        self.runtimes.each(|r| r.saw(&proc));
+        let (runtimes, names) = (&self.runtimes, &mut self.interner);
+        // Code in anonymous executable memory, named by the runtimes in
+        // order, each once for the whole stack.
+        let anon: Vec<AnonCode> = (found.iter().enumerate())
+            .filter(|(_, (_, f))| matches!(f, Some(Found::Anon)))
+            .map(|(i, (addr, _))| AnonCode {
+                addr: *addr,
+                leaf: i == 0,
+            })
+            .collect();
+        let mut anon_named: Vec<Option<Frames>> = vec![None; anon.len()];
+        if !anon.is_empty() {
+            runtimes.each(|r| r.anonymous(&proc, &anon, &mut anon_named, names));
         }
+        let mut anon_named = anon_named.into_iter();
         found
             .into_iter()
-            .enumerate()
-            .map(|(i, (addr, found))| match found {
-                Some(Found::File { file, offset }) => Location::File { file, offset },
-                Some(Found::Vdso) => Location::Vdso,
-                Some(Found::Anon) => self.locate_jit(key, addr, i == 0, jvm),
-                None if addr == UNWIND_PENDING_FRAME => Location::Pending,
-                None if jvm && addr & JAVA_METHOD_TAG != 0 => {
-                    let method = addr & !JAVA_METHOD_TAG;
-                    Location::Java(vec![self.java.interpreted(key, method, &mut self.interner)])
-                }
-                None => Location::Unknown,
+            .map(|(addr, found)| {
+                let named = match found {
+                    Some(Found::File { file, offset }) => return Location::File { file, offset },
+                    Some(Found::Vdso) => return Location::Vdso,
+                    None if addr == UNWIND_PENDING_FRAME => return Location::Pending,
+                    Some(Found::Anon) => anon_named.next().flatten(),
+                    None => runtimes.first(|r| r.tagged(&proc, addr, names)),
+                };
+                named.map_or(Location::Unknown, Location::Runtime)
             })
             .collect()
-    }
-
-    /// Code in anonymous executable memory: a compiled Java method read
-    /// from the JVM, else JIT code if a perf map names it. `addr` is the
-    /// frame's pc, less one unless `leaf` (see `locate_user`).
-    fn locate_jit(&mut self, key: ProcKey, addr: u64, leaf: bool, jvm: bool) -> Location {
-        if jvm {
-            // The nmethod's pc descriptors are keyed by return address.
-            let pc = if leaf { addr } else { addr + 1 };
-            if let Some(frames) = self.java.compiled(key, pc, leaf, &mut self.interner) {
-                return Location::Java(frames);
-            }
-        }
-        let interner = &mut self.interner;
-        let found = self.jit.find(key, addr, |name| {
-            interner.get_for(key.pid, &frames::frame_name(name, jvm))
-        });
-        match found {
-            Some(frame) => Location::Jit(frame),
-            None if jvm => {
-                self.jvms_seen.insert(key, true);
-                Location::Jit(self.intern(frames::NOT_IN_PERF_MAP))
-            }
-            None => Location::Unknown,
-        }
     }
 
     /// Names the file offsets `locations` (one list per source) point at,
@@ -331,7 +320,7 @@ impl Symbolizer {
         &mut self,
         source: &StackSource,
         locations: &[Location],
-        py: Option<&PyPart>,
+        appended: Option<&Appended>,
     ) -> Stack {
         let unknown = self.intern("[unknown]");
         let vdso = self.intern("[vdso]");
@@ -344,15 +333,13 @@ impl Symbolizer {
                 // refused for want of room.
                 Location::File { .. } => user.push(unknown.clone()),
                 Location::Vdso => user.push(vdso.clone()),
-                Location::Jit(frame) => user.push(frame.clone()),
-                Location::Java(java) => user.extend(java.iter().rev().cloned()),
+                Location::Runtime(frames) => user.extend(frames.innermost_first().cloned()),
                 Location::Pending => user.push(self.intern(PENDING_FRAME)),
                 Location::Unknown => user.push(unknown.clone()),
             }
         }
-        if let Some(py) = py {
-            let gil = self.intern(python::GIL_FRAME);
-            user = py.interleave(user, &gil);
+        if let Some(appended) = appended {
+            user = appended.interleave(user);
         }
         let mut frames: Vec<Frame> = user.into_iter().rev().collect();
         if let Some(ips) = source.kernel {

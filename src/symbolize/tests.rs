@@ -10,8 +10,8 @@ use std::{
 
 use super::Symbolizer;
 use crate::{
-    bpf::abi::{Stat, State},
     collect::{RawBatch, RawRecord, RawStack, RecordKind},
+    profile::model::state::{State, STAT_COUNTERS},
 };
 
 /// A batch of one on-CPU record of this process with `stack`.
@@ -30,13 +30,16 @@ fn batch(stack: &[u64]) -> RawBatch {
             kernel_stack: None,
             ns: 1_000,
             count: 1,
+            span: None,
         }],
         threads: Vec::new(),
         runq_hists: Vec::new(),
         kept_off: Vec::new(),
         sleeps: Vec::new(),
         live: Vec::new(),
-        stats: [0; Stat::COUNT],
+        span_times: Vec::new(),
+        span_records: Vec::new(),
+        stats: [0; STAT_COUNTERS],
         missing_stacks: 0,
         drain_time: Duration::ZERO,
     }
@@ -150,4 +153,64 @@ fn a_file_rewritten_in_place_is_not_served_its_old_names() {
     let stats = s.cache_stats();
     assert_eq!(stats.hits, hits, "the old name was not served");
     assert!(stats.invalidated >= 1, "{stats:?}");
+}
+
+/// Key names of one process, for the span test.
+struct Names(u32);
+
+impl crate::collect::spans::SpanKeyNames for Names {
+    fn names(&self, pid: u32) -> Option<Arc<[Arc<str>]>> {
+        (pid == self.0).then(|| Arc::from(vec![Arc::<str>::from("http.route")]))
+    }
+}
+
+/// A row under a span is a sample as ever and the span's sample too, with
+/// the same stack; times pass as they are; records get their names.
+#[test]
+fn rows_under_a_span_are_also_the_spans() {
+    use crate::collect::spans::RawSpanRecord;
+    use crate::profile::model::spans::{SpanId, SpanTime, TraceId};
+
+    let pid = std::process::id();
+    let span = SpanId::from_raw(0x1122).unwrap();
+    let mut b = batch(&libc_stack());
+    let mut other = b.records[0].clone();
+    b.records[0].span = Some(span);
+    other.kind = RecordKind::Time(State::Futex);
+    b.records.push(other);
+    let time = SpanTime {
+        pid,
+        tid: pid,
+        span,
+        ns: [1, 2, 3, 4, 5, 6],
+        first_ns: 7,
+        last_ns: 8,
+    };
+    b.span_times.push(time.clone());
+    let record = |pid| RawSpanRecord {
+        pid,
+        span,
+        trace: TraceId([3; 16]),
+        flags: 1,
+        attrs_size: 3,
+        attrs: vec![0, 1, b'/'],
+    };
+    b.span_records = vec![record(pid), record(pid + 1)];
+    let mut s = Symbolizer::new();
+    s.set_span_key_names(Arc::new(Names(pid)));
+    let slice = s.symbolize(b).slice;
+    assert_eq!(slice.samples.len(), 2);
+    let spans = &slice.spans;
+    assert_eq!(spans.samples.len(), 1);
+    let (row, under) = (&slice.samples[0], &spans.samples[0]);
+    assert_eq!((under.pid, under.tid, under.span), (row.pid, row.tid, span));
+    assert_eq!(
+        (under.state, under.ns, under.count),
+        (row.state, row.ns, row.count)
+    );
+    assert_eq!(under.stack, row.stack);
+    assert_eq!(spans.times, vec![time]);
+    let attrs: Vec<_> = spans.records.iter().map(|r| r.attrs.clone()).collect();
+    assert_eq!(attrs[0], vec![("http.route".into(), "/".into())]);
+    assert_eq!(attrs[1], vec![("#0".into(), "/".into())]);
 }

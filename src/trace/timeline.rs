@@ -5,7 +5,11 @@
 
 use std::collections::BTreeMap;
 
-use crate::bpf::abi::{trace_kind, State, TraceEvent, INTERRUPT_TID};
+use crate::{
+    bpf::abi::{trace_kind, TraceEvent, INTERRUPT_TID},
+    collect::convert::state_from_raw,
+    profile::model::state::State,
+};
 
 /// One stretch of a thread in one state, `[start, end)` in ns
 /// (CLOCK_MONOTONIC).
@@ -66,7 +70,7 @@ pub fn build(pid: u32, mut events: Vec<TraceEvent>, start: u64, end: u64) -> Tim
         ..Timelines::default()
     };
     for e in events.iter().filter(|e| e.ts <= end) {
-        let Some(state) = State::from_raw(e.state) else {
+        let Some(state) = state_from_raw(e.state) else {
             continue;
         };
         let line = out.threads.entry(e.tid).or_default();

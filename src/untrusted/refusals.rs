@@ -246,16 +246,29 @@ fn note_payer(payers: &mut [Option<Payer>; PAYERS], pid: u32, now: Instant) {
 
 /// Counts one refusal made on process `pid`'s behalf; a [`Reason::Budget`],
 /// [`Reason::UserCpu`] or [`Reason::Unverified`] one marks the daemon degraded for
-/// [`DEGRADED_FOR`], naming `pid` (with the others refused most there).
+/// [`DEGRADED_FOR`], naming `pid` (with the others refused most there;
+/// see [`degrades`] for the one exception).
 pub fn count_for(what: What, reason: Reason, pid: u32) {
     count(what, reason);
-    if matches!(
-        reason,
-        Reason::Budget | Reason::UserCpu | Reason::Unverified
-    ) {
+    if degrades(what, reason, pid) {
         let mut payers = PAYERS_BY_CELL.lock().unwrap_or_else(|e| e.into_inner());
         note_payer(&mut payers[cell(what, reason)], pid, Instant::now());
     }
+}
+
+/// Whether a refusal for `pid` marks the daemon degraded: a budget, a
+/// user's CPU or an unverified layout, except the ELF budget of the daemon
+/// itself. Its own binary (a release build with debuginfo is ~90 MB) is
+/// past the per-process ELF budget by design: the budget is sized for the
+/// processes it profiles, and raising it for ours would map that much
+/// into our own RSS only to name our own frames. Counted, it would leave
+/// every install that profiles itself `degraded` for good, naming itself.
+fn degrades(what: What, reason: Reason, pid: u32) -> bool {
+    let own_elf = what == What::Elf && pid == std::process::id();
+    matches!(
+        reason,
+        Reason::Budget | Reason::UserCpu | Reason::Unverified
+    ) && !own_elf
 }
 
 /// One (what, reason) refused in the last [`DEGRADED_FOR`].
@@ -400,6 +413,24 @@ mod tests {
             why.iter().any(|d| d.starts_with("names budget for ")
                 && d.contains("pid 4242 (1x)")
                 && d.contains(" 0s ago")),
+            "{why:?}"
+        );
+    }
+
+    #[test]
+    fn the_daemons_own_elf_budget_is_counted_but_no_degradation() {
+        let me = std::process::id();
+        assert!(!degrades(What::Elf, Reason::Budget, me));
+        assert!(degrades(What::Elf, Reason::Budget, me + 1));
+        assert!(degrades(What::Names, Reason::Budget, me));
+        let before = get(What::Elf, Reason::Budget);
+        count_for(What::Elf, Reason::Budget, me);
+        assert_eq!(get(What::Elf, Reason::Budget), before + 1);
+        let named = format!("pid {me} (");
+        let why = degraded();
+        assert!(
+            !why.iter()
+                .any(|d| d.starts_with("elf budget") && d.contains(&named)),
             "{why:?}"
         );
     }

@@ -10,7 +10,6 @@ mod fair;
 mod files;
 mod held;
 mod procs;
-pub mod python;
 pub mod registry;
 pub mod sizing;
 mod space;

@@ -7,12 +7,13 @@ use super::{
     files::{FileEntry, TablePlace, TableState},
     stats::{Lacking, Missing},
 };
-use crate::bpf::abi::{UnwindJava, UnwindMapping, UnwindPython, UNWIND_MAX_MAPPINGS};
+use crate::bpf::abi::{UnwindMapping, UNWIND_MAX_MAPPINGS};
 use crate::process::{
     files::{ExecMapping, FileKey},
     maps::ProcMaps,
     ProcKey,
 };
+use crate::runtime::WalkEntry;
 
 pub(super) struct ProcState {
     /// The process, as the table knows it.
@@ -31,15 +32,11 @@ pub(super) struct ProcState {
     pub written: Vec<(FileKey, UnwindMapping)>,
     /// Loaded tables left out of the entry (too many mappings).
     pub left_out: Vec<FileKey>,
-    /// A JVM's code (interpreter, code heaps), as last read and as written.
-    pub java: Option<UnwindJava>,
-    pub written_java: Option<UnwindJava>,
-    /// For a JVM whose code could not be read yet: when to read it again,
-    /// and until when to keep trying.
-    pub java_retry: Option<(Instant, Instant)>,
-    /// A Python interpreter's frame layout, as last read and as written.
-    pub python: Option<UnwindPython>,
-    pub written_python: Option<UnwindPython>,
+    /// The runtimes' part of its entry (a JVM's code, a Python
+    /// interpreter's layout...), as last read and as written; `None` when
+    /// no runtime wrote any.
+    pub runtime: Option<WalkEntry>,
+    pub written_runtime: Option<WalkEntry>,
     /// Tables in its entry evicted since its program started.
     pub tables_evicted: u32,
     /// Whether its entry says that some of its tables are pending (BPF
@@ -50,10 +47,7 @@ pub(super) struct ProcState {
 impl ProcState {
     /// Whether the process has a BPF entry.
     pub fn has_entry(&self) -> bool {
-        !self.written.is_empty()
-            || self.written_java.is_some()
-            || self.written_python.is_some()
-            || self.written_pending
+        !self.written.is_empty() || self.written_runtime.is_some() || self.written_pending
     }
 
     /// Whether some of its files' tables are not built yet.

@@ -36,7 +36,7 @@ use super::{
     stats::{top_missing, Lacking},
 };
 use crate::bpf::{
-    abi::{UnwindJava, UnwindProc, UNWIND_MAX_MAPPINGS},
+    abi::{UnwindProc, UNWIND_MAX_MAPPINGS},
     UnwindMaps,
 };
 use crate::budget::shares::Shares;
@@ -44,17 +44,11 @@ use crate::process::{
     files::{exec_mappings_in, ExecMapping, FileKey},
     ProcessTable, Subscription,
 };
+use crate::runtime::{Attach, Runtimes, WalkEntry};
 
 mod by_user;
 mod place;
 mod slots;
-
-use super::python::PythonSide;
-
-/// What the walk needs of a JVM's code, from its executable mappings
-/// (`jvm::walk_code::code_for_walks`, handed in so that the registry does not
-/// depend on the JVM readers).
-pub type JavaCodeOf = Box<dyn Fn(u32, &[ExecMapping]) -> Option<UnwindJava> + Send>;
 
 /// A table left out for lack of room, or that no process could open, is
 /// tried again after this long, if room may be made for it by then.
@@ -68,11 +62,6 @@ const MAX_TABLE_SHARE: u32 = 4;
 /// Work per update: once spent, the rest waits for the next update (one
 /// table build may overrun it, since a build is not split).
 const UPDATE_BUDGET: Duration = Duration::from_millis(100);
-/// A JVM registered before its interpreter and code heaps could be read
-/// (a JVM seen in its first moments; on a busy host, seconds) is looked
-/// at again this often, for this long after it was first registered.
-const JAVA_RETRY_EVERY: Duration = Duration::from_secs(1);
-const JAVA_RETRY_FOR: Duration = Duration::from_secs(120);
 /// Processes registered at most: the capacity of `unwind_procs`.
 pub(super) const MAX_PROCS: usize = crate::bpf::abi::UNWIND_PROCS;
 /// Files no registered process maps whose verdict (no table needed,
@@ -99,12 +88,9 @@ pub struct Registry {
     /// Registrations so far (each process entry carries its own).
     epoch: u32,
     changes: Subscription,
-    /// Registers JVMs' code, so that the walk names interpreted frames
-    /// and steps through compiled ones (`--jvm-frames`).
-    pub java: Option<JavaCodeOf>,
-    /// Registers Python interpreters and their threads, so that the walk
-    /// records Python frames (see [`Registry::with_python`]).
-    python: Option<Box<dyn PythonSide>>,
+    /// The language runtimes whose walk entries go with a process's
+    /// tables (see [`crate::runtime`]).
+    runtimes: Runtimes,
 }
 
 impl Registry {
@@ -123,8 +109,7 @@ impl Registry {
             space: RowSpace::new(capacity),
             accounts: Accounts::default(),
             epoch: 0,
-            java: None,
-            python: None,
+            runtimes: Runtimes::default(),
             stats: UnwindStats {
                 rows_capacity: u64::from(capacity),
                 ..UnwindStats::default()
@@ -132,17 +117,16 @@ impl Registry {
         }
     }
 
-    /// Also registers the Python interpreters of the processes (and
-    /// their threads) through `python`.
-    pub fn with_python(mut self, python: Box<dyn PythonSide>) -> Registry {
-        self.python = Some(python);
+    /// Also writes what `runtimes` need of each process into its entry.
+    pub fn with_runtimes(mut self, runtimes: Runtimes) -> Registry {
+        self.runtimes = runtimes;
         self
     }
 
     /// What has been done so far.
     pub fn stats(&self) -> UnwindStats {
         UnwindStats {
-            python: self.python.as_ref().map(|py| py.stats()),
+            runtimes: self.runtimes.walk_stats(),
             ..self.stats.clone()
         }
     }
@@ -163,10 +147,9 @@ impl Registry {
             self.queued.remove(&pid);
             self.register(pid, now);
         }
-        let grown = match &mut self.python {
-            Some(py) => py.scan(&pids, now, deadline),
-            None => Vec::new(),
-        };
+        let grown: Vec<u32> = (self.runtimes.iter())
+            .flat_map(|r| r.synchronize(&pids, now, deadline))
+            .collect();
         for pid in grown {
             self.new_epoch(pid);
         }
@@ -207,11 +190,7 @@ impl Registry {
                     }
                     p.key != image.key()
                         || !Arc::ptr_eq(&p.maps, &image.maps)
-                        || p.java_retry.is_some_and(|(next, _)| now >= next)
-                        || self
-                            .python
-                            .as_ref()
-                            .is_some_and(|py| py.retry_due(pid, now))
+                        || self.runtimes.retry_due(pid, now)
                 }
                 None => true,
             };
@@ -292,15 +271,9 @@ impl Registry {
         let mappings = exec_mappings_in(&image.maps);
         let mut seen = now;
         let mut written = Vec::new();
-        let mut written_java = None;
-        let mut written_python = None;
+        let mut written_runtime = None;
         let mut tables_evicted = 0;
         let mut written_pending = false;
-        let java_until = old
-            .as_ref()
-            .filter(|o| o.key == image.key())
-            .and_then(|o| o.java_retry)
-            .map_or(now + JAVA_RETRY_FOR, |(_, until)| until);
         // The entry BPF writes at an exec (epoch 0: all tables pending)
         // is not ours to keep: written below if still true.
         let ours = match self.maps.procs.get(&pid, 0) {
@@ -320,23 +293,21 @@ impl Registry {
             // (a new epoch would empty BPF's cache of its rules).
             if ours {
                 written = old.written;
-                written_java = old.written_java;
-                written_python = old.written_python;
+                written_runtime = old.written_runtime;
                 written_pending = old.written_pending;
             }
         }
-        let java = self.java.as_ref().and_then(|of| of(pid, &mappings));
-        // A JVM whose code could not be read yet (no interpreter, no code
-        // heaps) is read again; one that has none by then walks without.
-        let incomplete = self.java.is_some()
-            && image.maps.is_hotspot()
-            && java.is_none_or(|j| j.heap_count == 0);
-        let java_retry =
-            (incomplete && now < java_until).then_some((now + JAVA_RETRY_EVERY, java_until));
-        let python = self
-            .python
-            .as_mut()
-            .and_then(|py| py.register(pid, image.key(), uid, &mappings, now));
+        let attach = Attach {
+            pid,
+            key: image.key(),
+            uid,
+            image: &image,
+            mappings: &mappings,
+            now,
+        };
+        let mut part = WalkEntry::default();
+        self.runtimes.each(|r| r.walk_entry(&attach, &mut part));
+        let runtime = (part != WalkEntry::default()).then_some(part);
         self.attach(&mappings, uid, now);
         self.keep(
             pid,
@@ -349,11 +320,8 @@ impl Registry {
                 mappings,
                 written,
                 left_out: Vec::new(),
-                java,
-                written_java,
-                java_retry,
-                python,
-                written_python,
+                runtime,
+                written_runtime,
                 tables_evicted,
                 written_pending,
             },
@@ -362,12 +330,12 @@ impl Registry {
     }
 
     /// Writes `pid`'s entry again under a new epoch, so that BPF walks
-    /// again the stacks of its threads that blocked before their Python
+    /// again the stacks of its threads that blocked before their runtime's
     /// thread state was known (a thread blocked for hours would otherwise
     /// keep its native-only stack).
     fn new_epoch(&mut self, pid: u32) {
         if let Some(p) = self.procs.get_mut(&pid) {
-            p.written_python = None;
+            p.written_runtime = None;
         }
         self.write_entry(pid);
     }
@@ -401,16 +369,13 @@ impl Registry {
             return;
         };
         p.left_out = left_out;
-        if p.written == entry
-            && p.written_java == p.java
-            && p.written_python == p.python
-            && p.written_pending == pending
-        {
+        if p.written == entry && p.written_runtime == p.runtime && p.written_pending == pending {
             return;
         }
         self.stats.mappings_dropped += dropped as u64;
         // Never 0: that is the entry BPF writes at an exec.
         self.epoch = self.epoch.wrapping_add(1).max(1);
+        let runtime = p.runtime;
         let mut proc = UnwindProc {
             epoch: self.epoch,
             count: entry.len() as u32,
@@ -420,10 +385,8 @@ impl Registry {
         for (slot, (_, m)) in proc.mappings.iter_mut().zip(&entry) {
             *slot = *m;
         }
-        let (java, python) = (p.java, p.python);
-        proc.java = java.unwrap_or_default();
-        proc.python = python.unwrap_or_default();
-        if entry.is_empty() && java.is_none() && python.is_none() && !pending {
+        runtime.unwrap_or_default().write_into(&mut proc);
+        if entry.is_empty() && runtime.is_none() && !pending {
             let _ = self.maps.procs.remove(&pid);
         } else if let Err(err) = self.insert_entry(pid, proc) {
             tracing::debug!(pid, "registering unwind tables: {err}");
@@ -436,8 +399,7 @@ impl Registry {
             return;
         };
         p.written = entry;
-        p.written_java = java;
-        p.written_python = python;
+        p.written_runtime = runtime;
         p.written_pending = pending;
     }
 

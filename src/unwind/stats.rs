@@ -1,6 +1,7 @@
 //! What the registry reports in `/healthz` (`pipeline.unwind`): counters,
 //! and which processes walk without which table, and why.
 
+use crate::runtime::RuntimeStats;
 use serde::Serialize;
 
 pub use super::accounts::{PartialProcess, UserTables};
@@ -76,9 +77,9 @@ pub struct UnwindStats {
     /// user whose table needed the room) and suffered, processes with
     /// partial stacks; the users charged the most rows first.
     pub users: Vec<UserTables>,
-    /// Python interpreters and threads registered for the walk.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub python: Option<PythonStats>,
+    /// What the runtimes' walk halves did (`python`, ...).
+    #[serde(flatten)]
+    pub runtimes: RuntimeStats,
 }
 
 /// A process walking some of its files without their table.
@@ -154,21 +155,4 @@ pub(super) fn top_missing(
                 .collect(),
         })
         .collect()
-}
-
-/// Python interpreters the walk reads (`/healthz` `pipeline.unwind.python`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct PythonStats {
-    /// Processes whose interpreter the walk reads.
-    pub interpreters: u64,
-    /// Threads in `python_threads`.
-    pub threads: u64,
-    /// Interpreters that could not be read (each attempt).
-    pub refused: u64,
-    /// Threads left out: `python_threads` full, or past the thread bound
-    /// or their user's share of the map (`python::shares`), at each scan.
-    pub threads_left_out: u64,
-    /// Entries taken back from users above their share, for a user within
-    /// theirs.
-    pub threads_taken_back: u64,
 }

@@ -10,7 +10,7 @@ use std::{
 use crate::support::api::{app, call, call_on, error_of, get_with, GONE_PID};
 use wallscope::{
     api,
-    profile::{store::Store, Slice},
+    profile::model::{store::Store, Slice},
     state::Shared,
 };
 
@@ -189,8 +189,12 @@ const NO_CGROUP: u64 = u64::MAX - 1;
 /// pid 800 has the most time but only in the old slice.
 fn metrics_app() -> axum::Router {
     use wallscope::{
-        bpf::abi::{Hist, Stat, HIST_SLOTS},
-        profile::model::{HistOwner, RawThread, ThreadCounters},
+        bpf::abi::Stat,
+        profile::model::state::{Hist, HIST_SLOTS},
+        profile::model::{
+            counters::{RawThread, ThreadCounters},
+            HistOwner,
+        },
     };
     let thread = |pid: u32, tid: u32, comm: &str, ns: [u64; 6]| RawThread {
         counters: ThreadCounters {
@@ -268,6 +272,7 @@ fn metrics_app() -> axum::Router {
             kept_off: Vec::new(),
             sleeps: Vec::new(),
             stats,
+            spans: Default::default(),
         });
     }
     let shared = Shared::new(store, Vec::new());

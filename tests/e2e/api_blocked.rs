@@ -11,8 +11,8 @@ use crate::support::api::{call_on, error_of, shared, GONE_PID};
 use serde_json::{json, Value};
 use wallscope::{
     api,
-    bpf::abi::State,
-    profile::live::{LiveThread, LiveView, LiveWaker, Syscall},
+    profile::model::live::{LiveThread, LiveView, LiveWaker, Syscall},
+    profile::model::state::State,
 };
 
 /// A process that is in the live view only (gone, and with no slice).

@@ -15,8 +15,11 @@ use crate::support::{
 use tokio::task::JoinHandle;
 use wallscope::{
     api,
-    bpf::abi::State,
-    profile::{store::Store, truncate::Limits, Frame, Sample, Slice, Stack, ThreadInfo},
+    profile::model::state::State,
+    profile::{
+        model::{store::Store, Frame, Sample, Slice, Stack, ThreadInfo},
+        report::truncate::Limits,
+    },
     state::Shared,
 };
 
@@ -110,7 +113,8 @@ fn slice(i: u64, end: SystemTime, stacks: &[Stack]) -> Slice {
         origins: HashMap::new(),
         kept_off: Vec::new(),
         sleeps: Vec::new(),
-        stats: [0; wallscope::bpf::abi::Stat::COUNT],
+        stats: [0; wallscope::profile::model::state::STAT_COUNTERS],
+        spans: Default::default(),
     }
 }
 

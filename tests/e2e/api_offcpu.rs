@@ -10,9 +10,12 @@ use std::{
 use crate::support::api::{call_on, error_of};
 use wallscope::{
     api,
-    bpf::abi::{Hist, State, HIST_SLOTS, INTERRUPT_TID},
-    profile::model::{HistOwner, RawThread, ThreadCounters},
-    profile::{store::Store, Interrupt, Sample, Slice, Stack, ThreadInfo, Wakeup},
+    profile::model::state::{Hist, State, HIST_SLOTS, INTERRUPT_TID},
+    profile::model::{
+        counters::{RawThread, ThreadCounters},
+        HistOwner,
+    },
+    profile::model::{store::Store, Interrupt, Sample, Slice, Stack, ThreadInfo, Wakeup},
     state::Shared,
 };
 
@@ -120,7 +123,8 @@ fn app() -> axum::Router {
         origins: HashMap::new(),
         kept_off: Vec::new(),
         sleeps: Vec::new(),
-        stats: [0; wallscope::bpf::abi::Stat::COUNT],
+        stats: [0; wallscope::profile::model::state::STAT_COUNTERS],
+        spans: Default::default(),
     });
     api::router(Shared::new(store, Vec::new()))
 }
@@ -255,16 +259,35 @@ async fn runqueue_lists_cgroups_throttled_first() {
     let v = json("/runqueue?cgroup=all").await;
     assert_eq!(v["seconds"], 30);
     let rows = v["cgroups"].as_array().unwrap();
+    let throttled = &rows[0];
+    assert_eq!(throttled["cgroup"], CAPPED, "{v}");
     assert_eq!(
-        rows[0],
-        serde_json::json!({
-            "cgroup": CAPPED,
-            "runqueue_waits": 4,
-            "runqueue_total_us": 20,
-            "runqueue_p99_us": 8.0,
-            "throttled_intervals": 3,
-            "throttled_us": 300_000,
-        })
+        (
+            &throttled["throttled_intervals"],
+            &throttled["throttled_us"]
+        ),
+        (&serde_json::json!(3), &serde_json::json!(300_000)),
+        "{v}"
+    );
+    // The waits BPF filed under the unified id: the same row where the
+    // `cpu` controller is unified, a `v2` row of their own where it has a
+    // v1 hierarchy (ids of two hierarchies name different directories).
+    let waits = rows
+        .iter()
+        .find(|r| r["cgroup"] == CAPPED && r["hierarchy"] == "v2")
+        .unwrap_or_else(|| panic!("no v2 row of {CAPPED}: {v}"));
+    assert_eq!(
+        (
+            &waits["runqueue_waits"],
+            &waits["runqueue_total_us"],
+            &waits["runqueue_p99_us"]
+        ),
+        (
+            &serde_json::json!(4),
+            &serde_json::json!(20),
+            &serde_json::json!(8.0)
+        ),
+        "{v}"
     );
     let text = ok("/runqueue?cgroup=all&format=text").await;
     assert!(text.contains("1 throttled (CPU quota spent)"), "{text}");

@@ -13,8 +13,8 @@ use crate::support::api::{error_of, get_with, send, shared, GONE_PID};
 use axum::http::HeaderMap;
 use wallscope::{
     api::{self, headers, peer::Client, Access},
-    bpf::abi::State,
-    profile::{store::Store, Sample, Slice},
+    profile::model::state::State,
+    profile::model::{store::Store, Sample, Slice},
     state::Shared,
 };
 

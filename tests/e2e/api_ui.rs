@@ -32,10 +32,10 @@ async fn pages_and_their_files_are_served_from_the_binary() {
 #[tokio::test]
 async fn meta_lists_the_apis_names_and_the_scripts_read_it() {
     use wallscope::{
-        bpf::abi::State,
+        profile::model::state::State,
         profile::{
-            kind::{Group, Kind},
-            processes::SortBy,
+            model::kind::{Group, Kind},
+            report::processes::SortBy,
         },
     };
     let (status, ctype, body) = call("/ui/meta.json").await;

@@ -15,10 +15,10 @@ use prost::Message as _;
 use tower::ServiceExt;
 use wallscope::{
     api,
-    bpf::abi::State,
     export::pprof::proto::Profile,
-    profile::model::{RawThread, ThreadCounters},
-    profile::{store::Store, Sample, Slice, ThreadInfo},
+    profile::model::counters::{RawThread, ThreadCounters},
+    profile::model::state::State,
+    profile::model::{store::Store, Sample, Slice, ThreadInfo},
     state::Shared,
 };
 

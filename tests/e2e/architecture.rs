@@ -1,12 +1,14 @@
 //! The crate's structure, checked from its source: modules import only
 //! modules below them in one declared order, no item is re-exported under
-//! a second path (`pub use crate::…`), every `/proc` path is in the host
-//! layer (`src/process/`) or the opener of other users' files
-//! (`src/untrusted/`), only the host layer reads a process's `/proc`
+//! a second path (`pub use crate::…`, nor a module or glob of a child),
+//! every `/proc` path is in the host layer (`src/process/`) or the opener
+//! of other users' files (`src/untrusted/`), only the host layer reads a process's `/proc`
 //! files (every other stage asks the process table, or makes its
-//! deliberate live re-checks through `process::live`), and reports
+//! deliberate live re-checks through `process::live`), the profile model
+//! and reports (`src/profile/`) never name the BPF contract, and reports
 //! (`src/profile/report/`) ask the live host only through their
-//! `host_facts` port. Test code (`#[cfg(test)] mod tests`, files named
+//! `host_facts` port, and the runtimes' callers (the symbolizer, the
+//! unwind registry) name no runtime (`runtime::Runtime`). Test code (`#[cfg(test)] mod tests`, files named
 //! `*tests.rs`) may read anything for ground truth and is not checked.
 
 use std::{
@@ -24,10 +26,16 @@ const LAYERS: &[&str] = &[
     "state",
     "trace",
     "symbolize",
+    // The runtimes wallscope ships, as one set.
+    "runtimes",
     "profile::report",
     "jvm",
     "python",
+    "perfmap",
+    "otelctx",
     "unwind",
+    // The one runtime interface: below its callers and its implementations.
+    "runtime",
     "collect",
     "profile::model",
     "profile",
@@ -79,18 +87,24 @@ fn sources() -> Vec<Source> {
             !name.ends_with("tests.rs") && p != &src.join("main.rs") && p != &src.join("lib.rs")
         })
         .map(|path| {
-            let rel = path.strip_prefix(&src).unwrap().with_extension("");
-            let mut module: Vec<String> = rel
-                .components()
-                .map(|c| c.as_os_str().to_str().unwrap().to_string())
-                .collect();
-            if module.last().is_some_and(|m| m == "mod") {
-                module.pop();
-            }
+            let module = module_of(&src, &path);
             let text = without_comments(&without_tests(&fs::read_to_string(&path).unwrap()));
             Source { path, module, text }
         })
         .collect()
+}
+
+/// The module path of a file below `src` (a `mod.rs` is its directory).
+fn module_of(src: &Path, path: &Path) -> Vec<String> {
+    let rel = path.strip_prefix(src).unwrap().with_extension("");
+    let mut module: Vec<String> = rel
+        .components()
+        .map(|c| c.as_os_str().to_str().unwrap().to_string())
+        .collect();
+    if module.last().is_some_and(|m| m == "mod") {
+        module.pop();
+    }
+    module
 }
 
 fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -222,6 +236,11 @@ fn tree(b: &[u8], at: &mut usize) -> Vec<Vec<String>> {
                     return paths;
                 }
                 Some(b',') => *at += 1,
+                // A glob: every item of the path so far.
+                Some(b'*') => {
+                    *at += 1;
+                    paths.push(Vec::new());
+                }
                 Some(c) if c.is_ascii_alphanumeric() || *c == b'_' || *c == b'{' => {
                     paths.extend(tree(b, at));
                     // `as name`, or anything else up to the next item.
@@ -277,6 +296,55 @@ fn aliases(text: &str) -> Vec<(usize, &str)> {
         .collect()
 }
 
+/// The re-exports of a text (of `module`) that give a module of the crate
+/// a second path, or every item of one (a glob, `pub use child::*`), with
+/// their lines: `pub use model::{kind, *}` in `profile` keeps
+/// `profile::kind` beside `profile::model::kind`. `modules` are the
+/// crate's modules. Naming a private child's items (a module's curated
+/// face) is none.
+fn module_reexports(
+    text: &str,
+    module: &[String],
+    modules: &[Vec<String>],
+) -> Vec<(usize, String)> {
+    let mut found = Vec::new();
+    let mut offset = 0;
+    for (n, line) in text.lines().enumerate() {
+        let start = offset;
+        offset += line.len() + 1;
+        let Some(rest) = line.trim_start().strip_prefix("pub") else {
+            continue;
+        };
+        let rest = match rest.strip_prefix('(') {
+            Some(vis) => vis.split_once(')').map_or("", |(_, r)| r),
+            None => rest,
+        };
+        let Some(used) = rest.trim_start().strip_prefix("use ") else {
+            continue;
+        };
+        let at = start + line.len() - used.len();
+        let mut tail = text[at..].trim_start();
+        let mut base: Vec<String> = module.to_vec();
+        if let Some(t) = tail.strip_prefix("crate::") {
+            base.clear();
+            tail = t;
+        }
+        while let Some(t) = tail.strip_prefix("super::") {
+            base.pop();
+            tail = t;
+        }
+        tail = tail.strip_prefix("self::").unwrap_or(tail);
+        for p in parse_tree(tail).0 {
+            let mut full = base.clone();
+            full.extend(p);
+            if !module.starts_with(&full) && modules.contains(&full) {
+                found.push((n + 1, full.join("::")));
+            }
+        }
+    }
+    found
+}
+
 /// Layers listed below a layer that holds them (`a::b` after `a`): a
 /// module carved out of its parent so that layers between the two may use
 /// it, which hides a cycle. A part listed above its parent is a sub-layer
@@ -305,10 +373,15 @@ fn no_layer_is_carved_out_of_another() {
 
 #[test]
 fn items_have_one_path() {
+    let sources = sources();
+    let modules: Vec<Vec<String>> = sources.iter().map(|s| s.module.clone()).collect();
     let mut wrong = Vec::new();
-    for s in sources() {
+    for s in &sources {
         for (line, text) in aliases(&s.text) {
             wrong.push(format!("{}:{line}: {text}", s.path.display()));
+        }
+        for (line, what) in module_reexports(&s.text, &s.module, &modules) {
+            wrong.push(format!("{}:{line}: re-exports {what}", s.path.display()));
         }
     }
     assert!(
@@ -454,6 +527,80 @@ fn reports_read_no_host() {
     );
 }
 
+/// The modules that call the language runtimes (through
+/// `runtime::Runtime`): they name none of them.
+const RUNTIME_CALLERS: &[&str] = &["symbolize", "unwind::registry", "unwind::procs"];
+/// What names a runtime in code (lowercased): adding one is adding its
+/// module, never a case in its callers.
+const RUNTIME_NAMES: &[&str] = &["java", "jvm", "hotspot", "python", "perfmap", "perf_map"];
+
+/// The lines of `text` naming a runtime.
+fn runtime_names(text: &str) -> Vec<(usize, String)> {
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| {
+            let l = l.to_lowercase();
+            RUNTIME_NAMES.iter().any(|n| l.contains(n))
+        })
+        .map(|(n, l)| (n + 1, l.trim().to_string()))
+        .collect()
+}
+
+#[test]
+fn runtime_callers_name_no_runtime() {
+    let mut wrong = Vec::new();
+    for s in sources() {
+        let caller = RUNTIME_CALLERS.iter().any(|c| {
+            let parts: Vec<&str> = c.split("::").collect();
+            parts.len() <= s.module.len() && parts.iter().zip(&s.module).all(|(a, b)| a == b)
+        });
+        if !caller {
+            continue;
+        }
+        for (line, what) in runtime_names(&s.text) {
+            wrong.push(format!("{}:{line}: {what}", s.path.display()));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "a runtime named by its callers (ask crate::runtime::Runtimes):\n{}",
+        wrong.join("\n")
+    );
+}
+
+/// Where `text` (of `module`) names the BPF contract (`crate::bpf`), each
+/// with its line: the profile model and its reports have their own types,
+/// which the collector converts into (`collect::convert`).
+fn bpf_names(text: &str, module: &[String]) -> Vec<(usize, String)> {
+    crate_paths(text, module)
+        .into_iter()
+        .filter(|(_, p)| p.first().is_some_and(|f| f == "bpf"))
+        .map(|(line, p)| (line, p.join("::")))
+        .collect()
+}
+
+#[test]
+fn profiles_name_no_bpf() {
+    // Every file, test code too: tests build the model's rows as the
+    // collector does, from the model's types.
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    walk(&src.join("profile"), &mut files);
+    let mut wrong = Vec::new();
+    for path in files {
+        let module = module_of(&src, &path);
+        let text = without_comments(&fs::read_to_string(&path).unwrap());
+        for (line, what) in bpf_names(&text, &module) {
+            wrong.push(format!("{}:{line}: {what}", path.display()));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "the profile model and reports naming the BPF contract (use profile::model::state; convert in collect::convert):\n{}",
+        wrong.join("\n")
+    );
+}
+
 #[test]
 fn the_checks_see_what_they_check() {
     // A group, a nested group, `self` and `super` paths.
@@ -493,6 +640,41 @@ fn the_checks_see_what_they_check() {
     let reexports = "pub use crate::a::B;\n  pub(crate) use crate::{c, d};\npub use self::x::Y;\npub use child::Z;\nuse crate::e;\npub(super) use crate::f;";
     let lines: Vec<usize> = aliases(reexports).into_iter().map(|(n, _)| n).collect();
     assert_eq!(lines, [1, 2, 6]);
+    // Re-exports of modules and globs: the paths from before a split.
+    let profile = vec!["profile".to_string()];
+    let modules: Vec<Vec<String>> = [
+        "profile::model",
+        "profile::model::kind",
+        "profile::report::rows",
+    ]
+    .iter()
+    .map(|m| m.split("::").map(String::from).collect())
+    .collect();
+    let planted = "pub use model::{kind, *};\n\
+                   pub use model::Sample;\n\
+                   pub(crate) use report::{\n    rows,\n};\n\
+                   pub use self::model::kind as k;\n\
+                   use model::kind;";
+    let found: Vec<(usize, String)> = module_reexports(planted, &profile, &modules);
+    let found: Vec<(usize, &str)> = found.iter().map(|(n, p)| (*n, p.as_str())).collect();
+    assert_eq!(
+        found,
+        [
+            (1, "profile::model::kind"),
+            (1, "profile::model"),
+            (3, "profile::report::rows"),
+            (6, "profile::model::kind")
+        ]
+    );
+    let sibling = vec![
+        "profile".to_string(),
+        "model".to_string(),
+        "kind".to_string(),
+    ];
+    assert_eq!(
+        module_reexports("pub use super::super::report::rows;", &sibling, &modules).len(),
+        1
+    );
     // The carve-out this file once had, and a sub-layer, which is none.
     let layers = [
         "export",
@@ -523,4 +705,27 @@ fn the_checks_see_what_they_check() {
     assert!(reader_calls(&jit, allowed).is_empty());
     let host = vec!["process".to_string(), "live".to_string()];
     assert!(reader_calls(&host, planted).is_empty());
+    // A runtime named by a caller, in a path, a field or a type.
+    let planted = "use crate::jvm::Jvms;\nlet x = 1;\nself.python.part(pid);\nlet m: PerfMaps;";
+    let lines: Vec<usize> = runtime_names(planted).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(lines, [1, 3, 4]);
+    assert!(
+        runtime_names("self.runtimes.first(|r| r.anonymous(&proc, a, leaf, names))").is_empty()
+    );
+    // The model naming the BPF contract: a group, a full path, `super`
+    // paths up to the crate root; its own state module is no violation.
+    let model = vec![
+        "profile".to_string(),
+        "model".to_string(),
+        "store".to_string(),
+    ];
+    let planted = "use crate::{bpf::abi::State, profile::model::state::Hist};\n\
+                   let n = crate::bpf::abi::HIST_SLOTS;\n\
+                   use super::super::super::bpf::abi::Stat;\n\
+                   use super::state::State;";
+    let lines: Vec<usize> = bpf_names(planted, &model)
+        .into_iter()
+        .map(|(line, _)| line)
+        .collect();
+    assert_eq!(lines, [1, 2, 3]);
 }

@@ -3,9 +3,10 @@
 //! wakeups vs the thread a timer interrupted, and stacks sampled by length
 //! vs every stack.
 
-use std::{collections::HashMap, fs, path::PathBuf};
+use std::{collections::HashMap, fs};
 
 use crate::support::{
+    cgroup::QuotaCgroup,
     kernel::accounts,
     rows::{json_at, within},
     *,
@@ -25,57 +26,6 @@ fn crunchers(url: &str, pid: u32) -> Vec<Value> {
         .collect()
 }
 
-/// A CPU cgroup with a quota, removed when dropped: v2 (`cpu.max`) or v1
-/// (`cpu.cfs_quota_us`), whichever this host mounts.
-struct QuotaGroup {
-    dir: PathBuf,
-    v2: bool,
-}
-
-impl QuotaGroup {
-    fn new(percent: u64) -> QuotaGroup {
-        let name = format!("wallscope-test-{}", std::process::id());
-        let v2 = PathBuf::from("/sys/fs/cgroup/cgroup.controllers");
-        let (dir, v2) = if fs::read_to_string(&v2).is_ok_and(|c| c.contains("cpu")) {
-            let root = PathBuf::from("/sys/fs/cgroup");
-            let _ = fs::write(root.join("cgroup.subtree_control"), "+cpu");
-            (root.join(name), true)
-        } else {
-            (PathBuf::from("/sys/fs/cgroup/cpu").join(name), false)
-        };
-        fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {dir:?}: {e}"));
-        let quota = percent * 1000;
-        if v2 {
-            fs::write(dir.join("cpu.max"), format!("{quota} 100000")).unwrap();
-        } else {
-            fs::write(dir.join("cpu.cfs_period_us"), "100000").unwrap();
-            fs::write(dir.join("cpu.cfs_quota_us"), quota.to_string()).unwrap();
-        }
-        QuotaGroup { dir, v2 }
-    }
-
-    /// Microseconds the group spent throttled, summed over CPUs.
-    fn throttled_us(&self) -> f64 {
-        let stat = fs::read_to_string(self.dir.join("cpu.stat")).unwrap();
-        let field = |name: &str| {
-            stat.lines()
-                .find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok())
-                .unwrap_or_else(|| panic!("{name} in {stat}"))
-        };
-        if self.v2 {
-            field("throttled_usec")
-        } else {
-            field("throttled_time") / 1e3
-        }
-    }
-}
-
-impl Drop for QuotaGroup {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir(&self.dir);
-    }
-}
-
 #[test]
 fn quota_throttling_is_told_apart_from_cpu_contention() {
     let Some(_fx) = Fixture::ebpf_serial() else {
@@ -85,8 +35,8 @@ fn quota_throttling_is_told_apart_from_cpu_contention() {
     settle(url);
 
     // Two busy threads, 20 % of one CPU between them.
-    let group = QuotaGroup::new(20);
-    let before = group.throttled_us();
+    let group = QuotaCgroup::create("engine", 20_000);
+    let before = group.throttled_us() as f64;
     let script = format!(
         "echo $$ > {} && exec {} 2 6",
         group.dir.join("cgroup.procs").display(),
@@ -97,7 +47,7 @@ fn quota_throttling_is_told_apart_from_cpu_contention() {
     let w = Workload::spawn(cmd);
     let pid = w.pid;
     let out = w.wait();
-    let kernel_throttled = group.throttled_us() - before;
+    let kernel_throttled = group.throttled_us() as f64 - before;
     settle(url);
     let kernel = accounts(&out);
     let rows = crunchers(url, pid);

@@ -13,9 +13,12 @@ use std::{
 use crate::support::api::call_on;
 use wallscope::{
     api,
-    bpf::abi::{Hist, State, HIST_SLOTS, INTERRUPT_TID},
-    profile::model::{HistOwner, RawThread, ThreadCounters},
-    profile::{store::Store, Interrupt, Sample, Slice, Stack, ThreadInfo, Wakeup},
+    profile::model::state::{Hist, State, HIST_SLOTS, INTERRUPT_TID},
+    profile::model::{
+        counters::{RawThread, ThreadCounters},
+        HistOwner,
+    },
+    profile::model::{store::Store, Interrupt, Sample, Slice, Stack, ThreadInfo, Wakeup},
     state::Shared,
 };
 
@@ -165,7 +168,8 @@ fn app() -> (axum::Router, SystemTime) {
             origins: HashMap::new(),
             kept_off: Vec::new(),
             sleeps: Vec::new(),
-            stats: [0; wallscope::bpf::abi::Stat::COUNT],
+            stats: [0; wallscope::profile::model::state::STAT_COUNTERS],
+            spans: Default::default(),
         });
     }
     let shared = Shared::new(store, vec![("on_cpu_sample".into(), 2)]);
@@ -258,6 +262,14 @@ async fn runqueue_text_matches_golden() {
     golden(
         "runqueue.txt",
         &ok("/runqueue", &format!("pid={PID}&format=text&"), 60).await,
+    );
+}
+
+#[tokio::test]
+async fn explain_text_matches_golden() {
+    golden(
+        "explain.txt",
+        &ok("/explain", &format!("pid={PID}&format=text&"), 60).await,
     );
 }
 

@@ -25,9 +25,10 @@ const UNACCOUNTED: u64 = 64 << 20;
 /// How long the attack runs once the daemon reads its map.
 const ATTACK: Duration = Duration::from_secs(30);
 
-const HOLDERS: [&str; 12] = [
+const HOLDERS: [&str; 13] = [
     "store",
     "stacks",
+    "spans",
     "names",
     "elf_symbols",
     "unwind_tables",

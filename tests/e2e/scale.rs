@@ -150,7 +150,7 @@ fn ten_thousand_sleeping_threads_lose_no_rows() {
     // rows that come after the buffer is 7/8 full merge), so the host's
     // graphs of 10,000 threads may truncate them away: the workload's own
     // merged row, asked for by its tid, must say what it is.
-    let merged_tid = wallscope::bpf::abi::MERGED_TID | pid;
+    let merged_tid = wallscope::profile::model::state::MERGED_TID | pid;
     let (status, body) = get(&format!(
         "{}/folded?tid={merged_tid}&kind=wall&group=thread&seconds=60",
         ws.url

@@ -75,6 +75,8 @@ fn a_local_user_reads_only_their_own_processes() {
     assert_eq!(own["pid"].as_u64(), Some(nobody_pid), "{body}");
     let (status, body) = curl(&format!("{url}/folded?pid={nobody_pid}&kind=wall"), true);
     assert_eq!(status, 200, "nobody's own folded: {body}");
+    let (status, body) = curl(&format!("{url}/explain?pid={nobody_pid}"), true);
+    assert_eq!(status, 200, "nobody's own findings: {body}");
     // ...and not root's, nor the host's.
     let refused = [
         format!("/threads?pid={root_pid}"),
@@ -82,6 +84,8 @@ fn a_local_user_reads_only_their_own_processes() {
         format!("/flamegraph?pid={root_pid}"),
         format!("/timeline?pid={root_pid}"),
         format!("/runqueue?pid={root_pid}"),
+        format!("/explain?pid={root_pid}"),
+        "/explain".to_string(),
         "/folded".to_string(),
         "/flamegraph".to_string(),
         "/pprof".to_string(),

@@ -193,6 +193,9 @@ fn nobody_reads_other_users_processes_only_as_counts() {
         "/processes?seconds=30".to_string(),
         format!("/blocked?pid={}&min_seconds=0", own.pid),
         "/processes?seconds=30&group=parent".to_string(),
+        // Other users' names, command lines and executables are not
+        // theirs to search.
+        format!("/processes?seconds=30&name={VICTIM}"),
     ];
     let mut answers = Vec::new();
     let counted = within(SHOWN, || {

@@ -23,7 +23,7 @@ use serde_json::Value;
 
 /// The bound on the daemon's growth under each name attack.
 const RSS_GROWTH: u64 = 100 << 20;
-/// The frame-name bound the README documents.
+/// The frame-name bound docs/resource-bounds.md documents.
 const NAME_BOUND: u64 = 128 << 20;
 /// How long each attack runs once it has reached the daemon.
 const ATTACK: Duration = Duration::from_secs(30);

@@ -16,7 +16,7 @@ use std::{
 use serde_json::Value;
 use wallscope::{
     api::TRUNCATED_HEADER,
-    profile::truncate::{Limits, LINE_EXTRA},
+    profile::report::truncate::{Limits, LINE_EXTRA},
 };
 
 use crate::support::{

@@ -6,7 +6,7 @@
 //!
 //! With `WALLSCOPE_SCREENSHOT=PATH` it also saves the page's top to PATH
 //! before checking anything (with `WALLSCOPE_E2E_BIN` naming an older
-//! build, that is the README's "before" picture).
+//! build, that is docs/web-ui.md's "before" picture).
 
 use std::{io::BufRead, path::PathBuf, time::Duration};
 

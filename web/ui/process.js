@@ -75,7 +75,8 @@ WS.ready.then(() => {
       const r = threadReport;
       document.getElementById("title").textContent = `${r.comm || "?"} (${pid})`;
       document.title = `wallscope: ${r.comm || pid}`;
-      const parts = [`${r.threads.length} threads`, WS.describeWindow()];
+      const all = r.threads.length + (r.folded || []).reduce((n, f) => n + f.threads, 0);
+      const parts = [`${all} threads`, WS.describeWindow()];
       if (r.recorded_seconds < r.seconds) parts.push(`only ${r.recorded_seconds} s recorded`);
       const resolution = WS.resolutionNote(r.resolution);
       if (resolution) parts.push(resolution);
@@ -97,7 +98,9 @@ WS.ready.then(() => {
     const blocked = (t) => (t.sleeps ? t.sleeps.median_us : -1);
     const wokenBy = (t) => (t.sleeps && t.sleeps.woken_by.length
       ? t.sleeps.woken_by.map((w) => `${w.by} ${Math.round(100 * w.share)}%`).join(", ") : "");
-    const rows = (byPool ? r.pools : r.threads).map((t) => ({
+    // Short-lived threads of a pool come folded: one row each pool.
+    const folded = (r.folded || []).map((f) => ({ ...f, name: `${f.pool} ×${f.threads}`, tid: "" }));
+    const rows = (byPool ? r.pools : [...r.threads, ...folded]).map((t) => ({
       ...t, dominant: WS.dominant(t), blocked_median: blocked(t), woken_by: wokenBy(t),
     }));
     const columns = [
@@ -121,7 +124,7 @@ WS.ready.then(() => {
     const body = el("tbody");
     for (const t of rows.slice(0, tableRows)) {
       const tr = el("tr", { "data-dominant": t.dominant });
-      if (!byPool) Object.assign(tr.dataset, { tid: t.tid, wokenBy: t.woken_by });
+      if (!byPool) Object.assign(tr.dataset, t.tid === "" ? { folded: t.threads } : { tid: t.tid, wokenBy: t.woken_by });
       for (const c of columns) {
         if (c.key === "bar") tr.append(el("td", {}, WS.stateBar(t)));
         else if (c.key === "blocked_median") {
@@ -150,12 +153,57 @@ WS.ready.then(() => {
     });
   }
 
+  // ---- slowest spans: /spans, sorted by the server ----
+  /** What `/spans` sorts by: wall time, or any state's (meta.json's). */
+  const SPAN_COLUMNS = ["wall", ...WS.STATES];
+  /** The span whose threads the timeline outlines. */
+  let highlight = null;
+
+  async function spans() {
+    await WS.panel("spans", async (panel) => {
+      const sort = SPAN_COLUMNS.includes(WS.view().get("ssort")) ? WS.view().get("ssort") : "wall";
+      const r = await WS.getJSON(`/spans?${WS.query({ pid, sort, limit: 50, ...win() })}`);
+      const table = document.getElementById("spans-table");
+      table.replaceChildren();
+      const columns = [{ key: "span", label: "span" }, ...SPAN_COLUMNS.map((k) => ({ key: k, label: `${k} ms`, num: true })),
+        { key: "threads", label: "threads" }, { key: "stack", label: "top stack" }];
+      const state = { get key() { return sort; }, set key(k) { if (SPAN_COLUMNS.includes(k)) WS.setView({ ssort: k }); } };
+      WS.sortable(table, columns, state, spans);
+      const body = el("tbody");
+      const chosen = WS.view().get("span");
+      for (const s of r.spans) {
+        const attrs = Object.entries(s.attrs).map(([k, v]) => `${k}=${v}`).join(" ");
+        const name = el("a", { href: "#", textContent: `${s.span_id}${attrs ? ` ${attrs}` : ""}`, title: `trace ${s.trace_id || "unknown"}` });
+        name.addEventListener("click", (ev) => { ev.preventDefault(); WS.setView({ span: s.span_id }); choose(s); timeline(); });
+        if (s.span_id === chosen) choose(s);
+        const ms = (us) => el("td", { className: "num", textContent: WS.ms(us) });
+        const top = s.top_stacks[0];
+        body.append(el("tr", { className: s.span_id === chosen ? "highlight" : "" }, el("td", {}, name), ms(s.wall_us),
+          ...SPAN_COLUMNS.slice(1).map((k) => ms(s.states_us[k])),
+          el("td", { textContent: s.threads.join(" ") }),
+          el("td", { className: "muted", textContent: top ? `${top.state}: ${top.stack.split(";").slice(-3).join(";")}` : "" })));
+      }
+      table.append(body);
+      panel.dataset.spans = r.spans_total;
+      const dropped = r.dropped.aggregated_spans + r.dropped.refused_rows;
+      document.getElementById("spans-status").textContent = r.spans_total
+        ? `${r.spans.length} of ${r.spans_total} spans, most ${sort} time first${r.aggregated.length ? `; older spans kept by attributes only (${dropped} dropped or folded)` : ""}; click one to outline its threads on the timeline`
+        : "no OpenTelemetry span seen in this window (the process publishes no thread context)";
+    });
+  }
+
+  /** Outlines span `s`'s threads over its time on the timeline. */
+  function choose(s) {
+    highlight = { tids: new Set(s.threads), from_ms: s.first_seen * 1000, until_ms: s.last_seen * 1000 };
+  }
+
   // ---- timeline ----
   async function timeline() {
     await WS.panel("timeline", async (panel) => {
       const data = await WS.getJSON(`/timeline?${WS.query({ pid, group: tgroup.value, ...win() })}`);
       Timeline.draw(document.getElementById("timeline-canvas"), document.getElementById("timeline-labels"), data, {
         tooltip,
+        highlight,
         onRange: (from, until) => {
           const v = WS.view();
           WS.setView({ from, until, seconds: null, back: v.get("back") || v.get("seconds") || "30" });
@@ -308,8 +356,11 @@ WS.ready.then(() => {
     // One tower per thread of thousands of threads is megabytes of stacks
     // nobody can read: unless the address says otherwise, pools then.
     if (!groupAsked && threadReport) {
-      group.value = threadReport.threads.length > MANY_THREADS ? "pool" : "thread";
+      const n = threadReport.threads.length + (threadReport.folded || []).reduce((a, f) => a + f.threads, 0);
+      group.value = n > MANY_THREADS ? "pool" : "thread";
     }
+    // The spans first: the timeline outlines the one chosen.
+    await spans();
     await Promise.all([threads(), timeline(), flame(), runqueue(), blocked(), exportLinks()]);
     // For tests and the benchmark: when, and how long after navigation.
     document.body.dataset.loadedMs = String(Math.round(performance.now()));

@@ -25,7 +25,8 @@ const Timeline = (() => {
 
   /**
    * Draws `data` (a `/timeline` answer). `opts`: tooltip (element),
-   * onRange(fromSeconds, untilSeconds) after a drag.
+   * onRange(fromSeconds, untilSeconds) after a drag, highlight ({tids:
+   * Set, from_ms, until_ms}: a span's threads and time, outlined).
    */
   function draw(canvas, labels, data, opts = {}) {
     labels.replaceChildren();
@@ -36,6 +37,7 @@ const Timeline = (() => {
       div.className = "timeline-row";
       if (r.tid !== undefined) div.dataset.tid = r.tid;
       div.dataset.dominant = rowDominant(data, r);
+      if (opts.highlight && opts.highlight.tids.has(r.tid)) div.classList.add("highlight");
       labels.append(div);
     }
     const cols = data.columns.length;
@@ -56,6 +58,7 @@ const Timeline = (() => {
       });
     });
     g.globalAlpha = 1;
+    if (opts.highlight) outline(g, data, opts.highlight, cw);
 
     const cellAt = (ev) => {
       const b = canvas.getBoundingClientRect();
@@ -89,6 +92,19 @@ const Timeline = (() => {
       tip.style.display = "block";
     };
     canvas.onmouseleave = () => { if (opts.tooltip) opts.tooltip.style.display = "none"; };
+  }
+
+  /** Outlines the cells of the highlighted threads its time range overlaps. */
+  function outline(g, data, h, cw) {
+    g.strokeStyle = "#111";
+    g.lineWidth = 2;
+    data.rows.forEach((r, y) => {
+      if (!h.tids.has(r.tid)) return;
+      data.columns.forEach((col, x) => {
+        if (col.end_ms < h.from_ms || col.start_ms > h.until_ms) return;
+        g.strokeRect(x * cw + 1, y * ROW + 1, Math.max(1, cw - 2), ROW - 3);
+      });
+    });
   }
 
   return { draw, rowDominant };

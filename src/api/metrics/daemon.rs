@@ -5,7 +5,10 @@ use super::{label, Out};
 use crate::{
     api::{limit::QueryStats, memory::Rss},
     bpf::abi::Stat,
-    profile::model::store::{HistoryState, StoreStats},
+    profile::model::{
+        spans_store::SpanStats,
+        store::{HistoryState, StoreStats},
+    },
     state::push::{Failure, PushReport},
     state::Health,
 };
@@ -229,14 +232,34 @@ pub(super) fn history_series(out: &mut Out, history: &HistoryState) {
     }
 }
 
+/// The spans' store: what it holds and what its bound dropped.
+pub(super) fn spans_series(out: &mut Out, spans: &SpanStats) {
+    let name = "wallscope_spans_held";
+    let help = "Spans known by id, and buckets (one per drain) of span times and stacks, in the spans' store";
+    out.family(name, "gauge", help);
+    out.sample(name, &label("what", "spans"), spans.spans as u64);
+    out.sample(name, &label("what", "buckets"), spans.buckets as u64);
+    let name = "wallscope_spans_dropped_total";
+    let help = "Span data dropped to keep the spans' store within its part of --memory-mb: spans aggregated by attributes (ids and stacks dropped), their rows, rows refused, attribute sets counted as (others)";
+    out.family(name, "counter", help);
+    for (what, v) in [
+        ("aggregated_spans", spans.aggregated_spans),
+        ("aggregated_rows", spans.aggregated_rows),
+        ("refused_rows", spans.refused_rows),
+        ("others_rows", spans.others_rows),
+    ] {
+        out.sample(name, &label("what", what), v);
+    }
+}
+
 /// What each holder holds and its bound (`/healthz` `memory.holders`).
 pub(super) fn holder_series(
     out: &mut Out,
-    store: &StoreStats,
+    (store, spans): (&StoreStats, &SpanStats),
     queries: &QueryStats,
     sinks: &[PushReport],
 ) {
-    let Some(memory) = crate::api::memory::report(store, queries, sinks) else {
+    let Some(memory) = crate::api::memory::report(store, spans, queries, sinks) else {
         return;
     };
     let name = "wallscope_memory_holder_bytes";

@@ -39,6 +39,7 @@ pub struct Dictionary {
     locations: HashMap<(i32, i32, i64, i32), i32>,
     attributes: HashMap<(i32, Attr), i32>,
     stacks: HashMap<Vec<i32>, i32>,
+    links: HashMap<(Vec<u8>, Vec<u8>), i32>,
 }
 
 impl Default for Dictionary {
@@ -64,6 +65,7 @@ impl Default for Dictionary {
             locations: HashMap::new(),
             attributes: HashMap::new(),
             stacks: HashMap::from([(Vec::new(), 0)]),
+            links: HashMap::new(),
         }
     }
 }
@@ -179,6 +181,22 @@ impl Dictionary {
             location_indices: locations.clone(),
         });
         self.stacks.insert(locations, i);
+        i
+    }
+
+    /// The index of the link to span `span_id` of trace `trace_id` (all
+    /// zero when its record was not read).
+    pub fn link(&mut self, trace_id: [u8; 16], span_id: [u8; 8]) -> i32 {
+        let key = (trace_id.to_vec(), span_id.to_vec());
+        if let Some(&i) = self.links.get(&key) {
+            return i;
+        }
+        let i = next(self.tables.link_table.len());
+        self.tables.link_table.push(Link {
+            trace_id: key.0.clone(),
+            span_id: key.1.clone(),
+        });
+        self.links.insert(key, i);
         i
     }
 

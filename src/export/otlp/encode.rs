@@ -14,7 +14,6 @@ use super::{
     },
 };
 use crate::{
-    bpf::abi::State,
     export::{
         pprof::{self, proto as pp, Detail, FrameKind},
         push::{
@@ -24,11 +23,15 @@ use crate::{
             Encode, Sink, SinkKind, SENDERS,
         },
     },
+    profile::model::state::State,
     profile::{
-        kind::{Group, Kind},
-        query::Filter,
-        store::Snapshot,
-        window::{unix_nanos, Window},
+        model::{
+            kind::{Group, Kind},
+            spans::{SpanId, TraceId},
+            store::Snapshot,
+            window::{unix_nanos, Window},
+        },
+        report::query::Filter,
     },
     token::Token,
 };
@@ -243,7 +246,7 @@ fn convert(dict: &mut Dictionary, p: &pp::Profile, kind: Kind, window: Window) -
         .unwrap_or(1);
     let offcpu = kind != Kind::State(State::Cpu);
     let mut samples: Vec<Sample> = Vec::with_capacity(p.sample.len());
-    let mut seen: HashMap<(i32, Vec<i32>), usize> = HashMap::new();
+    let mut seen: HashMap<(i32, Vec<i32>, i32), usize> = HashMap::new();
     for s in &p.sample {
         let stack = s
             .location_id
@@ -259,22 +262,25 @@ fn convert(dict: &mut Dictionary, p: &pp::Profile, kind: Kind, window: Window) -
                 "thread_name" => Some(dict.attribute(super::THREAD_NAME, string(l.str))),
                 "pool" => Some(dict.attribute(super::POOL, string(l.str))),
                 "state" if offcpu => Some(dict.attribute(super::STATE, string(l.str))),
+                // A span's attributes under their own names.
+                key => (key.strip_prefix("attr.")).map(|name| dict.attribute(name, string(l.str))),
                 // pid, comm and the container are the resource's.
-                _ => None,
             })
             .collect();
         attributes.sort_unstable();
+        let link_index = link_of(dict, s, string);
         let value = s.value.get(ns).copied().unwrap_or(0);
         // Samples that differed only by what the resource holds (a pid
         // reused within the window) are one sample here.
-        match seen.get(&(stack_index, attributes.clone())) {
+        let key = (stack_index, attributes, link_index);
+        match seen.get(&key) {
             Some(&at) => samples[at].values[0] += value,
             None => {
-                seen.insert((stack_index, attributes.clone()), samples.len());
+                seen.insert(key.clone(), samples.len());
                 samples.push(Sample {
                     stack_index,
-                    attribute_indices: attributes,
-                    link_index: 0,
+                    attribute_indices: key.1,
+                    link_index,
                     values: vec![value],
                 });
             }
@@ -301,6 +307,23 @@ fn convert(dict: &mut Dictionary, p: &pp::Profile, kind: Kind, window: Window) -
         period: period.unwrap_or(0),
         attribute_indices: Vec::new(),
     }
+}
+
+/// The link of a sample labelled with a span (`span_id`, `trace_id`:
+/// [`pprof`]'s span labels), 0 (none) otherwise.
+fn link_of<'a>(dict: &mut Dictionary, s: &pp::Sample, string: impl Fn(i64) -> &'a str) -> i32 {
+    let label = |key: &str| {
+        (s.label.iter())
+            .find(|l| string(l.key) == key)
+            .map(|l| string(l.str))
+    };
+    let Some(span) = label("span_id").and_then(SpanId::parse) else {
+        return 0;
+    };
+    let trace = label("trace_id")
+        .and_then(TraceId::parse)
+        .unwrap_or_default();
+    dict.link(trace.0, span.0)
 }
 
 /// The location of a frame of `kind` named `name` (pprof's function name,

@@ -8,17 +8,22 @@ use prost::Message as _;
 
 use super::{proto::*, *};
 use crate::{
-    bpf::abi::State,
     export::{
         pprof::FrameKind,
         push::{Chosen, Encode},
     },
     process::container::Container,
+    profile::model::state::State,
     profile::{
-        model::{RawThread, ThreadCounters, ThreadInfo},
-        store::Store,
-        window::{unix_nanos, Window},
-        Sample as Row, Slice,
+        model::{
+            counters::{RawThread, ThreadCounters},
+            ThreadInfo,
+        },
+        model::{
+            store::Store,
+            window::{unix_nanos, Window},
+            Sample as Row, Slice,
+        },
     },
 };
 
@@ -341,4 +346,71 @@ fn the_dictionary_keeps_each_entry_once() {
     assert_eq!(tables.location_table.len(), 2);
     assert_eq!(tables.stack_table.len(), 2);
     assert_eq!(tables.mapping_table.len(), 2);
+}
+
+#[test]
+fn time_under_a_span_links_to_it_with_its_attributes() {
+    use crate::profile::model::spans::{SpanId, SpanRecord, SpanSample, TraceId};
+    let end = SystemTime::now();
+    let window = Window::between(end - Duration::from_secs(2), end);
+    let stack: crate::profile::model::Stack =
+        ["main", "lock", "futex_wait_[k]"].map(Arc::from).into();
+    let mut slice = Slice::empty(end - Duration::from_secs(1), end);
+    slice.samples = vec![Row {
+        pid: APP,
+        tid: APP + 1,
+        state: State::Futex,
+        stack: stack.clone(),
+        ns: 700 * MS,
+        count: 3,
+    }];
+    let (span, trace) = (SpanId::from_raw(0x1234).unwrap(), TraceId([7; 16]));
+    slice.spans.records.push(SpanRecord {
+        pid: APP,
+        span,
+        trace,
+        flags: 1,
+        attrs: vec![("http_route".into(), "/cart".into())],
+        attrs_cut: false,
+    });
+    slice.spans.samples.push(SpanSample {
+        pid: APP,
+        tid: APP + 1,
+        span,
+        state: State::Futex,
+        stack,
+        ns: 200 * MS,
+        count: 1,
+    });
+    let mut store = Store::new(Duration::from_secs(600));
+    store.push(slice);
+    let mut otlp = Otlp {
+        senders: 1,
+        host: None,
+    };
+    let (requests, _) = otlp.requests(&store.snapshot(), window, &[chosen()], 3);
+    let r = ExportProfilesServiceRequest::decode(&requests[0].body[..]).unwrap();
+    check_indices(&r);
+    let d = r.dictionary.as_ref().unwrap();
+    let samples: Vec<&Sample> = (r.resource_profiles.iter())
+        .flat_map(|rp| &rp.scope_profiles)
+        .flat_map(|sp| &sp.profiles)
+        .flat_map(|p| &p.samples)
+        .collect();
+    let total: i64 = samples.iter().flat_map(|s| &s.values).sum();
+    assert_eq!(total, 700 * MS as i64, "no time counted twice");
+    let linked: Vec<_> = samples.iter().filter(|s| s.link_index != 0).collect();
+    assert_eq!(linked.len(), 1, "{samples:?}");
+    assert_eq!(linked[0].values, [200 * MS as i64]);
+    let link = &d.link_table[linked[0].link_index as usize];
+    assert_eq!(
+        (&link.trace_id[..], &link.span_id[..]),
+        (&trace.0[..], &span.0[..])
+    );
+    let attrs = attributes(d, &linked[0].attribute_indices);
+    assert_eq!(
+        attrs.get("http_route").map(String::as_str),
+        Some("/cart"),
+        "{attrs:?}"
+    );
 }

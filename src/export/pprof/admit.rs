@@ -11,7 +11,7 @@ use rustc_hash::FxHashSet;
 
 use crate::profile::{
     report::budget::{table_slot, Budget},
-    rows::{Names, Row},
+    report::rows::{Names, Row},
 };
 
 use super::proto::{Function, Label, Location, Sample};
@@ -84,7 +84,10 @@ pub fn admit(rows: &[Row], names: &Names, bytes: usize) -> (Vec<bool>, Budget) {
 /// The order of two stacks' frames (as `Ord` on them), interned frames
 /// equal by address not compared byte by byte: stacks that share most of
 /// their frames cost a pointer compare per frame.
-pub fn stack_order(a: &[crate::profile::Frame], b: &[crate::profile::Frame]) -> Ordering {
+pub fn stack_order(
+    a: &[crate::profile::model::Frame],
+    b: &[crate::profile::model::Frame],
+) -> Ordering {
     for (x, y) in a.iter().zip(b) {
         if std::sync::Arc::ptr_eq(x, y) {
             continue;
@@ -102,7 +105,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::profile::Frame;
+    use crate::profile::model::Frame;
 
     fn row(frames: &[&Frame], ns: u64) -> Row {
         Row {

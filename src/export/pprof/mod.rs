@@ -1,8 +1,8 @@
 //! pprof profiles (`profile.proto`, gzipped) from the store, built from
-//! the same rows as folded text ([`crate::profile::rows`]), so both add up
+//! the same rows as folded text ([`crate::profile::report::rows`]), so both add up
 //! to the same total.
 //!
-//! Sample types (documented in the README):
+//! Sample types (documented in docs/exports.md, "pprof"):
 //! - `kind=cpu`: `samples/count`, `cpu/nanoseconds`, period
 //!   `cpu/nanoseconds`, as Go's CPU profiles;
 //! - every other state kind, `offcpu` and `wall`: `samples/count`,
@@ -10,30 +10,38 @@
 //! - `kind=wakeup`: `wakeups/count`, `wakee_wait/nanoseconds`.
 //!
 //! Samples carry their process's container labels
-//! ([`crate::process::container::Container::labels`]).
+//! ([`crate::process::container::Container::labels`]), and (`Threads`
+//! detail) the time spent under an OpenTelemetry span its `trace_id`,
+//! `span_id` and `attr.NAME` labels ([`spans`]).
 
 mod admit;
 pub mod proto;
+mod spans;
 mod tables;
 
-use std::{collections::HashMap, io::Write as _};
+use std::{collections::HashMap, io::Write as _, sync::Arc};
 
 use flate2::{write::GzEncoder, Compression};
 use prost::Message as _;
 
 use crate::{
-    bpf::abi::State,
+    profile::model::state::State,
     profile::{
-        kind::{pool_name, Group, Kind},
-        query::Filter,
-        rows::{self, Names, Row},
-        store::Snapshot,
-        window::unix_nanos,
+        model::{
+            kind::{pool_name, Group, Kind},
+            store::Snapshot,
+            window::unix_nanos,
+        },
+        report::{
+            query::Filter,
+            rows::{self, Names, Row},
+        },
     },
     untrusted::refusals::{self, Reason, What},
 };
 pub use admit::MAX_TABLE_BYTES;
 use proto::{Label, Profile, Sample, ValueType};
+use spans::SpanTag;
 pub use tables::FrameKind;
 use tables::Tables;
 
@@ -82,9 +90,13 @@ pub fn build_within(
     bytes: usize,
 ) -> (Profile, Option<Cut>) {
     let per_thread = detail == Detail::Threads && filter.group != Group::Process;
-    let (mut rows, names) = rows::select(store, filter, per_thread);
+    let (rows, names) = rows::select(store, filter, per_thread);
+    let mut rows = match detail {
+        Detail::Threads => spans::split(store, filter, rows),
+        Detail::Series => rows.into_iter().map(|r| (r, None)).collect(),
+    };
     // Rows come in hash order: sorted, equal windows give equal bytes.
-    rows.sort_by(|a, b| {
+    rows.sort_by(|(a, ta), (b, tb)| {
         let key = |r: &Row| {
             (
                 r.pid,
@@ -97,7 +109,13 @@ pub fn build_within(
             .cmp(&key(b))
             .then_with(|| admit::stack_order(&a.stack, &b.stack))
             .then_with(|| a.leaf.cmp(&b.leaf))
+            .then_with(|| {
+                ta.as_ref()
+                    .map(|t| t.span)
+                    .cmp(&tb.as_ref().map(|t| t.span))
+            })
     });
+    let (rows, tags): (Vec<Row>, Vec<Option<Arc<SpanTag>>>) = rows.into_iter().unzip();
     let (kept, budget) = admit::admit(&rows, &names, bytes);
     let mut t = Tables::default();
     let mut profile = Profile::default();
@@ -126,9 +144,12 @@ pub fn build_within(
     // sample.
     let mut samples: HashMap<(Vec<u64>, Vec<Label>), usize> = HashMap::new();
     let mut cut: Vec<(Option<State>, u64, u64)> = Vec::new();
-    for (row, _) in rows.iter().zip(&kept).filter(|(_, k)| **k) {
+    for ((row, tag), _) in rows.iter().zip(&tags).zip(&kept).filter(|(_, k)| **k) {
         let locations = locations(&mut t, row);
-        let labels = labels(&mut t, &names, row, filter.group, detail);
+        let mut labels = labels(&mut t, &names, row, filter.group, detail);
+        if let Some(tag) = tag {
+            span_labels(&mut t, tag, &mut labels);
+        }
         add(
             &mut profile,
             &mut samples,
@@ -242,6 +263,18 @@ fn labels(t: &mut Tables, names: &Names, row: &Row, group: Group, detail: Detail
         labels.push(t.label("pool", &pool_name(thread)));
     }
     labels
+}
+
+/// The labels of the span a sample's time was spent under: `span_id`,
+/// and from its record `trace_id` and `attr.NAME` (W3C lowercase hex).
+fn span_labels(t: &mut Tables, tag: &SpanTag, labels: &mut Vec<Label>) {
+    labels.push(t.label("span_id", &tag.span.hex()));
+    if let Some(record) = &tag.record {
+        labels.push(t.label("trace_id", &record.trace.hex()));
+        for (name, value) in &record.attrs {
+            labels.push(t.label(&format!("attr.{name}"), value));
+        }
+    }
 }
 
 /// The profile, encoded and gzipped, as `go tool pprof` and Pyroscope read

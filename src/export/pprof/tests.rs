@@ -4,11 +4,11 @@ use flate2::read::GzDecoder;
 
 use super::*;
 use crate::profile::{
-    query::{
+    model::window::Window,
+    report::query::{
         folded,
         tests::{offcpu_store, store},
     },
-    window::Window,
 };
 
 fn filter(kind: &str, group: &str, window: Window) -> Filter {
@@ -235,4 +235,84 @@ fn changed_lines(expected: &str, actual: &str) -> String {
             format!("{:5} - {x}\n      + {y}\n", i + 1)
         })
         .collect()
+}
+
+/// One thread's 10 ms on stack `main;work`, 4 ms of it under a span of
+/// trace `0x0a…` with `http_route=/cart`.
+fn span_store() -> (crate::profile::model::store::Snapshot, Window) {
+    use crate::profile::model::{
+        spans::{SpanId, SpanRecord, SpanSample, TraceId},
+        store::Store,
+        Sample as Row, Slice,
+    };
+    use std::{sync::Arc, time::Duration};
+    let end = std::time::UNIX_EPOCH + Duration::from_secs(1_800_000_001);
+    let start = end - Duration::from_secs(1);
+    let mut slice = Slice::empty(start, end);
+    let stack: crate::profile::model::Stack = ["main", "work"].map(Arc::from).into();
+    let row = |ns| Row {
+        pid: 5,
+        tid: 6,
+        state: State::Cpu,
+        stack: stack.clone(),
+        ns,
+        count: ns / 1_000_000,
+    };
+    slice.samples.push(row(10_000_000));
+    let span = SpanId::from_raw(0x77).unwrap();
+    slice.spans.records.push(SpanRecord {
+        pid: 5,
+        span,
+        trace: TraceId([0xa; 16]),
+        flags: 1,
+        attrs: vec![("http_route".into(), "/cart".into())],
+        attrs_cut: false,
+    });
+    slice.spans.samples.push(SpanSample {
+        pid: 5,
+        tid: 6,
+        span,
+        state: State::Cpu,
+        stack: stack.clone(),
+        ns: 4_000_000,
+        count: 4,
+    });
+    let mut store = Store::new(Duration::from_secs(600));
+    store.push(slice);
+    (store.snapshot(), Window::between(start, end))
+}
+
+#[test]
+fn time_under_a_span_carries_its_labels_and_counts_once() {
+    let (store, window) = span_store();
+    let p = build(&store, &filter("cpu", "thread", window), Detail::Threads);
+    assert_eq!(total(&p), 10_000_000, "no time counted twice");
+    let tagged: Vec<_> = (p.sample.iter())
+        .filter(|s| labels(&p, s).iter().any(|l| l.starts_with("span_id=")))
+        .collect();
+    assert_eq!(tagged.len(), 1);
+    assert_eq!(tagged[0].value[1], 4_000_000);
+    let l = labels(&p, tagged[0]);
+    let trace = format!("trace_id={}", "0a".repeat(16));
+    let span = format!(
+        "span_id={}",
+        crate::profile::model::spans::SpanId::from_raw(0x77)
+            .unwrap()
+            .hex()
+    );
+    for want in [
+        trace.as_str(),
+        span.as_str(),
+        "attr.http_route=/cart",
+        "thread_id=#6",
+    ] {
+        assert!(l.iter().any(|x| x == want), "{want} in {l:?}");
+    }
+    // Pushed series (Pyroscope) keep their labels as they were.
+    let series = build(&store, &filter("cpu", "thread", window), Detail::Series);
+    assert_eq!(total(&series), 10_000_000);
+    assert!(series
+        .sample
+        .iter()
+        .all(|s| !labels(&series, s).iter().any(|l| l.starts_with("span_id="))));
 }

@@ -14,13 +14,15 @@ use super::{
     Encode,
 };
 use crate::{
-    bpf::abi::State,
     export::pprof::{self, Detail},
+    profile::model::state::State,
     profile::{
-        kind::{Group, Kind},
-        query::Filter,
-        store::Snapshot,
-        window::Window,
+        model::{
+            kind::{Group, Kind},
+            store::Snapshot,
+            window::Window,
+        },
+        report::query::Filter,
     },
 };
 
@@ -136,11 +138,11 @@ mod tests {
     use super::*;
     use crate::export::push::{choose::Chooser, service::ServiceNames};
     use crate::process::ProcessTable;
-    use crate::profile::model::{RawThread, ThreadCounters};
+    use crate::profile::model::counters::{RawThread, ThreadCounters};
     use crate::{
         export::pprof::proto::Profile,
-        profile::window::unix_nanos,
-        profile::{store::Store, Sample, Slice},
+        profile::model::window::unix_nanos,
+        profile::model::{store::Store, Sample, Slice},
     };
 
     /// A pid no process has: not a kernel thread, and its own name.

@@ -9,7 +9,10 @@ use std::{
 };
 
 use super::service::ServiceNames;
-use crate::profile::{fair, query, rows::Names, store::Snapshot, window::Window};
+use crate::profile::{
+    model::{store::Snapshot, window::Window},
+    report::{fair, query, rows::Names},
+};
 
 /// Processes pushed per interval by default, busiest (time on or waiting
 /// for a CPU, then wall time, in the interval) first, a fair share per

@@ -48,7 +48,7 @@ use service::ServiceNames;
 
 use crate::{
     priority::raise,
-    profile::{store::Snapshot, window::Window},
+    profile::model::{store::Snapshot, window::Window},
     state::{push::PushStats, Shared},
     token::Token,
 };

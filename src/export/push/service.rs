@@ -10,73 +10,31 @@ use std::{collections::HashMap, sync::Arc, time::Instant};
 
 use crate::process::{ChangeKind, Facts, ProcKey, ProcessTable, Subscription};
 
-/// Options of the `java` launcher that take the next argument as their
-/// value (so it is not the main class).
-const WITH_VALUE: [&str; 13] = [
-    "-cp",
-    "-classpath",
-    "--class-path",
-    "-p",
-    "--module-path",
-    "--upgrade-module-path",
-    "--add-modules",
-    "--limit-modules",
-    "--add-reads",
-    "--add-exports",
-    "--add-opens",
-    "--patch-module",
-    "--enable-native-access",
-];
-
-/// Longest main class or jar name taken; a longer one is no class.
+/// Longest executable name taken.
 const MAX_MAIN: usize = 512;
 
 /// The main class of a `java` launcher's command line (NUL-separated, as
-/// in `/proc/PID/cmdline`): the first argument that is not an option, the
-/// jar's file stem for `-jar`, the class (or module) for `-m`. `None` when
-/// the program is not the `java` launcher or what it names is not a
-/// class, module or jar name.
+/// in `/proc/PID/cmdline`; see [`crate::process::identity::entry`]): the
+/// class, the jar's file stem for `-jar`, the class (or module) for `-m`.
+/// `None` when the program is not the `java` launcher or what it names is
+/// not a class, module or jar name.
 pub fn java_main(cmdline: &[u8]) -> Option<String> {
-    let mut all = cmdline.split(|b| *b == 0).map(String::from_utf8_lossy);
-    let launcher = all.next()?;
-    if launcher.rsplit('/').next() != Some("java") {
-        return None;
-    }
-    let mut args = all;
-    let main = loop {
-        let arg = args.next()?;
-        match &*arg {
-            "-jar" => {
-                let jar = args.next()?;
-                let file = jar.rsplit('/').next().unwrap_or(&jar);
-                break file.strip_suffix(".jar").unwrap_or(file).to_string();
-            }
-            "-m" | "--module" => {
-                let module = args.next()?;
-                break module
-                    .split_once('/')
-                    .map_or(&*module, |(_, c)| c)
-                    .to_string();
-            }
-            a if WITH_VALUE.contains(&a) => {
-                args.next()?;
-            }
-            a if a.starts_with('-') || a.starts_with('@') || a.is_empty() => {}
-            main => break main.to_string(),
+    use crate::process::identity::{entry, is_class_or_jar_name, EntryKind};
+    let e = entry::of(cmdline)?;
+    let main = match e.kind {
+        EntryKind::JavaClass => e.name,
+        EntryKind::JavaJar => {
+            let file = e.name.rsplit('/').next().unwrap_or(&e.name);
+            file.strip_suffix(".jar").unwrap_or(file).to_string()
         }
+        EntryKind::JavaModule => e
+            .name
+            .split_once('/')
+            .map_or(&*e.name, |(_, c)| c)
+            .to_string(),
+        EntryKind::PythonScript | EntryKind::PythonModule => return None,
     };
     is_class_or_jar_name(&main).then_some(main)
-}
-
-/// A Java class or module name (identifiers joined by dots), or a jar's
-/// file stem: no path, no spaces or controls, not too long.
-fn is_class_or_jar_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= MAX_MAIN
-        && !name.starts_with('.')
-        && name
-            .chars()
-            .all(|c| c.is_alphanumeric() || matches!(c, '.' | '_' | '$' | '-' | '+'))
 }
 
 /// The name of the process's executable when `comm` is the kernel's

@@ -11,6 +11,7 @@ fn image_bytes(image: &Image) -> usize {
         + 16
         + image.name.len()
         + image.cgroup.as_ref().map_or(0, |c| c.len())
+        + image.cgroups_v1.as_ref().map_or(0, |c| c.bytes())
         + image.facts.as_ref().map_or(0, |f| f.bytes())
 }
 

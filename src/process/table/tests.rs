@@ -1,6 +1,7 @@
 //! The process table's unit tests.
 
 use super::*;
+use crate::bpf::abi::{proc_event, ProcEvent};
 use crate::process::ChangeKind;
 
 fn event(kind: u32, pid: u32, parent: u32, start_ns: u64, name: &str) -> ProcEvent {

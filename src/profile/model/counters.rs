@@ -4,7 +4,7 @@
 
 use std::ops::AddAssign;
 
-use crate::bpf::abi::State;
+use crate::profile::model::state::State;
 
 /// Time by state, context switches and wakeups of a thread, or the sum of
 /// several threads'.

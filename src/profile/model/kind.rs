@@ -1,6 +1,6 @@
 //! What a profile query measures (`kind`) and how it groups (`group`).
 
-use crate::bpf::abi::State;
+use crate::profile::model::state::State;
 
 /// States in the order the pages draw them and `/processes` offers them:
 /// on a CPU, wanting one, then waiting on something else.
@@ -118,7 +118,7 @@ impl Group {
 }
 
 /// Thread name of a process's merged row (see
-/// [`is_merged_tid`](crate::bpf::abi::is_merged_tid)).
+/// [`is_merged_tid`](crate::profile::model::state::is_merged_tid)).
 pub const MERGED_THREADS: &str = "[merged threads]";
 
 /// What the store's thread name of a pool's folded rows ends with (rows of

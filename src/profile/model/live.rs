@@ -14,7 +14,7 @@ use std::{
 };
 
 use super::Stack;
-use crate::bpf::abi::State;
+use crate::profile::model::state::State;
 
 /// Threads a view keeps, longest in their state first; the others are
 /// counted in [`LiveView::left_out`]. Most of a host's off-CPU threads are

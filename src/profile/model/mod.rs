@@ -9,17 +9,18 @@ pub mod kind;
 pub mod live;
 pub mod prorate;
 pub mod size;
+pub mod spans;
+pub mod spans_store;
+pub mod state;
 pub mod store;
 pub mod window;
 
 use std::{collections::HashMap, sync::Arc, time::SystemTime};
 
 use crate::{
-    bpf::abi::{Hist, Stat, State},
     process::container::Container,
+    profile::model::state::{Hist, State, STAT_COUNTERS},
 };
-
-pub use counters::{RawThread, ThreadCounters};
 
 /// Whose runqueue latency a histogram holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -32,8 +33,9 @@ pub enum HistOwner {
     CgroupThrottled(u64),
 }
 
-/// Counter deltas since the previous drain, indexed like [`Stat::ALL`](crate::bpf::abi::Stat::ALL).
-pub type StatDeltas = [u64; Stat::COUNT];
+/// Counter deltas since the previous drain, [`state::STAT_COUNTERS`] of them
+/// in the collector's order.
+pub type StatDeltas = [u64; STAT_COUNTERS];
 
 /// A frame name, interned: equal names share one allocation.
 pub type Frame = Arc<str>;
@@ -41,6 +43,11 @@ pub type Frame = Arc<str>;
 /// Symbolized frames, outermost (e.g. `main`) first, kernel frames after
 /// user frames. The process and thread are not part of it.
 pub type Stack = Arc<[Frame]>;
+
+/// The frame a runtime puts innermost on the stack of a thread waiting for
+/// its global interpreter lock (CPython's GIL): what the GIL report looks
+/// for.
+pub const GIL_FRAME: &str = "[GIL]";
 
 /// Time one thread spent in one state with one stack.
 #[derive(Debug, Clone)]
@@ -77,7 +84,7 @@ impl Interrupt {
 /// Wakeups one thread (or an interrupt) sent to another, from one stack.
 #[derive(Debug, Clone)]
 pub struct Wakeup {
-    /// The waker; pid 0 and [`crate::bpf::abi::INTERRUPT_TID`] when
+    /// The waker; pid 0 and [`crate::profile::model::state::INTERRUPT_TID`] when
     /// `interrupt` is set.
     pub pid: u32,
     pub tid: u32,
@@ -125,10 +132,10 @@ pub struct KeptOff {
 }
 
 impl KeptOff {
-    pub const UNSEEN: u32 = crate::bpf::abi::CULPRIT_UNSEEN;
+    pub const UNSEEN: u32 = u32::MAX;
     /// The processes past the thread's first few in one drain (the BPF
     /// side keeps eight per thread between drains, and a few more per wait).
-    pub const OTHERS: u32 = crate::bpf::abi::CULPRIT_OTHERS;
+    pub const OTHERS: u32 = u32::MAX - 1;
 }
 
 /// The blocked intervals (switch-out to the wakeup that ended it) of one
@@ -138,16 +145,22 @@ impl KeptOff {
 pub struct Sleeps {
     pub pid: u32,
     pub tid: u32,
-    pub slots: [u32; crate::bpf::abi::SLEEP_SLOTS],
+    pub slots: [u32; crate::profile::model::state::SLEEP_SLOTS],
 }
 
-/// A process's parent and cgroup, for grouping processes.
+/// A process's parent, cgroups and identity, for grouping processes and
+/// finding them by name.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Origin {
     /// The parent's pid (0: not known).
     pub parent: u32,
     /// The cgroup v2 path, when known.
     pub cgroup: Option<Arc<str>>,
+    /// Its cgroup v1 paths, one per hierarchy, when known.
+    pub cgroups_v1: Option<Arc<crate::process::cgroups::V1Paths>>,
+    /// Its command line, executable and program, when known (shared with
+    /// the process table's facts, and with the other slices).
+    pub identity: Option<Arc<crate::process::identity::Identity>>,
 }
 
 /// Everything recorded during one drain interval.
@@ -159,7 +172,7 @@ pub struct Slice {
     pub wakeups: Vec<Wakeup>,
     pub threads: HashMap<u32, ThreadInfo>,
     /// Exact per-thread time by state, switches and wakeups.
-    pub thread_totals: Vec<RawThread>,
+    pub thread_totals: Vec<counters::RawThread>,
     pub runq_hists: Vec<(HistOwner, Hist)>,
     /// Process names by pid.
     pub processes: HashMap<u32, Arc<str>>,
@@ -173,6 +186,8 @@ pub struct Slice {
     pub sleeps: Vec<Sleeps>,
     /// BPF loss counters for this interval.
     pub stats: StatDeltas,
+    /// The OpenTelemetry spans its threads ran under.
+    pub spans: spans::SpanSlice,
 }
 
 impl Slice {
@@ -191,7 +206,8 @@ impl Slice {
             origins: HashMap::new(),
             kept_off: Vec::new(),
             sleeps: Vec::new(),
-            stats: [0; crate::bpf::abi::Stat::COUNT],
+            stats: [0; crate::profile::model::state::STAT_COUNTERS],
+            spans: spans::SpanSlice::default(),
         }
     }
 }

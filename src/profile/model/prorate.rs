@@ -9,7 +9,7 @@
 
 use std::time::SystemTime;
 
-use super::{Hist, Slice, ThreadCounters};
+use super::{counters::ThreadCounters, Hist, Slice};
 
 /// `num / den` of a quantity, rounded down (`den` > 0).
 #[derive(Debug, Clone, Copy)]
@@ -98,8 +98,8 @@ mod tests {
 
     use super::*;
     use crate::{
-        bpf::abi::State,
-        profile::model::{RawThread, Sample},
+        profile::model::state::State,
+        profile::model::{counters::RawThread, Sample},
     };
 
     fn at_ms(ms: u64) -> SystemTime {

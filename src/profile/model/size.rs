@@ -15,10 +15,11 @@ use std::{collections::HashMap, mem::size_of};
 use rustc_hash::FxHashMap;
 
 use super::{
+    counters::RawThread,
     live::{LiveThread, LiveView},
-    Frame, HistOwner, RawThread, Sample, Slice, Stack, ThreadInfo, Wakeup,
+    Frame, HistOwner, Sample, Slice, Stack, ThreadInfo, Wakeup,
 };
-use crate::{bpf::abi::Hist, process::container::Container};
+use crate::{process::container::Container, profile::model::state::Hist};
 
 /// Two reference counts ahead of every `Arc` allocation.
 pub const ARC_HEADER: usize = 2 * size_of::<usize>();
@@ -55,10 +56,16 @@ pub fn slice_bytes(s: &Slice) -> usize {
         + s.kept_off.capacity() * size_of::<crate::profile::model::KeptOff>()
         + s.sleeps.capacity() * size_of::<crate::profile::model::Sleeps>()
         + map(&s.origins)
-        + s.origins
-            .values()
-            .filter_map(|o| Some(ARC_HEADER + o.cgroup.as_ref()?.len()))
-            .sum::<usize>()
+        + s.origins.values().map(origin_bytes).sum::<usize>()
+}
+
+/// Heap bytes of an origin's cgroups and identity (shared with the
+/// process table and the other slices while the process lives: counted
+/// here all the same, as containers are).
+fn origin_bytes(o: &crate::profile::model::Origin) -> usize {
+    o.cgroup.as_ref().map_or(0, |c| ARC_HEADER + c.len())
+        + o.cgroups_v1.as_ref().map_or(0, |v| ARC_HEADER + v.bytes())
+        + o.identity.as_ref().map_or(0, |i| ARC_HEADER + i.bytes())
 }
 
 /// Heap bytes of a container's names (the `Arc` is shared with the
@@ -192,7 +199,7 @@ mod tests {
 
     #[test]
     fn a_live_view_counts_each_shared_stack_once() {
-        use crate::{bpf::abi::State, profile::model::live::LiveThread};
+        use crate::{profile::model::live::LiveThread, profile::model::state::State};
         let stack: Stack = ["main", "park"].map(Frame::from).into_iter().collect();
         let thread = |tid| LiveThread {
             pid: 1,

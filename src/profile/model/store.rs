@@ -20,14 +20,16 @@ use serde::Serialize;
 use rustc_hash::FxHashMap;
 
 use super::{
+    counters::ThreadCounters,
     live::LiveView,
     size::{self, NameBytes},
+    spans_store::{SpanStats, SpanStore},
     window::Window,
-    HistOwner, Slice, Stack, StatDeltas, ThreadCounters,
+    HistOwner, Slice, Stack, StatDeltas,
 };
 use crate::{
-    bpf::abi::{Stat, HIST_SLOTS},
     process::container::Container,
+    profile::model::state::{HIST_SLOTS, STAT_COUNTERS},
 };
 
 /// A process's totals since the daemon first saw it: they only grow, as
@@ -67,6 +69,7 @@ mod resolution;
 mod sealed;
 mod share;
 mod snapshot;
+mod span_rows;
 
 use feed::Feed;
 use sealed::{open_block, Block};
@@ -162,6 +165,8 @@ pub struct Published {
     pub totals: StatDeltas,
     pub retention: Duration,
     pub history: HistoryState,
+    /// The spans' store, beside the history with its own bound.
+    pub spans: SpanStats,
 }
 
 // By hand: `Default` stops at arrays of 32, and there are more counters.
@@ -169,9 +174,10 @@ impl Default for Published {
     fn default() -> Published {
         Published {
             stats: StoreStats::default(),
-            totals: [0; Stat::COUNT],
+            totals: [0; STAT_COUNTERS],
             retention: Duration::default(),
             history: HistoryState::Off,
+            spans: SpanStats::default(),
         }
     }
 }
@@ -215,6 +221,8 @@ pub struct Store {
     history_error: Option<String>,
     /// Blocks narrowed to a process, kept across queries.
     narrowed: Arc<narrow_cache::NarrowCache>,
+    /// The OpenTelemetry spans the slices brought, bounded apart.
+    spans: SpanStore,
 }
 
 impl Store {
@@ -226,7 +234,7 @@ impl Store {
             retention,
             stacks: rustc_hash::FxHashSet::default(),
             pushes: 0,
-            totals: [0; Stat::COUNT],
+            totals: [0; STAT_COUNTERS],
             processes: HashMap::new(),
             kept_off: Default::default(),
             slice_bytes: 0,
@@ -244,6 +252,7 @@ impl Store {
             feed: None,
             history_error: None,
             narrowed: Arc::default(),
+            spans: SpanStore::new(retention, super::spans_store::DEFAULT_MAX_BYTES),
             published: Arc::new(Mutex::new(Published {
                 retention,
                 ..Published::default()
@@ -260,6 +269,13 @@ impl Store {
     /// The same store bounded to `max_bytes` (estimated) instead.
     pub fn with_max_bytes(mut self, max_bytes: usize) -> Self {
         self.max_bytes = max_bytes;
+        self
+    }
+
+    /// The same store keeping spans within `max_bytes` (estimated).
+    pub fn with_span_bytes(mut self, max_bytes: usize) -> Self {
+        self.spans = SpanStore::new(self.retention, max_bytes);
+        self.publish();
         self
     }
 
@@ -320,6 +336,7 @@ impl Store {
         let disk = self.feed.as_ref().map(|f| f.history().clone());
         Snapshot::new(held.collect(), disk, self.retention, self.live.clone())
             .with_cache(self.narrowed.clone())
+            .with_spans(Arc::new(self.spans.view()))
     }
 
     /// Replaces the live view with the newest drain's; past `max_bytes`
@@ -356,6 +373,14 @@ impl Store {
                 }
             }
         }
+        // Span rows share the stacks the main rows brought (the same rows).
+        let mut spans = std::mem::take(&mut slice.spans);
+        for s in &mut spans.samples {
+            if let Some(shared) = self.stacks.get(&s.stack) {
+                s.stack = shared.clone();
+            }
+        }
+        self.spans.push(slice.start, slice.end, spans);
         for (total, delta) in self.totals.iter_mut().zip(slice.stats) {
             *total += delta;
         }
@@ -388,6 +413,7 @@ impl Store {
             totals: self.totals,
             retention: self.retention,
             history: self.history(),
+            spans: self.spans.stats(),
         };
         *self.published.lock().unwrap_or_else(|e| e.into_inner()) = published;
     }

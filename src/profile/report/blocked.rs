@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use super::{
     disclosure::Sight,
+    durations,
     stuck::{Finding, PoolSummary, WaitFacts},
 };
 use crate::profile::model::live::{longest_first, LiveThread, LiveView, LiveWaker};
@@ -193,8 +194,9 @@ pub fn render_text(r: &BlockedReport) -> String {
     let whose = r.pid.map(|p| format!(" of pid {p}")).unwrap_or_default();
     let _ = writeln!(
         out,
-        "Threads{whose} off-CPU for at least {} s, as of {as_of} ({age} s ago): {} shown of {}",
-        r.min_seconds,
+        "Threads{whose} off-CPU for at least {}, as of {as_of} ({} ago): {} shown of {}",
+        durations::seconds(r.min_seconds),
+        durations::seconds(age),
         r.threads.len(),
         r.matched
     );
@@ -205,8 +207,9 @@ pub fn render_text(r: &BlockedReport) -> String {
     if r.left_out > 0 && r.min_seconds <= r.left_out_longest_s {
         let _ = writeln!(
             out,
-            "(the view left out {} shorter waits host-wide, none over {} s)",
-            r.left_out, r.left_out_longest_s
+            "(the view left out {} shorter waits host-wide, none over {})",
+            r.left_out,
+            durations::seconds(r.left_out_longest_s)
         );
     }
     if !r.findings.is_empty() {
@@ -235,8 +238,10 @@ fn thread_block(out: &mut String, t: &BlockedThread) {
     }
     let _ = write!(
         out,
-        ": {} for {} s since {}",
-        t.state, t.in_state_s, t.since
+        ": {} for {} since {}",
+        t.state,
+        durations::seconds(t.in_state_s),
+        t.since
     );
     match (t.syscall, t.syscall_nr) {
         (Some(name), _) => {
@@ -274,9 +279,9 @@ mod tests {
 
     use super::*;
     use crate::{
-        bpf::abi::State,
-        profile::disclosure::Reader,
         profile::model::live::{Syscall, MAX_LIVE_THREADS},
+        profile::model::state::State,
+        profile::report::disclosure::Reader,
     };
 
     fn at(s: u64) -> SystemTime {
@@ -460,11 +465,11 @@ Threads off-CPU for at least 1 s, as of 1970-01-01T00:16:40.000Z (1 s ago): 2 sh
         );
         let text = render_text(&r);
         assert!(
-            text.starts_with("Threads of pid 2 off-CPU for at least 0.1 s"),
+            text.starts_with("Threads of pid 2 off-CPU for at least 100 ms"),
             "{text}"
         );
         assert!(
-            text.contains("(the view left out 7 shorter waits host-wide, none over 0.3 s)"),
+            text.contains("(the view left out 7 shorter waits host-wide, none over 300 ms)"),
             "{text}"
         );
         assert!(

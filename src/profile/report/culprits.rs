@@ -14,14 +14,14 @@ use super::{
     query::ns_to_us,
 };
 use crate::{
-    bpf::abi::State,
+    profile::model::state::State,
     profile::model::{store::Snapshot, window::Window, KeptOff},
 };
 
 /// Culprits listed, at most; the rest are summed into one row.
 pub const LISTED: usize = 10;
 /// Pids listed per culprit, at most.
-const LISTED_PIDS: usize = 5;
+pub(super) const LISTED_PIDS: usize = 5;
 
 /// One culprit of a process's runqueue waits.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -238,14 +238,20 @@ fn summarize(rows: &[Row], names: &Names, limit: usize, limited: bool) -> Vec<Cu
             (sum.ns, culprit)
         })
         .collect();
-    culprits.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.name.cmp(&b.1.name)));
+    culprits.sort_by(by_time);
+    if culprits.len() > limit {
+        // Culprits alike are grouped before the rest is summed: a busy
+        // host's many small ones, together, are often what took the CPU.
+        culprits = super::culprit_groups::group(culprits, limit, total);
+        culprits.sort_by(by_time);
+    }
     if culprits.len() > limit {
         let rest = culprits.split_off(limit);
         let ns: u64 = rest.iter().map(|c| c.0).sum();
         culprits.push((
             ns,
             Culprit {
-                name: "[rest]".into(),
+                name: REST.into(),
                 cgroup: None,
                 processes: rest.iter().map(|c| c.1.processes).sum(),
                 pids: Vec::new(),
@@ -257,8 +263,28 @@ fn summarize(rows: &[Row], names: &Names, limit: usize, limited: bool) -> Vec<Cu
     culprits.into_iter().map(|c| c.1).collect()
 }
 
+/// Most time first, then by name.
+fn by_time(a: &(u64, Culprit), b: &(u64, Culprit)) -> std::cmp::Ordering {
+    b.0.cmp(&a.0).then_with(|| a.1.name.cmp(&b.1.name))
+}
+
+/// The name of the row that sums the culprits past those listed.
+pub const REST: &str = "[rest]";
+
+impl Culprit {
+    /// How a text answer names it: `hog`, `hasher ×12`, `[rest: 981
+    /// processes]`.
+    pub fn label(&self) -> String {
+        match (self.name.as_str(), self.processes) {
+            (REST, n) => format!("[rest: {n} processes]"),
+            (name, 2..) if !name.contains('×') => format!("{name} ×{}", self.processes),
+            (name, _) => name.to_string(),
+        }
+    }
+}
+
 /// `part` of `total`, to three decimals.
-fn share(part: u64, total: u64) -> f64 {
+pub(super) fn share(part: u64, total: u64) -> f64 {
     if total == 0 {
         return 0.0;
     }
@@ -312,6 +338,7 @@ mod tests {
                 Origin {
                     parent: 1,
                     cgroup: Some(Arc::from(cgroup)),
+                    ..Origin::default()
                 },
             );
         }
@@ -341,6 +368,52 @@ mod tests {
         let nine: Vec<&str> = threads[&9].iter().map(|c| c.name.as_str()).collect();
         assert_eq!(nine, ["hog", "[other CPU]", "[rest]"]);
         assert_eq!(threads[&9][2].share, 0.125);
+    }
+
+    #[test]
+    fn many_small_culprits_of_one_cgroup_are_named_by_it_not_left_in_the_rest() {
+        let end = SystemTime::UNIX_EPOCH + Duration::from_secs(100);
+        let mut store = Store::new(Duration::from_secs(600));
+        let mut slice = Slice::empty(end - Duration::from_secs(1), end);
+        // A hog (50 ms), then 40 build processes of 20 names (10 ms each)
+        // and 30 `kworker/N:M`s (1 ms each).
+        let mut add = |pid: u32, name: String, cgroup: Option<&str>, ms: u64| {
+            slice.processes.insert(pid, Arc::from(name.as_str()));
+            let cgroup = cgroup.map(Arc::from);
+            let origin = Origin {
+                parent: 1,
+                cgroup,
+                ..Origin::default()
+            };
+            slice.origins.insert(pid, origin);
+            slice.kept_off.push(KeptOff {
+                pid: 7,
+                tid: 8,
+                by: pid,
+                ns: ms * 1_000_000,
+            });
+        };
+        add(100, "hog".into(), Some("/hog"), 50);
+        for i in 0..40 {
+            add(200 + i, format!("tool{}", i % 20), Some("/build"), 10);
+        }
+        for i in 0..30 {
+            add(300 + i, format!("kworker/{i}:1"), None, 1);
+        }
+        store.push(slice);
+        let window = Window::last(30, end);
+        let c = kept_off(&store.snapshot(), window, 7, None, 3, &Sight::all());
+        let names: Vec<String> = c.iter().map(Culprit::label).collect();
+        assert_eq!(names[0], "tool0, tool1, tool10 +17 ×40", "{names:?}");
+        assert_eq!((c[0].us, c[0].cgroup.as_deref()), (400_000, Some("/build")));
+        assert_eq!(names[1], "hog");
+        assert_eq!((names[2].as_str(), c[2].us), ("kworker/*:* ×30", 30_000));
+        assert_eq!(c.len(), 3, "nothing left for a rest: {names:?}");
+        // With room for one: the rest says what it sums.
+        let c = kept_off(&store.snapshot(), window, 7, None, 1, &Sight::all());
+        assert_eq!(c[1].label(), "[rest: 31 processes]");
+        assert_eq!(c[1].us, 80_000);
+        assert_eq!(c.iter().map(|c| c.us).sum::<u64>(), 480_000);
     }
 
     #[test]

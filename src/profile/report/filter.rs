@@ -2,7 +2,7 @@
 //! and the folding on top of it ([`super::query`]).
 
 use crate::{
-    bpf::abi::State,
+    profile::model::state::State,
     profile::model::{
         kind::{Group, Kind},
         window::Window,

@@ -304,7 +304,7 @@ mod tests {
     use std::time::UNIX_EPOCH;
 
     use super::*;
-    use crate::{bpf::abi::State, profile::model::window::Window};
+    use crate::{profile::model::state::State, profile::model::window::Window};
 
     fn row(process: &str, frames: &[&str], ns: u64) -> Row {
         Row {

@@ -10,12 +10,9 @@
 use std::collections::HashMap;
 
 use crate::{
-    bpf::abi::State,
-    profile::{model::window::Window, store::Snapshot},
+    profile::model::state::State,
+    profile::{model::store::Snapshot, model::window::Window, model::GIL_FRAME},
 };
-
-/// The frame the symbolizer puts on a GIL wait's stack.
-pub const GIL_FRAME: &str = "[GIL]";
 
 /// Of each thread of `pid` that waited for the GIL in `window`, the part
 /// of its futex rows' time that was such waits (0..=1).

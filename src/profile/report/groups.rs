@@ -10,12 +10,12 @@ use serde::Serialize;
 
 use super::{
     disclosure::Sight,
-    host_facts::HostFacts,
+    host_facts::{HostFacts, UNIFIED},
     processes::{accumulate, Acc, SortBy, StateTimes},
     query::ns_to_us,
 };
 use crate::{
-    bpf::abi::State,
+    profile::model::state::State,
     profile::model::{store::Snapshot, window::Window},
 };
 
@@ -30,7 +30,8 @@ pub enum GroupBy {
     Comm,
     /// The parent process: a forking script with its children.
     Parent,
-    /// The cgroup (v2 path).
+    /// The cgroup that limits CPU: the `cpu` controller's path (its v1
+    /// hierarchy's on hybrid hosts, else the unified one's).
     Cgroup,
     /// The container (processes outside one form one group).
     Container,
@@ -91,7 +92,7 @@ pub fn groups(
         if comm.is_some_and(|c| !name.contains(c)) {
             continue;
         }
-        let (key, parent_pid) = match key_of(host, by, &name, acc, &all) {
+        let (key, parent_pid) = match key_of(host, by, *pid, &name, acc, &all) {
             (_, Some(parent)) if !sight.sees(parent, SystemTime::now()) => {
                 (HIDDEN_PARENT.to_string(), None)
             }
@@ -146,6 +147,7 @@ pub fn groups(
 fn key_of(
     host: &dyn HostFacts,
     by: GroupBy,
+    pid: u32,
     name: &str,
     acc: &Acc,
     all: &HashMap<u32, Acc>,
@@ -165,13 +167,17 @@ fn key_of(
             }
             None => ("[parent unknown]".into(), None),
         },
-        GroupBy::Cgroup => (
-            origin
-                .and_then(|o| o.cgroup.as_deref())
-                .unwrap_or("[cgroup unknown]")
-                .to_string(),
-            None,
-        ),
+        // Where the `cpu` controller has a v1 hierarchy, its cgroup is the
+        // one that limits CPU (the unified path says nothing of it): asked
+        // of the live process, the recorded unified path for one gone.
+        GroupBy::Cgroup => {
+            let cpu = (host.cpu_hierarchy() != UNIFIED)
+                .then(|| host.cpu_cgroup_of(pid))
+                .flatten();
+            let recorded = origin.and_then(|o| o.cgroup.as_deref()).map(str::to_string);
+            let path = cpu.or(recorded);
+            (path.unwrap_or_else(|| "[cgroup unknown]".to_string()), None)
+        }
         GroupBy::Container => (
             acc.container
                 .as_ref()
@@ -189,7 +195,11 @@ mod tests {
     };
 
     use super::*;
-    use crate::profile::model::{store::Store, Origin, RawThread, Slice, ThreadCounters};
+    use crate::profile::model::{
+        counters::{RawThread, ThreadCounters},
+        store::Store,
+        Origin, Slice,
+    };
     use crate::profile::report::host_facts::Empty;
 
     /// A script (pid 10) forks three short-lived `hasher`s over two slices;
@@ -223,6 +233,7 @@ mod tests {
                 let origin = Origin {
                     parent,
                     cgroup: Some(Arc::from(cgroup)),
+                    ..Origin::default()
                 };
                 slice.origins.insert(pid, origin);
             }
@@ -282,10 +293,58 @@ mod tests {
     }
 
     #[test]
+    fn on_a_hybrid_host_processes_group_by_their_cpu_cgroup() {
+        let end = SystemTime::UNIX_EPOCH + Duration::from_secs(100);
+        let mut store = Store::new(Duration::from_secs(600));
+        let mut slice = Slice::empty(end - Duration::from_secs(1), end);
+        // Both in the unified root; only 41 is in the v1 `cpu` `/batch`;
+        // 60 is gone: its recorded unified path.
+        for (pid, unified) in [(41, "/"), (50, "/"), (60, "/gone.scope")] {
+            let mut ns = [0; State::COUNT];
+            ns[State::Cpu as usize] = 1_000_000;
+            slice.thread_totals.push(RawThread {
+                tid: pid,
+                pid,
+                comm: "w".into(),
+                counters: ThreadCounters {
+                    ns,
+                    ..Default::default()
+                },
+            });
+            let origin = Origin {
+                parent: 1,
+                cgroup: Some(Arc::from(unified)),
+                ..Origin::default()
+            };
+            slice.origins.insert(pid, origin);
+        }
+        store.push(slice);
+        let sort = SortBy::State(State::Cpu);
+        let window = Window::last(30, end);
+        let rows = groups(
+            &store.snapshot(),
+            &crate::profile::report::host_facts::Hybrid,
+            window,
+            GroupBy::Cgroup,
+            sort,
+            None,
+            &Sight::all(),
+        );
+        let by: Vec<(&str, &[u32])> = rows
+            .iter()
+            .map(|r| (r.group.as_str(), &r.pids[..]))
+            .collect();
+        assert_eq!(
+            by,
+            [("/", &[50][..]), ("/batch", &[41]), ("/gone.scope", &[60])]
+        );
+    }
+
+    #[test]
     fn a_user_reads_other_users_processes_and_parents_as_counts() {
         let (store, now) = forks();
         // The reader's: two of the script's hashers; the script is not.
-        let reader = crate::profile::disclosure::Reader::User {
+        let reader = crate::profile::report::disclosure::Reader::User {
             uid: Some(1000),
             owner_of: Arc::new(|pid| {
                 [11, 12]

@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::bpf::abi::{Hist, HIST_SLOTS};
+use crate::profile::model::state::{Hist, HIST_SLOTS};
 
 /// Counts by slot, summed over slices.
 pub type Slots = [u64; HIST_SLOTS];
@@ -32,6 +32,14 @@ impl Default for Merged {
 }
 
 impl Merged {
+    /// Adds another owner's merged histograms.
+    pub fn absorb(&mut self, other: &Merged) {
+        self.ns += other.ns;
+        for (a, b) in self.slots.iter_mut().zip(other.slots) {
+            *a += b;
+        }
+    }
+
     /// Adds one drained histogram.
     pub fn add(&mut self, hist: &Hist) {
         add(&mut self.slots, hist);

@@ -13,13 +13,15 @@ use serde::Serialize;
 use super::{
     culprits::{self, Culprit},
     disclosure::Sight,
+    durations,
     host_facts::HostFacts,
     processes::{self, SortBy},
     query::ns_to_us,
     runqueue, stuck,
+    throttling::{self, duration, Throttling},
 };
 use crate::{
-    bpf::abi::State,
+    profile::model::state::State,
     profile::model::{live::LiveView, store::Snapshot, window::Window},
 };
 
@@ -99,8 +101,12 @@ pub struct HostReport {
     pub runqueue_p99_us: f64,
     /// Time all threads spent waiting for a CPU.
     pub runqueue_us: u64,
-    /// Cgroups that ran out of CPU quota in the window.
+    /// Cgroups that ran out of CPU quota in the window (and still
+    /// exist), and each of them named: its path in the `cpu` controller's
+    /// hierarchy, quota, members (at most [`throttling::LISTED_CGROUPS`];
+    /// for a local user, those with a member of theirs).
     pub throttled_cgroups: u64,
+    pub throttled: Vec<Throttling>,
     /// History the store holds, and the retention it aims at.
     pub history_s: u64,
     pub retention_s: u64,
@@ -156,12 +162,18 @@ pub fn report(
     sight: &Sight,
 ) -> HostReport {
     let runq = runqueue::host_report(store, window);
-    let throttled_cgroups = super::cgroup_list::list(store, host, window)
-        .cgroups
-        .iter()
-        .filter(|c| c.throttled_intervals > 0)
-        .count() as u64;
-    let mut rows = processes::processes(store, window, SortBy::State(State::Runqueue), None, sight);
+    let mut throttled = throttling::host_wide(store, host, window, sight);
+    let throttled_cgroups = throttled.len() as u64;
+    // A cgroup's path can name its owner (a user's slice, a container): a
+    // reader who sees none of its members reads it as a count only.
+    throttled.retain(|t| !sight.limited() || !t.members.is_empty());
+    let mut rows = processes::processes(
+        store,
+        window,
+        SortBy::State(State::Runqueue),
+        (None, None),
+        sight,
+    );
     let now = SystemTime::now();
     rows.retain(|r| r.time.runqueue_us > 0 && sight.sees(r.pid, now));
     rows.truncate(STARVED);
@@ -186,6 +198,7 @@ pub fn report(
         runqueue_p99_us: runq.as_ref().map_or(0.0, |r| r.p99_us),
         runqueue_us: runq.as_ref().map_or(0, |r| r.total_us),
         throttled_cgroups,
+        throttled,
         history_s,
         retention_s: store.retention().as_secs(),
         starved,
@@ -256,24 +269,38 @@ pub fn stuck_now(
 /// The report as text: the summary line, then the starved processes.
 pub fn render_text(r: &HostReport) -> String {
     let mut out = format!(
-        "host, {}: {} CPUs, {:.0}% busy, runqueue p99 {:.1} ms ({} waits, {} in all), {} cgroups throttled, {} threads held up > {} s, history {} of {} s\n",
+        "host, {}: {} CPUs, {:.0}% busy, runqueue p99 ~{:.1} ms ({} waits, {} in all), {} cgroups throttled, {} threads held up > {} s, history {} of {} s\n",
         r.window,
         r.cpu.cpus,
         r.cpu.utilization * 100.0,
         r.runqueue_p99_us / 1e3,
         r.runqueue_waits,
-        duration(r.runqueue_us),
+        durations::micros(r.runqueue_us),
         r.throttled_cgroups,
         r.stuck.threads,
         r.stuck.min_s,
         r.history_s,
         r.retention_s,
     );
+    for t in &r.throttled {
+        let _ = writeln!(
+            out,
+            "throttled: {}, using {:.2} CPU; {} throttled, {:.0} % of periods; {} members",
+            throttling::describe_cgroup(t),
+            t.cpus_used,
+            duration(t.throttled_us),
+            t.share_of_periods_throttled * 100.0,
+            t.member_count
+        );
+    }
     for p in &r.stuck.processes {
         let _ = writeln!(
             out,
-            "held up now: {} (pid {}): {} threads, longest {} s",
-            p.comm, p.pid, p.threads, p.longest_s
+            "held up now: {} (pid {}): {} threads, longest {}",
+            p.comm,
+            p.pid,
+            p.threads,
+            durations::seconds(p.longest_s)
         );
     }
     if r.starved.is_empty() {
@@ -286,29 +313,16 @@ pub fn render_text(r: &HostReport) -> String {
             "  {} (pid {}): {} in the runqueue, {} on CPU; kept off by",
             s.comm,
             s.pid,
-            duration(s.runqueue_us),
-            duration(s.cpu_us)
+            durations::micros(s.runqueue_us),
+            durations::micros(s.cpu_us)
         );
         for c in &s.kept_off_cpu_by {
-            let count = match c.processes {
-                2.. => format!(" x{}", c.processes),
-                _ => String::new(),
-            };
-            let _ = write!(out, " {}{count} {:.0}%,", c.name, c.share * 100.0);
+            let _ = write!(out, " {} {:.0}%,", c.label(), c.share * 100.0);
         }
         out.pop();
         out.push('\n');
     }
     out
-}
-
-/// `us` as seconds, or milliseconds below one second.
-fn duration(us: u64) -> String {
-    if us >= 1_000_000 {
-        format!("{:.1} s", us as f64 / 1e6)
-    } else {
-        format!("{:.1} ms", us as f64 / 1e3)
-    }
 }
 
 #[cfg(test)]

@@ -11,13 +11,14 @@ use serde::Serialize;
 
 use super::{
     disclosure::{Hidden, Sight},
+    identity::{self, Name, Shown},
     query::ns_to_us,
 };
 use crate::{
-    bpf::abi::State,
     process::container::Container,
+    profile::model::state::State,
     profile::model::{
-        kind::STATES_CPU_FIRST, store::Snapshot, window::Window, Origin, ThreadCounters,
+        counters::ThreadCounters, kind::STATES_CPU_FIRST, store::Snapshot, window::Window, Origin,
     },
 };
 
@@ -156,6 +157,11 @@ pub struct ProcessSummary {
     /// Its container and pod, when it runs in one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub container: Option<Arc<Container>>,
+    /// Its command line, executable, program and cgroups, as the newest
+    /// slice that recorded them has them (`cmdline`, `executable`, `main`,
+    /// `cgroups`).
+    #[serde(flatten)]
+    pub identity: Option<Shown>,
     /// A kernel thread (set by the API, which reads `/proc`; sent when true).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub kernel: bool,
@@ -242,14 +248,15 @@ pub(super) fn accumulate(
 }
 
 /// Every process with samples or thread totals within `window` whose name
-/// contains `comm` (all without), by `sort` (most first, then by pid);
-/// those `sight` may not see in one `[other users] ×N` row (pid 0) last,
-/// unless `comm` is given (their names are not theirs to match).
+/// contains `comm` and whose names contain `name` ([`identity::matches`])
+/// (all without), by `sort` (most first, then by pid); those `sight` may
+/// not see in one `[other users] ×N` row (pid 0) last, unless `comm` or
+/// `name` is given (their names are not theirs to match).
 pub fn processes(
     store: &Snapshot,
     window: Window,
     sort: SortBy,
-    comm: Option<&str>,
+    (comm, name): (Option<&str>, Option<&Name>),
     sight: &Sight,
 ) -> Vec<ProcessSummary> {
     let (seen, unseen) = accumulate(store, window, sight);
@@ -261,14 +268,20 @@ pub fn processes(
             cpu_us: ns_to_us(acc.cpu_ns),
             time: StateTimes::of(&acc.counters.ns),
             jvm: None,
+            identity: acc.origin.as_ref().and_then(Shown::of),
             container: acc.container,
             kernel: false,
             strip: None,
         })
         .filter(|r| comm.is_none_or(|c| r.comm.contains(c)))
+        .filter(|r| {
+            name.is_none_or(|n| {
+                identity::matches(n, &r.comm, r.identity.as_ref(), r.container.as_deref())
+            })
+        })
         .collect();
     rows.sort_by(|a, b| sort.key(b).cmp(&sort.key(a)).then(a.pid.cmp(&b.pid)));
-    if comm.is_none() && !unseen.hidden.is_empty() {
+    if comm.is_none() && name.is_none() && !unseen.hidden.is_empty() {
         rows.push(ProcessSummary {
             pid: 0,
             comm: unseen.hidden.label(),
@@ -276,6 +289,7 @@ pub fn processes(
             time: StateTimes::of(&unseen.counters.ns),
             jvm: None,
             container: None,
+            identity: None,
             kernel: false,
             strip: None,
         });
@@ -288,7 +302,7 @@ mod tests {
     use std::time::{Duration, SystemTime};
 
     use super::*;
-    use crate::profile::model::{RawThread, ThreadCounters};
+    use crate::profile::model::counters::{RawThread, ThreadCounters};
     use crate::profile::{
         model::{store::Store, Slice},
         report::query::{pid_recorded, tests::store, tid_recorded},
@@ -301,7 +315,7 @@ mod tests {
             &store.snapshot(),
             Window::last(30, now),
             SortBy::Cpu,
-            None,
+            (None, None),
             &Sight::all(),
         );
         assert_eq!(
@@ -354,7 +368,7 @@ mod tests {
         let (store, now) = mixed();
         let window = Window::last(30, now);
         let order = |sort| -> Vec<u32> {
-            let rows = processes(&store.snapshot(), window, sort, None, &Sight::all());
+            let rows = processes(&store.snapshot(), window, sort, (None, None), &Sight::all());
             rows.iter().map(|r| r.pid).collect()
         };
         assert_eq!(order(SortBy::parse("futex").unwrap()), [2, 1, 3]);
@@ -366,7 +380,7 @@ mod tests {
             &store.snapshot(),
             window,
             SortBy::Blocked,
-            None,
+            (None, None),
             &Sight::all(),
         );
         assert_eq!(rows[0].time.futex_us, 2_000_000);
@@ -401,7 +415,7 @@ mod tests {
             &store.snapshot(),
             window,
             SortBy::Cpu,
-            Some("db"),
+            (Some("db"), None),
             &Sight::all(),
         );
         assert_eq!(rows.len(), 1);
@@ -410,7 +424,7 @@ mod tests {
             &store.snapshot(),
             window,
             SortBy::Cpu,
-            Some("nope"),
+            (Some("nope"), None),
             &Sight::all()
         )
         .is_empty());
@@ -443,7 +457,7 @@ mod tests {
         };
         store.push(slice(91, &[(5, "victim", 900), (6, "other", 100)]));
         store.push(slice(100, &[(5, "mine", 300)]));
-        let reader = crate::profile::disclosure::Reader::User {
+        let reader = crate::profile::report::disclosure::Reader::User {
             uid: Some(1000),
             owner_of: Arc::new(move |pid| (pid == 5).then_some((1000, at(95)))),
         };
@@ -452,7 +466,7 @@ mod tests {
             &store.snapshot(),
             window,
             SortBy::Wall,
-            None,
+            (None, None),
             &reader.sight(),
         );
         let shown: Vec<(u32, &str, u64)> = rows
@@ -468,11 +482,17 @@ mod tests {
             &store.snapshot(),
             window,
             SortBy::Wall,
-            Some("i"),
+            (Some("i"), None),
             &reader.sight(),
         );
         assert_eq!(named.len(), 1);
-        let root = processes(&store.snapshot(), window, SortBy::Wall, None, &Sight::all());
+        let root = processes(
+            &store.snapshot(),
+            window,
+            SortBy::Wall,
+            (None, None),
+            &Sight::all(),
+        );
         assert_eq!((root.len(), root[0].time.wall_us), (2, 1_200_000));
     }
 }

@@ -12,7 +12,7 @@ use super::{
     truncate::{Limits, Truncation},
 };
 use crate::{
-    bpf::abi::State,
+    profile::model::state::State,
     profile::model::{store::Snapshot, window::Window},
 };
 
@@ -110,9 +110,9 @@ pub(crate) mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::profile::model::counters::{RawThread, ThreadCounters};
     use crate::profile::model::kind::{Group, Kind};
     use crate::profile::model::{store::Store, Sample, Slice, Stack, Wakeup};
-    use crate::profile::model::{RawThread, ThreadCounters};
 
     fn sample(pid: u32, tid: u32, frames: &[&str], ns: u64) -> Sample {
         let stack: Stack = frames.iter().map(|f| Arc::<str>::from(*f)).collect();
@@ -147,7 +147,7 @@ pub(crate) mod tests {
                 .map(|tid| {
                     (
                         tid,
-                        crate::profile::ThreadInfo {
+                        crate::profile::model::ThreadInfo {
                             pid: tid / 10 * 10,
                             name: Arc::from("t"),
                         },
@@ -159,14 +159,15 @@ pub(crate) mod tests {
             origins: Default::default(),
             kept_off: Default::default(),
             sleeps: Default::default(),
-            stats: [0; crate::bpf::abi::Stat::COUNT],
+            stats: [0; crate::profile::model::state::STAT_COUNTERS],
+            spans: Default::default(),
         });
         (store, end)
     }
 
     /// Pid 1234 is process `a` in one slice and, reused, `b` in the next.
     fn reused_pid() -> (Store, SystemTime) {
-        use crate::profile::model::RawThread;
+        use crate::profile::model::counters::RawThread;
         let start = SystemTime::UNIX_EPOCH + Duration::from_secs(100);
         let mut store = Store::new(Duration::from_secs(600));
         for (i, (name, frame, sampled, total)) in
@@ -277,7 +278,7 @@ pub(crate) mod tests {
     /// Pid 10 (thread 11 throttled, then woken by thread 10 and by a
     /// softirq); pid 0 is the idle task, named like it.
     pub(crate) fn offcpu_store() -> (Store, SystemTime) {
-        use crate::{bpf::abi::INTERRUPT_TID, profile::Interrupt};
+        use crate::{profile::model::state::INTERRUPT_TID, profile::model::Interrupt};
         let (mut store, end) = store();
         let frames = |names: &[&str]| -> Stack { names.iter().map(|f| Arc::from(*f)).collect() };
         let wakeup = |pid, tid, interrupt, stack: &[&str]| Wakeup {
@@ -323,7 +324,7 @@ pub(crate) mod tests {
             runq_hists: Vec::new(),
             threads: HashMap::from([(
                 11,
-                crate::profile::ThreadInfo {
+                crate::profile::model::ThreadInfo {
                     pid: 10,
                     name: Arc::from("t"),
                 },
@@ -333,7 +334,8 @@ pub(crate) mod tests {
             origins: Default::default(),
             kept_off: Default::default(),
             sleeps: Default::default(),
-            stats: [0; crate::bpf::abi::Stat::COUNT],
+            stats: [0; crate::profile::model::state::STAT_COUNTERS],
+            spans: Default::default(),
         });
         (store, end + Duration::from_secs(1))
     }
@@ -383,7 +385,8 @@ pub(crate) mod tests {
             origins: Default::default(),
             kept_off: Default::default(),
             sleeps: Default::default(),
-            stats: [0; crate::bpf::abi::Stat::COUNT],
+            stats: [0; crate::profile::model::state::STAT_COUNTERS],
+            spans: Default::default(),
         });
         let store = store.snapshot();
         let now = now + Duration::from_millis(10);
@@ -447,14 +450,14 @@ pub(crate) mod tests {
             threads: HashMap::from([
                 (
                     11,
-                    crate::profile::ThreadInfo {
+                    crate::profile::model::ThreadInfo {
                         pid: 10,
                         name: Arc::from("t"),
                     },
                 ),
                 (
                     22,
-                    crate::profile::ThreadInfo {
+                    crate::profile::model::ThreadInfo {
                         pid: 20,
                         name: Arc::from("secret_thread"),
                     },
@@ -465,7 +468,8 @@ pub(crate) mod tests {
             origins: Default::default(),
             kept_off: Default::default(),
             sleeps: Default::default(),
-            stats: [0; crate::bpf::abi::Stat::COUNT],
+            stats: [0; crate::profile::model::state::STAT_COUNTERS],
+            spans: Default::default(),
         });
         let store = store.snapshot();
         let now = now + Duration::from_secs(1);

@@ -121,7 +121,7 @@ mod tests {
     use std::{collections::BTreeMap, path::Path};
 
     use super::*;
-    use crate::bpf::abi::State;
+    use crate::profile::model::state::State;
 
     fn sample() -> Folded {
         Folded {

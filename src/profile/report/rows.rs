@@ -9,8 +9,8 @@ use rustc_hash::FxHashMap;
 
 use super::filter::Filter;
 use crate::{
-    bpf::abi::{is_merged_tid, State},
     process::container::Container,
+    profile::model::state::{is_merged_tid, State},
     profile::model::{
         kind::{thread_frame, Group, Kind, MERGED_THREADS},
         store::{merge, Snapshot},

@@ -98,14 +98,19 @@ pub struct RunqueueReport {
     /// before them), their resolution, oldest first (`resolution`), and
     /// the exact span held (`covered`).
     #[serde(flatten)]
-    pub recorded: crate::profile::store::Recorded,
+    pub recorded: crate::profile::model::store::Recorded,
     /// Number of runqueue waits (wakeup or preemption to running).
     pub count: u64,
     /// Their total time.
     pub total_us: u64,
+    /// Quantiles of the waits, interpolated within log2 buckets.
     pub p50_us: f64,
     pub p90_us: f64,
     pub p99_us: f64,
+    /// Whether the quantiles are estimates (off by up to their bucket's
+    /// width; text marks them `~`): always, the waits being counted in
+    /// buckets only.
+    pub approx: bool,
     /// The highest non-empty bucket: the longest wait lies in it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_bucket: Option<Bucket>,
@@ -114,6 +119,10 @@ pub struct RunqueueReport {
     pub buckets: Vec<Bucket>,
     /// Time throttled, not counted in the waits above.
     pub throttled: Throttled,
+    /// The cgroup whose CPU quota holds the process (or cgroup) back,
+    /// named in the `cpu` controller's hierarchy, when it has a quota.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub throttled_by: Option<super::throttling::Throttling>,
     /// For a process: who ran on the CPU while its threads waited for it,
     /// most first (see [`super::culprits`]).
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -235,13 +244,22 @@ pub fn from_merged(
     Some(summary(waits, throttled, owner, window))
 }
 
+/// `mean 37.2 us, ` (exact: total time over count), when the time is
+/// known.
+fn mean(total_us: u64, count: u64) -> String {
+    match (total_us, count) {
+        (0, _) | (_, 0) => String::new(),
+        _ => format!("mean {:.1} us, ", total_us as f64 / count as f64),
+    }
+}
+
 fn summary(waits: &Merged, throttled: &Merged, owner: Owner, window: Window) -> RunqueueReport {
     let q = |q| hist::quantile_rounded(&waits.slots, q);
     RunqueueReport {
         owner,
         seconds: window.seconds(),
         window: window.describe(),
-        recorded: crate::profile::store::Recorded {
+        recorded: crate::profile::model::store::Recorded {
             seconds: window.seconds(),
             ..Default::default()
         },
@@ -250,6 +268,7 @@ fn summary(waits: &Merged, throttled: &Merged, owner: Owner, window: Window) -> 
         p50_us: q(0.5),
         p90_us: q(0.9),
         p99_us: q(0.99),
+        approx: true,
         max_bucket: waits.max_bucket(),
         buckets: waits.buckets(),
         throttled: Throttled {
@@ -258,6 +277,7 @@ fn summary(waits: &Merged, throttled: &Merged, owner: Owner, window: Window) -> 
             max_bucket: throttled.max_bucket(),
             buckets: throttled.buckets(),
         },
+        throttled_by: None,
         kept_off_cpu_by: Vec::new(),
         note: None,
     }
@@ -288,10 +308,11 @@ pub fn render_text(r: &RunqueueReport) -> String {
     } else {
         let _ = writeln!(
             out,
-            "runqueue latency of {who}, {}{}: {} waits, p50 {:.1} us, p90 {:.1} us, p99 {:.1} us\n",
+            "runqueue latency of {who}, {}{}: {} waits, {}p50 ~{:.1} us, p90 ~{:.1} us, p99 ~{:.1} us (~: within log2 buckets)\n",
             r.window,
             recorded_note(r.seconds, r.recorded.seconds),
             r.count,
+            mean(r.total_us, r.count),
             r.p50_us,
             r.p90_us,
             r.p99_us
@@ -315,17 +336,15 @@ pub fn render_text(r: &RunqueueReport) -> String {
         );
         hist::render_bars(&mut out, &t.buckets);
     }
+    if let Some(quota) = &r.throttled_by {
+        let _ = writeln!(out, "{}", super::throttling::describe(quota, &r.window));
+    }
     if !r.kept_off_cpu_by.is_empty() {
         let _ = writeln!(
             out,
             "\nkept off the CPU by (what ran on it while {who} waited):"
         );
         for c in &r.kept_off_cpu_by {
-            let many = if c.processes > 1 {
-                format!(" x {}", c.processes)
-            } else {
-                String::new()
-            };
             let cgroup = c
                 .cgroup
                 .as_deref()
@@ -339,10 +358,10 @@ pub fn render_text(r: &RunqueueReport) -> String {
             };
             let _ = writeln!(
                 out,
-                "  {:>5.1}%  {:>10.1} ms  {}{many}{pids}{cgroup}",
+                "  {:>5.1}%  {:>10.1} ms  {}{pids}{cgroup}",
                 c.share * 100.0,
                 c.us as f64 / 1000.0,
-                c.name
+                c.label()
             );
         }
     }
@@ -356,7 +375,7 @@ mod tests {
     use std::{collections::HashMap, time::Duration};
 
     use super::*;
-    use crate::bpf::abi::{Hist, HIST_SLOTS};
+    use crate::profile::model::state::{Hist, HIST_SLOTS};
     use crate::profile::model::{store::Store, Slice};
     use crate::profile::report::host_facts::Empty;
 
@@ -414,7 +433,8 @@ mod tests {
                 origins: Default::default(),
                 kept_off: Default::default(),
                 sleeps: Default::default(),
-                stats: [0; crate::bpf::abi::Stat::COUNT],
+                stats: [0; crate::profile::model::state::STAT_COUNTERS],
+                spans: Default::default(),
             });
         }
         store
@@ -557,9 +577,13 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(
             lines[0],
-            "runqueue latency of pid 7, last 30 s: 100 waits, p50 8.0 us, p90 16.0 us, p99 121.6 us"
+            "runqueue latency of pid 7, last 30 s: 100 waits, p50 ~8.0 us, p90 ~16.0 us, p99 ~121.6 us (~: within log2 buckets)"
         );
         assert_eq!(lines[1], "");
+        assert_eq!(
+            (mean(3_720, 100), mean(0, 100)),
+            ("mean 37.2 us, ".into(), "".into())
+        );
         let expected = [
             "     usecs               : count    distribution",
             "         0 -> 0          : 10       |**********                              |",

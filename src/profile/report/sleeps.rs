@@ -36,6 +36,10 @@ pub struct SleepSummary {
     /// bucket holds everything from about 4.2 s on).
     pub median_us: f64,
     pub p90_us: f64,
+    /// Whether `median_us` and `p90_us` are estimates (off by up to their
+    /// bucket's width; text marks them `~`): always, the intervals being
+    /// counted in buckets only.
+    pub approx: bool,
     /// Who woke it, by share of the blocked time their wakeups ended
     /// (sampled as the wakeup graphs are), most first.
     pub woken_by: Vec<WokenBy>,
@@ -69,7 +73,7 @@ pub fn by_thread(
         for s in slice.sleeps.iter().filter(|s| s.pid == pid) {
             let into = slots
                 .entry(s.tid)
-                .or_insert([0; crate::bpf::abi::HIST_SLOTS]);
+                .or_insert([0; crate::profile::model::state::HIST_SLOTS]);
             for (a, b) in into.iter_mut().zip(s.slots) {
                 *a += u64::from(b);
             }
@@ -102,6 +106,7 @@ pub fn by_thread(
                 intervals: slots.iter().sum(),
                 median_us: round(quantile_us(&slots, 0.5).unwrap_or(0.0)),
                 p90_us: round(quantile_us(&slots, 0.9).unwrap_or(0.0)),
+                approx: true,
                 woken_by,
             };
             (tid, summary)
@@ -188,10 +193,10 @@ mod tests {
         let end = SystemTime::UNIX_EPOCH + Duration::from_secs(100);
         let mut store = Store::new(Duration::from_secs(600));
         let mut slice = Slice::empty(end - Duration::from_secs(1), end);
-        let mut poller = [0; crate::bpf::abi::SLEEP_SLOTS];
+        let mut poller = [0; crate::profile::model::state::SLEEP_SLOTS];
         // 1,000 sleeps of 1-2 ms (slot 11: [1024, 2048) us).
         poller[11] = 1000;
-        let mut consumer = [0; crate::bpf::abi::SLEEP_SLOTS];
+        let mut consumer = [0; crate::profile::model::state::SLEEP_SLOTS];
         consumer[5] = 10; // [16, 32) us
         consumer[8] = 30; // [128, 256) us
         slice.sleeps = vec![
@@ -256,7 +261,7 @@ mod tests {
         let end = SystemTime::UNIX_EPOCH + Duration::from_secs(100);
         let mut store = Store::new(Duration::from_secs(600));
         let mut slice = Slice::empty(end - Duration::from_secs(1), end);
-        let mut slots = [0; crate::bpf::abi::SLEEP_SLOTS];
+        let mut slots = [0; crate::profile::model::state::SLEEP_SLOTS];
         slots[5] = 10;
         slice.sleeps = vec![Sleeps {
             pid: 7,
@@ -280,7 +285,7 @@ mod tests {
             slice.threads.insert(tid, ThreadInfo { pid, name });
         }
         store.push(slice);
-        let reader = crate::profile::disclosure::Reader::User {
+        let reader = crate::profile::report::disclosure::Reader::User {
             uid: Some(1000),
             owner_of: Arc::new(|pid| (pid == 7).then_some((1000, SystemTime::UNIX_EPOCH))),
         };

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use super::disclosure::Sight;
 use crate::{
-    bpf::abi::State,
+    profile::model::state::State,
     profile::model::{store::Snapshot, window::Window},
 };
 
@@ -95,7 +95,11 @@ mod tests {
     use std::time::{Duration, SystemTime};
 
     use super::*;
-    use crate::profile::model::{store::Store, RawThread, Slice, ThreadCounters};
+    use crate::profile::model::{
+        counters::{RawThread, ThreadCounters},
+        store::Store,
+        Slice,
+    };
 
     /// A 30 s window of one process that ran, then waited on a futex for
     /// its last 10 s: the strip's last third says so.

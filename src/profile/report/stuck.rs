@@ -21,8 +21,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::Serialize;
 
-use super::blocked::BlockedThread;
-use crate::{bpf::abi::State, profile::model::kind::pool_name};
+use super::{blocked::BlockedThread, durations};
+use crate::{profile::model::kind::pool_name, profile::model::state::State};
 
 /// A pool (threads named alike in one process) with blocked threads.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -102,14 +102,14 @@ const RUNS_A_TASK: [&str; 3] = [
 ];
 
 /// A frame's name without the marks of its kind (`_[j]`, `_[k]`...).
-fn plain(frame: &str) -> &str {
+pub(super) fn plain(frame: &str) -> &str {
     match frame.rfind("_[") {
         Some(at) if frame.ends_with(']') => &frame[..at],
         _ => frame,
     }
 }
 
-fn is_machinery(frame: &str) -> bool {
+pub(super) fn is_machinery(frame: &str) -> bool {
     let f = plain(frame);
     f.starts_with('[')
         || f.starts_with("__")
@@ -119,7 +119,7 @@ fn is_machinery(frame: &str) -> bool {
 
 /// A Java frame (`_[j]` compiled, `_[i]` inlined, `_[0]` interpreted,
 /// `_[1]` C1).
-fn is_java(frame: &str) -> bool {
+pub(super) fn is_java(frame: &str) -> bool {
     ["_[j]", "_[i]", "_[0]", "_[1]"]
         .iter()
         .any(|k| frame.ends_with(k))
@@ -247,7 +247,7 @@ fn summarize_pool(
     let process = members[0].process.clone();
     let mut summary = format!(
         "pool {pool} (pid {pid}, {process}): {blocked} of {threads} threads blocked {}",
-        span(shortest_s, longest_s)
+        durations::span(shortest_s, longest_s)
     );
     if let Some(at) = &waits_in {
         summary.push_str(&format!(" in {at}"));
@@ -270,15 +270,6 @@ fn summarize_pool(
         inside,
         waiting_there,
         summary,
-    }
-}
-
-/// `45 s`, or `12-45 s`.
-fn span(shortest: f64, longest: f64) -> String {
-    if longest - shortest < 1.0 {
-        format!("{} s", longest.round())
-    } else {
-        format!("{}-{} s", shortest.floor(), longest.round())
     }
 }
 
@@ -311,8 +302,8 @@ fn pool_findings(p: &PoolSummary, members: &[&BlockedThread]) -> Vec<Finding> {
             "own_pool_wait",
             "inferred",
             format!(
-                "every thread of pool {} waits in {at} inside one of the pool's own tasks: no thread of it is free, so no task queued to it can start; if they wait for such tasks the pool has deadlocked on itself, else it is held up by what they wait for (certain: all {} threads blocked for at least {} s; inferred: what they wait for)",
-                p.pool, p.threads, p.shortest_s.floor()
+                "every thread of pool {} waits in {at} inside one of the pool's own tasks: no thread of it is free, so no task queued to it can start; if they wait for such tasks the pool has deadlocked on itself, else it is held up by what they wait for (certain: all {} threads blocked for at least {}; inferred: what they wait for)",
+                p.pool, p.threads, durations::at_least(p.shortest_s)
             ),
         )];
     }
@@ -320,8 +311,8 @@ fn pool_findings(p: &PoolSummary, members: &[&BlockedThread]) -> Vec<Finding> {
         "pool_blocked",
         "inferred",
         format!(
-            "every thread of pool {} ({}) is blocked in {at} for at least {} s: nothing in that pool can make progress until what it waits for is released (certain: they are blocked; inferred: stuck)",
-            p.pool, p.threads, p.shortest_s.floor()
+            "every thread of pool {} ({}) is blocked in {at} for at least {}: nothing in that pool can make progress until what it waits for is released (certain: they are blocked; inferred: stuck)",
+            p.pool, p.threads, durations::at_least(p.shortest_s)
         ),
     )]
 }

@@ -78,6 +78,27 @@ fn a_pool_waiting_on_itself_is_named_with_its_place() {
 }
 
 #[test]
+fn a_pool_blocked_a_quarter_second_says_so_in_ms() {
+    let threads = [
+        blocked(7, 1, "pricing-1", 0.25, &QUOTE),
+        blocked(7, 2, "pricing-2", 0.25, &QUOTE),
+    ];
+    let (pools, findings) = summarize(&threads, &sizes(&[("pricing-*", 2)]));
+    assert!(
+        pools[0]
+            .summary
+            .contains("2 of 2 threads blocked 250 ms in"),
+        "{}",
+        pools[0].summary
+    );
+    assert!(
+        findings[0].summary.contains("at least 250 ms"),
+        "{}",
+        findings[0].summary
+    );
+}
+
+#[test]
 fn a_pool_with_a_thread_left_is_not_flagged() {
     let threads = [blocked(7, 1, "pricing-1", 45.0, &QUOTE)];
     let (pools, findings) = summarize(&threads, &sizes(&[("pricing-*", 2)]));

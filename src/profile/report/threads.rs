@@ -1,13 +1,20 @@
 //! Per-thread time breakdowns (`/threads`): exact time by state, switches
 //! and wakeups, per thread, per pool and for the process.
 
-use crate::profile::model::{kind::pool_name, store::Snapshot, window::Window, ThreadCounters};
-use std::{collections::HashMap, fmt::Write as _, sync::Arc};
+use crate::profile::model::{
+    counters::ThreadCounters, kind::pool_name, store::Snapshot, window::Window,
+};
+use std::{
+    collections::HashMap,
+    fmt::Write as _,
+    sync::Arc,
+    time::{SystemTime, UNIX_EPOCH},
+};
 
 use serde::Serialize;
 
 use super::query::ns_to_us;
-use crate::{bpf::abi::State, jvm::JvmReport, process::container::Container};
+use crate::{jvm::JvmReport, process::container::Container, profile::model::state::State};
 
 /// Time and events of one thread, pool or process.
 #[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
@@ -46,6 +53,32 @@ pub struct ThreadRow {
     /// [`super::gil`]; filled in by the API).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gil_us: Option<u64>,
+    /// Whether it lived only part of the window (see
+    /// [`super::thread_fold`]).
+    #[serde(skip)]
+    pub life: Life,
+}
+
+/// The first and last drain of a window a thread was seen in (their
+/// index), each with whether it lived only part of it.
+struct Seen {
+    first: (usize, bool),
+    last: (usize, bool),
+}
+
+/// The share of its process's longest time in a drain a thread's must
+/// reach for it to have lived through that drain as long as the process.
+const WHOLE_DRAIN: f64 = 0.9;
+
+/// What part of the window a thread lived, as the drains saw it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Life {
+    /// Absent from the first drain of the window in which its process was
+    /// seen, or alive for less of it than the process's longest-lived
+    /// thread: it started within the window, after the process.
+    pub born: bool,
+    /// Likewise at the end: it ended within the window.
+    pub ended: bool,
 }
 
 /// One pool's row.
@@ -70,16 +103,28 @@ pub struct ThreadReport {
     /// before them), their resolution, oldest first (`resolution`), and
     /// the exact span held (`covered`).
     #[serde(flatten)]
-    pub recorded: crate::profile::store::Recorded,
+    pub recorded: crate::profile::model::store::Recorded,
     pub process: Breakdown,
     pub pools: Vec<PoolRow>,
     pub threads: Vec<ThreadRow>,
+    /// Short-lived threads of one pool, one row per pool (see
+    /// [`super::thread_fold`]); their threads are not in `threads`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub folded: Vec<super::thread_fold::FoldedThreads>,
+    /// Microseconds from the first drain of the window in which the
+    /// process was seen to the end of its last.
+    #[serde(skip)]
+    pub seen_us: u64,
     /// What wallscope knows of the process as a JVM, when it is one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub jvm: Option<JvmReport>,
     /// Its container and pod, when it runs in one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub container: Option<Arc<Container>>,
+    /// Its command line, executable, program and cgroups (`cmdline`,
+    /// `executable`, `main`, `cgroups`; filled in by the answer).
+    #[serde(flatten)]
+    pub identity: Option<super::identity::Shown>,
     /// Why every figure is zero, when nothing was recorded in the window.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
@@ -112,9 +157,25 @@ pub fn report(store: &Snapshot, pid: u32, window: Window) -> Option<ThreadReport
     let mut names: HashMap<u32, String> = HashMap::new();
     let mut comm = None;
     let mut container = None;
-    for slice in store.within(window) {
-        for t in slice.thread_totals.iter().filter(|t| t.pid == pid) {
+    // Per tid, and for the process: the first and last drain seen in.
+    let mut seen: HashMap<u32, Seen> = HashMap::new();
+    let mut process_seen: Option<(usize, usize, SystemTime, SystemTime)> = None;
+    for (i, slice) in store.within(window).enumerate() {
+        let mine = || slice.thread_totals.iter().filter(|t| t.pid == pid);
+        // A thread's time in a drain is how long it lived in it (time is
+        // accounted as it passes, blocked or not): the longest is the
+        // process's.
+        let longest = mine().map(|t| t.counters.wall()).max().unwrap_or(0);
+        for t in mine() {
             *sums.entry(t.tid).or_default() += &t.counters;
+            let part = (t.counters.wall() as f64) < longest as f64 * WHOLE_DRAIN;
+            let s = seen.entry(t.tid).or_insert(Seen {
+                first: (i, part),
+                last: (i, part),
+            });
+            s.last = (i, part);
+            let p = process_seen.get_or_insert((i, i, slice.start, slice.end));
+            (p.1, p.3) = (i, slice.end);
             // The symbolizer's name (e.g. a full Java thread name) over
             // the kernel's 15 characters.
             let name = slice.threads.get(&t.tid).map(|i| i.name.to_string());
@@ -130,6 +191,8 @@ pub fn report(store: &Snapshot, pid: u32, window: Window) -> Option<ThreadReport
     if sums.is_empty() {
         return None;
     }
+    let (first, last, from, to) = process_seen.unwrap_or((0, 0, UNIX_EPOCH, UNIX_EPOCH));
+    let seen_us = to.duration_since(from).unwrap_or_default().as_micros() as u64;
     let mut process = ThreadCounters::default();
     let mut pools: HashMap<String, (usize, ThreadCounters)> = HashMap::new();
     let mut threads = Vec::with_capacity(sums.len());
@@ -148,6 +211,10 @@ pub fn report(store: &Snapshot, pid: u32, window: Window) -> Option<ThreadReport
             kept_off_cpu_by: Vec::new(),
             sleeps: None,
             gil_us: None,
+            life: seen.get(tid).map_or_else(Life::default, |s| Life {
+                born: s.first.0 > first || s.first.1,
+                ended: s.last.0 < last || s.last.1,
+            }),
         });
     }
     threads.sort_by(|a, b| b.time.wall_us.cmp(&a.time.wall_us).then(a.tid.cmp(&b.tid)));
@@ -174,8 +241,11 @@ pub fn report(store: &Snapshot, pid: u32, window: Window) -> Option<ThreadReport
         process: process.breakdown(),
         pools,
         threads,
+        folded: Vec::new(),
+        seen_us,
         jvm: None,
         container,
+        identity: None,
         note: None,
     })
 }
@@ -203,6 +273,7 @@ pub fn empty_report(pid: u32, now: LiveProcess, window: Window, note: String) ->
             kept_off_cpu_by: Vec::new(),
             sleeps: None,
             gil_us: None,
+            life: Life::default(),
         })
         .collect();
     threads.sort_by_key(|t| t.tid);
@@ -215,8 +286,11 @@ pub fn empty_report(pid: u32, now: LiveProcess, window: Window, note: String) ->
         process: Breakdown::default(),
         pools: Vec::new(),
         threads,
+        folded: Vec::new(),
+        seen_us: 0,
         jvm: None,
         container: None,
+        identity: None,
         note: Some(note),
     }
 }
@@ -233,6 +307,9 @@ pub fn render_text(r: &ThreadReport) -> String {
         r.window,
         recorded_note(r.seconds, r.recorded.seconds)
     );
+    for line in r.identity.iter().flat_map(|i| i.describe()) {
+        let _ = writeln!(out, "{line}");
+    }
     if let Some(note) = &r.note {
         let _ = writeln!(out, "note: {note}");
     }
@@ -277,8 +354,25 @@ pub fn render_text(r: &ThreadReport) -> String {
         )
     };
     let _ = writeln!(out, "{header}");
-    for t in &r.threads {
-        let _ = writeln!(out, "{}", row(&t.tid.to_string(), &t.name, &t.time));
+    // Threads and folded pools together, by wall time.
+    let mut rows: Vec<(u64, String)> = r
+        .threads
+        .iter()
+        .map(|t| (t.time.wall_us, row(&t.tid.to_string(), &t.name, &t.time)))
+        .collect();
+    rows.extend(r.folded.iter().map(|f| {
+        // The count is kept whole when the name is cut.
+        let count = format!(" ×{}", f.threads);
+        let pool = truncate(
+            &f.pool,
+            28usize.saturating_sub(count.chars().count()).max(2),
+        );
+        let name = format!("{pool}{count}");
+        (f.time.wall_us, row("folded", &name, &f.time))
+    }));
+    rows.sort_by_key(|r| std::cmp::Reverse(r.0));
+    for (_, line) in rows {
+        let _ = writeln!(out, "{line}");
     }
     let _ = writeln!(out, "\n{:>8}  {:<28}", "THREADS", "POOL");
     for p in &r.pools {
@@ -286,6 +380,7 @@ pub fn render_text(r: &ThreadReport) -> String {
     }
     let _ = writeln!(out, "{}", row("all", "(process)", &r.process));
     sleeps_text(&mut out, r);
+    super::thread_fold::render_lifetimes(&mut out, r);
     out
 }
 
@@ -297,9 +392,17 @@ fn sleeps_text(out: &mut String, r: &ThreadReport) {
     }
     let _ = writeln!(
         out,
-        "\nblocked intervals (switch-out to wakeup):\n{:>8}  {:<28} {:>9} {:>10} {:>10}  WOKEN BY (share of blocked time)",
-        "TID", "NAME", "intervals", "median ms", "p90 ms"
+        "\nblocked intervals (switch-out to wakeup): ~ marks an estimate within log2 buckets\n{:>8}  {:<28} {:>9} {:>10} {:>10}  WOKEN BY (share of blocked time)",
+        "TID", "NAME", "intervals", "median", "p90"
     );
+    let approx = |us: f64, approx: bool| {
+        let text = super::durations::micros(us.round() as u64);
+        if approx {
+            format!("~{text}")
+        } else {
+            text
+        }
+    };
     for t in with {
         let s = t.sleeps.as_ref().expect("filtered");
         let woken: Vec<String> = s
@@ -309,18 +412,18 @@ fn sleeps_text(out: &mut String, r: &ThreadReport) {
             .collect();
         let _ = writeln!(
             out,
-            "{:>8}  {:<28} {:>9} {:>10.3} {:>10.3}  {}",
+            "{:>8}  {:<28} {:>9} {:>10} {:>10}  {}",
             t.tid,
             truncate(&t.name, 28),
             s.intervals,
-            s.median_us / 1000.0,
-            s.p90_us / 1000.0,
+            approx(s.median_us, s.approx),
+            approx(s.p90_us, s.approx),
             woken.join(", ")
         );
     }
 }
 
-fn truncate(s: &str, max: usize) -> String {
+pub(super) fn truncate(s: &str, max: usize) -> String {
     if s.chars().count() <= max {
         s.to_string()
     } else {
@@ -344,10 +447,14 @@ mod tests {
     use std::{collections::HashMap as Map, sync::Arc, time::Duration};
 
     use super::*;
+    use crate::profile::model::counters::{RawThread, ThreadCounters};
     use crate::profile::model::{store::Store, Slice};
-    use crate::profile::model::{RawThread, ThreadCounters};
 
-    fn thread(tid: u32, name: &str, ns: [u64; crate::bpf::abi::State::COUNT]) -> RawThread {
+    fn thread(
+        tid: u32,
+        name: &str,
+        ns: [u64; crate::profile::model::state::State::COUNT],
+    ) -> RawThread {
         RawThread {
             tid,
             pid: 7,
@@ -385,7 +492,8 @@ mod tests {
                 origins: Default::default(),
                 kept_off: Default::default(),
                 sleeps: Default::default(),
-                stats: [0; crate::bpf::abi::Stat::COUNT],
+                stats: [0; crate::profile::model::state::STAT_COUNTERS],
+                spans: Default::default(),
             });
         }
         let r = report(&store.snapshot(), 7, Window::last(30, end)).unwrap();
@@ -420,5 +528,30 @@ mod tests {
         );
         let json = serde_json::to_value(capped).unwrap();
         assert_eq!(json["throttled_us"], 1500);
+    }
+
+    #[test]
+    fn interval_quantiles_read_as_estimates() {
+        let mut r = empty_report(
+            7,
+            LiveProcess {
+                comm: "app".into(),
+                threads: vec![(8, "worker-1".into())],
+            },
+            Window::last(30, SystemTime::UNIX_EPOCH),
+            "none".into(),
+        );
+        r.threads[0].sleeps = Some(super::super::sleeps::SleepSummary {
+            intervals: 40,
+            median_us: 1536.0,
+            p90_us: 250_000.0,
+            approx: true,
+            woken_by: Vec::new(),
+        });
+        let text = render_text(&r);
+        let row = text.lines().last().unwrap();
+        assert!(row.contains("~1.5 ms") && row.contains("~250 ms"), "{text}");
+        let json = serde_json::to_value(&r.threads[0]).unwrap();
+        assert_eq!(json["sleeps"]["approx"], true);
     }
 }

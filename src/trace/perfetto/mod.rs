@@ -12,7 +12,7 @@ use super::{
     record::Clocks,
     timeline::{Timelines, Wake},
 };
-use crate::{bpf::abi::State, untrusted::text::clean_to};
+use crate::{profile::model::state::State, untrusted::text::clean_to};
 use proto::*;
 
 /// The one packet sequence of the trace.

@@ -62,12 +62,10 @@ impl Registry {
         Some(p)
     }
 
-    /// Drops `pid`: its state, its files' use, its Python side and its
-    /// BPF entry.
+    /// Drops `pid`: its state, its files' use, its runtimes' state and
+    /// its BPF entry.
     pub(super) fn unregister(&mut self, pid: u32) {
-        if let Some(py) = &mut self.python {
-            py.ended(pid);
-        }
+        self.runtimes.each(|r| r.detach(pid));
         if let Some(p) = self.take(pid) {
             self.detach(&p.mappings, p.uid);
             if p.has_entry() {

@@ -12,8 +12,8 @@ use http_body_util::BodyExt;
 use tower::ServiceExt;
 use wallscope::{
     api,
-    bpf::abi::State,
-    profile::{store::Store, Sample, Slice, ThreadInfo},
+    profile::model::state::State,
+    profile::model::{store::Store, Sample, Slice, ThreadInfo},
     state::Shared,
 };
 
@@ -74,7 +74,8 @@ pub fn shared() -> Arc<Shared> {
         origins: HashMap::new(),
         kept_off: Vec::new(),
         sleeps: Vec::new(),
-        stats: [0; wallscope::bpf::abi::Stat::COUNT],
+        stats: [0; wallscope::profile::model::state::STAT_COUNTERS],
+        spans: Default::default(),
     });
     Shared::new(store, vec![("on_cpu_sample".into(), 2)])
 }

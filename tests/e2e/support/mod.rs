@@ -7,6 +7,7 @@ pub mod browser;
 pub mod caps;
 pub mod cgroup;
 pub mod crowd;
+pub mod doc_examples;
 pub mod fixture;
 pub mod java;
 pub mod java_frames;
@@ -15,6 +16,7 @@ pub mod memcg;
 pub mod otlp;
 pub mod pyroscope;
 pub mod rows;
+pub mod spans;
 pub mod users;
 
 pub use fixture::Fixture;
@@ -62,11 +64,32 @@ pub fn workload_variant(name: &str, out_name: &str, flags: &[&str]) -> PathBuf {
     build_workload_as(name, out_name, &all)
 }
 
+/// Compiles `tests/workloads/NAME.c` with gcc into a shared library
+/// `out_name` (`-fPIC -shared`, plus `flags`): clang 14 cannot emit
+/// TLSDESC (`-mtls-dialect=gnu2`).
+pub fn shared_workload(name: &str, out_name: &str, flags: &[&str]) -> PathBuf {
+    let mut cmd = Command::new("gcc");
+    cmd.args(["-g", "-O1", "-fno-omit-frame-pointer", "-pthread"])
+        .args(["-fPIC", "-shared"])
+        .args(flags)
+        .arg(format!("-Wl,-soname,{out_name}"));
+    compile_once(name, out_name, cmd)
+}
+
 fn build_workload(name: &str, flags: &[&str]) -> PathBuf {
     build_workload_as(name, name, flags)
 }
 
 fn build_workload_as(name: &str, out_name: &str, flags: &[&str]) -> PathBuf {
+    let mut cmd = Command::new("clang");
+    cmd.args(["-g", "-fno-inline", "-pthread"])
+        .arg("-fno-optimize-sibling-calls")
+        .args(flags);
+    compile_once(name, out_name, cmd)
+}
+
+/// Runs `cc -o OUT tests/workloads/NAME.c` once per output name.
+fn compile_once(name: &str, out_name: &str, mut cc: Command) -> PathBuf {
     static BUILT: Mutex<Vec<String>> = Mutex::new(Vec::new());
     let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/workloads/{name}.c"));
@@ -74,14 +97,7 @@ fn build_workload_as(name: &str, out_name: &str, flags: &[&str]) -> PathBuf {
     if built.iter().any(|b| b == out_name) {
         return out;
     }
-    let status = Command::new("clang")
-        .args([
-            "-g",
-            "-fno-inline",
-            "-pthread",
-            "-fno-optimize-sibling-calls",
-        ])
-        .args(flags)
+    let status = cc
         .arg("-o")
         .arg(&out)
         .arg(&src)

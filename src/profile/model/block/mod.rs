@@ -32,7 +32,7 @@ use columns::{Budget, Col, Reader};
 use names::{count, Strings};
 
 use super::{Slice, Stack};
-use crate::bpf::abi::{Stat, State, HIST_SLOTS, SLEEP_SLOTS};
+use crate::profile::model::state::{State, HIST_SLOTS, SLEEP_SLOTS, STAT_COUNTERS};
 
 pub use names::RUNTIMES;
 
@@ -80,7 +80,10 @@ pub enum CodecError {
 /// The four bytes a block starts with.
 const MAGIC: [u8; 4] = *b"WSBK";
 /// The format written; bumped whenever the layout changes.
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
+/// The oldest format still read: version 1 has no section of identities
+/// (its processes read without command lines and v1 cgroups).
+const OLDEST_VERSION: u8 = 1;
 /// Most bytes a body may decompress to.
 pub const MAX_RAW_BYTES: usize = 16 << 20;
 /// Most bytes decoding a block may allocate for the slice it returns
@@ -169,7 +172,7 @@ struct Shape {
 
 const SHAPE: Shape = Shape {
     states: State::COUNT,
-    stats: Stat::COUNT,
+    stats: STAT_COUNTERS,
     hist_slots: HIST_SLOTS,
     sleep_slots: SLEEP_SLOTS,
 };
@@ -302,6 +305,7 @@ fn seal(
     names::put_containers(slice, &mut names, &mut sections);
     rows::put_kept_off(slice, &mut sections);
     rows::put_sleeps(slice, &mut sections);
+    names::put_identities(slice, &mut names, &mut sections);
     // The names first: sections index them.
     let mut body = Col::default();
     rows::put_stats(slice, &mut body);
@@ -360,7 +364,7 @@ fn parse(bytes: &[u8], mode: Option<u8>) -> Result<Parsed<'_>, CodecError> {
     }
     let mut r = Reader::new(&data[MAGIC.len()..]);
     let version = r.u8()?;
-    if version != VERSION {
+    if !(OLDEST_VERSION..=VERSION).contains(&version) {
         return Err(CodecError::Version(version));
     }
     let (block_mode, how) = (r.u8()?, r.u8()?);
@@ -403,6 +407,7 @@ fn parse(bytes: &[u8], mode: Option<u8>) -> Result<Parsed<'_>, CodecError> {
     };
     Ok(Parsed {
         header,
+        version,
         shape,
         zstd: how == ZSTD,
         rest: r,
@@ -412,6 +417,7 @@ fn parse(bytes: &[u8], mode: Option<u8>) -> Result<Parsed<'_>, CodecError> {
 /// A header read by [`parse`], and the bytes after it.
 struct Parsed<'a> {
     header: Header,
+    version: u8,
     shape: Shape,
     /// Whether the body is compressed (else stored as is).
     zstd: bool,
@@ -455,6 +461,10 @@ fn fill(
     let containers = names::get_containers(&mut r, n.containers, names, b)?;
     let kept_off = rows::get_kept_off(&mut r, n.kept_off, (b, keep))?;
     let sleeps = rows::get_sleeps(&mut r, (n.sleeps, shape), (b, keep))?;
+    let mut origins = origins;
+    if p.version >= 2 {
+        names::get_identities(&mut r, &mut origins, names, b)?;
+    }
     r.finish()?;
     Ok(Slice {
         start: h.start,
@@ -470,6 +480,8 @@ fn fill(
         kept_off,
         sleeps,
         stats,
+        // History blocks do not hold spans: they live in memory only.
+        spans: Default::default(),
     })
 }
 

@@ -1,5 +1,5 @@
 //! Names: a table of a block's distinct strings (thread, process and
-//! container names, cgroups; frames in a standalone block), and the
+//! container names, cgroups, command lines; frames in a standalone block), and the
 //! sections keyed by pid that refer to it. Each string is written once and
 //! decoded into one `Arc<str>` that every row naming it shares, the first
 //! time a row that is kept names it.
@@ -12,8 +12,14 @@ use super::{
     columns::{finish_all, put_columns, Budget, Col, KeysReader, KeysWriter, Reader},
     CodecError,
 };
+use strum::IntoEnumIterator;
+
 use crate::{
-    process::container::Container,
+    process::{
+        cgroups::{V1Paths, MAX_V1_HIERARCHIES},
+        container::Container,
+        identity::{EntryKind, Identity},
+    },
     profile::model::{Origin, Slice, ThreadInfo},
 };
 
@@ -222,7 +228,12 @@ pub fn get_processes(
         prev = opids.delta32(prev)?;
         let parent = parents.u32()?;
         let cgroup = opt_name(names, &mut cgroups, budget)?;
-        insert(&mut origins, prev, Origin { parent, cgroup })?;
+        let origin = Origin {
+            parent,
+            cgroup,
+            ..Origin::default()
+        };
+        insert(&mut origins, prev, origin)?;
     }
     finish_all(&[pids, col, opids, parents, cgroups])?;
     Ok((processes, origins))
@@ -312,4 +323,106 @@ fn runtime_of(name: &str) -> Result<&'static str> {
         .find(|r| **r == name)
         .copied()
         .ok_or_else(|| CodecError::Runtime(name.to_string()))
+}
+
+/// The origins' cgroup v1 paths and identities (a section of its own,
+/// since version 2), in the origins' pid order: per origin its command
+/// line (0: no identity), executable, program kind (0: none) and name,
+/// and its count of v1 hierarchies plus one (0: not known), then every
+/// hierarchy's controllers and path.
+pub fn put_identities<'s>(s: &'s Slice, strings: &mut Strings<'s>, out: &mut Col) {
+    let mut cols: [Col; 7] = Default::default();
+    for (_, o) in by_pid(&s.origins) {
+        let [cmdline, exe, kind, entry, v1_count, controllers, paths] = &mut cols;
+        let identity = o.identity.as_deref();
+        cmdline.u64(strings.opt(identity.map(|i| &*i.cmdline)));
+        exe.u64(strings.opt(identity.and_then(|i| i.executable.as_deref())));
+        let program = identity.and_then(|i| i.entry.as_ref());
+        kind.u64(program.map_or(0, |(k, _)| entry_kind_code(*k)));
+        entry.u64(strings.opt(program.map(|(_, n)| &**n)));
+        match &o.cgroups_v1 {
+            None => v1_count.u64(0),
+            Some(v1) => {
+                v1_count.u64(v1.iter().count() as u64 + 1);
+                for (c, p) in v1.iter() {
+                    controllers.u64(strings.id(c));
+                    paths.u64(strings.id(p));
+                }
+            }
+        }
+    }
+    put_columns(out, &cols);
+}
+
+/// A program kind's code in a block (its place among the kinds, plus one).
+fn entry_kind_code(kind: EntryKind) -> u64 {
+    EntryKind::iter()
+        .position(|k| k == kind)
+        .map_or(0, |i| i as u64 + 1)
+}
+
+/// Reads what [`put_identities`] wrote into `origins`.
+pub fn get_identities(
+    r: &mut Reader,
+    origins: &mut HashMap<u32, Origin>,
+    names: &Names,
+    budget: &mut Budget,
+) -> Result<()> {
+    let [mut cmdline, mut exe, mut kind, mut entry, mut v1_count, mut controllers, mut paths] =
+        r.columns()?;
+    let mut pids: Vec<u32> = origins.keys().copied().collect();
+    pids.sort_unstable();
+    let boxed = |s: Option<Arc<str>>, budget: &mut Budget| -> Result<Option<Box<str>>> {
+        let Some(s) = s else { return Ok(None) };
+        budget.charge(s.len())?;
+        Ok(Some(Box::from(&*s)))
+    };
+    for pid in pids {
+        let line = boxed(opt_name(names, &mut cmdline, budget)?, budget)?;
+        let executable = boxed(opt_name(names, &mut exe, budget)?, budget)?;
+        let code = count(kind.u64()?)?;
+        let program = boxed(opt_name(names, &mut entry, budget)?, budget)?;
+        let program = match (code, program) {
+            (0, None) => None,
+            (code, Some(name)) if code > 0 => {
+                let kind = EntryKind::iter()
+                    .nth(code - 1)
+                    .ok_or(CodecError::Corrupt("program kind"))?;
+                Some((kind, name))
+            }
+            _ => return Err(CodecError::Corrupt("program kind without name")),
+        };
+        let identity = match line {
+            Some(cmdline) => {
+                budget.charge(size_of::<Identity>() + ARC_HEADER)?;
+                Some(Arc::new(Identity {
+                    cmdline,
+                    executable,
+                    entry: program,
+                }))
+            }
+            None if executable.is_none() && program.is_none() => None,
+            None => return Err(CodecError::Corrupt("identity without command line")),
+        };
+        let v1 = match count(v1_count.u64()?)? {
+            0 => None,
+            n if n - 1 > MAX_V1_HIERARCHIES => return Err(CodecError::Corrupt("v1 hierarchies")),
+            n => {
+                let mut pairs = Vec::with_capacity(n - 1);
+                for _ in 1..n {
+                    let c = name(names, &mut controllers, budget)?;
+                    let p = name(names, &mut paths, budget)?;
+                    budget.charge(c.len() + p.len() + 2 * size_of::<Box<str>>())?;
+                    pairs.push((Box::from(&*c), Box::from(&*p)));
+                }
+                budget.charge(size_of::<V1Paths>() + ARC_HEADER)?;
+                Some(Arc::new(V1Paths::of_pairs(pairs)))
+            }
+        };
+        if let Some(o) = origins.get_mut(&pid) {
+            o.identity = identity;
+            o.cgroups_v1 = v1;
+        }
+    }
+    finish_all(&[cmdline, exe, kind, entry, v1_count, controllers, paths])
 }

@@ -12,10 +12,10 @@ use super::{
     CodecError, Keep, Shape,
 };
 use crate::{
-    bpf::abi::{Hist, State},
+    profile::model::state::{Hist, State},
     profile::model::{
-        HistOwner, Interrupt, KeptOff, RawThread, Sample, Sleeps, Slice, Stack, StatDeltas,
-        ThreadCounters, Wakeup,
+        counters::{RawThread, ThreadCounters},
+        HistOwner, Interrupt, KeptOff, Sample, Sleeps, Slice, Stack, StatDeltas, Wakeup,
     },
 };
 
@@ -336,7 +336,8 @@ pub fn get_hists(
     (b, keep): (&mut Budget, Keep),
 ) -> Result<Vec<(HistOwner, Hist)>> {
     let [mut kinds, mut values, mut nss] = r.columns()?;
-    let mut slots = get_arrays::<{ crate::bpf::abi::HIST_SLOTS }>(r, shape.hist_slots)?;
+    let mut slots =
+        get_arrays::<{ crate::profile::model::state::HIST_SLOTS }>(r, shape.hist_slots)?;
     let (mut out, mut prev) = (b.vec(n, &kinds)?, 0);
     for _ in 0..n {
         prev = values.delta(prev)?;
@@ -405,7 +406,8 @@ pub fn get_sleeps(
     (b, keep): (&mut Budget, Keep),
 ) -> Result<Vec<Sleeps>> {
     let [pids, tids] = r.columns()?;
-    let mut slots = get_arrays::<{ crate::bpf::abi::SLEEP_SLOTS }>(r, shape.sleep_slots)?;
+    let mut slots =
+        get_arrays::<{ crate::profile::model::state::SLEEP_SLOTS }>(r, shape.sleep_slots)?;
     let mut keys = KeysReader::new(pids, tids);
     let mut out = b.vec(n, &keys.tids)?;
     for _ in 0..n {
@@ -425,7 +427,7 @@ pub fn put_stats(s: &Slice, out: &mut Col) {
 }
 
 pub fn get_stats(r: &mut Reader, shape: &Shape) -> Result<StatDeltas> {
-    let mut stats: StatDeltas = [0; crate::bpf::abi::Stat::COUNT];
+    let mut stats: StatDeltas = [0; crate::profile::model::state::STAT_COUNTERS];
     if shape.stats > stats.len() {
         return Err(CodecError::Shape);
     }

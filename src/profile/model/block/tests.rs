@@ -372,3 +372,54 @@ fn a_stored_body_round_trips() {
     let back = decode_standalone(&with_body(&encode_standalone(&s), |_| {})).unwrap();
     assert_eq!(canon(&back), canon(&s));
 }
+
+/// A block of format 1 (no section of identities) still decodes: a
+/// format-2 block of a slice whose origins have none, rewritten as format
+/// 1 would have written it (its body stored, without the last section).
+#[test]
+fn a_version_1_block_still_decodes_without_identities() {
+    let mut s = busy(1);
+    for o in s.origins.values_mut() {
+        o.identity = None;
+        o.cgroups_v1 = None;
+    }
+    let n = s.origins.len();
+    assert!(n > 0 && n < 128, "one-byte column lengths: {n}");
+    let v2 = encode_standalone(&s);
+    let data = &v2[..v2.len() - 4];
+    let mut p = parse(&v2, Some(STANDALONE)).unwrap();
+    let stacks = p.rest.u64().unwrap();
+    let body = inflate(&p).unwrap();
+    // Five columns of one byte per origin, two empty ones.
+    let section = 5 * (1 + n) + 2;
+    let v1_body = &body[..body.len() - section];
+    let head_len = data.len() - p.rest.remaining() - {
+        let mut c = columns::Col::default();
+        c.u64(stacks);
+        c.0.len()
+    };
+    let raw_bytes_len = {
+        let mut c = columns::Col::default();
+        c.u64(p.header.raw_bytes as u64);
+        c.0.len()
+    };
+    let mut out = columns::Col(data[..head_len - raw_bytes_len].to_vec());
+    out.0[MAGIC.len()] = 1;
+    out.0[MAGIC.len() + 2] = STORED;
+    out.u64(v1_body.len() as u64);
+    out.u64(stacks);
+    out.0.extend_from_slice(v1_body);
+    let v1 = reseal_with_crc(out.0);
+    assert_eq!(canon(&decode_standalone(&v1).unwrap()), canon(&s));
+    // The same bytes claiming format 2 lack their last section.
+    let mut claimed = v1.clone();
+    claimed[MAGIC.len()] = VERSION;
+    assert!(decode_standalone(&reseal(claimed)).is_err());
+}
+
+/// `bytes` with their CRC-32 appended.
+fn reseal_with_crc(mut bytes: Vec<u8>) -> Vec<u8> {
+    let crc = crc32fast::hash(&bytes);
+    bytes.extend_from_slice(&crc.to_le_bytes());
+    bytes
+}

@@ -4,9 +4,9 @@
 use std::{collections::HashMap, sync::Arc};
 
 use super::{compact::step_for, merge::is_pool_tid, *};
-use crate::profile::model::{RawThread, ThreadCounters};
+use crate::profile::model::counters::{RawThread, ThreadCounters};
 use crate::{
-    bpf::abi::{Hist, State},
+    profile::model::state::{Hist, State},
     profile::model::{Sample, ThreadInfo, Wakeup},
 };
 
@@ -73,7 +73,7 @@ fn busy(end_s: u64, stacks: &[Stack]) -> Slice {
             });
         }
         let mut hist = Hist {
-            slots: [0; crate::bpf::abi::HIST_SLOTS],
+            slots: [0; crate::profile::model::state::HIST_SLOTS],
             ns: 0,
         };
         hist.slots[3] = end_s;

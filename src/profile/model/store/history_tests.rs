@@ -4,10 +4,13 @@ use std::{collections::BTreeMap, sync::Arc};
 
 use super::*;
 use crate::{
-    bpf::abi::State,
+    profile::model::state::State,
     profile::{
         history::{History, HistoryConfig},
-        model::{RawThread, Sample, ThreadCounters, ThreadInfo},
+        model::{
+            counters::{RawThread, ThreadCounters},
+            Sample, ThreadInfo,
+        },
     },
 };
 

@@ -89,6 +89,7 @@ mod tests {
                 Origin {
                     parent: 1,
                     cgroup: Some(Arc::from(cg)),
+                    ..Origin::default()
                 },
             );
         }

@@ -16,14 +16,15 @@ use std::{collections::HashMap, hash::Hash, sync::Arc};
 use rustc_hash::{FxHashMap, FxHasher};
 
 use super::super::{
+    counters::RawThread,
     kind::{pool_name, FOLDED_SUFFIX},
-    HistOwner, KeptOff, RawThread, Sample, Sleeps, Slice, ThreadInfo, Wakeup,
+    HistOwner, KeptOff, Sample, Sleeps, Slice, ThreadInfo, Wakeup,
 };
-use crate::bpf::abi::{Hist, State};
+use crate::profile::model::state::{Hist, State};
 
 /// Tids with these bits set stand for a pool of a process's threads, not a
 /// thread: Linux tids stay below 2^22 (`pid_max`), and the collector's
-/// merged rows ([`crate::bpf::abi::MERGED_TID`] | pid) set only the top bit.
+/// merged rows ([`crate::profile::model::state::MERGED_TID`] | pid) set only the top bit.
 pub const POOL_TID: u32 = 0xC000_0000;
 
 /// Whether `tid` stands for a pool (rows folded by [`merge`]).
@@ -111,7 +112,7 @@ impl Folder<'_> {
     /// merged row, an interrupt, or has no name in the slice (nothing to
     /// pool it by).
     fn tid(&mut self, pid: u32, tid: u32) -> u32 {
-        if crate::bpf::abi::is_merged_tid(tid) {
+        if crate::profile::model::state::is_merged_tid(tid) {
             return tid;
         }
         if let Some(&p) = self.pools.get(&tid) {
@@ -273,7 +274,9 @@ pub fn merge(parts: &[&Slice], fold: &FoldedPids) -> Slice {
         // A folded process's threads are its pools now (those with no
         // name, and merged rows, keep their tid and have none to drop).
         let named = part.threads.iter().filter(|(tid, t)| {
-            !fold.contains(t.pid) || is_pool_tid(**tid) || crate::bpf::abi::is_merged_tid(**tid)
+            !fold.contains(t.pid)
+                || is_pool_tid(**tid)
+                || crate::profile::model::state::is_merged_tid(**tid)
         });
         out.threads.extend(named.map(|(k, v)| (*k, v.clone())));
         out.processes

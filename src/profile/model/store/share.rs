@@ -14,7 +14,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::{merge, Store};
 use crate::{
-    bpf::abi::is_merged_tid,
+    profile::model::state::is_merged_tid,
     profile::model::Slice,
     untrusted::refusals::{self, Reason, What},
 };
@@ -129,9 +129,9 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::profile::model::{Sleeps, ThreadCounters};
+    use crate::profile::model::{counters::ThreadCounters, Sleeps};
     use crate::{
-        bpf::abi::{Stat, State},
+        profile::model::state::{State, STAT_COUNTERS},
         profile::model::{Sample, Slice, ThreadInfo},
     };
 
@@ -169,7 +169,8 @@ mod tests {
             origins: Default::default(),
             kept_off: Default::default(),
             sleeps: Default::default(),
-            stats: [0; Stat::COUNT],
+            stats: [0; STAT_COUNTERS],
+            spans: Default::default(),
         }
     }
 
@@ -254,7 +255,7 @@ mod tests {
         s.wakeups = (s.samples.iter().filter(|r| r.pid == 2))
             .map(|r| crate::profile::model::Wakeup {
                 pid: 0,
-                tid: crate::bpf::abi::INTERRUPT_TID,
+                tid: crate::profile::model::state::INTERRUPT_TID,
                 interrupt: Some(crate::profile::model::Interrupt::Hard),
                 peer_pid: 2,
                 peer_tid: r.tid,
@@ -269,7 +270,7 @@ mod tests {
             }
         }
         // Four 0.5-1 s naps each.
-        let mut naps = [0; crate::bpf::abi::SLEEP_SLOTS];
+        let mut naps = [0; crate::profile::model::state::SLEEP_SLOTS];
         naps[20] = 4;
         s.sleeps = (s.samples.iter().filter(|r| r.pid == 2))
             .map(|r| Sleeps {
@@ -284,7 +285,7 @@ mod tests {
             .map(|r| {
                 let mut ns = [0; State::COUNT];
                 ns[State::Sleep as usize] = 1_000_000_000;
-                crate::profile::model::RawThread {
+                crate::profile::model::counters::RawThread {
                     tid: r.tid,
                     pid: r.pid,
                     comm: "worker".into(),

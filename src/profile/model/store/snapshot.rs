@@ -15,6 +15,8 @@ use super::{
     super::{
         live::LiveView,
         prorate, size,
+        spans::SpanSlice,
+        spans_store::SpanView,
         window::{Overlap, Window},
         HistOwner, Slice,
     },
@@ -163,6 +165,20 @@ fn only_of(slice: &Slice, pid: u32) -> Slice {
         start: slice.start,
         end: slice.end,
         stats: slice.stats,
+        spans: SpanSlice {
+            records: (slice.spans.records.iter())
+                .filter(|r| mine(&r.pid))
+                .cloned()
+                .collect(),
+            times: (slice.spans.times.iter())
+                .filter(|t| mine(&t.pid))
+                .cloned()
+                .collect(),
+            samples: (slice.spans.samples.iter())
+                .filter(|s| mine(&s.pid))
+                .cloned()
+                .collect(),
+        },
     }
 }
 
@@ -175,6 +191,8 @@ pub struct Snapshot {
     cache: Option<Arc<NarrowCache>>,
     retention: Duration,
     live: Arc<LiveView>,
+    /// The spans' store as of the same instant.
+    span_view: Arc<SpanView>,
 }
 
 impl Snapshot {
@@ -190,7 +208,24 @@ impl Snapshot {
             cache: None,
             retention,
             live,
+            span_view: Arc::default(),
         }
+    }
+
+    /// The same snapshot with the spans' store's view.
+    pub(super) fn with_spans(mut self, view: Arc<SpanView>) -> Self {
+        self.span_view = view;
+        self
+    }
+
+    /// The live view, shared.
+    pub(super) fn live_shared(&self) -> Arc<LiveView> {
+        self.live.clone()
+    }
+
+    /// What the spans' store held at the same instant.
+    pub fn span_view(&self) -> &SpanView {
+        &self.span_view
     }
 
     /// The slices `window` overlaps, oldest first: from the disk history
@@ -252,6 +287,7 @@ impl Snapshot {
             })
         });
         Snapshot::new(entries.collect(), None, self.retention, self.live.clone())
+            .with_spans(self.span_view.clone())
     }
 
     /// The same snapshot, narrowing with `cache` (see
@@ -357,12 +393,10 @@ impl Snapshot {
             kept.load(Relaxed),
             began.elapsed()
         );
-        Some(Snapshot::new(
-            entries,
-            None,
-            self.retention,
-            self.live.clone(),
-        ))
+        Some(
+            Snapshot::new(entries, None, self.retention, self.live.clone())
+                .with_spans(self.span_view.clone()),
+        )
     }
 
     /// Every slice the store holds in memory.

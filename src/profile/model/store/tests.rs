@@ -2,8 +2,8 @@
 use std::{collections::HashMap, sync::Arc};
 
 use super::*;
-use crate::profile::model::ThreadCounters;
-use crate::{bpf::abi::State, profile::model::Sample};
+use crate::profile::model::counters::ThreadCounters;
+use crate::{profile::model::state::State, profile::model::Sample};
 
 fn slice(end_s: u64, frames: &[&str]) -> Slice {
     let stack: Stack = frames.iter().map(|f| Arc::<str>::from(*f)).collect();
@@ -27,7 +27,8 @@ fn slice(end_s: u64, frames: &[&str]) -> Slice {
         origins: Default::default(),
         kept_off: Default::default(),
         sleeps: Default::default(),
-        stats: [1; Stat::COUNT],
+        stats: [1; STAT_COUNTERS],
+        spans: Default::default(),
     }
 }
 
@@ -51,18 +52,19 @@ fn process_totals_only_grow_while_slices_expire() {
     let mut last = 0;
     for t in 1..=20 {
         let mut s = slice(t, &["main"]);
-        s.thread_totals.push(crate::profile::model::RawThread {
-            tid: 1,
-            pid: 1,
-            comm: "app".into(),
-            counters: ThreadCounters {
-                ns: [1_000, 0, 0, 0, 0, 0],
-                switches_voluntary: 1,
-                switches_involuntary: 0,
-                wakeups_sent: 0,
-                wakeups_received: 2,
-            },
-        });
+        s.thread_totals
+            .push(crate::profile::model::counters::RawThread {
+                tid: 1,
+                pid: 1,
+                comm: "app".into(),
+                counters: ThreadCounters {
+                    ns: [1_000, 0, 0, 0, 0, 0],
+                    switches_voluntary: 1,
+                    switches_involuntary: 0,
+                    wakeups_sent: 0,
+                    wakeups_received: 2,
+                },
+            });
         store.push(s);
         let p = &store.process_totals()[&1];
         assert!(p.counters.ns[0] > last, "counter grows");

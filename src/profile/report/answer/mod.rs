@@ -3,6 +3,7 @@
 //! in one envelope ([`Answer`]) that says what the window holds. The API
 //! parses, calls one of these, and renders.
 
+pub mod explain;
 pub mod profile;
 pub mod runqueue;
 pub mod threads;

@@ -13,6 +13,7 @@ use crate::profile::{
         disclosure::Sight,
         host_facts::HostFacts,
         runqueue::{self, Owner, OwnerError, RunqueueReport},
+        throttling,
     },
 };
 
@@ -92,8 +93,9 @@ pub fn runqueue(
                 processes: pids.len(),
             };
             let who = owner.describe();
-            let report = runqueue::processes_report(store, owner, &pids, window)
+            let mut report = runqueue::processes_report(store, owner, &pids, window)
                 .ok_or_else(|| nothing(&who))?;
+            report.throttled_by = throttling::of_path(store, host, window, path, sight);
             return Ok(Answer::report(store, window, report));
         }
     }
@@ -124,6 +126,9 @@ pub fn runqueue(
     if let Some(pid) = pid {
         report.kept_off_cpu_by =
             culprits::kept_off(store, window, pid, None, culprits::LISTED, sight);
+        report.throttled_by = throttling::of_pid(store, host, window, pid, sight);
+    } else if let Some(path) = cgroup.as_deref().filter(|c| c.starts_with('/')) {
+        report.throttled_by = throttling::of_path(store, host, window, path, sight);
     }
     Ok(Answer::report(store, window, report))
 }

@@ -12,7 +12,7 @@ use crate::profile::{
         disclosure::Sight,
         gil,
         host_facts::HostFacts,
-        sleeps,
+        identity, sleeps,
         threads::{self, LiveProcess, ThreadReport},
     },
 };
@@ -64,6 +64,8 @@ pub fn threads(
             threads::empty_report(pid, live_process(host, pid), window, note)
         }
     };
+    let mut report = report;
+    report.identity = identity::of_process(rows, pid, window, sight);
     Ok(Answer::report_of(store, (window, Some(pid)), report))
 }
 

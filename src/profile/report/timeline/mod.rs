@@ -14,7 +14,7 @@ use std::{
 use serde::Serialize;
 
 use crate::{
-    bpf::abi::State,
+    profile::model::state::State,
     profile::model::{kind::pool_name, store::Snapshot, window::Window, Slice},
 };
 
@@ -60,7 +60,7 @@ pub struct Timeline {
     /// before them), their resolution, oldest first (`resolution`), and
     /// the exact span held (`covered`).
     #[serde(flatten)]
-    pub recorded: crate::profile::store::Recorded,
+    pub recorded: crate::profile::model::store::Recorded,
     /// State names, in the order of each cell's figures.
     pub states: Vec<&'static str>,
     pub columns: Vec<Column>,
@@ -108,7 +108,7 @@ fn unix_ms(t: SystemTime) -> u64 {
 /// consecutive slices spanning at most the window's length over
 /// [`MAX_COLUMNS`] (widened by a quarter until there are at most that
 /// many: drains are not exactly a second apart). Slices the
-/// store merged (10 s, 60 s: see [`crate::profile::store::Store`]) are
+/// store merged (10 s, 60 s: see [`crate::profile::model::store::Store`]) are
 /// columns of their own when wider.
 fn columns(slices: &[&Slice], window: Window) -> (Vec<usize>, Vec<Column>) {
     let mut width_ms = window.length().as_millis() as u64 / MAX_COLUMNS as u64;

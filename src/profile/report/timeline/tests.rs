@@ -5,8 +5,8 @@ use std::{
 };
 
 use super::*;
+use crate::profile::model::counters::{RawThread, ThreadCounters};
 use crate::profile::model::{store::Store, Slice};
-use crate::profile::model::{RawThread, ThreadCounters};
 
 fn thread(tid: u32, name: &str, ns: [u64; State::COUNT]) -> RawThread {
     RawThread {

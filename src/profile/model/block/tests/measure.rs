@@ -11,7 +11,7 @@ use super::{
     with_body,
 };
 use crate::{
-    bpf::abi::State,
+    profile::model::state::State,
     profile::model::{size, Slice},
 };
 

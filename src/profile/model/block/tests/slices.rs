@@ -8,12 +8,12 @@ use std::{
 };
 
 use crate::{
-    bpf::abi::{Hist, State, INTERRUPT_TID},
     process::container::Container,
+    profile::model::state::{Hist, State, INTERRUPT_TID},
     profile::model::{
         block::{StackIds, StackSource, RUNTIMES},
-        HistOwner, Interrupt, KeptOff, Origin, RawThread, Sample, Sleeps, Slice, Stack,
-        ThreadCounters, ThreadInfo, Wakeup,
+        counters::{RawThread, ThreadCounters},
+        HistOwner, Interrupt, KeptOff, Origin, Sample, Sleeps, Slice, Stack, ThreadInfo, Wakeup,
     },
 };
 
@@ -196,6 +196,15 @@ pub fn edges() -> Slice {
         Origin {
             parent: 0,
             cgroup: Some(f("/system.slice/ü.service")),
+            cgroups_v1: Some(Arc::new(crate::process::cgroups::V1Paths::in_file(
+                "12:cpu,cpuacct:/docker/ü\n1:name=systemd:/x\n0::/ü.service\n",
+            ))),
+            identity: crate::process::identity::Identity::of(
+                b"/usr/bin/python3\0/srv/\xffshop.py\0",
+                true,
+                Some(std::path::Path::new("/usr/bin/python3.11")),
+            )
+            .map(Arc::new),
         },
     );
     s.origins.insert(
@@ -203,6 +212,8 @@ pub fn edges() -> Slice {
         Origin {
             parent: 1,
             cgroup: None,
+            cgroups_v1: Some(Arc::default()),
+            identity: crate::process::identity::Identity::of(b"x", false, None).map(Arc::new),
         },
     );
     s.origins.insert(
@@ -210,6 +221,7 @@ pub fn edges() -> Slice {
         Origin {
             parent: u32::MAX,
             cgroup: Some(proc_name),
+            ..Origin::default()
         },
     );
     for by in [0, 2, KeptOff::UNSEEN, KeptOff::OTHERS] {
@@ -223,7 +235,7 @@ pub fn edges() -> Slice {
     s.sleeps.push(Sleeps {
         pid: 1,
         tid: 1,
-        slots: [u32::MAX; crate::bpf::abi::SLEEP_SLOTS],
+        slots: [u32::MAX; crate::profile::model::state::SLEEP_SLOTS],
     });
     s.sleeps.push(Sleeps {
         pid: 2,
@@ -347,6 +359,7 @@ pub fn busy(seed: u64) -> Slice {
                 parent: 1,
                 cgroup: (p % 2 == 0)
                     .then(|| Arc::from(format!("/system.slice/svc{}.service", p % 9))),
+                ..Origin::default()
             },
         );
         for t in 0..6 {

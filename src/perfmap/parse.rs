@@ -30,7 +30,7 @@ pub const MAX_NAME_BYTES: usize = 16 << 20;
 /// [`MAX_NAME_BYTES`], or half the budget's `perf_map_names` part if less:
 /// a map being read anew beside its last read then holds at most the part.
 pub fn max_name_bytes() -> usize {
-    MAX_NAME_BYTES.min(super::jit::budget_bytes() / 2)
+    MAX_NAME_BYTES.min(super::maps::budget_bytes() / 2)
 }
 /// A map written this long before the process started is an earlier
 /// process's with the same pid (the slack covers clock granularity): the

@@ -8,7 +8,7 @@
 //!
 //! Bounds: all maps together hold at most
 //! [`budget_bytes`] of names (least recently used maps are dropped first;
-//! each is at most [`super::perfmap::MAX_BYTES`]).
+//! each is at most [`super::parse::MAX_BYTES`]).
 //!
 //! Reading is budgeted per process: [`READ_BYTES_PER_S`] on average, in
 //! bursts of up to [`READ_BURST_BYTES`], and at most [`READ_STEP_BYTES`]
@@ -31,11 +31,11 @@ use std::{
 
 use rustc_hash::FxHashMap;
 
-use super::perfmap::{self, PerfMap, Progress, Stamp};
+use super::parse::{self as perfmap, PerfMap, Progress, Stamp};
 use crate::{
     budget::cpu,
     process::{ProcKey, ProcessTable},
-    profile::Frame,
+    profile::model::Frame,
     untrusted::{
         self,
         refusals::{Reason, What},
@@ -196,7 +196,7 @@ impl JitMaps {
     }
 
     /// Keeps the maps of the processes `keep` says.
-    pub fn retain(&mut self, keep: impl Fn(ProcKey) -> bool) {
+    pub fn retain(&mut self, keep: &dyn Fn(ProcKey) -> bool) {
         self.maps.retain(|k, _| keep(*k));
     }
 

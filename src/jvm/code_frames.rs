@@ -26,19 +26,20 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
-use super::interner::Interner;
+use crate::runtime::FrameNames;
 use crate::{
     budget::cpu,
     jvm::{
         code::{segment_of, FrameKind, Heap, JavaCode, Nmethod},
         methods::method_name,
-        vmstructs::{layout_of, LayoutError, Vm},
+        vmstructs::{LayoutError, Vm},
+        Jvms,
     },
     process::{
         remote::{Budget, Remote},
         ProcKey, ProcessTable,
     },
-    profile::Frame,
+    profile::model::Frame,
     untrusted::refusals::{count_for, Reason, What},
 };
 
@@ -105,13 +106,16 @@ pub struct JavaFrames {
     pub disabled: bool,
     /// Where a JVM's user comes from.
     table: Arc<ProcessTable>,
+    /// Where the JVMs' layouts are kept.
+    known: Arc<Jvms>,
 }
 
 impl JavaFrames {
     /// No JVMs yet, of the processes of `table`.
-    pub fn new(table: Arc<ProcessTable>) -> Self {
+    pub fn new(table: Arc<ProcessTable>, known: Arc<Jvms>) -> Self {
         JavaFrames {
             table,
+            known,
             ..JavaFrames::default()
         }
     }
@@ -127,7 +131,7 @@ impl JavaFrames {
     }
 
     /// Keeps the JVMs `keep` says.
-    pub fn retain(&mut self, keep: impl Fn(ProcKey) -> bool) {
+    pub fn retain(&mut self, keep: &dyn Fn(ProcKey) -> bool) {
         self.jvms.retain(|k, _| keep(*k));
     }
 
@@ -174,7 +178,11 @@ impl JavaFrames {
         let batch = self.batch;
         let pid = key.pid;
         let j = self.jvms.entry(key).or_insert_with(|| JvmCode {
-            vm: layout_of(pid).inspect_err(|err| tracing::debug!(pid, "JVM structures: {err}")),
+            vm: self
+                .known
+                .layouts()
+                .of(pid)
+                .inspect_err(|err| tracing::debug!(pid, "JVM structures: {err}")),
             heaps: Vec::new(),
             checked: 0,
             nmethods: FxHashMap::default(),
@@ -187,7 +195,7 @@ impl JavaFrames {
         if j.vm.is_err() {
             // Read again when the layout cache says it is time (a JVM seen
             // as it starts has not filled its tables yet).
-            j.vm = layout_of(pid);
+            j.vm = self.known.layouts().of(pid);
         }
         let vm = j.vm.as_ref().ok()?;
         if j.checked != batch {
@@ -218,7 +226,7 @@ impl JavaFrames {
         key: ProcKey,
         pc: u64,
         leaf: bool,
-        interner: &mut Interner,
+        interner: &mut dyn FrameNames,
     ) -> Option<Vec<Frame>> {
         if let Some(known) = self.answers.get(&(key, pc, leaf)) {
             return known.clone();
@@ -244,7 +252,7 @@ impl JavaFrames {
         pc: u64,
         leaf: bool,
         blobs: &mut FxHashMap<(ProcKey, u64, u64), Option<u64>>,
-        interner: &mut Interner,
+        interner: &mut dyn FrameNames,
     ) -> Option<Vec<Frame>> {
         let batch = self.batch;
         if self.nmethod_bytes > nmethod_budget_bytes() {
@@ -304,7 +312,12 @@ impl JavaFrames {
 
     /// The frame of an interpreted method, from the `Method*` the BPF
     /// walker read from its frame.
-    pub fn interpreted(&mut self, key: ProcKey, method: u64, interner: &mut Interner) -> Frame {
+    pub fn interpreted(
+        &mut self,
+        key: ProcKey,
+        method: u64,
+        interner: &mut dyn FrameNames,
+    ) -> Frame {
         if self.disabled {
             return interner.get(INTERPRETER);
         }
@@ -323,7 +336,7 @@ impl JavaFrames {
         key: ProcKey,
         uid: u32,
         method: u64,
-        interner: &mut Interner,
+        interner: &mut dyn FrameNames,
     ) -> Frame {
         let Some(j) = self.jvm(key, uid) else {
             return interner.get(INTERPRETER);
@@ -365,7 +378,7 @@ fn frame(
     code: &JavaCode,
     method: u64,
     kind: FrameKind,
-    interner: &mut Interner,
+    interner: &mut dyn FrameNames,
 ) -> Option<Frame> {
     if j.methods.len() >= MAX_METHODS {
         j.methods.clear();

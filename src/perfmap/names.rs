@@ -1,4 +1,5 @@
-//! Frame names for code a JVM generated, from its perf map entries.
+//! Frame names for JIT code from perf map entries, HotSpot's written the
+//! way Java profilers name them.
 
 /// Frame for an address in anonymous executable memory of a JVM that its
 /// perf map does not cover (compiled since the map was written, or the map

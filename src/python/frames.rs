@@ -19,21 +19,21 @@ use std::{
 
 use rustc_hash::FxHashMap;
 
-use super::interner::Interner;
 use crate::{
     bpf::abi::{JAVA_METHOD_TAG, PY_CUT, PY_EVAL_END, PY_FRAME_TAG, PY_GIL},
     budget::cpu,
     process::remote::{Budget, Remote},
     process::ProcKey,
-    profile::Frame,
+    profile::model::Frame,
     python::registry::{PyProc, Pythons},
+    runtime::{Appended, FrameNames},
     untrusted::refusals::What,
 };
 
 /// The native frame each eval-loop call runs in.
 pub const EVAL_FRAME: &str = "_PyEval_EvalFrameDefault";
 /// The frame of a thread waiting for the GIL.
-pub const GIL_FRAME: &str = crate::profile::gil::GIL_FRAME;
+pub const GIL_FRAME: &str = crate::profile::model::GIL_FRAME;
 /// A code object that could not be read (or of a process whose
 /// interpreter is not registered).
 const UNKNOWN: &str = "[unknown]_[py]";
@@ -52,43 +52,6 @@ const BATCH_BYTES: u64 = 1 << 20;
 /// Whether a user stack entry is a Python one (a code object or marker).
 pub fn is_python(ip: u64) -> bool {
     ip & (PY_FRAME_TAG | JAVA_METHOD_TAG) == PY_FRAME_TAG
-}
-
-/// The Python part of one stack, named.
-#[derive(Debug, Default)]
-pub(super) struct PyPart {
-    /// The thread waits for the GIL.
-    gil: bool,
-    /// Each eval-loop call's frames, innermost call first, each call's
-    /// frames innermost first.
-    calls: Vec<Vec<Frame>>,
-}
-
-impl PyPart {
-    /// `native` (innermost first) with each native eval frame replaced by
-    /// its call's frames, innermost first; calls left over are outer than
-    /// every native frame the walk reached, so they go last.
-    pub(super) fn interleave(&self, native: Vec<Frame>, gil: &Frame) -> Vec<Frame> {
-        let mut calls = self.calls.iter();
-        let mut out =
-            Vec::with_capacity(native.len() + self.calls.iter().map(Vec::len).sum::<usize>());
-        if self.gil {
-            out.push(gil.clone());
-        }
-        for f in native {
-            if &*f == EVAL_FRAME {
-                if let Some(call) = calls.next() {
-                    out.extend(call.iter().cloned());
-                    continue;
-                }
-            }
-            out.push(f);
-        }
-        for call in calls {
-            out.extend(call.iter().cloned());
-        }
-        out
-    }
 }
 
 /// Names Python frames for the symbolizer.
@@ -140,13 +103,21 @@ impl PythonFrames {
 
     /// Names the Python entries `entries` (what follows a stack's native
     /// frames) of process `pid`.
-    pub(super) fn part(&mut self, pid: u32, entries: &[u64], interner: &mut Interner) -> PyPart {
+    pub(super) fn part(
+        &mut self,
+        pid: u32,
+        entries: &[u64],
+        interner: &mut dyn FrameNames,
+    ) -> Appended {
         let proc = self.process(pid);
-        let mut part = PyPart::default();
+        let mut part = Appended {
+            anchor: EVAL_FRAME,
+            ..Appended::default()
+        };
         let mut call: Vec<Frame> = Vec::new();
         for &e in entries {
             match e {
-                PY_GIL => part.gil = true,
+                PY_GIL => part.lead = Some(interner.get(GIL_FRAME)),
                 PY_EVAL_END => {
                     if !call.is_empty() {
                         part.calls.push(std::mem::take(&mut call));
@@ -167,7 +138,7 @@ impl PythonFrames {
         proc: Option<&PyProc>,
         pid: u32,
         code: u64,
-        interner: &mut Interner,
+        interner: &mut dyn FrameNames,
     ) -> Frame {
         let Some(proc) = proc else {
             return interner.get(UNKNOWN);
@@ -217,46 +188,6 @@ fn short_file(path: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn f(s: &str) -> Frame {
-        Arc::from(s)
-    }
-
-    #[test]
-    fn calls_take_the_place_of_their_eval_frames_and_the_rest_go_outermost() {
-        let part = PyPart {
-            gil: true,
-            calls: vec![
-                vec![f("inner"), f("outer")],
-                vec![f("run")],
-                vec![f("<module>")],
-            ],
-        };
-        let native = vec![
-            f("futex"),
-            f("take_gil"),
-            f(EVAL_FRAME),
-            f("PyObject_Call"),
-            f(EVAL_FRAME),
-            f("start_thread"),
-        ];
-        let out = part.interleave(native, &f(GIL_FRAME));
-        let names: Vec<&str> = out.iter().map(|f| &**f).collect();
-        assert_eq!(
-            names,
-            [
-                GIL_FRAME,
-                "futex",
-                "take_gil",
-                "inner",
-                "outer",
-                "PyObject_Call",
-                "run",
-                "start_thread",
-                "<module>"
-            ]
-        );
-    }
 
     #[test]
     fn python_entries_are_told_from_pcs_and_java_methods() {
