@@ -23,6 +23,7 @@ struct task_struct___throttle {
 } __attribute__((preserve_access_index));
 
 /* include/linux/sched.h */
+#define PF_EXITING 0x00000004
 #define PF_KTHREAD 0x00200000
 #define TASK_RUNNING 0x0
 #define TASK_INTERRUPTIBLE 0x1

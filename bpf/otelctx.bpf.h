@@ -182,6 +182,11 @@ static __always_inline __u64 ws_otel_observe(struct task_struct *t, struct ws_ta
 
 	if (!p && !s->c.span.id)
 		return 0;
+	/* An exiting thread runs no more user code, so its context cannot
+	 * change, and past exit_mm its memory cannot be read: each thread's
+	 * last switch-out would count a failed read. */
+	if (t->flags & PF_EXITING)
+		return s->c.span.id;
 	return ws_otel_update(t, s, p, now);
 }
 

@@ -10,7 +10,11 @@
 //! let url = fx.daemon();
 //! ```
 
-use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::{
+    io::Write,
+    sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard},
+    time::Instant,
+};
 
 use super::{settle, Daemon};
 
@@ -18,6 +22,9 @@ use super::{settle, Daemon};
 /// exclusive one runs while no other fixture is held.
 pub struct Fixture {
     turn: Turn,
+    /// When the test asked for its turn, and when it got it.
+    asked: Instant,
+    got: Instant,
 }
 
 enum Turn {
@@ -64,16 +71,22 @@ impl Fixture {
     }
 
     fn shared() -> Fixture {
+        let asked = Instant::now();
         let guard = TURNS.read().unwrap_or_else(|e| e.into_inner());
         Fixture {
             turn: Turn::Shared(guard),
+            asked,
+            got: Instant::now(),
         }
     }
 
     fn exclusive() -> Fixture {
+        let asked = Instant::now();
         let guard = TURNS.write().unwrap_or_else(|e| e.into_inner());
         Fixture {
             turn: Turn::Exclusive(guard),
+            asked,
+            got: Instant::now(),
         }
     }
 
@@ -92,6 +105,27 @@ impl Fixture {
             "a daemon with flags replaces the shared one: take an exclusive turn"
         );
         pooled(args)
+    }
+}
+
+/// Where each turn's test, kind, wait and length are written (appended,
+/// a line per turn): which tests the suite's time goes to.
+const TIMES: &str = concat!(env!("CARGO_TARGET_TMPDIR"), "/e2e-turns.tsv");
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let kind = match self.turn {
+            Turn::Shared(_) => "shared",
+            Turn::Exclusive(_) => "exclusive",
+        };
+        let test = std::thread::current().name().unwrap_or("?").to_string();
+        let line = format!(
+            "{test}\t{kind}\t{:.1}\t{:.1}\n",
+            (self.got - self.asked).as_secs_f64(),
+            self.got.elapsed().as_secs_f64()
+        );
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(TIMES);
+        let _ = file.and_then(|mut f| f.write_all(line.as_bytes()));
     }
 }
 
