@@ -1,23 +1,28 @@
 //! Where a request's time went (#43), against the writers' own logs: a
 //! service on the real ddtrace tracer (`tests/workloads/python/
-//! spans_service.py`) and the C writer in each TLS model, each serving a
-//! lock-waiting and an I/O-waiting endpoint from a pool. For each of
-//! `CHECKED` logged spans, `/spans?pid=&span_id=` must give its trace id,
-//! attributes, its one thread, its wall time within 5 % or one sampling
-//! period of the logged duration, and a state split led by the wait with
-//! the waiting frame on its stack; threads that never have a span are in
-//! no span; the `span_id=`/`trace_id=` filters of `/threads` and `/folded`
-//! keep only the span's thread and stacks. Needs root.
+//! spans_service.py`), the C writer in each TLS model and its Rust port
+//! (`tests/workloads/rust_otel_writer/`: the variable defined with
+//! `global_asm!`, local exec), each serving a lock-waiting and an
+//! I/O-waiting endpoint from a pool. For each of `CHECKED` logged spans,
+//! `/spans?pid=&span_id=` must give its trace id, attributes, its one
+//! thread, its wall time within 5 % or one sampling period of the logged
+//! duration, and a state split led by the wait with the waiting frame on
+//! its stack; threads that never have a span are in no span; the
+//! `span_id=`/`trace_id=` filters of `/threads` and `/folded` keep only
+//! the span's thread and stacks. Needs root.
 
-use std::time::{Duration, Instant};
+use std::{
+    process::Command,
+    time::{Duration, Instant},
+};
 
 use crate::support::{
     get, parse_folded,
     rows::{json_at, within},
     settle,
     spans::{
-        c_attrs, check_span, ddtrace_available, ddtrace_run, grown, span_counters, span_detail,
-        span_tids, CWriter, Expected, LoggedSpan, SpanWriter, C_ROUTES,
+        c_attrs, check_span, ddtrace_available, ddtrace_run, grown, rust_writer, span_counters,
+        span_detail, span_tids, CWriter, Expected, LoggedSpan, SpanWriter, C_ROUTES,
     },
     Fixture, CATCH_UP,
 };
@@ -94,7 +99,10 @@ pub fn check_all(
     // What the first look found: later ones may only say that the spans
     // have aged out of the window.
     let mut first: Option<Vec<String>> = None;
+    // The largest |wall - logged| of the last look, for the test's log.
+    let mut worst = (0, 0, "");
     let agreed = within(CATCH_UP, || {
+        worst = (0, 0, "");
         failures = spans
             .iter()
             .filter_map(|logged| {
@@ -102,12 +110,25 @@ pub fn check_all(
                 let Some(span) = span_detail(url, writer.pid, &logged.span) else {
                     return Some(format!("{}: not known", logged.span));
                 };
+                let wall_ns = span["wall_us"].as_u64().unwrap_or(0) * 1000;
+                let error = wall_ns.abs_diff(logged.duration_ns);
+                worst = worst.max((error, logged.duration_ns, &logged.span));
                 check_span(&span, logged, &attrs(logged), expected).err()
             })
             .collect();
         first.get_or_insert_with(|| failures.clone());
         failures.is_empty().then_some(())
     });
+    if agreed.is_some() {
+        eprintln!(
+            "pid {}: all {} spans agree; the worst wall time is {} us off the logged {} us ({})",
+            writer.pid,
+            spans.len(),
+            worst.0 / 1000,
+            worst.1 / 1000,
+            worst.2
+        );
+    }
     if agreed.is_none() {
         let list = json_at(
             url,
@@ -218,12 +239,19 @@ fn ddtrace_spans_match_the_service_log() {
     check_writer(url, &service, &DDTRACE_ROUTES, ddtrace_attrs);
 }
 
-fn c_writer_spans_match_its_log(variant: CWriter) {
+/// A writer of the C writer's protocol (routes, attributes), started by
+/// `command` once the fixture is had, against its log.
+fn writer_spans_match_its_log(name: &str, command: impl FnOnce() -> Command) {
     let Some(fx) = Fixture::ebpf() else { return };
     let url = fx.daemon();
-    let writer = SpanWriter::spawn(variant.command(&[]));
-    eprintln!("C writer {}: pid {}", variant.label(), writer.pid);
+    let writer = SpanWriter::spawn(command());
+    eprintln!("{name}: pid {}", writer.pid);
     check_writer(url, &writer, &C_ROUTES, c_attrs);
+}
+
+fn c_writer_spans_match_its_log(variant: CWriter) {
+    let name = format!("C writer {}", variant.label());
+    writer_spans_match_its_log(&name, || variant.command(&[]));
 }
 
 #[test]
@@ -239,6 +267,11 @@ fn c_writer_tlsdesc_linked_spans_match_its_log() {
 #[test]
 fn c_writer_tlsdesc_dlopened_spans_match_its_log() {
     c_writer_spans_match_its_log(CWriter::Dlopened);
+}
+
+#[test]
+fn rust_writer_spans_match_its_log() {
+    writer_spans_match_its_log("Rust writer", || rust_writer(&[]));
 }
 
 /// The checks themselves, on answers built by hand (no root, no daemon):

@@ -10,7 +10,7 @@ use std::{
     io::{BufRead, BufReader},
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
-    sync::{mpsc, Arc, Mutex},
+    sync::{mpsc, Arc, Mutex, OnceLock},
     thread,
     time::{Duration, Instant},
 };
@@ -277,6 +277,39 @@ fn tlsdesc_library() -> PathBuf {
         "libotel_writer_desc.so",
         &["-DOTEL_PART_LIB", "-mtls-dialect=gnu2"],
     )
+}
+
+/// The command that runs the Rust writer with `args`:
+/// `tests/workloads/rust_otel_writer/`, the C writer's default mode in
+/// Rust (the variable defined in `.tbss` with `global_asm!`, local exec,
+/// exported by its build script), so [`C_ROUTES`] and [`c_attrs`] hold
+/// for it. Built once per test run, offline (it has no dependencies), by
+/// the cargo running the tests into a target directory of its own: the
+/// main one is locked by that cargo.
+pub fn rust_writer(args: &[&str]) -> Command {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    let bin = BUILT.get_or_init(|| {
+        let package =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/rust_otel_writer");
+        // CARGO_TARGET_TMPDIR is `<target dir>/tmp`.
+        let target = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .parent()
+            .expect("the target directory")
+            .join("workloads/rust_otel_writer");
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "--release", "--offline", "--quiet"])
+            .arg("--manifest-path")
+            .arg(package.join("Cargo.toml"))
+            .arg("--target-dir")
+            .arg(&target)
+            .status()
+            .expect("running cargo");
+        assert!(status.success(), "building {}", package.display());
+        target.join("release/rust_otel_writer")
+    });
+    let mut cmd = Command::new(bin);
+    cmd.args(args);
+    cmd
 }
 
 /// The daemon's answer for one span (`/spans?pid=&span_id=`): `None` while
