@@ -6,13 +6,14 @@
 //! by side under one daemon at 999 Hz. Targets: < 100 ns added per switch
 //! for a process without a context, < 300 ns with one. "Added" is against
 //! a daemon without the feature when `OTEL_BENCH_BASELINE` names one (a
-//! build of the commit before #43); without it, the table shows what a
+//! build of the commit before #41–#43); without it, the table shows what a
 //! context adds over none.
 //!
 //! `OTEL_BENCH_DAEMON` picks the daemon (default: the release build; the
 //! BPF programs, all that is measured, are the same in a debug build),
 //! `OTEL_BENCH_SECONDS` a phase's length (default 10), `OTEL_BENCH_ROUNDS`
-//! the rounds (default 2). Results: `bench/results/otel_ctx.md`.
+//! the rounds (default 3; each round starts the baseline daemon, then
+//! this one). Results: `bench/results/otel_ctx.md`.
 
 mod common;
 
@@ -96,27 +97,22 @@ fn phase(pingpong: &Path, ids: &BTreeSet<u64>, seconds: u64, ctx: bool) -> Resul
     })
 }
 
-/// The phases without and with a context, `rounds` times alternating,
-/// under `daemon`; medians. `with_ctx: false` skips the context phases
-/// (a baseline daemon cannot read one).
-fn measure(daemon: &Path, pingpong: &Path, with_ctx: bool) -> Result<(Cost, Option<Cost>)> {
+/// One round under `daemon` (started for it, stopped after): a phase
+/// without a context and, `with_ctx`, one with (a baseline daemon cannot
+/// read one).
+fn round(daemon: &Path, pingpong: &Path, with_ctx: bool) -> Result<(Cost, Option<Cost>)> {
     let seconds = common::env_u64("OTEL_BENCH_SECONDS", 10)?;
-    let rounds = common::env_u64("OTEL_BENCH_ROUNDS", 2)?;
     let log = env::temp_dir().join(format!("otel_ctx-{}.log", std::process::id()));
     let (d, _port) = common::serve_999hz(daemon, &log)?;
     let ids = common::linked_progs(d.0.id());
     ensure!(!ids.is_empty(), "the daemon holds no BPF links");
-    let (mut none, mut some) = (Vec::new(), Vec::new());
-    for _ in 0..rounds {
-        none.push(phase(pingpong, &ids, seconds, false)?);
-        if with_ctx {
-            some.push(phase(pingpong, &ids, seconds, true)?);
-        }
-    }
-    Ok((
-        median_cost(&none),
-        (!some.is_empty()).then(|| median_cost(&some)),
-    ))
+    let none = phase(pingpong, &ids, seconds, false)?;
+    let some = if with_ctx {
+        Some(phase(pingpong, &ids, seconds, true)?)
+    } else {
+        None
+    };
+    Ok((none, some))
 }
 
 fn median_cost(costs: &[Cost]) -> Cost {
@@ -157,12 +153,23 @@ fn run() -> Result<()> {
     let src = Path::new(common::ROOT).join("bench/workloads/otel_pingpong.c");
     common::build_c(&src, &pingpong, &["-O2", "-pthread", "-rdynamic"])?;
 
-    let baseline = match env::var_os("OTEL_BENCH_BASELINE") {
-        Some(path) => Some(measure(Path::new(&path), &pingpong, false)?.0),
-        None => None,
-    };
-    let (none, some) = measure(&daemon, &pingpong, true)?;
-    let some = some.context("no context phase ran")?;
+    // Rounds alternate the daemons, so that a host getting busier or
+    // quieter during the run weighs on both alike.
+    let baseline_daemon = env::var_os("OTEL_BENCH_BASELINE").map(PathBuf::from);
+    let rounds = common::env_u64("OTEL_BENCH_ROUNDS", 3)?;
+    let (mut base, mut none, mut some) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        if let Some(b) = &baseline_daemon {
+            base.push(round(b, &pingpong, false)?.0);
+        }
+        let (n, s) = round(&daemon, &pingpong, true)?;
+        none.push(n);
+        some.extend(s);
+    }
+    let baseline = (!base.is_empty()).then(|| median_cost(&base));
+    let none = median_cost(&none);
+    ensure!(!some.is_empty(), "no context phase ran");
+    let some = median_cost(&some);
     let _ = fs::remove_file(&pingpong);
 
     let header = [
@@ -176,7 +183,12 @@ fn run() -> Result<()> {
     ];
     let mut rows = Vec::new();
     if let Some(b) = &baseline {
-        rows.push(row("baseline (before #43), no context", b, None, None));
+        rows.push(row(
+            "baseline daemon (`OTEL_BENCH_BASELINE`), no context",
+            b,
+            None,
+            None,
+        ));
     }
     rows.push(row(
         "#43, no context",

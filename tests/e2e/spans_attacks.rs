@@ -120,13 +120,21 @@ fn attacker_spans_bounded(url: &str, attack: &Attack, pid: u32) -> usize {
     let flag = attack.flag;
     let (status, body) = get(&format!("{url}/spans?pid={pid}&seconds=60&limit={LIMIT}"));
     assert!(matches!(status, 200 | 404), "{flag}: {status} {body}");
-    assert!(body.len() <= MAX_ANSWER, "{flag}: /spans of {} B", body.len());
+    assert!(
+        body.len() <= MAX_ANSWER,
+        "{flag}: /spans of {} B",
+        body.len()
+    );
     if status != 200 {
         return 0;
     }
     let v: Value = serde_json::from_str(&body).unwrap();
     let rows = v["spans"].as_array().cloned().unwrap_or_default();
-    assert!(rows.len() <= LIMIT, "{flag}: {} rows > limit {LIMIT}", rows.len());
+    assert!(
+        rows.len() <= LIMIT,
+        "{flag}: {} rows > limit {LIMIT}",
+        rows.len()
+    );
     let hex = |v: &Value, n| {
         v.as_str().is_some_and(|s| {
             s.len() == n && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
@@ -175,7 +183,11 @@ fn hostile_writers_harm_no_one_and_each_attack_is_counted() {
         let listed = attacker_spans_bounded(url, attack, writer.pid);
         if attack.flag == "--tls-unmapped" {
             // Its record pointer leads nowhere: no span can be read.
-            assert_eq!(listed, 0, "{}: spans from an unreadable context", attack.flag);
+            assert_eq!(
+                listed, 0,
+                "{}: spans from an unreadable context",
+                attack.flag
+            );
         }
         let counted = grown.iter().any(|path| {
             let path = path.to_ascii_lowercase();

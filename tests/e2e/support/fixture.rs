@@ -124,7 +124,10 @@ impl Drop for Fixture {
             (self.got - self.asked).as_secs_f64(),
             self.got.elapsed().as_secs_f64()
         );
-        let file = std::fs::OpenOptions::new().create(true).append(true).open(TIMES);
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(TIMES);
         let _ = file.and_then(|mut f| f.write_all(line.as_bytes()));
     }
 }
