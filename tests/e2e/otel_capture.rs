@@ -124,7 +124,6 @@ fn location(line: &str) -> OtelTls {
 }
 
 #[test]
-#[ignore = "#43 blocked: passes alone (worst error 0.49 ms at 1 kHz) but failed in the full suite of stop 50; cause not known yet"]
 fn span_times_match_what_the_writer_measured() {
     let Some(_fx) = Fixture::ebpf_serial() else {
         return;

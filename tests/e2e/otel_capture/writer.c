@@ -67,11 +67,14 @@ static void *worker(void *arg)
 		nap(30000000);
 		__atomic_store_n(&otel_thread_ctx_v1, NULL, __ATOMIC_RELEASE);
 		uint64_t end = now_ns();
-		printf("span ");
+		/* One line in one write: the workers print at once. */
+		char id[17];
 		for (int b = 0; b < 8; b++)
-			printf("%02x", record.span_id[b]);
-		printf(" %d %llu\n", gettid(), (unsigned long long)(end - start));
+			snprintf(id + 2 * b, 3, "%02x", record.span_id[b]);
+		flockfile(stdout);
+		printf("span %s %d %llu\n", id, gettid(), (unsigned long long)(end - start));
 		fflush(stdout);
+		funlockfile(stdout);
 		nap(20000000);
 	}
 	return NULL;

@@ -183,3 +183,23 @@ fn a_process_that_floods_spans_ages_out_its_own_not_the_others() {
     let stats = store.stats();
     assert!(stats.aggregated_spans + stats.refused_rows > 0, "{stats:?}");
 }
+
+#[test]
+fn a_stack_many_rows_share_is_counted_once() {
+    // Clones, for equal capacities.
+    let distinct = slice(0, 100, "/a").clone();
+    let mut shared = distinct.clone();
+    let one = shared.samples[0].stack.clone();
+    for s in &mut shared.samples {
+        s.stack = one.clone();
+    }
+    let bytes = |spans: SpanSlice| {
+        let mut store = SpanStore::new(Duration::from_secs(600), DEFAULT_MAX_BYTES);
+        store.push(at(0), at(1), spans);
+        let view = store.view();
+        view.buckets[0].bytes
+    };
+    let (d, s) = (bytes(distinct), bytes(shared));
+    let stack = crate::profile::model::size::stack_bytes(&one);
+    assert_eq!(d - s, 99 * stack, "{d} B with 100 stacks, {s} B with one");
+}
