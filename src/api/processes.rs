@@ -20,14 +20,17 @@ use super::{
     select::{self, SELECT_PARAMS},
     ApiState,
 };
-use crate::profile::report::{
-    answer::Answer,
-    disclosure,
-    groups::{self, GroupBy},
-    host_facts::HostFacts,
-    identity,
-    processes::{self, SortBy},
-    processes_text, strip,
+use crate::profile::{
+    model::window::Window,
+    report::{
+        answer::Answer,
+        disclosure::{self, Reader},
+        groups::{self, GroupBy},
+        host_facts::HostFacts,
+        identity,
+        processes::{self, ProcessSummary, SortBy},
+        processes_text, strip,
+    },
 };
 
 /// `/processes`: every process recorded in the window, or for a local user
@@ -39,16 +42,12 @@ pub(super) async fn processes(
     RawQuery(q): RawQuery,
 ) -> Result<Response, ApiError> {
     let reader = authority::reader_of(authority);
-    let p = Params::parse(
-        q.as_deref(),
-        &with_window(
-            &[
-                &["sort", "comm", "group", "strip", "format"],
-                &SELECT_PARAMS[..],
-            ]
-            .concat(),
-        ),
-    )?;
+    let allowed = [
+        &["sort", "comm", "group", "strip", "format"][..],
+        &SELECT_PARAMS,
+    ]
+    .concat();
+    let p = Params::parse(q.as_deref(), &with_window(&allowed))?;
     let window = window(&p, &state.shared)?;
     let sort = p
         .choice("sort", &SortBy::names())?
@@ -67,19 +66,7 @@ pub(super) async fn processes(
             ));
         }
         let by: GroupBy = by.parse().expect("a listed name");
-        let live_host = LiveHost::of(&state);
-        let ((rows, cpu), envelope) = over_snapshot(&state, move |store| {
-            // A user other than root sums their own processes only.
-            let sight = reader.sight();
-            let rows = groups::groups(store, &live_host, window, by, sort, comm.as_deref(), &sight);
-            Answer::over(store, window, None, |_| {
-                (rows, host::cpu_use(store, window))
-            })
-            .split()
-        })
-        .await?;
-        let response = with_envelope(Json(rows).into_response(), &envelope);
-        return Ok(host::with_cpu_use(response, &cpu));
+        return grouped(&state, reader, window, by, sort, comm).await;
     }
     let ((mut rows, cpu), envelope) = over_snapshot(&state, move |store| {
         let sight = reader.sight();
@@ -97,15 +84,8 @@ pub(super) async fn processes(
         .split()
     })
     .await?;
-    // The `[other users]` summary row (pid 0, last) is not cut.
-    let others = rows.pop_if(|r| r.pid == 0 && r.comm.starts_with(disclosure::OTHER_USERS));
-    let omitted = identity::cut(&mut rows, limit);
-    rows.extend(others);
-    let live_host = LiveHost::of(&state);
-    for row in &mut rows {
-        row.jvm = jvm_report(&state.shared, row.pid);
-        row.kernel = live_host.is_kernel_thread(row.pid);
-    }
+    let omitted = cut_keeping_others(&mut rows, limit);
+    mark_runtimes(&state, &mut rows);
     let body = match text {
         true => (
             [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
@@ -116,4 +96,46 @@ pub(super) async fn processes(
     };
     let response = select::with_omitted(with_envelope(body, &envelope), omitted);
     Ok(host::with_cpu_use(response, &cpu))
+}
+
+/// `/processes?group=`: processes summed by `by`.
+async fn grouped(
+    state: &ApiState,
+    reader: Reader,
+    window: Window,
+    by: GroupBy,
+    sort: SortBy,
+    comm: Option<String>,
+) -> Result<Response, ApiError> {
+    let live_host = LiveHost::of(state);
+    let ((rows, cpu), envelope) = over_snapshot(state, move |store| {
+        // A user other than root sums their own processes only.
+        let sight = reader.sight();
+        let rows = groups::groups(store, &live_host, window, by, sort, comm.as_deref(), &sight);
+        Answer::over(store, window, None, |_| {
+            (rows, host::cpu_use(store, window))
+        })
+        .split()
+    })
+    .await?;
+    let response = with_envelope(Json(rows).into_response(), &envelope);
+    Ok(host::with_cpu_use(response, &cpu))
+}
+
+/// Cuts `rows` to `limit`, the `[other users]` summary row (pid 0, last)
+/// kept; returns the rows cut.
+fn cut_keeping_others(rows: &mut Vec<ProcessSummary>, limit: Option<usize>) -> usize {
+    let others = rows.pop_if(|r| r.pid == 0 && r.comm.starts_with(disclosure::OTHER_USERS));
+    let omitted = identity::cut(rows, limit);
+    rows.extend(others);
+    omitted
+}
+
+/// What the daemon knows of each row's runtime: its JVM, a kernel thread.
+fn mark_runtimes(state: &ApiState, rows: &mut [ProcessSummary]) {
+    let live_host = LiveHost::of(state);
+    for row in rows {
+        row.jvm = jvm_report(&state.shared, row.pid);
+        row.kernel = live_host.is_kernel_thread(row.pid);
+    }
 }
