@@ -27,8 +27,15 @@ use crate::support::{
     *,
 };
 
+/// `url`'s JSON answer; a request that got no answer (status 0: timed out
+/// on a loaded daemon) is asked again, for up to a minute.
 fn json(url: &str) -> Value {
-    let (status, body) = get(url);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (mut status, mut body) = get(url);
+    while status == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(500));
+        (status, body) = get(url);
+    }
     assert_eq!(status, 200, "{url}: {body}");
     serde_json::from_str(&body).unwrap_or_else(|e| panic!("{url}: {e}: {body}"))
 }
