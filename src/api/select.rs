@@ -40,6 +40,18 @@ pub(super) fn name(p: &Params) -> Result<Option<Name>, ApiError> {
 /// Processes a `name=` that matches several lists in its error.
 const LISTED: usize = 10;
 
+/// The process `pid=` or `name=` names, one of which is required.
+pub(super) async fn required_pid(
+    state: &ApiState,
+    p: &Params,
+    window: Window,
+    reader: &Reader,
+) -> Result<u32, ApiError> {
+    pid_or_name(state, p, window, reader)
+        .await?
+        .ok_or_else(|| ApiError::bad("pid", "required (or `name=`)"))
+}
+
 /// The process asked about: `pid=`, or the one process of `window` whose
 /// names contain `name=` (400 when none or several do, listing them);
 /// `None` when neither is given.

@@ -38,9 +38,7 @@ pub(super) async fn spans(
     let sort = p.choice("sort", &SortBy::NAMES)?.and_then(SortBy::parse);
     let limit = select::limit_for(select::limit(&p)?, text);
     let matching = span_match(&p, attrs)?;
-    let Some(pid) = select::pid_or_name(&state, &p, window, &reader).await? else {
-        return Err(ApiError::bad("pid", "required (or `name=`)"));
-    };
+    let pid = select::required_pid(&state, &p, window, &reader).await?;
     let live_host = LiveHost::of(&state);
     if let Some(span) = matching.span {
         let answer = over_snapshot(&state, move |store| {

@@ -35,9 +35,7 @@ pub(super) async fn threads(
     let text = p.choice("format", &["json", "text"])? == Some("text");
     let fold = p.choice("fold", &["on", "off"])? != Some("off");
     let limit = select::limit_for(select::limit(&p)?, text);
-    let Some(pid) = select::pid_or_name(&state, &p, window, &reader).await? else {
-        return Err(ApiError::bad("pid", "required (or `name=`)"));
-    };
+    let pid = select::required_pid(&state, &p, window, &reader).await?;
     let live_host = LiveHost::of(&state);
     let mut answer = over_snapshot(&state, move |store| {
         // Asked for spans: each thread's exact time under them.
