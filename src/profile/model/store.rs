@@ -20,32 +20,13 @@ use serde::Serialize;
 use rustc_hash::FxHashMap;
 
 use super::{
-    counters::ThreadCounters,
     live::LiveView,
     size::{self, NameBytes},
     spans_store::{SpanStats, SpanStore},
     window::Window,
-    HistOwner, Slice, Stack, StatDeltas,
+    Slice, Stack, StatDeltas,
 };
-use crate::{
-    process::container::Container,
-    profile::model::state::{HIST_SLOTS, STAT_COUNTERS},
-};
-
-/// A process's totals since the daemon first saw it: they only grow, as
-/// Prometheus counters must.
-#[derive(Debug, Clone)]
-pub struct ProcessTotals {
-    pub comm: Arc<str>,
-    /// Time by state, switches and wakeups of all its threads.
-    pub counters: ThreadCounters,
-    /// Runqueue latency histogram (log2 us slots).
-    pub runq: [u64; HIST_SLOTS],
-    /// End of the last slice that had anything of it.
-    pub last_seen: SystemTime,
-    /// Its container, as last seen.
-    pub container: Option<Arc<Container>>,
-}
+use crate::profile::model::state::STAT_COUNTERS;
 
 /// Pushes between two sweeps of the stack table.
 const COMPACT_EVERY: u64 = 60;
@@ -65,11 +46,14 @@ pub mod feed;
 pub mod kept_off_totals;
 pub mod merge;
 mod narrow_cache;
+mod process_totals;
 mod resolution;
 mod sealed;
 mod share;
 mod snapshot;
 mod span_rows;
+
+pub use process_totals::ProcessTotals;
 
 use feed::Feed;
 use sealed::{open_block, Block};
@@ -532,21 +516,7 @@ impl Store {
     }
 
     fn add_process_totals(&mut self, slice: &Slice) {
-        for t in &slice.thread_totals {
-            let e = process_entry(&mut self.processes, slice, t.pid);
-            e.counters += &t.counters;
-        }
-        for (owner, hist) in &slice.runq_hists {
-            if let HistOwner::Process(pid) = owner {
-                let e = process_entry(&mut self.processes, slice, *pid);
-                for (a, b) in e.runq.iter_mut().zip(hist.slots) {
-                    *a += b;
-                }
-            }
-        }
-        if let Some(horizon) = slice.end.checked_sub(self.retention) {
-            self.processes.retain(|_, p| p.last_seen >= horizon);
-        }
+        process_totals::add(&mut self.processes, slice, self.retention);
     }
 
     /// Every slice kept, decoded.
@@ -595,33 +565,6 @@ impl Store {
             folded_parts: self.folded_parts,
         }
     }
-}
-
-fn process_entry<'a>(
-    processes: &'a mut HashMap<u32, ProcessTotals>,
-    slice: &Slice,
-    pid: u32,
-) -> &'a mut ProcessTotals {
-    // The process's name, else its main thread's.
-    let comm = slice.processes.get(&pid).cloned().or_else(|| {
-        let main = slice.thread_totals.iter().find(|t| t.tid == pid)?;
-        Some(Arc::from(main.comm.as_str()))
-    });
-    let e = processes.entry(pid).or_insert_with(|| ProcessTotals {
-        comm: comm.clone().unwrap_or_else(|| Arc::from("[unknown]")),
-        counters: ThreadCounters::default(),
-        runq: [0; HIST_SLOTS],
-        last_seen: slice.end,
-        container: None,
-    });
-    if let Some(comm) = comm {
-        e.comm = comm;
-    }
-    e.last_seen = slice.end;
-    if let Some(c) = slice.containers.get(&pid) {
-        e.container = Some(c.clone());
-    }
-    e
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@ use std::{collections::HashMap, sync::Arc};
 
 use super::{compact::step_for, merge::is_pool_tid, *};
 use crate::profile::model::counters::{RawThread, ThreadCounters};
+use crate::profile::model::HistOwner;
 use crate::{
     profile::model::state::{Hist, State},
     profile::model::{Sample, ThreadInfo, Wakeup},
