@@ -4,7 +4,10 @@
 
 use std::{thread, time::Duration};
 
-use crate::support::*;
+use crate::support::{
+    rows::{folded_at, within},
+    *,
+};
 use serde_json::Value;
 
 const THREADS: usize = 10_000;
@@ -22,14 +25,20 @@ fn counter(health: &Value, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("{name} in {health}"))
 }
 
-/// `/threads` and the `kind=sleep` rows of one pinned window that both
-/// answers hold whole. The store's memory bound drops its oldest slices as
+/// `/threads` and the `kind=sleep` rows (by pool: 10,000 threads' rows by
+/// thread pass the fold's table bound, and the lightest merge into one
+/// `[truncated]` row that hides which stacks they were) of one pinned
+/// window that both answers hold whole, to the nanosecond. The store's memory bound drops its oldest slices as
 /// new ones come (10,000 threads fill the default 64 MiB in about 10 s on a
 /// busy host), so a window reaching back to the oldest slice could lose
 /// some between the two queries and compare different data: the window
 /// stays well inside `history_s`, and both answers' recorded seconds
 /// (which count only what the store holds) must cover it.
-fn threads_and_sleep_rows(url: &str, pid: u32) -> (Vec<Value>, Vec<(Vec<String>, u64)>) {
+fn threads_and_sleep_rows(
+    url: &str,
+    pid: u32,
+    since: u64,
+) -> (Vec<Value>, Vec<(Vec<String>, u64)>) {
     let recorded = |r: &ureq::Response| -> u64 {
         r.header("x-wallscope-recorded-seconds")
             .and_then(|v| v.parse().ok())
@@ -40,10 +49,11 @@ fn threads_and_sleep_rows(url: &str, pid: u32) -> (Vec<Value>, Vec<(Vec<String>,
             .timeout(Duration::from_secs(60))
             .call()
             .unwrap_or_else(|e| panic!("{url}: {e}"));
-        (recorded(&r), r.into_string().unwrap())
+        let covered = r.header("x-wallscope-covered").unwrap_or("").to_string();
+        (recorded(&r), covered, r.into_string().unwrap())
     };
     let mut held = Vec::new();
-    for _ in 0..3 {
+    for _ in 0..5 {
         let history = json(&format!("{url}/healthz"))["store"]["history_s"]
             .as_u64()
             .unwrap();
@@ -51,16 +61,24 @@ fn threads_and_sleep_rows(url: &str, pid: u32) -> (Vec<Value>, Vec<(Vec<String>,
         let until = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
-            .as_secs();
-        let window = format!("from={}&until={until}", until - seconds);
-        let (in_threads, report) = fetch(&format!("{url}/threads?pid={pid}&{window}"));
-        let (in_rows, body) = fetch(&format!(
-            "{url}/folded?pid={pid}&kind=sleep&group=thread&{window}"
+            .as_secs()
+            - 1;
+        let from = (until - seconds).max(since);
+        let seconds = until - from;
+        let window = format!("from={from}&until={until}");
+        let (in_threads, threads_span, report) =
+            fetch(&format!("{url}/threads?pid={pid}&{window}"));
+        let (in_rows, rows_span, body) = fetch(&format!(
+            "{url}/folded?pid={pid}&kind=sleep&group=pool&{window}"
         ));
         println!(
-            "window of {seconds} s (history {history} s): recorded {in_threads} s and {in_rows} s"
+            "window of {seconds} s (history {history} s): recorded {in_threads} s and {in_rows} s, \
+             covered {threads_span:?} and {rows_span:?}"
         );
-        if in_threads == seconds && in_rows == seconds {
+        // The same span to the nanosecond: recorded seconds are rounded,
+        // and a drain landing between the two queries adds up to a second
+        // of 10,000 threads' sleep to the second answer only.
+        if in_threads == seconds && in_rows == seconds && threads_span == rows_span {
             let report: Value = serde_json::from_str(&report).unwrap();
             return (
                 report["threads"].as_array().unwrap().clone(),
@@ -68,6 +86,7 @@ fn threads_and_sleep_rows(url: &str, pid: u32) -> (Vec<Value>, Vec<(Vec<String>,
             );
         }
         held.push((seconds, history, in_threads, in_rows));
+        thread::sleep(Duration::from_secs(1));
     }
     panic!("no window was held whole by both answers: (window, history, recorded) {held:?}");
 }
@@ -88,6 +107,29 @@ fn ten_thousand_sleeping_threads_lose_no_rows() {
     let bin = workload("many_threads");
     let w = Workload::start(&bin, &[&THREADS.to_string(), "120"]);
     let pid = w.pid;
+    // The window starts once the workload's unwind tables are in use:
+    // before that its stacks are frame-pointer walks marked `[tables
+    // pending]` (counted, and slow to end on a busy host), which skip
+    // idle_wait, the frame the checks below look for.
+    let pending = |rows: &[(Vec<String>, u64)]| {
+        rows.is_empty()
+            || rows
+                .iter()
+                .any(|r| r.0.iter().any(|f| f == "[tables pending]"))
+    };
+    within(Duration::from_secs(240), || {
+        let rows = folded_at(
+            &ws.url,
+            &format!("pid={pid}&kind=sleep&group=process&seconds=2"),
+        );
+        (!pending(&rows)).then_some(())
+    })
+    .expect("the workload's stacks still wait for its unwind tables after 240 s");
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 1;
     let before = json(&format!("{}/healthz", ws.url));
     thread::sleep(Duration::from_secs(15));
     let after = json(&format!("{}/healthz", ws.url));
@@ -98,7 +140,7 @@ fn ten_thousand_sleeping_threads_lose_no_rows() {
     assert_eq!(delta("threads_map_full"), 0, "{after}");
 
     settle(&ws.url);
-    let (threads, rows) = threads_and_sleep_rows(&ws.url, pid);
+    let (threads, rows) = threads_and_sleep_rows(&ws.url, pid, since);
     let workers: Vec<&Value> = threads.iter().filter(|t| t["tid"] != pid).collect();
     assert!(
         workers.len() >= THREADS * 99 / 100,
@@ -152,7 +194,7 @@ fn ten_thousand_sleeping_threads_lose_no_rows() {
     // merged row, asked for by its tid, must say what it is.
     let merged_tid = wallscope::profile::model::state::MERGED_TID | pid;
     let (status, body) = get(&format!(
-        "{}/folded?tid={merged_tid}&kind=wall&group=thread&seconds=60",
+        "{}/folded?tid={merged_tid}&kind=wall&group=thread&seconds=20",
         ws.url
     ));
     println!("counts_merged +{merged}; the workload's merged row: {status}");
