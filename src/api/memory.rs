@@ -84,12 +84,12 @@ pub struct Memory {
     pub rss_bytes: u64,
     /// `VmHWM`: the most resident memory since the daemon started.
     pub hwm_bytes: u64,
-    /// In this order: store, stacks, names, elf_symbols, unwind_tables,
-    /// jvm_code, process_table, query_buffers, answers, push_outbox,
-    /// batches, binary.
+    /// In this order: store, stacks, spans, names, elf_symbols,
+    /// unwind_tables, jvm_code, process_table, query_buffers, answers,
+    /// push_outbox, batches, bpf_maps, allocator, binary.
     pub holders: Vec<HolderBytes>,
-    /// `rss_bytes` less the holders' sum (allocator overhead and free
-    /// lists, thread stacks, libraries, what no holder counts).
+    /// `rss_bytes` less the holders' sum (allocations no holder counts,
+    /// thread stacks, libraries).
     pub unaccounted_bytes: u64,
     /// The budget (`--memory-mb`) and its split among the holders.
     pub budget: &'static Split,
@@ -114,6 +114,8 @@ struct Mapped {
     binary: u64,
     /// Resident bytes of the ELF files the symbolizer maps.
     elf: u64,
+    /// Resident bytes of the BPF maps the daemon maps.
+    bpf_maps: u64,
 }
 
 static SMAPS: Mutex<Option<(Instant, Mapped)>> = Mutex::new(None);
@@ -190,6 +192,12 @@ pub fn report(
         ),
         // Drained rows not yet symbolized (an estimate that errs high).
         from_counter("batches", Holder::Batches),
+        // Ring buffers and arrays shared with the BPF programs, sized at
+        // load by the options (docs/resource-bounds.md).
+        holder("bpf_maps", mapped.bpf_maps, None),
+        // Pages the allocator keeps beyond what is allocated (metadata,
+        // free runs): given back after a second (`dirty_decay_ms`).
+        holder("allocator", allocator_overhead(), None),
         holder("binary", mapped.binary, Some(exe_size)),
     ];
     let accounted: u64 = holders.iter().map(|h| h.bytes).sum();
@@ -207,6 +215,17 @@ pub fn report(
         budget: budget::current(),
         bounds_bytes,
     })
+}
+
+/// jemalloc's resident pages less the bytes allocated from them; 0 when
+/// its statistics cannot be read (another allocator, in unit tests).
+fn allocator_overhead() -> u64 {
+    use tikv_jemalloc_ctl::{epoch, stats};
+    let read = || -> Result<u64, tikv_jemalloc_ctl::Error> {
+        epoch::advance()?;
+        Ok(stats::resident::read()?.saturating_sub(stats::allocated::read()?) as u64)
+    };
+    read().unwrap_or(0)
 }
 
 fn from_counter(name: &'static str, holder: Holder) -> HolderBytes {
@@ -228,8 +247,12 @@ fn mapped() -> Mapped {
         .into_iter()
         .map(|(_, ino)| ino)
         .collect();
-    let (binary, elf) = own::smaps_rss(exe, &elf);
-    let m = Mapped { binary, elf };
+    let rss = own::smaps_rss(exe, &elf);
+    let m = Mapped {
+        binary: rss.exe,
+        elf: rss.others,
+        bpf_maps: rss.bpf_maps,
+    };
     *cached = Some((Instant::now(), m));
     m
 }
@@ -269,6 +292,8 @@ mod tests {
                 "answers",
                 "push_outbox",
                 "batches",
+                "bpf_maps",
+                "allocator",
                 "binary"
             ]
         );
@@ -276,7 +301,7 @@ mod tests {
             (m.holders[0].bytes, m.holders[0].bound),
             (1024, Some(4 << 20))
         );
-        assert!(m.holders[12].bytes > 0, "the test binary is mapped");
+        assert!(m.holders[14].bytes > 0, "the test binary is mapped");
         let sum: u64 = m.holders.iter().map(|h| h.bytes).sum();
         assert_eq!(m.unaccounted_bytes, m.rss_bytes.saturating_sub(sum));
         assert!(m.hwm_bytes >= m.rss_bytes);

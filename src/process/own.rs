@@ -78,24 +78,51 @@ pub fn exe_size_and_inode() -> (u64, u64) {
     fs::metadata("/proc/self/exe").map_or((0, 0), |m| (m.len(), m.ino()))
 }
 
+/// Resident bytes of some of the daemon's mappings (`/proc/self/smaps`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MappedRss {
+    /// The mappings of the executable.
+    pub exe: u64,
+    /// The mappings of the files asked about.
+    pub others: u64,
+    /// BPF maps mapped into the daemon (ring buffers, mmapable arrays).
+    pub bpf_maps: u64,
+}
+
 /// Resident bytes, from `/proc/self/smaps`, of the mappings of inode
-/// `exe` and of those of the inodes in `others`, in that order.
-pub fn smaps_rss(exe: u64, others: &[u64]) -> (u64, u64) {
-    fs::read_to_string("/proc/self/smaps").map_or((0, 0), |text| parse_smaps(&text, exe, others))
+/// `exe`, of those of the inodes in `others` and of the BPF maps.
+pub fn smaps_rss(exe: u64, others: &[u64]) -> MappedRss {
+    fs::read_to_string("/proc/self/smaps")
+        .map_or(MappedRss::default(), |text| parse_smaps(&text, exe, others))
+}
+
+/// What a mapping's bytes count towards.
+#[derive(Clone, Copy)]
+enum Mapping {
+    Exe,
+    Other,
+    BpfMap,
+    Uncounted,
 }
 
 /// Inodes only: the device smaps shows is the filesystem's, which for an
 /// overlay is not the file's `st_dev`; two of these inodes on different
 /// devices are unlikely and would only move bytes between two sums.
-fn parse_smaps(text: &str, exe: u64, others: &[u64]) -> (u64, u64) {
-    let (mut of_exe, mut of_others) = (0, 0);
-    let mut current: Option<u64> = None;
+fn parse_smaps(text: &str, exe: u64, others: &[u64]) -> MappedRss {
+    let mut rss = MappedRss::default();
+    let mut current = Mapping::Uncounted;
     for line in text.lines() {
         let mut fields = line.split_ascii_whitespace();
         let first = fields.next().unwrap_or("");
         if first.contains('-') && !first.ends_with(':') {
             // `start-end perms offset dev inode [path]`
-            current = fields.nth(3).and_then(|i| i.parse().ok());
+            let inode: u64 = fields.nth(3).and_then(|i| i.parse().ok()).unwrap_or(0);
+            current = match fields.next() {
+                Some("anon_inode:bpf-map") => Mapping::BpfMap,
+                _ if inode != 0 && inode == exe => Mapping::Exe,
+                _ if inode != 0 && others.contains(&inode) => Mapping::Other,
+                _ => Mapping::Uncounted,
+            };
         } else if first == "Rss:" {
             let bytes = fields
                 .next()
@@ -103,13 +130,14 @@ fn parse_smaps(text: &str, exe: u64, others: &[u64]) -> (u64, u64) {
                 .unwrap_or(0)
                 * 1024;
             match current {
-                Some(i) if i != 0 && i == exe => of_exe += bytes,
-                Some(i) if i != 0 && others.contains(&i) => of_others += bytes,
-                _ => {}
+                Mapping::Exe => rss.exe += bytes,
+                Mapping::Other => rss.others += bytes,
+                Mapping::BpfMap => rss.bpf_maps += bytes,
+                Mapping::Uncounted => {}
             }
         }
     }
-    (of_exe, of_others)
+    rss
 }
 
 /// The daemon's threads (tids).
@@ -194,9 +222,15 @@ Rss:                 600 kB
 Rss:                1000 kB
 7f0001000000-7f0002000000 rw-p 00000000 00:00 0
 Rss:                9000 kB
+7f0003000000-7f0003100000 rw-s 00000000 00:0f 1059 anon_inode:bpf-map
+Rss:                  64 kB
 ";
-        assert_eq!(parse_smaps(smaps, 77, &[12]), (1000 << 10, 1000 << 10));
-        assert_eq!(parse_smaps(smaps, 77, &[]).1, 0);
+        let rss = parse_smaps(smaps, 77, &[12]);
+        assert_eq!(
+            (rss.exe, rss.others, rss.bpf_maps),
+            (1000 << 10, 1000 << 10, 64 << 10)
+        );
+        assert_eq!(parse_smaps(smaps, 77, &[]).others, 0);
     }
 
     #[test]

@@ -25,7 +25,7 @@ const UNACCOUNTED: u64 = 64 << 20;
 /// How long the attack runs once the daemon reads its map.
 const ATTACK: Duration = Duration::from_secs(30);
 
-const HOLDERS: [&str; 13] = [
+const HOLDERS: [&str; 15] = [
     "store",
     "stacks",
     "spans",
@@ -38,6 +38,8 @@ const HOLDERS: [&str; 13] = [
     "answers",
     "push_outbox",
     "batches",
+    "bpf_maps",
+    "allocator",
     "binary",
 ];
 
