@@ -48,18 +48,23 @@ fn a_forking_scripts_children_add_up_under_their_parent() {
         "{group}"
     );
     // Each process is in one group: the groups add up to the processes.
-    // Over the last minute: its edge cuts one-second slices, so the two
-    // answers differ only by what the store took in between (older
-    // blocks are merged, and a cut through a 10 s block is pro rata).
-    let all = json_at(url, "/processes?seconds=60");
+    // One pinned minute, ended two seconds ago (drained by then on a busy
+    // host): the two answers differ only where the store merged a block
+    // its start cuts between them (a cut through a 10 s block is pro rata).
+    let until = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        - 2;
+    let window = format!("from={}&until={until}", until - 60);
+    let all = json_at(url, &format!("/processes?{window}"));
     let cpu = |rows: &Value, field: &dyn Fn(&Value) -> f64| {
         rows.as_array().unwrap().iter().map(field).sum::<f64>()
     };
-    let by_comm = json_at(url, "/processes?group=comm&seconds=60");
+    let by_comm = json_at(url, &format!("/processes?group=comm&{window}"));
     let processes = cpu(&all, &|p| p["time"]["cpu_us"].as_f64().unwrap());
     let grouped = cpu(&by_comm, &|g| g["time"]["cpu_us"].as_f64().unwrap());
     let count = cpu(&by_comm, &|g| g["processes"].as_f64().unwrap());
-    // The store moves on between the two queries: a second at most.
     assert!(
         (processes - grouped).abs() <= 2e6,
         "{processes} us by process, {grouped} us by name"
