@@ -6,8 +6,11 @@
 //! answering, and a slowloris client (one header byte a second) held its
 //! socket forever. Here connections are capped, a connection waiting for a
 //! request is closed after [`IDLE_TIMEOUT`] however many bytes it trickles,
-//! and when the cap is reached the connection that has waited longest makes
-//! room for the new one.
+//! and when the cap is reached room is made among the connections of
+//! whoever (a local uid, else a remote address) holds the most, so that one
+//! user's flood of connections never closes another user's, root's
+//! `/healthz` probe among them (a CI run saw root's fresh connection, the
+//! longest waiting, closed for a flooder's).
 //!
 //! A client that asks for a big answer and stops reading held it (7.5 MB
 //! each) for ever: 34 of them got the daemon OOM-killed. Answers are handed
@@ -30,7 +33,7 @@ use std::{
 
 use axum::Router;
 use body::TrackedBody;
-use connections::{Admitted, Connections};
+use connections::{Admitted, Connections, Owner};
 use hyper::{
     body::Incoming,
     server::conn::http1,
@@ -204,13 +207,21 @@ pub async fn serve(
             }
             Some(_) = tasks.join_next() => {}
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => match connections.admit(Instant::now()) {
+                Ok((stream, peer)) => {
+                    // Who the client is, found once per connection and
+                    // while our end is open (see `super::peer`): the cap
+                    // makes room among the connections of whoever holds
+                    // the most.
+                    let client = stream.local_addr().ok().map(|local| Client::of(peer, local));
+                    let owner = client.as_ref().map_or(Owner::Address(peer.ip()), Owner::of);
+                    match connections.admit(Instant::now(), owner) {
                     Some(admitted) => {
-                        tasks.spawn(run_connection(stream, admitted, router.clone(), stop_rx.clone()));
+                        tasks.spawn(run_connection(stream, client, admitted, router.clone(), stop_rx.clone()));
                     }
                     // Dropping the stream closes it.
                     None => bump(&STATS.refused_full),
-                },
+                    }
+                }
                 Err(e) => {
                     if last_accept_warning.is_none_or(|t| t.elapsed() >= ACCEPT_WARN_EVERY) {
                         tracing::warn!("accepting a connection failed: {e}");
@@ -252,6 +263,7 @@ fn is_resource_exhaustion(e: &io::Error) -> bool {
 /// closed (idle, evicted), or the server stops.
 async fn run_connection(
     stream: TcpStream,
+    client: Option<Client>,
     admitted: Admitted,
     router: Router,
     mut stop: watch::Receiver<bool>,
@@ -261,12 +273,6 @@ async fn run_connection(
     // Autotuned, the kernel queued 3 MB of answer for a client that reads
     // nothing, charged to the daemon's memory cgroup.
     let _ = socket2::SockRef::from(&stream).set_send_buffer_size(SEND_BUFFER);
-    // Who the client is, found once per connection and while our end is
-    // open (see `super::peer`).
-    let client = match (stream.peer_addr(), stream.local_addr()) {
-        (Ok(peer), Ok(local)) => Some(Client::of(peer, local)),
-        _ => None,
-    };
     let admitted = Arc::new(admitted);
     let service = {
         let admitted = admitted.clone();

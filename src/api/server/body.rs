@@ -105,7 +105,9 @@ mod tests {
     #[tokio::test]
     async fn answers_go_out_in_chunks_whole_and_sized() {
         let conns = Arc::new(Connections::new(4));
-        let admitted = conns.admit(Instant::now()).unwrap();
+        let admitted = conns
+            .admit(Instant::now(), super::super::connections::Owner::Uid(1000))
+            .unwrap();
         let answer: Vec<u8> = (0..CHUNK * 5 / 2).map(|i| i as u8).collect();
         let body = TrackedBody::new(Body::from(answer.clone()), admitted.request_started());
         assert_eq!(body.size_hint().exact(), Some(answer.len() as u64));

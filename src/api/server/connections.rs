@@ -4,6 +4,7 @@
 
 use std::{
     collections::{BTreeSet, HashMap},
+    net::IpAddr,
     sync::{atomic::Ordering, Arc, Mutex},
     time::Instant,
 };
@@ -15,6 +16,23 @@ use super::{
     EVICTABLE_STALL, IDLE_TIMEOUT, WRITE_DEADLINE, WRITE_STALL,
 };
 use crate::untrusted::refusals::{self, Reason, What};
+
+/// Whose a connection is, for the eviction at the cap: a local client's
+/// uid, else (a remote client, or a failed lookup) its address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) enum Owner {
+    Uid(u32),
+    Address(IpAddr),
+}
+
+impl Owner {
+    pub(super) fn of(client: &super::super::peer::Client) -> Owner {
+        match client.uid {
+            Some(uid) => Owner::Uid(uid),
+            None => Owner::Address(client.addr.ip().to_canonical()),
+        }
+    }
+}
 
 /// Where an open connection is, for the idle and eviction rules.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,6 +76,7 @@ struct Entry {
     /// The answer being written, while its handler is done and its body
     /// not fully handed to hyper.
     writing: Option<Writing>,
+    owner: Owner,
     conn: Arc<Connection>,
 }
 
@@ -67,6 +86,8 @@ struct Entry {
 struct Table {
     entries: HashMap<u64, Entry>,
     waiting: BTreeSet<(Instant, u64)>,
+    /// Open connections per owner.
+    owned: HashMap<Owner, usize>,
     next_id: u64,
 }
 
@@ -77,7 +98,58 @@ impl Table {
         if let Phase::Waiting(since) = entry.phase {
             self.waiting.remove(&(since, id));
         }
+        if let Some(n) = self.owned.get_mut(&entry.owner) {
+            *n -= 1;
+            if *n == 0 {
+                self.owned.remove(&entry.owner);
+            }
+        }
         Some(entry.conn)
+    }
+
+    /// The owner that holds the most connections once `newcomer` has one
+    /// more; the newcomer on a tie (it makes room among its own first).
+    fn heaviest(&self, newcomer: Owner) -> Owner {
+        let own = self.owned.get(&newcomer).copied().unwrap_or(0) + 1;
+        self.owned
+            .iter()
+            .filter(|&(&o, &n)| o != newcomer && n > own)
+            .max_by_key(|&(_, &n)| n)
+            .map_or(newcomer, |(&o, _)| o)
+    }
+
+    /// Closes one of `owner`'s connections to make room: the one that has
+    /// waited longest for a request, else the one whose answer has not
+    /// moved since `stalled_since` or earlier (the longest), else, when
+    /// `any` (another owner holds more than the newcomer), its oldest
+    /// connection, in service or not. Whether one was closed.
+    fn close_one_of(&mut self, owner: Owner, stalled_since: Option<Instant>, any: bool) -> bool {
+        let waiting = self
+            .waiting
+            .iter()
+            .find(|(_, id)| self.entries.get(id).is_some_and(|e| e.owner == owner))
+            .map(|&(_, id)| id);
+        let stalled = || {
+            let limit = if any { None } else { Some(stalled_since?) };
+            self.most_stalled_writer(owner, limit)
+        };
+        let oldest = || {
+            any.then(|| {
+                self.entries
+                    .iter()
+                    .filter(|(_, e)| e.owner == owner)
+                    .map(|(&id, _)| id)
+                    .min()
+            })
+            .flatten()
+        };
+        match waiting.or_else(stalled).or_else(oldest) {
+            Some(id) => {
+                self.close(id);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Closes the connection that has waited longest, if it has waited
@@ -100,14 +172,16 @@ impl Table {
         }
     }
 
-    /// The connection whose answer has made no progress the longest, if
-    /// that was at `limit` or earlier. A scan: writers are at most the
-    /// connection cap, and this runs only at the cap.
-    fn most_stalled_writer(&self, limit: Instant) -> Option<u64> {
+    /// `owner`'s connection whose answer has made no progress the longest,
+    /// if that was at `limit` or earlier (any without a limit). A scan:
+    /// writers are at most the connection cap, and this runs only at the
+    /// cap.
+    fn most_stalled_writer(&self, owner: Owner, limit: Option<Instant>) -> Option<u64> {
         self.entries
             .iter()
+            .filter(|(_, e)| e.owner == owner)
             .filter_map(|(&id, e)| Some((e.writing?.progress, id)))
-            .filter(|&(progress, _)| progress <= limit)
+            .filter(|&(progress, _)| limit.is_none_or(|limit| progress <= limit))
             .min()
             .map(|(_, id)| id)
     }
@@ -248,19 +322,22 @@ impl Connections {
         self.table.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Registers a new connection. At the cap, the connection that has
-    /// been waiting for a request the longest is closed to make room, else
-    /// the one whose answer has not moved for longest if that is
+    /// Registers a new connection of `owner`. At the cap, room is made
+    /// among the connections of whoever holds the most (one user's flood
+    /// never closes another user's connections, root's probe among them):
+    /// another owner's connection that waited longest for a request, else
+    /// its most stalled answer, else its oldest; among the newcomer's own,
+    /// the longest waiting, else the one whose answer has not moved for
     /// [`EVICTABLE_STALL`] or more (a client that stopped reading must not
-    /// keep others out until its deadline); `None` if every connection is
-    /// busy (the new one must then be closed).
-    pub(super) fn admit(self: &Arc<Self>, now: Instant) -> Option<Admitted> {
+    /// keep others out until its deadline). `None` if all of the
+    /// newcomer's own are busy (the new one must then be closed).
+    pub(super) fn admit(self: &Arc<Self>, now: Instant, owner: Owner) -> Option<Admitted> {
         let mut table = self.table();
         let stalled_since = now.checked_sub(EVICTABLE_STALL);
         while table.entries.len() >= self.cap {
-            if !table.close_oldest_waiting(None) {
-                let id = stalled_since.and_then(|limit| table.most_stalled_writer(limit))?;
-                table.close(id);
+            let victim = table.heaviest(owner);
+            if !table.close_one_of(victim, stalled_since, victim != owner) {
+                return None;
             }
             bump(&STATS.closed_evicted);
         }
@@ -270,9 +347,11 @@ impl Connections {
         let entry = Entry {
             phase: Phase::Waiting(now),
             writing: None,
+            owner,
             conn: conn.clone(),
         };
         table.entries.insert(id, entry);
+        *table.owned.entry(owner).or_default() += 1;
         table.waiting.insert((now, id));
         bump(&STATS.connections_accepted);
         bump(&STATS.connections_open);
