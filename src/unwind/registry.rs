@@ -273,16 +273,16 @@ impl Registry {
         let mut written = Vec::new();
         let mut written_runtime = None;
         let mut tables_evicted = 0;
-        let mut written_pending = false;
-        // The entry BPF writes at an exec (epoch 0: all tables pending)
-        // is not ours to keep: written below if still true.
-        let ours = match self.maps.procs.get(&pid, 0) {
-            Ok(entry) if entry.epoch == 0 => {
-                let _ = self.maps.procs.remove(&pid);
-                false
-            }
-            found => found.is_ok(),
+        // The entry BPF writes at an exec (epoch 0: all tables pending, no
+        // table) stays until `write_entry` replaces or removes it. Removed
+        // here first, it left a moment with no entry, when BPF walked by
+        // frame pointers unmarked: a CI run caught a sample in a leaf
+        // without a frame pointer whose caller was lost silently.
+        let (ours, exec_entry) = match self.maps.procs.get(&pid, 0) {
+            Ok(entry) if entry.epoch == 0 => (false, true),
+            found => (found.is_ok(), false),
         };
+        let mut written_pending = exec_entry;
         if let Some(old) = old {
             self.detach(&old.mappings, old.uid);
             seen = old.seen;
