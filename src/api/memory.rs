@@ -22,7 +22,7 @@ use crate::{
     budget::{self, Part, Split},
     export::push::outbox,
     held::{self, Holder},
-    process::own,
+    process::own::{self, MappedRss},
     profile::{
         model::{spans_store::SpanStats, store::StoreStats},
         report::truncate::Limits,
@@ -107,18 +107,8 @@ pub fn query_slots() -> usize {
     (budget::bytes(Part::QueryBuffers) / Limits::API.memory()).clamp(1, MAX_RUNNING)
 }
 
-/// What the daemon's smaps say of the file-backed holders.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct Mapped {
-    /// Resident bytes of the daemon's executable.
-    binary: u64,
-    /// Resident bytes of the ELF files the symbolizer maps.
-    elf: u64,
-    /// Resident bytes of the BPF maps the daemon maps.
-    bpf_maps: u64,
-}
-
-static SMAPS: Mutex<Option<(Instant, Mapped)>> = Mutex::new(None);
+/// The daemon's smaps as last read, for the mapped holders.
+static SMAPS: Mutex<Option<(Instant, MappedRss)>> = Mutex::new(None);
 
 /// The memory report, from the store's published stats, the query bound
 /// and the reports of the push sinks running; `None` if `/proc` cannot be
@@ -164,7 +154,7 @@ pub fn report(
         // The ELF files' resident pages, and the kernel's symbols.
         holder(
             "elf_symbols",
-            mapped.elf + ksyms,
+            mapped.others + ksyms,
             Some(elf_files::max_mapped_bytes() + ksyms_bound.unwrap_or(0)),
         ),
         from_counter("unwind_tables", Holder::UnwindTables),
@@ -198,7 +188,7 @@ pub fn report(
         // Pages the allocator keeps beyond what is allocated (metadata,
         // free runs): given back after a second (`dirty_decay_ms`).
         holder("allocator", allocator_overhead(), None),
-        holder("binary", mapped.binary, Some(exe_size)),
+        holder("binary", mapped.exe, Some(exe_size)),
     ];
     let accounted: u64 = holders.iter().map(|h| h.bytes).sum();
     let bounds_bytes = holders
@@ -235,7 +225,7 @@ fn from_counter(name: &'static str, holder: Holder) -> HolderBytes {
 
 /// The file-backed holders' resident bytes, read again after
 /// [`SMAPS_EVERY`].
-fn mapped() -> Mapped {
+fn mapped() -> MappedRss {
     let mut cached = SMAPS.lock().unwrap_or_else(|e| e.into_inner());
     if let Some((at, m)) = *cached {
         if at.elapsed() < SMAPS_EVERY {
@@ -247,12 +237,7 @@ fn mapped() -> Mapped {
         .into_iter()
         .map(|(_, ino)| ino)
         .collect();
-    let rss = own::smaps_rss(exe, &elf);
-    let m = Mapped {
-        binary: rss.exe,
-        elf: rss.others,
-        bpf_maps: rss.bpf_maps,
-    };
+    let m = own::smaps_rss(exe, &elf);
     *cached = Some((Instant::now(), m));
     m
 }
