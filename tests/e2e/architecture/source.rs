@@ -23,8 +23,10 @@ pub(super) fn sources() -> Vec<Source> {
         .into_iter()
         .filter(|p| {
             let name = p.file_name().unwrap().to_str().unwrap();
-            // The binary uses the library by its name, like any user.
-            !name.ends_with("tests.rs") && p != &src.join("main.rs") && p != &src.join("lib.rs")
+            // The binary (main.rs, cli.rs) uses the library by its name,
+            // like any user; lib.rs only declares the modules.
+            let binary = ["main.rs", "cli.rs", "lib.rs"].map(|f| src.join(f));
+            !name.ends_with("tests.rs") && !binary.contains(p)
         })
         .map(|path| {
             let module = module_of(&src, &path);
