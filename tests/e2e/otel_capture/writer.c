@@ -20,19 +20,27 @@
 
 static __thread struct otel_record record;
 
-static uint64_t now_ns(void)
+static uint64_t clock_ns(clockid_t clock)
 {
 	struct timespec t;
 
-	clock_gettime(CLOCK_MONOTONIC, &t);
+	clock_gettime(clock, &t);
 	return (uint64_t)t.tv_sec * 1000000000ull + t.tv_nsec;
 }
 
+static uint64_t now_ns(void)
+{
+	return clock_ns(CLOCK_MONOTONIC);
+}
+
+/* Runs for ns of this thread's CPU time, not of wall time: on a busy host
+ * a wall-time spin may get the CPU for none of it, and a span with no CPU
+ * sample would fail the test for the host's load. */
 static void spin(uint64_t ns)
 {
-	uint64_t end = now_ns() + ns;
+	uint64_t end = clock_ns(CLOCK_THREAD_CPUTIME_ID) + ns;
 
-	while (now_ns() < end)
+	while (clock_ns(CLOCK_THREAD_CPUTIME_ID) < end)
 		;
 }
 
