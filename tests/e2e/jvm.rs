@@ -116,9 +116,10 @@ fn named_pools_have_one_root_each_with_their_full_names() {
     let jvm: Jvm = JavaRun::default().start("Pools", &["25", "2"]);
     let pid = jvm.pid;
     let query = format!("pid={pid}&kind=cpu&group=pool&seconds=30");
-    // A worker the pool starts after the JVM's last thread dump carries
-    // its kernel name (cut to 15 bytes) until the next dump names it: the
-    // full names must take over within the catch-up time.
+    // A thread carries its kernel name (cut to 15 bytes) until a JVM
+    // thread dump names it, and a pool the store folded before that keeps
+    // the short name: the full names must take over within the catch-up
+    // time.
     let mut roots = BTreeMap::new();
     let settled = within(crate::support::CATCH_UP, || {
         thread::sleep(Duration::from_secs(2));
